@@ -1,0 +1,22 @@
+// Contract between the network subsystem and the orchestrator / runtime driver.
+
+/** One pre-created network namespace with its addresses. */
+export interface NetworkSlot {
+  index: number;
+  /** Bind-mounted netns file, given to runc as the network namespace path. */
+  netnsPath: string;
+  /** Host side of the veth pair. */
+  hostIfName: string;
+  /** Address the server uses to reach services in the sandbox (envd on [tools].control_plane_port). */
+  hostInteractionIp: string;
+  /** Nameserver to write into the sandbox's /etc/resolv.conf (null: none known). */
+  dnsServer: string | null;
+}
+
+/** Egress policy after validation (see network/policy.ts). CIDRs are normalized IPv4/IPv6 CIDR strings. */
+export interface EgressPolicy {
+  allowOut: string[];
+  denyOut: string[];
+  /** true: allow, false: deny everything not in allowOut, null: not set (allow). */
+  allowInternetAccess: boolean | null;
+}

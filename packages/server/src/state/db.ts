@@ -1,0 +1,46 @@
+import Database from 'better-sqlite3';
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+
+export type StateDb = Database.Database;
+
+/**
+ * One schema change. `id` is global and permanent ("0001-sandboxes", "image-0001-layers", ...):
+ * once released, a migration is never edited, only followed by a new one.
+ */
+export interface Migration {
+  id: string;
+  up(db: StateDb): void;
+}
+
+/** Opens (creating if needed) the node's state database and applies pending migrations in order. */
+export function openStateDb(path: string, migrations: readonly Migration[]): StateDb {
+  mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+  const db = new Database(path);
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = FULL');
+  db.pragma('foreign_keys = ON');
+  db.pragma('busy_timeout = 5000');
+  applyMigrations(db, migrations);
+  return db;
+}
+
+export function applyMigrations(db: StateDb, migrations: readonly Migration[]): void {
+  db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
+    id TEXT PRIMARY KEY,
+    applied_at TEXT NOT NULL
+  )`);
+  const applied = new Set(
+    (db.prepare('SELECT id FROM schema_migrations').all() as { id: string }[]).map((r) => r.id),
+  );
+  const seen = new Set<string>();
+  for (const m of migrations) {
+    if (seen.has(m.id)) throw new Error(`duplicate migration id ${m.id}`);
+    seen.add(m.id);
+    if (applied.has(m.id)) continue;
+    db.transaction(() => {
+      m.up(db);
+      db.prepare('INSERT INTO schema_migrations (id, applied_at) VALUES (?, ?)').run(m.id, new Date().toISOString());
+    })();
+  }
+}

@@ -1,0 +1,52 @@
+import { defineConfig } from 'vitest/config';
+import { fileURLToPath } from 'node:url';
+
+const pkg = (name: string) => fileURLToPath(new URL(`./packages/${name}/src/index.ts`, import.meta.url));
+const alias = {
+  '@aenv/config': pkg('config'),
+  '@aenv/protocol': pkg('protocol'),
+  '@aenv/envd': pkg('envd'),
+  '@aenv/server': pkg('server'),
+};
+
+// Three kinds of tests:
+//  - unit:        *.test.ts beside the code; no privileges, no host changes.
+//  - integration: *.int.test.ts beside the code; need root and the host tools (runc, nft, ip, CRIU).
+//  - e2e:         test/e2e/**/*.test.ts; a real `aenv server` driven by the real e2b SDK.
+// Integration and e2e files run one at a time: they share the host's kernel resources on 2 cores.
+export default defineConfig({
+  resolve: { alias },
+  test: {
+    projects: [
+      {
+        resolve: { alias },
+        test: {
+          name: 'unit',
+          include: ['packages/*/src/**/*.test.ts'],
+          exclude: ['packages/*/src/**/*.int.test.ts', '**/node_modules/**', '**/dist/**'],
+          testTimeout: 20_000,
+        },
+      },
+      {
+        resolve: { alias },
+        test: {
+          name: 'integration',
+          include: ['packages/*/src/**/*.int.test.ts'],
+          fileParallelism: false,
+          testTimeout: 120_000,
+          hookTimeout: 300_000,
+        },
+      },
+      {
+        resolve: { alias },
+        test: {
+          name: 'e2e',
+          include: ['test/e2e/**/*.test.ts'],
+          fileParallelism: false,
+          testTimeout: 180_000,
+          hookTimeout: 300_000,
+        },
+      },
+    ],
+  },
+});
