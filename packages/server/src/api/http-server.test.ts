@@ -1,0 +1,190 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connect } from 'node:net';
+import type { AddressInfo } from 'node:net';
+import { Writable } from 'node:stream';
+import { createHttpServer } from './http-server.js';
+import { registerHealthRoutes } from './routes/health.js';
+import { registerNodeRoutes } from './routes/nodes.js';
+import { ServerMetrics } from '../observability/metrics.js';
+import { HostMetricsSampler } from '../observability/host-metrics.js';
+import { createLogger } from '../util/log.js';
+import { ApiError } from './errors.js';
+
+const KEY = 'e2b_' + 'ab'.repeat(32);
+const silent = new Writable({ write: (_c, _e, cb) => cb() });
+
+interface RawResponse {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+}
+
+/** Sends a request byte for byte, so duplicate headers and odd inputs reach the server unchanged. */
+function rawRequest(port: number, head: string[], body = ''): Promise<RawResponse> {
+  return new Promise((resolve, reject) => {
+    const sock = connect(port, '127.0.0.1');
+    const chunks: Buffer[] = [];
+    sock.on('data', (c) => chunks.push(c));
+    sock.on('error', reject);
+    sock.on('end', () => {
+      const text = Buffer.concat(chunks).toString();
+      const [headText, ...rest] = text.split('\r\n\r\n');
+      const lines = headText!.split('\r\n');
+      const status = Number(lines[0]!.split(' ')[1]);
+      const headers: Record<string, string> = {};
+      for (const l of lines.slice(1)) {
+        const i = l.indexOf(':');
+        headers[l.slice(0, i).toLowerCase()] = l.slice(i + 1).trim();
+      }
+      resolve({ status, headers, body: rest.join('\r\n\r\n') });
+    });
+    const lines = [...head, 'Host: 127.0.0.1', 'Connection: close'];
+    if (body) lines.push(`Content-Length: ${Buffer.byteLength(body)}`);
+    sock.write(lines.join('\r\n') + '\r\n\r\n' + body);
+  });
+}
+
+describe('control-plane HTTP server', () => {
+  const metrics = new ServerMetrics();
+  const { app, server } = createHttpServer({
+    apiKey: KEY,
+    bodyLimitBytes: 1024,
+    logger: createLogger('json', 'info', silent),
+    metrics,
+  });
+  let port = 0;
+
+  beforeAll(async () => {
+    registerHealthRoutes(app, metrics.registry);
+    registerNodeRoutes(app, {
+      enabled: true,
+      identity: {
+        nodeId: 'node-a',
+        clusterId: '00000000-0000-0000-0000-000000000000',
+        serviceInstanceId: 'svc',
+        version: '0.1.0',
+        commit: 'abc',
+        machineInfo: { cpuFamily: '6', cpuModel: '1', cpuModelName: 'x', cpuArchitecture: 'x86_64' },
+      },
+      host: new HostMetricsSampler(),
+      counters: () => ({
+        sandboxCount: 2,
+        sandboxStartingCount: 1,
+        sandboxPausedCount: 3,
+        allocatedCPU: 4,
+        allocatedMemoryBytes: 1024,
+        pausedAllocatedCPU: 1,
+        pausedAllocatedMemoryBytes: 512,
+        createSuccesses: 5,
+        createFails: 1,
+      }),
+    });
+    app.post('/echo', async (req) => ({ got: req.body ?? null }));
+    app.get('/boom', async () => {
+      throw new ApiError(409, 'sandbox cannot be paused from creating state');
+    });
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    port = (server.address() as AddressInfo).port;
+  });
+  afterAll(async () => {
+    await app.close();
+  });
+
+  it('answers /health with 204 and /metrics with 200 without a key', async () => {
+    expect((await rawRequest(port, ['GET /health HTTP/1.1'])).status).toBe(204);
+    const m = await rawRequest(port, ['GET /metrics HTTP/1.1']);
+    expect(m.status).toBe(200);
+    expect(m.body).toContain('agentenv_http_request_duration_seconds');
+  });
+
+  it.each([
+    ['no key', []],
+    ['wrong key', ['X-API-Key: e2b_' + 'cd'.repeat(32)]],
+    ['key with different length', ['X-API-Key: ' + KEY + 'x']],
+    ['two keys', [`X-API-Key: ${KEY}`, `X-API-Key: ${KEY}`]],
+    ['bearer token', [`Authorization: Bearer ${KEY}`]],
+    ['admin token', [`X-Admin-Token: ${KEY}`]],
+    ['team id', [`X-Team-ID: ${KEY}`]],
+  ])('rejects %s with 401 and an empty body', async (_name, headers) => {
+    for (const path of ['/nodes', '/no-such-route']) {
+      const r = await rawRequest(port, [`GET ${path} HTTP/1.1`, ...headers]);
+      expect(r.status).toBe(401);
+      expect(r.body).toBe('');
+    }
+  });
+
+  it('accepts the right key, case-insensitive header name', async () => {
+    const r = await rawRequest(port, ['GET /nodes HTTP/1.1', `x-api-key: ${KEY}`]);
+    expect(r.status).toBe(200);
+    const nodes = JSON.parse(r.body);
+    expect(nodes).toHaveLength(1);
+    expect(nodes[0]).toMatchObject({ id: 'node-a', status: 'ready', sandboxCount: 2, createSuccesses: 5 });
+    expect(nodes[0].metrics.cpuCount).toBeGreaterThan(0);
+    expect(nodes[0].metrics.memoryTotalBytes).toBeGreaterThan(0);
+    expect(r.headers['x-request-id']).toMatch(/^[0-9a-f]{16}$/);
+  });
+
+  it('answers an unknown route with a JSON 404', async () => {
+    const r = await rawRequest(port, ['DELETE /nope HTTP/1.1', `X-API-Key: ${KEY}`]);
+    expect(r.status).toBe(404);
+    expect(JSON.parse(r.body)).toEqual({ code: 404, message: 'route not found: DELETE /nope' });
+  });
+
+  it('answers malformed JSON with 400 in the documented shape', async () => {
+    const r = await rawRequest(
+      port,
+      ['POST /echo HTTP/1.1', `X-API-Key: ${KEY}`, 'Content-Type: application/json'],
+      '{"a":',
+    );
+    expect(r.status).toBe(400);
+    const body = JSON.parse(r.body);
+    expect(body.code).toBe(400);
+    expect(body.message).toMatch(/malformed JSON/);
+  });
+
+  it('treats an empty JSON body as no body', async () => {
+    const r = await rawRequest(port, ['POST /echo HTTP/1.1', `X-API-Key: ${KEY}`, 'Content-Type: application/json']);
+    expect(r.status).toBe(200);
+    expect(JSON.parse(r.body)).toEqual({ got: null });
+  });
+
+  it('limits body size with 413 in the documented shape', async () => {
+    const r = await rawRequest(
+      port,
+      ['POST /echo HTTP/1.1', `X-API-Key: ${KEY}`, 'Content-Type: application/json'],
+      JSON.stringify({ a: 'x'.repeat(2000) }),
+    );
+    expect(r.status).toBe(413);
+    expect(JSON.parse(r.body).code).toBe(413);
+  });
+
+  it('answers an unsupported content type with 415', async () => {
+    const r = await rawRequest(port, ['POST /echo HTTP/1.1', `X-API-Key: ${KEY}`, 'Content-Type: text/xml'], '<a/>');
+    expect(r.status).toBe(415);
+    expect(JSON.parse(r.body).code).toBe(415);
+  });
+
+  it('maps ApiError to its status and body', async () => {
+    const r = await rawRequest(port, ['GET /boom HTTP/1.1', `X-API-Key: ${KEY}`]);
+    expect(r.status).toBe(409);
+    expect(JSON.parse(r.body)).toEqual({ code: 409, message: 'sandbox cannot be paused from creating state' });
+  });
+
+  it('serves /nodes/{id}, filters by clusterID and 404s unknown nodes', async () => {
+    const ok = await rawRequest(port, ['GET /nodes/node-a HTTP/1.1', `X-API-Key: ${KEY}`]);
+    expect(ok.status).toBe(200);
+    const detail = JSON.parse(ok.body);
+    expect(detail.cachedBuilds).toEqual([]);
+    expect(detail).not.toHaveProperty('sandboxStartingCount');
+    const other = await rawRequest(port, [
+      'GET /nodes?clusterID=11111111-1111-1111-1111-111111111111 HTTP/1.1',
+      `X-API-Key: ${KEY}`,
+    ]);
+    expect(JSON.parse(other.body)).toEqual([]);
+    const missing = await rawRequest(port, ['GET /nodes/node-b HTTP/1.1', `X-API-Key: ${KEY}`]);
+    expect(missing.status).toBe(404);
+    expect(JSON.parse(missing.body)).toEqual({ code: 404, message: 'node node-b not found' });
+    const bad = await rawRequest(port, ['GET /nodes?clusterID=nope HTTP/1.1', `X-API-Key: ${KEY}`]);
+    expect(bad.status).toBe(400);
+  });
+});

@@ -1,0 +1,89 @@
+import type { FastifyInstance } from 'fastify';
+import type { HostMetricsSampler } from '../../observability/host-metrics.js';
+import { ApiError } from '../errors.js';
+
+export interface NodeIdentityView {
+  nodeId: string;
+  clusterId: string;
+  serviceInstanceId: string;
+  version: string;
+  commit: string;
+  machineInfo: { cpuFamily: string; cpuModel: string; cpuModelName: string; cpuArchitecture: string };
+}
+
+/** Sandbox counters the orchestrator keeps (reference §2.3 Node). */
+export interface SandboxCounters {
+  sandboxCount: number;
+  sandboxStartingCount: number;
+  sandboxPausedCount: number;
+  allocatedCPU: number;
+  allocatedMemoryBytes: number;
+  pausedAllocatedCPU: number;
+  pausedAllocatedMemoryBytes: number;
+  createSuccesses: number;
+  createFails: number;
+}
+
+export interface NodesRouteDeps {
+  enabled: boolean;
+  identity: NodeIdentityView;
+  host: HostMetricsSampler;
+  counters: () => SandboxCounters;
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+function clusterMatches(query: unknown, clusterId: string): boolean {
+  const q = (query as { clusterID?: unknown }).clusterID;
+  if (q === undefined || q === '') return true;
+  if (typeof q !== 'string' || !UUID.test(q)) throw new ApiError(400, `invalid clusterID "${String(q)}": must be a UUID`);
+  return q.toLowerCase() === clusterId.toLowerCase();
+}
+
+/** `GET /nodes` and `GET /nodes/{nodeID}` (reference §2.3–2.4). */
+export function registerNodeRoutes(app: FastifyInstance, deps: NodesRouteDeps): void {
+  const view = async () => {
+    const host = await deps.host.sample();
+    const c = deps.counters();
+    const id = deps.identity;
+    return {
+      version: id.version,
+      commit: id.commit,
+      id: id.nodeId,
+      serviceInstanceID: id.serviceInstanceId,
+      clusterID: id.clusterId,
+      machineInfo: id.machineInfo,
+      status: 'ready',
+      sandboxCount: c.sandboxCount,
+      metrics: {
+        allocatedCPU: c.allocatedCPU,
+        cpuPercent: host.cpuPercent,
+        cpuCount: host.cpuCount,
+        allocatedMemoryBytes: c.allocatedMemoryBytes,
+        memoryUsedBytes: host.memoryUsedBytes,
+        memoryTotalBytes: host.memoryTotalBytes,
+        disks: host.disks,
+        pausedAllocatedCPU: c.pausedAllocatedCPU,
+        pausedAllocatedMemoryBytes: c.pausedAllocatedMemoryBytes,
+      },
+      createSuccesses: c.createSuccesses,
+      createFails: c.createFails,
+      sandboxStartingCount: c.sandboxStartingCount,
+      sandboxPausedCount: c.sandboxPausedCount,
+    };
+  };
+
+  app.get('/nodes', async (req) => {
+    if (!deps.enabled || !clusterMatches(req.query, deps.identity.clusterId)) return [];
+    return [await view()];
+  });
+
+  app.get<{ Params: { nodeID: string } }>('/nodes/:nodeID', async (req) => {
+    if (!deps.enabled) throw new ApiError(404, 'observability is disabled on this node');
+    if (!clusterMatches(req.query, deps.identity.clusterId) || req.params.nodeID !== deps.identity.nodeId) {
+      throw new ApiError(404, `node ${req.params.nodeID} not found`);
+    }
+    const { sandboxStartingCount: _omit, ...rest } = await view();
+    return { ...rest, cachedBuilds: [] };
+  });
+}
