@@ -1,1 +1,3 @@
-export {};
+// Wire contracts shared by envd (server side) and the aenv server (client side).
+export * from './gen/process/process_pb.js';
+export * from './gen/filesystem/filesystem_pb.js';
