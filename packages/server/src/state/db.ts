@@ -18,7 +18,9 @@ export function openStateDb(path: string, migrations: readonly Migration[]): Sta
   mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
   const db = new Database(path);
   db.pragma('journal_mode = WAL');
-  db.pragma('synchronous = FULL');
+  // WAL + NORMAL: every commit survives a process crash; callers that need machine-crash durability
+  // (a completed pause) raise it to FULL for that commit.
+  db.pragma('synchronous = NORMAL');
   db.pragma('foreign_keys = ON');
   db.pragma('busy_timeout = 5000');
   applyMigrations(db, migrations);

@@ -1,0 +1,44 @@
+import { describe, expect, it } from 'vitest';
+import { KeyedMutex, LockTimeoutError } from './keyed-mutex.js';
+
+describe('KeyedMutex', () => {
+  it('serialises work on one key in arrival order', async () => {
+    const m = new KeyedMutex();
+    const order: string[] = [];
+    let releaseFirst!: () => void;
+    const first = m.run('a', 1000, () => new Promise<void>((r) => (releaseFirst = () => (order.push('1'), r()))));
+    const second = m.run('a', 1000, async () => void order.push('2'));
+    const third = m.run('a', 1000, async () => void order.push('3'));
+    await new Promise((r) => setTimeout(r, 10));
+    expect(order).toEqual([]);
+    releaseFirst();
+    await Promise.all([first, second, third]);
+    expect(order).toEqual(['1', '2', '3']);
+    expect(m.isLocked('a')).toBe(false);
+  });
+
+  it('does not block other keys', async () => {
+    const m = new KeyedMutex();
+    let release!: () => void;
+    const held = m.run('a', 1000, () => new Promise<void>((r) => (release = r)));
+    await expect(m.run('b', 100, async () => 'b')).resolves.toBe('b');
+    release();
+    await held;
+  });
+
+  it('times out a waiter and keeps the queue consistent', async () => {
+    const m = new KeyedMutex();
+    let release!: () => void;
+    const held = m.run('a', 1000, () => new Promise<void>((r) => (release = r)));
+    await expect(m.run('a', 20, async () => 'late')).rejects.toBeInstanceOf(LockTimeoutError);
+    release();
+    await held;
+    await expect(m.run('a', 20, async () => 'next')).resolves.toBe('next');
+  });
+
+  it('releases the lock when the work throws', async () => {
+    const m = new KeyedMutex();
+    await expect(m.run('a', 100, async () => Promise.reject(new Error('x')))).rejects.toThrow('x');
+    expect(m.isLocked('a')).toBe(false);
+  });
+});

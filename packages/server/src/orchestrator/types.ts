@@ -1,0 +1,91 @@
+// The orchestrator's view of a sandbox: lifecycle state, what the API shows, and what the runtime needs to find it.
+
+export type SandboxState =
+  | 'creating'
+  | 'resuming'
+  | 'running'
+  | 'snapshotting'
+  | 'forking'
+  | 'pausing'
+  | 'paused'
+  | 'killing';
+
+export const TRANSITIONAL_STATES: ReadonlySet<SandboxState> = new Set([
+  'creating',
+  'resuming',
+  'snapshotting',
+  'forking',
+  'pausing',
+  'killing',
+]);
+
+/** API `state` (reference §2.3): snapshotting/forking report "paused" like the reference does. */
+export function apiState(state: SandboxState): 'running' | 'paused' {
+  return state === 'pausing' || state === 'paused' || state === 'snapshotting' || state === 'forking'
+    ? 'paused'
+    : 'running';
+}
+
+export type TimeoutAction = 'pause' | 'kill';
+
+export interface SandboxNetworkSettings {
+  allowPublicTraffic: boolean;
+  allowOut: string[];
+  denyOut: string[];
+  /** true / false when the creator set it; null when not set. */
+  allowInternetAccess: boolean | null;
+}
+
+export interface SandboxResourcesView {
+  cpuCount: number;
+  memoryMB: number;
+  diskSizeMB: number;
+}
+
+/** Where a running sandbox lives on this node. Absent while paused (memory released) or before start. */
+export interface RuntimeBinding {
+  slotIndex: number;
+  hostInteractionIp: string;
+  /** Changes on every start/resume, so pooled proxy connections never outlive the instance they were made for. */
+  instanceId: string;
+}
+
+/** How the sandbox was paused: with memory (CRIU checkpoint) or filesystem only (processes restart on resume). */
+export type PauseKind = 'memory' | 'filesystem';
+
+export interface PausedState {
+  kind: PauseKind;
+  pausedAt: string;
+  /** Directory of the pause artifacts (checkpoint images, disk). */
+  artifactDir: string;
+  /** Why a filesystem-only pause happened, when it did. */
+  reason?: string;
+}
+
+export interface SandboxRecord {
+  id: string;
+  templateId: string;
+  alias?: string;
+  state: SandboxState;
+  /** Creation time; kept across pause/resume (API `startedAt`). */
+  createdAt: string;
+  /** Expiry (API `endAt`); null = never. */
+  expiresAt: string | null;
+  /** Last timeout duration in seconds (fork without a timeout re-applies it from now). */
+  timeoutSecs: number;
+  resources: SandboxResourcesView;
+  metadata: Record<string, string>;
+  envVars: Record<string, string>;
+  secure: boolean;
+  network: SandboxNetworkSettings;
+  onTimeout: TimeoutAction;
+  autoResume: boolean;
+  envdVersion: string;
+  /** Default user and workdir given to envd's /init. */
+  defaultUser: string;
+  defaultWorkdir?: string;
+  runtime?: RuntimeBinding;
+  paused?: PausedState;
+  /** Backend-private data needed to restart or resume the sandbox (image layers, tools version, ...). */
+  backend: Record<string, unknown>;
+}

@@ -1,0 +1,31 @@
+import type { SandboxState } from '../orchestrator/types.js';
+
+/** What the proxy needs to know about a sandbox to route and authorise a request. */
+export interface ProxyTarget {
+  sandboxId: string;
+  state: SandboxState;
+  secure: boolean;
+  allowPublicTraffic: boolean;
+  autoResume: boolean;
+  /** Present while the sandbox is running on this node. */
+  upstream?: { host: string; instanceId: string };
+}
+
+/** The proxy's window on the orchestrator. */
+export interface SandboxDirectory {
+  lookup(sandboxId: string): ProxyTarget | undefined;
+  /** Waits for a transitional state to end; resolves with the settled target (or undefined when it is gone). */
+  settle(sandboxId: string): Promise<ProxyTarget | undefined>;
+  /** Resumes a paused sandbox for a data-plane request (auto-resume); rejects with AutoResumeTimeout on timeout. */
+  autoResume(sandboxId: string): Promise<ProxyTarget>;
+  verifyEnvdToken(sandboxId: string, token: string): boolean;
+  verifyTrafficToken(sandboxId: string, token: string): boolean;
+  /** The running sandbox whose envd would accept this signed `/files` URL, if any. */
+  findBySignedFilesUrl(url: string, method: string): string | undefined;
+}
+
+export class AutoResumeTimeout extends Error {
+  constructor(sandboxId: string) {
+    super(`sandbox ${sandboxId} auto-resume timed out`);
+  }
+}
