@@ -1,0 +1,208 @@
+import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { Orchestrator } from '../../orchestrator/orchestrator.js';
+import { apiState, type SandboxRecord } from '../../orchestrator/types.js';
+import type { EgressPolicy } from '../../network/types.js';
+import { ApiError } from '../errors.js';
+import { paginate, parseLimit } from '../pagination.js';
+import { matchesMetadata, parseMetadataFilter } from '../metadata-filter.js';
+import {
+  networkUpdateSchema,
+  newSandboxSchema,
+  optionalTimeoutSchema,
+  parseBody,
+  parseRequiredBody,
+  refreshSchema,
+  timeoutSchema,
+} from '../schemas.js';
+
+export interface SandboxTokens {
+  envd(sandboxId: string): string;
+  traffic(sandboxId: string): string;
+}
+
+export interface SandboxRouteDeps {
+  orchestrator: Orchestrator;
+  tokens: SandboxTokens;
+  /** Validates egress settings (reference §5.9); throws a 400-class error. */
+  parsePolicy(input: { allowOut?: string[]; denyOut?: string[]; allowInternetAccess?: boolean }): EgressPolicy;
+  /** First `[sandbox_proxy].domains` entry, advertised as `domain`. */
+  domain?: string;
+  /** Whether a custom extension is configured (non-empty customExtensionParams need one). */
+  customExtensionConfigured: boolean;
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/** A path sandboxID that is not a UUID is simply not found (reference §2.1). */
+function sandboxId(raw: string): string {
+  if (!UUID.test(raw)) throw new ApiError(404, `sandbox ${raw} not found`);
+  return raw;
+}
+
+export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDeps): void {
+  const { orchestrator: orch, tokens } = deps;
+
+  const sandboxView = (r: SandboxRecord) => ({
+    templateID: r.templateId,
+    sandboxID: r.id,
+    ...(r.alias ? { alias: r.alias } : {}),
+    clientID: '',
+    envdVersion: r.envdVersion,
+    ...(r.secure ? { envdAccessToken: tokens.envd(r.id) } : {}),
+    trafficAccessToken: r.network.allowPublicTraffic ? null : tokens.traffic(r.id),
+    ...(deps.domain ? { domain: deps.domain } : {}),
+  });
+
+  const listedView = (r: SandboxRecord) => ({
+    templateID: r.templateId,
+    ...(r.alias ? { alias: r.alias } : {}),
+    sandboxID: r.id,
+    clientID: '',
+    startedAt: r.createdAt,
+    endAt: orch.expiryOf(r),
+    cpuCount: r.resources.cpuCount,
+    memoryMB: r.resources.memoryMB,
+    diskSizeMB: r.resources.diskSizeMB,
+    ...(Object.keys(r.metadata).length ? { metadata: r.metadata } : {}),
+    state: apiState(r.state),
+    envdVersion: r.envdVersion,
+  });
+
+  const detailView = (r: SandboxRecord) => {
+    const n = r.network;
+    const hasNetwork = !n.allowPublicTraffic || n.allowOut.length > 0 || n.denyOut.length > 0;
+    return {
+      ...listedView(r),
+      ...(r.secure ? { envdAccessToken: tokens.envd(r.id) } : {}),
+      allowInternetAccess: n.allowInternetAccess,
+      ...(deps.domain ? { domain: deps.domain } : {}),
+      ...(hasNetwork
+        ? {
+            network: {
+              allowPublicTraffic: n.allowPublicTraffic,
+              ...(n.allowOut.length ? { allowOut: n.allowOut } : {}),
+              ...(n.denyOut.length ? { denyOut: n.denyOut } : {}),
+            },
+          }
+        : {}),
+      lifecycle: { autoResume: r.autoResume, onTimeout: r.onTimeout },
+      ...(r.paused ? { pauseKind: r.paused.kind } : {}),
+    };
+  };
+
+  const created = (reply: FastifyReply, r: SandboxRecord, status: number) =>
+    reply.code(status).header('x-agentenv-sandbox-id', r.id).send(sandboxView(r));
+
+  const create = async (body: unknown, reply: FastifyReply) => {
+    const req = parseRequiredBody(newSandboxSchema, body, 'sandbox request');
+    if (req.customExtensionParams && Object.keys(req.customExtensionParams).length > 0 && !deps.customExtensionConfigured) {
+      throw new ApiError(400, 'customExtensionParams given but no custom extension is configured on this node');
+    }
+    const policy = deps.parsePolicy({
+      allowOut: req.network?.allowOut,
+      denyOut: req.network?.denyOut,
+      allowInternetAccess: req.allow_internet_access,
+    });
+    const onTimeout = req.lifecycle?.onTimeout ?? (req.autoPause === false ? 'kill' : 'pause');
+    const r = await orch.create({
+      templateId: req.templateID,
+      timeoutSecs: req.timeout,
+      onTimeout,
+      autoResume: req.autoResume?.enabled ?? req.lifecycle?.autoResume ?? false,
+      secure: req.secure ?? false,
+      metadata: req.metadata ?? {},
+      envVars: req.envVars ?? {},
+      allowPublicTraffic: req.network?.allowPublicTraffic ?? true,
+      policy,
+    });
+    return created(reply, r, 201);
+  };
+
+  app.post('/sandboxes', async (req, reply) => create(req.body, reply));
+  app.post('/v2/sandboxes', async (req, reply) => create(req.body, reply));
+
+  app.get('/sandboxes', async (req) => {
+    const filter = parseMetadataFilter((req.query as Record<string, unknown>).metadata);
+    return orch
+      .all()
+      .filter((r) => r.state === 'running' && matchesMetadata(r.metadata, filter))
+      .sort((a, b) => (a.createdAt < b.createdAt ? 1 : a.createdAt > b.createdAt ? -1 : a.id.localeCompare(b.id)))
+      .map(listedView);
+  });
+
+  app.get('/v2/sandboxes', async (req, reply) => {
+    const q = req.query as Record<string, unknown>;
+    const filter = parseMetadataFilter(q.metadata);
+    const states = (Array.isArray(q.state) ? q.state : q.state === undefined ? [] : [q.state])
+      .flatMap((s) => String(s).split(','))
+      .map((s) => s.trim())
+      .filter(Boolean);
+    for (const s of states) {
+      if (s !== 'running' && s !== 'paused') throw new ApiError(400, `invalid state "${s}": must be running or paused`);
+    }
+    const distinct = [...new Set(states)];
+    const only = distinct.length === 1 ? distinct[0] : undefined;
+    const items = orch
+      .all()
+      .filter((r) => matchesMetadata(r.metadata, filter))
+      .filter((r) => (only === 'running' ? r.state === 'running' : only === 'paused' ? r.state === 'paused' : true))
+      .map((r) => ({ id: r.id, createdAt: r.createdAt, r }));
+    const page = paginate(items, parseLimit(q.limit), typeof q.nextToken === 'string' && q.nextToken ? q.nextToken : undefined);
+    if (page.nextToken) void reply.header('x-next-token', page.nextToken);
+    return page.items.map((i) => listedView(i.r));
+  });
+
+  app.get<{ Params: { id: string } }>('/sandboxes/:id', async (req) => detailView(orch.get(sandboxId(req.params.id))));
+
+  app.delete<{ Params: { id: string } }>('/sandboxes/:id', async (req, reply) => {
+    await orch.kill(sandboxId(req.params.id));
+    return reply.code(204).send();
+  });
+
+  app.post<{ Params: { id: string } }>('/sandboxes/:id/timeout', async (req, reply) => {
+    const body = req.body === undefined ? { timeout: 15 } : parseBody(timeoutSchema, req.body, 'timeout request');
+    await orch.setTimeout(sandboxId(req.params.id), body.timeout);
+    return reply.code(204).send();
+  });
+
+  app.post<{ Params: { id: string } }>('/sandboxes/:id/refreshes', async (req, reply) => {
+    const body = parseBody(refreshSchema, req.body, 'refresh request');
+    await orch.refresh(sandboxId(req.params.id), body.duration ?? 15);
+    return reply.code(204).send();
+  });
+
+  const connect = async (id: string, timeout: number, reply: FastifyReply) => {
+    const { record, resumed } = await orch.connect(sandboxId(id), timeout);
+    return created(reply, record, resumed ? 201 : 200);
+  };
+  app.post<{ Params: { id: string } }>('/sandboxes/:id/connect', async (req, reply) => {
+    const body = parseRequiredBody(timeoutSchema, req.body, 'connect request');
+    return connect(req.params.id, body.timeout, reply);
+  });
+  app.post<{ Params: { id: string } }>('/v2/sandboxes/:id/connect', async (req, reply) => {
+    const body = parseBody(optionalTimeoutSchema, req.body, 'connect request');
+    return connect(req.params.id, body.timeout ?? 300, reply);
+  });
+
+  app.post<{ Params: { id: string } }>('/sandboxes/:id/resume', async (req, reply) => {
+    const body = parseBody(optionalTimeoutSchema, req.body, 'resume request');
+    const r = await orch.resume(sandboxId(req.params.id), body.timeout ?? 15);
+    return created(reply, r, 201);
+  });
+
+  app.post<{ Params: { id: string } }>('/sandboxes/:id/pause', async (req, reply) => {
+    await orch.pause(sandboxId(req.params.id));
+    return reply.code(204).send();
+  });
+
+  app.put<{ Params: { id: string } }>('/sandboxes/:id/network', async (req, reply) => {
+    const body = parseBody(networkUpdateSchema, req.body, 'network update');
+    const policy = deps.parsePolicy({
+      allowOut: body.allowOut,
+      denyOut: body.denyOut,
+      allowInternetAccess: body.allow_internet_access,
+    });
+    await orch.updateNetwork(sandboxId(req.params.id), policy);
+    return reply.code(204).send();
+  });
+}

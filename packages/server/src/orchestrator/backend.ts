@@ -1,0 +1,43 @@
+import type { EgressPolicy } from '../network/types.js';
+import type { PausedState, RuntimeBinding, SandboxRecord } from './types.js';
+
+/** What a sandbox is started from: a committed template or snapshot record of the repository. */
+export interface LaunchSource {
+  templateId: string;
+  alias?: string;
+  /** The committed record (opaque to the orchestrator; the backend knows how to start it). */
+  record: unknown;
+}
+
+export interface StartResult {
+  binding: RuntimeBinding;
+  /** Backend-private data saved with the sandbox record (image digest, tools version, ...). */
+  backend: Record<string, unknown>;
+}
+
+/** What recover() found for a sandbox record after a server restart. */
+export type RecoveryOutcome = { kind: 'running'; binding: RuntimeBinding } | { kind: 'paused' } | { kind: 'gone' };
+
+export interface ForkChildResult {
+  id: string;
+  result: { ok: true; start: StartResult } | { ok: false; error: Error };
+}
+
+/**
+ * The orchestrator's only way to touch the host: network slots, images, the runtime driver and envd.
+ * Every method leaves nothing behind when it fails.
+ */
+export interface SandboxBackend {
+  /** Starts a fresh sandbox; resolves when envd is healthy and `/init` is done. */
+  start(record: SandboxRecord, source: LaunchSource, policy: EgressPolicy): Promise<StartResult>;
+  /** Removes everything of the sandbox on this node (idempotent). */
+  destroy(record: SandboxRecord): Promise<void>;
+  /** Pauses (freeze + checkpoint + disk capture); the artifacts are durable when it resolves. */
+  pause(record: SandboxRecord): Promise<PausedState>;
+  /** Resumes a paused sandbox; resolves when envd is healthy and `/init` is done. */
+  resume(record: SandboxRecord, policy: EgressPolicy): Promise<StartResult>;
+  /** Replaces the sandbox's egress rules. */
+  applyPolicy(record: SandboxRecord, policy: EgressPolicy): Promise<void>;
+  /** Called once at startup with every stored record; cleans up everything else on the host. */
+  recover(records: readonly SandboxRecord[]): Promise<Map<string, RecoveryOutcome>>;
+}

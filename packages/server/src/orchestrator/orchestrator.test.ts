@@ -1,0 +1,235 @@
+import { describe, expect, it, beforeEach } from 'vitest';
+import { Writable } from 'node:stream';
+import { randomUUID } from 'node:crypto';
+import { openStateDb } from '../state/db.js';
+import { createLogger } from '../util/log.js';
+import { SandboxStore, orchestratorMigrations } from './store.js';
+import { Orchestrator, type CreateSandboxInput } from './orchestrator.js';
+import type { SandboxBackend, StartResult } from './backend.js';
+import type { SandboxRecord } from './types.js';
+import { ApiError } from '../api/errors.js';
+
+const silent = new Writable({ write: (_c, _e, cb) => cb() });
+
+/**
+ * A backend that keeps "sandboxes" as entries in a map. The orchestrator's state machine is what these tests
+ * exercise; the real backend is covered by the integration and e2e suites.
+ */
+class MapBackend implements SandboxBackend {
+  live = new Map<string, string>();
+  gate: Promise<void> | undefined;
+  failNext: string | undefined;
+  private n = 0;
+  private async step(op: string): Promise<void> {
+    if (this.gate) await this.gate;
+    if (this.failNext === op) {
+      this.failNext = undefined;
+      throw new Error(`${op} failed on purpose`);
+    }
+  }
+  private started(r: SandboxRecord): StartResult {
+    const instanceId = `i${++this.n}`;
+    this.live.set(r.id, instanceId);
+    return { binding: { slotIndex: this.n, hostInteractionIp: '10.11.0.1', instanceId }, backend: {} };
+  }
+  async start(r: SandboxRecord) {
+    await this.step('start');
+    return this.started(r);
+  }
+  async destroy(r: SandboxRecord) {
+    await this.step('destroy');
+    this.live.delete(r.id);
+  }
+  async pause(r: SandboxRecord) {
+    await this.step('pause');
+    this.live.delete(r.id);
+    return { kind: 'memory' as const, pausedAt: new Date().toISOString(), artifactDir: `/x/${r.id}` };
+  }
+  async resume(r: SandboxRecord) {
+    await this.step('resume');
+    return this.started(r);
+  }
+  async applyPolicy() {}
+  async recover(records: readonly SandboxRecord[]) {
+    return new Map(
+      records.map((r) => [
+        r.id,
+        r.state === 'paused'
+          ? { kind: 'paused' as const }
+          : this.live.has(r.id)
+            ? { kind: 'running' as const, binding: { slotIndex: 1, hostInteractionIp: '10.11.0.1', instanceId: 'again' } }
+            : { kind: 'gone' as const },
+      ]),
+    );
+  }
+}
+
+const input = (over: Partial<CreateSandboxInput> = {}): CreateSandboxInput => ({
+  templateId: 'base',
+  onTimeout: 'pause',
+  autoResume: false,
+  secure: false,
+  metadata: {},
+  envVars: {},
+  allowPublicTraffic: true,
+  policy: { allowOut: [], denyOut: [], allowInternetAccess: null },
+  ...over,
+});
+
+describe('Orchestrator state machine', () => {
+  let backend: MapBackend;
+  let store: SandboxStore;
+  let orch: Orchestrator;
+  const stopped: string[] = [];
+
+  const make = () =>
+    new Orchestrator({
+      store,
+      backend,
+      templates: {
+        resolveLaunchable: async (id) => {
+          if (id !== 'base') throw new ApiError(400, `template ${id} not found`);
+          return {
+            templateId: 'tpl-1',
+            alias: 'base',
+            record: {},
+            resources: { cpuCount: 2, memoryMB: 512, diskSizeMB: 1024 },
+            envdVersion: '0.5.15',
+            defaultUser: 'user',
+          };
+        },
+      },
+      newId: () => randomUUID(),
+      defaultTimeoutSecs: 15,
+      autoEvictIntervalMs: 10,
+      autoResumeMinTimeoutSecs: 300,
+      transitionWaitMs: 200,
+      logger: createLogger('json', 'info', silent),
+      onInstanceStopped: (i) => stopped.push(i),
+    });
+
+  beforeEach(() => {
+    backend = new MapBackend();
+    store = new SandboxStore(openStateDb(':memory:', orchestratorMigrations));
+    orch = make();
+  });
+
+  it('creates a running sandbox with its expiry and counts it', async () => {
+    const before = Date.now();
+    const r = await orch.create(input({ timeoutSecs: 60 }));
+    expect(r.state).toBe('running');
+    expect(Date.parse(r.expiresAt!)).toBeGreaterThanOrEqual(before + 60_000);
+    expect(orch.counters()).toMatchObject({ sandboxCount: 1, allocatedCPU: 2, allocatedMemoryBytes: 512 * 1024 * 1024, createSuccesses: 1 });
+  });
+
+  it('rolls back a failed create and counts the failure', async () => {
+    backend.failNext = 'start';
+    await expect(orch.create(input())).rejects.toThrow('start failed on purpose');
+    expect(orch.all()).toHaveLength(0);
+    expect(store.loadAll().records).toHaveLength(0);
+    expect(orch.counters().createFails).toBe(1);
+  });
+
+  it('rejects unknown templates before creating anything', async () => {
+    await expect(orch.create(input({ templateId: 'nope' }))).rejects.toMatchObject({ status: 400 });
+    expect(orch.counters().createFails).toBe(0);
+  });
+
+  it('pauses idempotently, refuses pause while creating, and resumes through connect', async () => {
+    const r = await orch.create(input());
+    await orch.pause(r.id);
+    await orch.pause(r.id);
+    expect(orch.get(r.id).state).toBe('paused');
+    expect(stopped).toHaveLength(1);
+    expect(orch.counters()).toMatchObject({ sandboxPausedCount: 1, pausedAllocatedCPU: 2, sandboxCount: 0 });
+    const c = await orch.connect(r.id, 30);
+    expect(c.resumed).toBe(true);
+    expect(orch.get(r.id).state).toBe('running');
+    const again = await orch.connect(r.id, 30);
+    expect(again.resumed).toBe(false);
+
+    let open!: () => void;
+    backend.gate = new Promise((res) => (open = res));
+    const creating = orch.create(input());
+    await new Promise((res) => setTimeout(res, 5));
+    const pending = orch.all().find((x) => x.state === 'creating')!;
+    await expect(orch.pause(pending.id)).rejects.toMatchObject({
+      status: 409,
+      message: 'sandbox cannot be paused from creating state',
+    });
+    open();
+    backend.gate = undefined;
+    await creating;
+  });
+
+  it('keeps a sandbox running when its pause fails', async () => {
+    const r = await orch.create(input());
+    backend.failNext = 'pause';
+    await expect(orch.pause(r.id)).rejects.toThrow();
+    expect(orch.get(r.id).state).toBe('running');
+  });
+
+  it('connect never shortens, timeout may shorten', async () => {
+    const r = await orch.create(input({ timeoutSecs: 600 }));
+    const end = r.expiresAt;
+    await orch.connect(r.id, 10);
+    expect(orch.get(r.id).expiresAt).toBe(end);
+    await orch.setTimeout(r.id, 10);
+    expect(Date.parse(orch.get(r.id).expiresAt!)).toBeLessThan(Date.parse(end!));
+  });
+
+  it('kills and forgets; a second kill is a 404', async () => {
+    const r = await orch.create(input());
+    await orch.kill(r.id);
+    expect(orch.find(r.id)).toBeUndefined();
+    expect(backend.live.size).toBe(0);
+    await expect(orch.kill(r.id)).rejects.toMatchObject({ status: 404 });
+  });
+
+  it('applies the timeout action on expiry: pause or kill', async () => {
+    const p = await orch.create(input({ timeoutSecs: 0 }));
+    const k = await orch.create(input({ timeoutSecs: 0, onTimeout: 'kill' }));
+    const keep = await orch.create(input({ timeoutSecs: 600 }));
+    await orch.evictExpired();
+    expect(orch.get(p.id).state).toBe('paused');
+    expect(orch.find(k.id)).toBeUndefined();
+    expect(orch.get(keep.id).state).toBe('running');
+    await orch.evictExpired();
+    expect(orch.get(p.id).state).toBe('paused');
+  });
+
+  it('waits for an operation in progress, and gives up with 409 after the bound', async () => {
+    const r = await orch.create(input());
+    let open!: () => void;
+    backend.gate = new Promise((res) => (open = res));
+    const pausing = orch.pause(r.id);
+    await expect(orch.setTimeout(r.id, 5)).rejects.toMatchObject({ status: 409 });
+    open();
+    await pausing;
+    backend.gate = undefined;
+    expect(orch.get(r.id).state).toBe('paused');
+  });
+
+  it('restores paused and surviving sandboxes after a restart and drops the rest', async () => {
+    const paused = await orch.create(input());
+    await orch.pause(paused.id);
+    const alive = await orch.create(input());
+    const lost = await orch.create(input());
+    backend.live.delete(lost.id);
+    const restarted = make();
+    await restarted.init();
+    expect(restarted.get(paused.id).state).toBe('paused');
+    expect(restarted.get(alive.id).state).toBe('running');
+    expect(restarted.find(lost.id)).toBeUndefined();
+    expect(store.loadAll().records.map((x) => x.id).sort()).toEqual([paused.id, alive.id].sort());
+  });
+
+  it('pauses everything on graceful shutdown and refuses new work', async () => {
+    const a = await orch.create(input());
+    const b = await orch.create(input());
+    await orch.shutdown();
+    expect(orch.get(a.id).state).toBe('paused');
+    expect(orch.get(b.id).state).toBe('paused');
+    await expect(orch.create(input())).rejects.toMatchObject({ status: 503 });
+  });
+});

@@ -1,0 +1,495 @@
+import { ApiError } from '../api/errors.js';
+import type { Logger } from '../util/log.js';
+import type { EgressPolicy } from '../network/types.js';
+import type { LaunchSource, SandboxBackend } from './backend.js';
+import { KeyedMutex, LockTimeoutError } from './keyed-mutex.js';
+import type { SandboxStore } from './store.js';
+import { TRANSITIONAL_STATES, type SandboxRecord, type SandboxState, type TimeoutAction } from './types.js';
+
+export interface CreateSandboxInput {
+  templateId: string;
+  timeoutSecs?: number;
+  onTimeout: TimeoutAction;
+  autoResume: boolean;
+  secure: boolean;
+  metadata: Record<string, string>;
+  envVars: Record<string, string>;
+  allowPublicTraffic: boolean;
+  policy: EgressPolicy;
+}
+
+export interface LaunchableTemplate extends LaunchSource {
+  resources: { cpuCount: number; memoryMB: number; diskSizeMB: number };
+  envdVersion: string;
+  defaultUser: string;
+  defaultWorkdir?: string;
+}
+
+/** Looks up what `templateID` names (id or alias of a committed template or snapshot). */
+export interface TemplateLookup {
+  resolveLaunchable(idOrAlias: string): Promise<LaunchableTemplate>;
+}
+
+export interface OrchestratorOptions {
+  store: SandboxStore;
+  backend: SandboxBackend;
+  templates: TemplateLookup;
+  newId: () => string;
+  defaultTimeoutSecs: number;
+  autoEvictIntervalMs: number;
+  autoResumeMinTimeoutSecs: number;
+  transitionWaitMs: number;
+  logger: Logger;
+  /** Told when a sandbox instance stops serving traffic (so the proxy cuts its streams). */
+  onInstanceStopped?: (instanceId: string) => void;
+}
+
+export interface SandboxCountersView {
+  sandboxCount: number;
+  sandboxStartingCount: number;
+  sandboxPausedCount: number;
+  allocatedCPU: number;
+  allocatedMemoryBytes: number;
+  pausedAllocatedCPU: number;
+  pausedAllocatedMemoryBytes: number;
+  createSuccesses: number;
+  createFails: number;
+}
+
+type NewTimeout = { kind: 'set'; secs: number } | { kind: 'ensureMinimum'; secs: number } | { kind: 'useExisting' };
+
+const NEVER = '2069-12-07T00:00:00.000Z';
+
+export const notFound = (id: string) => new ApiError(404, `sandbox ${id} not found`);
+
+/**
+ * The sandbox state machine (reference §5.1): owns every record, serialises operations per sandbox, applies
+ * timeouts, and drives the backend. Nothing else changes a sandbox's state.
+ */
+export class Orchestrator {
+  private readonly sandboxes = new Map<string, SandboxRecord>();
+  private readonly locks = new KeyedMutex();
+  private readonly settledWaiters = new Map<string, (() => void)[]>();
+  private evictTimer: NodeJS.Timeout | undefined;
+  private shuttingDown = false;
+  private createSuccesses = 0;
+  private createFails = 0;
+
+  constructor(private readonly opts: OrchestratorOptions) {}
+
+  /** Loads stored sandboxes and lets the backend re-adopt or clean up what it finds on the host. */
+  async init(): Promise<void> {
+    const { records, undecodable } = this.opts.store.loadAll();
+    for (const id of undecodable) {
+      this.opts.logger.warn({ sandboxId: id }, 'discarding undecodable sandbox record');
+      this.opts.store.delete(id);
+    }
+    const outcomes = await this.opts.backend.recover(records);
+    for (const r of records) {
+      const outcome = outcomes.get(r.id) ?? { kind: 'gone' as const };
+      if (outcome.kind === 'gone') {
+        this.opts.logger.warn({ sandboxId: r.id, state: r.state }, 'sandbox did not survive the restart; removed');
+        this.opts.store.delete(r.id);
+        continue;
+      }
+      if (outcome.kind === 'paused') {
+        r.state = 'paused';
+        delete r.runtime;
+      } else {
+        r.state = 'running';
+        r.runtime = outcome.binding;
+      }
+      this.sandboxes.set(r.id, r);
+      this.opts.store.save(r);
+    }
+    this.opts.logger.info(
+      { running: this.count('running'), paused: this.count('paused') },
+      'sandboxes restored from the state store',
+    );
+  }
+
+  startEviction(): void {
+    const tick = () => {
+      void this.evictExpired().finally(() => {
+        if (!this.shuttingDown) this.evictTimer = setTimeout(tick, this.opts.autoEvictIntervalMs);
+      });
+    };
+    this.evictTimer = setTimeout(tick, this.opts.autoEvictIntervalMs);
+    this.evictTimer.unref();
+  }
+
+  private count(state: SandboxState): number {
+    let n = 0;
+    for (const r of this.sandboxes.values()) if (r.state === state) n++;
+    return n;
+  }
+
+  counters(): SandboxCountersView {
+    const c: SandboxCountersView = {
+      sandboxCount: 0,
+      sandboxStartingCount: 0,
+      sandboxPausedCount: 0,
+      allocatedCPU: 0,
+      allocatedMemoryBytes: 0,
+      pausedAllocatedCPU: 0,
+      pausedAllocatedMemoryBytes: 0,
+      createSuccesses: this.createSuccesses,
+      createFails: this.createFails,
+    };
+    for (const r of this.sandboxes.values()) {
+      const mem = r.resources.memoryMB * 1024 * 1024;
+      if (r.state === 'paused') {
+        c.sandboxPausedCount++;
+        c.pausedAllocatedCPU += r.resources.cpuCount;
+        c.pausedAllocatedMemoryBytes += mem;
+        continue;
+      }
+      c.allocatedCPU += r.resources.cpuCount;
+      c.allocatedMemoryBytes += mem;
+      if (r.state === 'creating' || r.state === 'resuming') c.sandboxStartingCount++;
+      else c.sandboxCount++;
+    }
+    return c;
+  }
+
+  // ---- reads ----
+
+  get(id: string): SandboxRecord {
+    const r = this.sandboxes.get(id);
+    if (!r) throw notFound(id);
+    return r;
+  }
+
+  find(id: string): SandboxRecord | undefined {
+    return this.sandboxes.get(id);
+  }
+
+  all(): SandboxRecord[] {
+    return [...this.sandboxes.values()];
+  }
+
+  // ---- lifecycle ----
+
+  private assertOpen(): void {
+    if (this.shuttingDown) throw new ApiError(503, 'the server is shutting down');
+  }
+
+  private setState(r: SandboxRecord, state: SandboxState, durable = false): void {
+    r.state = state;
+    if (!TRANSITIONAL_STATES.has(state) || state === 'pausing' || state === 'resuming') {
+      this.opts.store.save(r, durable);
+    }
+    if (!TRANSITIONAL_STATES.has(state)) {
+      const waiters = this.settledWaiters.get(r.id);
+      this.settledWaiters.delete(r.id);
+      for (const w of waiters ?? []) w();
+    }
+  }
+
+  private applyTimeout(r: SandboxRecord, t: NewTimeout): void {
+    const now = Date.now();
+    let secs: number;
+    if (t.kind === 'set') secs = t.secs;
+    else if (t.kind === 'useExisting') secs = r.timeoutSecs;
+    else secs = Math.max(r.timeoutSecs, t.secs);
+    r.timeoutSecs = secs;
+    r.expiresAt = new Date(now + secs * 1000).toISOString();
+  }
+
+  /** Runs `fn` under the sandbox's lock; waits (bounded) for an operation in progress. */
+  private async withLock<T>(id: string, fn: (r: SandboxRecord) => Promise<T>): Promise<T> {
+    try {
+      return await this.locks.run(id, this.opts.transitionWaitMs, async () => {
+        const r = this.sandboxes.get(id);
+        if (!r) throw notFound(id);
+        return fn(r);
+      });
+    } catch (e) {
+      if (e instanceof LockTimeoutError) {
+        const state = this.sandboxes.get(id)?.state ?? 'unknown';
+        throw new ApiError(409, `sandbox ${id} is still ${state}; gave up waiting after ${this.opts.transitionWaitMs / 1000} s`);
+      }
+      throw e;
+    }
+  }
+
+  async create(input: CreateSandboxInput): Promise<SandboxRecord> {
+    this.assertOpen();
+    const template = await this.opts.templates.resolveLaunchable(input.templateId);
+    const id = this.opts.newId();
+    const now = new Date().toISOString();
+    const record: SandboxRecord = {
+      id,
+      templateId: template.templateId,
+      ...(template.alias ? { alias: template.alias } : {}),
+      state: 'creating',
+      createdAt: now,
+      expiresAt: null,
+      timeoutSecs: input.timeoutSecs ?? this.opts.defaultTimeoutSecs,
+      resources: template.resources,
+      metadata: input.metadata,
+      envVars: input.envVars,
+      secure: input.secure,
+      network: {
+        allowPublicTraffic: input.allowPublicTraffic,
+        allowOut: input.policy.allowOut,
+        denyOut: input.policy.denyOut,
+        allowInternetAccess: input.policy.allowInternetAccess,
+      },
+      onTimeout: input.onTimeout,
+      autoResume: input.autoResume,
+      envdVersion: template.envdVersion,
+      defaultUser: template.defaultUser,
+      ...(template.defaultWorkdir ? { defaultWorkdir: template.defaultWorkdir } : {}),
+      backend: {},
+    };
+    this.sandboxes.set(id, record);
+    return this.locks.run(id, this.opts.transitionWaitMs, async () => {
+      try {
+        const started = await this.opts.backend.start(record, template, input.policy);
+        record.runtime = started.binding;
+        record.backend = started.backend;
+        this.applyTimeout(record, { kind: 'set', secs: record.timeoutSecs });
+        this.setState(record, 'running');
+        this.createSuccesses++;
+        return record;
+      } catch (e) {
+        this.createFails++;
+        this.sandboxes.delete(id);
+        this.opts.store.delete(id);
+        this.notifySettled(id);
+        throw e;
+      }
+    });
+  }
+
+  private notifySettled(id: string): void {
+    const waiters = this.settledWaiters.get(id);
+    this.settledWaiters.delete(id);
+    for (const w of waiters ?? []) w();
+  }
+
+  /** Resolves when the sandbox is in a non-transitional state or gone (at most the transition wait). */
+  async settle(id: string): Promise<SandboxRecord | undefined> {
+    const r = this.sandboxes.get(id);
+    if (!r || !TRANSITIONAL_STATES.has(r.state)) return r;
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, this.opts.transitionWaitMs);
+      const list = this.settledWaiters.get(id) ?? [];
+      list.push(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+      this.settledWaiters.set(id, list);
+    });
+    return this.sandboxes.get(id);
+  }
+
+  async kill(id: string): Promise<void> {
+    if (!this.sandboxes.has(id)) throw notFound(id);
+    await this.withLock(id, async (r) => {
+      this.stopServing(r);
+      this.setState(r, 'killing');
+      try {
+        await this.opts.backend.destroy(r);
+      } catch (e) {
+        this.opts.logger.error({ err: e, sandboxId: id }, 'kill failed; the sandbox is left as it was');
+        this.setState(r, r.paused ? 'paused' : 'running');
+        throw e;
+      }
+      this.sandboxes.delete(id);
+      this.opts.store.delete(id);
+      this.notifySettled(id);
+    });
+  }
+
+  private stopServing(r: SandboxRecord): void {
+    if (r.runtime) this.opts.onInstanceStopped?.(r.runtime.instanceId);
+  }
+
+  /** `POST /timeout`: expiry = now + secs, may shorten. Only running sandboxes (reference: 500 with body code 400 else). */
+  async setTimeout(id: string, secs: number): Promise<void> {
+    await this.withLock(id, async (r) => {
+      if (r.state !== 'running') {
+        throw new ApiError(500, `sandbox ${id} timeout cannot be changed from ${r.state} state`, 400);
+      }
+      this.applyTimeout(r, { kind: 'set', secs });
+      this.opts.store.save(r);
+    });
+  }
+
+  /** `POST /refreshes` and keep-alive on connect: only ever extends. */
+  async refresh(id: string, secs: number): Promise<void> {
+    await this.withLock(id, async (r) => {
+      if (r.state !== 'running') {
+        throw new ApiError(500, `sandbox ${id} cannot be refreshed from ${r.state} state`, 400);
+      }
+      this.extend(r, secs);
+    });
+  }
+
+  private extend(r: SandboxRecord, secs: number): void {
+    const proposed = Date.now() + secs * 1000;
+    if (r.expiresAt && Date.parse(r.expiresAt) >= proposed) return;
+    r.timeoutSecs = secs;
+    r.expiresAt = new Date(proposed).toISOString();
+    this.opts.store.save(r);
+  }
+
+  /** `POST /connect`: running → keep-alive (200); paused → resume (201). */
+  async connect(id: string, timeoutSecs: number): Promise<{ record: SandboxRecord; resumed: boolean }> {
+    const current = this.sandboxes.get(id);
+    if (!current || current.state === 'killing') throw notFound(id);
+    if (current.state === 'pausing') throw new ApiError(400, 'sandbox cannot be resumed from pausing state');
+    return this.withLock(id, async (r) => {
+      if (r.state === 'running') {
+        this.extend(r, timeoutSecs);
+        return { record: r, resumed: false };
+      }
+      if (r.state === 'paused') {
+        await this.doResume(r, { kind: 'set', secs: timeoutSecs });
+        return { record: r, resumed: true };
+      }
+      throw new ApiError(409, `sandbox cannot be resumed from ${r.state} state`);
+    });
+  }
+
+  /** Deprecated `POST /resume`: paused → resume; running → set timeout; 201 either way. */
+  async resume(id: string, timeoutSecs: number): Promise<SandboxRecord> {
+    const current = this.sandboxes.get(id);
+    if (!current || current.state === 'killing') throw notFound(id);
+    if (current.state !== 'running' && current.state !== 'paused') {
+      throw new ApiError(409, `sandbox cannot be resumed from ${current.state} state`);
+    }
+    return this.withLock(id, async (r) => {
+      if (r.state === 'running') {
+        this.applyTimeout(r, { kind: 'set', secs: timeoutSecs });
+        this.opts.store.save(r);
+      } else if (r.state === 'paused') {
+        await this.doResume(r, { kind: 'set', secs: timeoutSecs });
+      } else {
+        throw new ApiError(409, `sandbox cannot be resumed from ${r.state} state`);
+      }
+      return r;
+    });
+  }
+
+  /** Proxy auto-resume: timeout = max(existing, auto_resume_min_sandbox_timeout_secs). */
+  async autoResume(id: string): Promise<SandboxRecord> {
+    return this.withLock(id, async (r) => {
+      if (r.state === 'paused') await this.doResume(r, { kind: 'ensureMinimum', secs: this.opts.autoResumeMinTimeoutSecs });
+      return r;
+    });
+  }
+
+  private async doResume(r: SandboxRecord, timeout: NewTimeout): Promise<void> {
+    this.assertOpen();
+    this.setState(r, 'resuming');
+    try {
+      const started = await this.opts.backend.resume(r, this.policyOf(r));
+      r.runtime = started.binding;
+      r.backend = started.backend;
+      delete r.paused;
+      this.applyTimeout(r, timeout);
+      this.setState(r, 'running');
+    } catch (e) {
+      this.opts.logger.error({ err: e, sandboxId: r.id }, 'resume failed; the sandbox stays paused');
+      this.setState(r, 'paused');
+      throw e;
+    }
+  }
+
+  private policyOf(r: SandboxRecord): EgressPolicy {
+    return {
+      allowOut: r.network.allowOut,
+      denyOut: r.network.denyOut,
+      allowInternetAccess: r.network.allowInternetAccess,
+    };
+  }
+
+  /** `POST /pause`: idempotent on paused; 409 from other non-running states (reference §2.4). */
+  async pause(id: string): Promise<void> {
+    const current = this.sandboxes.get(id);
+    if (!current || current.state === 'killing') throw notFound(id);
+    if (current.state === 'paused') return;
+    if (current.state !== 'running' && current.state !== 'pausing') {
+      throw new ApiError(409, `sandbox cannot be paused from ${current.state} state`);
+    }
+    await this.withLock(id, async (r) => {
+      if (r.state === 'paused') return;
+      if (r.state !== 'running') throw new ApiError(409, `sandbox cannot be paused from ${r.state} state`);
+      await this.doPause(r);
+    });
+  }
+
+  private async doPause(r: SandboxRecord): Promise<void> {
+    this.stopServing(r);
+    this.setState(r, 'pausing');
+    try {
+      r.paused = await this.opts.backend.pause(r);
+      delete r.runtime;
+      this.setState(r, 'paused', true);
+      this.opts.logger.info({ sandboxId: r.id, kind: r.paused.kind, reason: r.paused.reason }, 'sandbox paused');
+    } catch (e) {
+      this.opts.logger.error({ err: e, sandboxId: r.id }, 'pause failed; the sandbox keeps running');
+      this.setState(r, 'running');
+      throw e;
+    }
+  }
+
+  async updateNetwork(id: string, policy: EgressPolicy): Promise<void> {
+    await this.withLock(id, async (r) => {
+      if (r.state !== 'running') {
+        throw new ApiError(409, `sandbox network cannot be updated from ${r.state} state`);
+      }
+      await this.opts.backend.applyPolicy(r, policy);
+      r.network = { ...r.network, ...policy };
+      this.opts.store.save(r);
+    });
+  }
+
+  /** Applies each expired running sandbox's timeout action; failures are retried on the next tick. */
+  async evictExpired(): Promise<void> {
+    const now = Date.now();
+    const due = [...this.sandboxes.values()].filter(
+      (r) => r.state === 'running' && r.expiresAt !== null && Date.parse(r.expiresAt) <= now && !this.locks.isLocked(r.id),
+    );
+    await Promise.all(
+      due.map(async (r) => {
+        try {
+          if (r.onTimeout === 'pause') await this.pause(r.id);
+          else await this.kill(r.id);
+          this.opts.logger.info({ sandboxId: r.id, action: r.onTimeout }, 'sandbox timed out');
+        } catch (e) {
+          if (e instanceof ApiError && e.status === 404) return;
+          this.opts.logger.warn({ err: e, sandboxId: r.id }, 'timeout action failed; will retry');
+        }
+      }),
+    );
+  }
+
+  /** Graceful shutdown (reference §1.6): pause every running sandbox, wait for transitional ones. */
+  async shutdown(): Promise<void> {
+    this.shuttingDown = true;
+    if (this.evictTimer) clearTimeout(this.evictTimer);
+    for (let pass = 0; pass < 3; pass++) {
+      const pending = [...this.sandboxes.values()].filter((r) => r.state !== 'paused');
+      if (pending.length === 0) break;
+      await Promise.all(
+        pending.map(async (r) => {
+          try {
+            await this.withLock(r.id, async (cur) => {
+              if (cur.state === 'running') await this.doPause(cur);
+            });
+          } catch (e) {
+            this.opts.logger.error({ err: e, sandboxId: r.id }, 'could not pause sandbox at shutdown');
+          }
+        }),
+      );
+    }
+  }
+
+  expiryOf(r: SandboxRecord): string {
+    return r.expiresAt ?? NEVER;
+  }
+}
