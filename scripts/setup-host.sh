@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Prepares this host for aenv: Debian packages, and CRIU >= 4.1 from Debian trixie in a private
+# prefix. Idempotent and quiet: on a ready host it only checks, then prints a short summary.
+# Usage: setup-host.sh [--deps-path DIR] [--refresh-criu]
+set -euo pipefail
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=lib/common.sh
+. "$SCRIPT_DIR/lib/common.sh"
+# shellcheck source=lib/debian-apt.sh
+. "$SCRIPT_DIR/lib/debian-apt.sh"
+# shellcheck source=lib/criu-prefix.sh
+. "$SCRIPT_DIR/lib/criu-prefix.sh"
+
+HOST_PACKAGES=(
+  runc nftables iproute2 patchelf btrfs-progs xfsprogs mmdebstrap docker-registry redis-server
+  skopeo umoci busybox-static zstd jq uidmap e2fsprogs util-linux ca-certificates gcc libc6-dev
+  # used by this script itself
+  binutils dpkg
+)
+
+usage() {
+  cat <<EOF
+Usage: $(basename "$0") [--deps-path DIR] [--refresh-criu]
+
+  --deps-path DIR   where runtime dependencies go (default: \${AENV_DEPS_PATH:-/var/lib/aenv/deps});
+                    CRIU lands in DIR/criu/<version>, DIR/criu/current, DIR/criu/criu.conf
+  --refresh-criu    look up the newest trixie CRIU even if a working one is installed
+EOF
+}
+
+deps_path=${AENV_DEPS_PATH:-/var/lib/aenv/deps}
+refresh_criu=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --deps-path)
+      [ $# -ge 2 ] && [ -n "$2" ] || aenv_die "--deps-path needs a directory"
+      deps_path=$2
+      shift 2
+      ;;
+    --deps-path=*)
+      deps_path=${1#*=}
+      [ -n "$deps_path" ] || aenv_die "--deps-path needs a directory"
+      shift
+      ;;
+    --refresh-criu)
+      refresh_criu=1
+      shift
+      ;;
+    -h | --help)
+      usage
+      exit 0
+      ;;
+    *)
+      usage >&2
+      aenv_die "unknown argument: $1"
+      ;;
+  esac
+done
+
+aenv_require_root setup-host.sh
+case $deps_path in
+  /*) ;;
+  *) deps_path=$PWD/$deps_path ;;
+esac
+[ "$(uname -m)" = x86_64 ] || aenv_die "only x86_64 hosts are supported (this is $(uname -m))"
+
+started=$(aenv_now_ms)
+mkdir -p "$deps_path/criu"
+deps_path=$(realpath "$deps_path")
+criu_root=$deps_path/criu
+
+# One setup at a time (the server may call this while an operator runs it too).
+exec 9>"$deps_path/.setup-host.lock"
+flock 9
+
+installed=$(aenv_ensure_debs "${HOST_PACKAGES[@]}")
+
+aenv_criu_reconcile "$criu_root"
+criu_note=present
+if [ "$refresh_criu" = 1 ] || ! aenv_criu_ready "$criu_root"; then
+  aenv_log "installing CRIU from Debian $AENV_CRIU_SUITE into $criu_root ..."
+  aenv_criu_install "$criu_root" >/dev/null
+  criu_note=installed
+  aenv_criu_ready "$criu_root" ||
+    aenv_die "CRIU in $criu_root/current is not >= $AENV_CRIU_MIN_VERSION after install"
+fi
+aenv_criu_write_config "$criu_root"
+
+criu_bin=$criu_root/current/bin/criu
+criu_version=$(aenv_criu_version_of "$criu_bin")
+criu_check_out=$("$criu_bin" --config "$criu_root/criu.conf" check 2>&1) || true
+criu_check=$(printf '%s\n' "$criu_check_out" | tail -n1)
+if [ "$criu_check" != "Looks good." ]; then
+  printf '%s\n' "$criu_check_out" >&2
+  aenv_die "'$criu_bin check' did not say 'Looks good.'"
+fi
+
+printf 'setup-host: ok in %s\n' "$(aenv_elapsed "$started" "$(aenv_now_ms)")"
+printf '  packages: %s\n' "${installed:+installed $installed}${installed:-all ${#HOST_PACKAGES[@]} present}"
+printf '  criu %s (%s): %s  %s\n' "$criu_version" "$criu_note" "$criu_check" "$criu_bin"
+printf '  criu config: %s\n' "$criu_root/criu.conf"
