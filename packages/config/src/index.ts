@@ -1,1 +1,11 @@
-export {};
+export { loadConfig, CONFIG_FIELDS, type LoadConfigOptions, type LoadedConfig } from './load.js';
+export { ConfigError, formatIssue, type ConfigIssue, type ValueSource } from './errors.js';
+export { NAMED_FLAGS, type ConfigFlags } from './layers.js';
+export { defaultConfigPath } from './paths.js';
+export { MICROVM_ONLY_SECTIONS, assertSupportedVirtualizationMode, containerModeNotice } from './mode.js';
+export { redactConfig } from './redact.js';
+export { normalizeProxyDomains, isUuid, NIL_UUID, isDnsName, isListenAddr } from './net.js';
+export { parseIpv4Cidr, cidrSize, cidrsOverlap, formatIpv4, type Ipv4Cidr } from './cidr.js';
+export { CONFIG_SCHEMA, DEFAULT_BOOT_ARGS } from './schema.js';
+export type { FieldSpec, SectionSpec, DeepReadonly } from './field.js';
+export type * from './types.js';

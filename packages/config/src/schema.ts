@@ -1,0 +1,786 @@
+import { bool, command, int, num, oneOf, path, section, str, strList } from './field.js';
+import { isHttpUrl, isListenAddr, LISTEN_ADDR_RULE } from './net.js';
+
+const listenAddr = { test: isListenAddr, rule: LISTEN_ADDR_RULE, label: '"host:port"' };
+const listenAddrOrEmpty = {
+  test: (v: string) => v === '' || isListenAddr(v),
+  rule: `${LISTEN_ADDR_RULE} or "" (disabled)`,
+  label: '"host:port" or ""',
+};
+const httpUrl = { test: isHttpUrl, rule: 'must be an http:// or https:// URL', label: 'http(s) URL' };
+const ALIAS_RE = /^[A-Za-z0-9_-]+$/;
+
+export const DEFAULT_BOOT_ARGS =
+  'console=ttyS0 reboot=k panic=1 pci=off mitigations=off init=/init damon_reclaim.enabled=Y ' +
+  'damon_reclaim.min_age=60000000 damon_reclaim.quota_ms=100 damon_reclaim.quota_sz=1073741824 ' +
+  'damon_reclaim.quota_reset_interval_ms=1000 damon_reclaim.wmarks_high=900 damon_reclaim.wmarks_mid=700 ' +
+  'damon_reclaim.wmarks_low=200 damon_reclaim.skip_anon=Y damon_reclaim.wmarks_interval=5000000';
+
+const poolComponent = (doc: string, microvmOnly: boolean) =>
+  section(
+    doc,
+    {
+      enabled: bool({ default: true, doc: 'Use this pool at all.' }),
+      maintenance_enabled: bool({ default: true, doc: 'Refill the pool in the background.' }),
+      startup_prewarm: bool({ default: true, doc: 'Fill the pool to the low watermark during startup.' }),
+    },
+    { microvmOnly },
+  );
+
+/**
+ * Every configuration key: the reference's (agentenv-reference.md §4.2) plus aenv's additions.
+ * Types, defaults, docs, default.toml and docs/configuration.md are all derived from this tree.
+ */
+export const CONFIG_SCHEMA = section('Top-level keys.', {
+  home_path: path({
+    default: '/var/lib/aenv',
+    env: 'AENV_HOME_PATH',
+    doc: 'Base directory for persistent state ($AENV_HOME); relative = against the config file directory.',
+  }),
+  runtime_path: path({
+    default: '/run/aenv',
+    env: 'AENV_RUNTIME_PATH',
+    commented: true,
+    doc: 'Transient state: network namespace mounts and sockets ($AENV_RUNTIME).',
+  }),
+  deps_path: path({
+    default: '$AENV_HOME/deps',
+    env: 'AENV_DEPS_PATH',
+    commented: true,
+    doc: 'Runtime dependencies the server installs (CRIU prefix, tools directory, ...).',
+  }),
+  virtualization_mode: oneOf(['container', 'kvm', 'pvm'], {
+    default: 'container',
+    env: 'AENV_VIRTUALIZATION_MODE',
+    doc: 'Sandbox driver. Paused sandboxes and snapshots restore only in the mode that created them.',
+  }),
+  api_addr: str({
+    default: '0.0.0.0:8000',
+    env: 'API_ADDR',
+    aenv: true,
+    trim: true,
+    check: listenAddr,
+    doc: 'Listen address of the HTTP API and proxy (the reference reads only the API_ADDR variable).',
+  }),
+  log_format: oneOf(['compact', 'pretty', 'json'], {
+    default: 'compact',
+    env: 'AENV_LOG_FORMAT',
+    aenv: true,
+    doc: 'Log output: one line per event, multi-line, or raw JSON.',
+  }),
+  log_level: oneOf(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
+    default: 'info',
+    env: 'AENV_LOG_LEVEL',
+    aenv: true,
+    doc: 'Lowest log level written.',
+  }),
+
+  api: section(
+    'Control-plane HTTP API.',
+    {
+      body_limit_bytes: int({
+        default: 1048576,
+        min: 1,
+        aenv: true,
+        doc: 'Largest accepted control-plane JSON request body, in bytes.',
+      }),
+    },
+    { aenv: true },
+  ),
+
+  runtime: section(
+    'Container driver (virtualization_mode = "container").',
+    {
+      runc_path: command({
+        default: 'runc',
+        aenv: true,
+        doc: 'OCI runtime binary (name looked up in PATH, or a path).',
+      }),
+      criu_path: path({
+        default: '',
+        aenv: true,
+        doc: 'CRIU binary; empty = <deps_path>/criu/current/bin/criu.',
+      }),
+      uid_map_host_start: int({
+        default: 100000,
+        min: 1,
+        aenv: true,
+        doc: 'First host uid/gid that sandbox uid/gid 0 maps to (user namespace).',
+      }),
+      uid_map_size: int({
+        default: 65536,
+        min: 1,
+        aenv: true,
+        doc: 'Number of uids/gids mapped into each sandbox.',
+      }),
+      pids_limit: int({
+        default: 1024,
+        min: 1,
+        aenv: true,
+        doc: 'Maximum number of processes per sandbox (cgroup pids.max).',
+      }),
+      cow_volume: oneOf(['auto', 'host', 'loop-btrfs'], {
+        default: 'auto',
+        aenv: true,
+        doc: 'Where sandbox upper dirs live: auto = host filesystem if it can reflink, else a loop-file btrfs volume.',
+      }),
+      cow_volume_size_gb: int({
+        default: 64,
+        min: 1,
+        aenv: true,
+        doc: 'Size of the loop-file btrfs volume (sparse) when one is created.',
+      }),
+      default_disk_size_mb: int({
+        default: 20480,
+        min: 1024,
+        aenv: true,
+        doc: 'diskSizeMB reported for container sandboxes (a multiple of 1024).',
+      }),
+      tools_dir: path({
+        default: '',
+        aenv: true,
+        doc: 'Read-only tools directory mounted at /agentenv (node + envd); empty = built under <deps_path>/tools.',
+      }),
+    },
+    { aenv: true },
+  ),
+
+  firecracker: section(
+    'Firecracker microVM binary and guest boot settings.',
+    {
+      binary_path: path({
+        commented: true,
+        example: '/opt/aenv/bin/firecracker',
+        doc: 'Use this Firecracker executable instead of downloading one (readable, non-empty, executable).',
+      }),
+      version: str({
+        commented: true,
+        trim: true,
+        example: 'v1.15.1',
+        doc: 'Firecracker version to download instead of the manifest one.',
+      }),
+      url: str({
+        commented: true,
+        trim: true,
+        example: 'https://downloads.example.com/firecracker-{version}-{arch}.tgz',
+        doc: 'Download URL template for Firecracker ({version} and {arch} are substituted).',
+      }),
+      boot_args: str({
+        default: DEFAULT_BOOT_ARGS,
+        doc: 'Complete guest kernel command line; setting it replaces the default, it does not append.',
+      }),
+      allowed_extra_boot_args_prefixes: strList({
+        default: [],
+        commented: true,
+        doc: 'Prefixes allowed in cold-start extraBootArgs; empty = all extra boot args are dropped.',
+      }),
+      socket_timeout_secs: int({
+        default: 3,
+        min: 0,
+        doc: 'How long to wait for the Firecracker API socket, in seconds.',
+      }),
+      socket_poll_ms: int({ default: 1, min: 1, doc: 'API socket polling interval in milliseconds.' }),
+      work_dir: path({
+        default: '$AENV_HOME/firecracker-work',
+        env: 'AENV_FIRECRACKER_WORK_DIR',
+        commented: true,
+        doc: 'Per-sandbox work directories (API socket, writable upper layers).',
+      }),
+      serial_dir: path({
+        default: '$AENV_HOME/logs/serial',
+        env: 'AENV_FIRECRACKER_SERIAL_DIR',
+        commented: true,
+        doc: 'Per-sandbox serial and Firecracker logs.',
+      }),
+      log_level: oneOf(['Error', 'Warning', 'Info', 'Debug', 'Trace'], {
+        commented: true,
+        example: 'Info',
+        doc: 'Firecracker log level; unset or empty disables firecracker.log.',
+      }),
+    },
+    { microvmOnly: true },
+  ),
+
+  kernel: section(
+    'Guest kernel for microVMs.',
+    {
+      image_path: path({
+        commented: true,
+        example: '/opt/aenv/vmlinux.bin',
+        doc: 'Use this uncompressed kernel image instead of downloading one.',
+      }),
+      version: str({
+        commented: true,
+        trim: true,
+        example: 'vmlinux-6.1.175',
+        doc: 'Kernel version to download instead of the manifest one.',
+      }),
+      url: str({
+        commented: true,
+        trim: true,
+        example: 'https://downloads.example.com/{version}/vmlinux.bin',
+        doc: 'Download URL template for the kernel.',
+      }),
+    },
+    { microvmOnly: true },
+  ),
+
+  tools: section('The tools drive (envd and helpers) mounted into every sandbox.', {
+    version: str({
+      commented: true,
+      trim: true,
+      container: false,
+      example: '0.1.0-custom.1',
+      doc: 'Tools drive release (SemVer without build metadata); required with drive_path or url.',
+    }),
+    url: str({
+      commented: true,
+      trim: true,
+      container: false,
+      example: 'registry.example.com/aenv-tools:{version}',
+      doc: 'Registry reference template for the tools drive.',
+    }),
+    drive_path: path({
+      commented: true,
+      container: false,
+      example: '../env/tools/tools.ext4',
+      doc: 'Import this ext4 tools drive instead of downloading one.',
+    }),
+    control_plane_port: int({
+      default: 49983,
+      min: 1,
+      max: 65535,
+      doc: 'Port envd listens on inside each sandbox.',
+    }),
+  }),
+
+  image: section('Images.', {
+    resolver: section('Turning image references into local images.', {
+      default_image: str({
+        default: 'ubuntu:24.04',
+        doc: 'Image used when a template build gives no fromImage (blank = ubuntu:24.04).',
+      }),
+      search_registries: strList({
+        default: ['docker.io', 'ghcr.io'],
+        doc: 'Registries tried, in order, to expand short image names.',
+      }),
+      convert_standard_oci: bool({
+        default: true,
+        container: false,
+        doc: 'Convert standard OCI layers to overlaybd locally; false = require overlaybd-native images.',
+      }),
+      allowed_registries: strList({
+        commented: true,
+        example: ['registry.example.com'],
+        doc: 'Registry allowlist: unset = any registry, [] = none; rejected references are client errors.',
+      }),
+      try_referrers_overlaybd_prefixes: strList({
+        default: [],
+        container: false,
+        doc: 'Image-reference prefixes (starts_with) for which OCI referrers are searched for overlaybd variants.',
+      }),
+      insecure_registries: strList({
+        default: [],
+        aenv: true,
+        doc: 'Registries reached over plain HTTP, e.g. "127.0.0.1:5000".',
+      }),
+    }),
+    cache: section('Local image cache.', {
+      root_dir: path({ default: '$AENV_HOME/image-cache', commented: true, doc: 'Root of the image cache.' }),
+      capacity_gb: int({
+        min: 1,
+        shipped: 100,
+        doc: 'Cache budget in GiB for LRU eviction (only with GC); unset = no capacity eviction.',
+      }),
+      remote_blocks: section(
+        'overlaybd remote block cache.',
+        {
+          max_size_gb: int({
+            default: 10,
+            shipped: 100,
+            min: 1,
+            doc: 'Maximum remote block cache size in GiB.',
+          }),
+        },
+        { microvmOnly: true },
+      ),
+      gc: section('Background image-cache garbage collection.', {
+        enabled: bool({
+          default: true,
+          doc: 'Reconcile the cache and delete unreferenced layers in the background.',
+        }),
+        interval_secs: int({ default: 1800, min: 0, doc: 'Seconds between GC runs (0 = 1800).' }),
+        min_age_secs: int({
+          default: 600,
+          min: 0,
+          doc: 'Images idle for less than this are never evicted for capacity.',
+        }),
+        high_watermark_ratio: num({
+          default: 0.95,
+          doc: 'Start capacity eviction above this fraction of capacity_gb.',
+        }),
+        low_watermark_ratio: num({ default: 0.7, doc: 'Evict down to this fraction of capacity_gb.' }),
+      }),
+    }),
+  }),
+
+  p2p: section(
+    'Experimental peer-to-peer artifact transport.',
+    {
+      enabled: bool({ default: false, doc: 'Master switch for P2P transport.' }),
+      transport: oneOf(['iroh', 'disabled'], { default: 'iroh', doc: 'Transport implementation.' }),
+      store_dir: path({ default: '$AENV_HOME/p2p/store', commented: true, doc: 'Local content store.' }),
+      listen_addr: str({
+        default: '0.0.0.0:0',
+        trim: true,
+        check: listenAddr,
+        doc: 'Endpoint address; port 0 = any free port.',
+      }),
+      lookup_timeout_ms: int({ default: 5000, min: 1, doc: 'Peer lookup timeout in milliseconds.' }),
+      fetch_timeout_ms: int({ default: 30000, min: 1, doc: 'Peer fetch timeout in milliseconds.' }),
+      peer_discovery_refresh_interval_secs: int({
+        default: 5,
+        doc: 'Seconds between peer-list refreshes from the scheduler; values below 1 become 1.',
+      }),
+    },
+    { microvmOnly: true },
+  ),
+
+  custom_extension: section('External lifecycle-hook service.', {
+    url: str({
+      env: 'AENV_CUSTOM_EXTENSION_URL',
+      commented: true,
+      trim: true,
+      check: httpUrl,
+      example: 'http://127.0.0.1:9090',
+      doc: 'Base URL of the hook service; unset = disabled and customExtensionParams are rejected.',
+    }),
+    timeout_ms: int({
+      default: 5000,
+      min: 1,
+      commented: true,
+      doc: 'Timeout of each non-stop hook call in milliseconds.',
+    }),
+  }),
+
+  cluster: section('Cluster membership.', {
+    scheduler_endpoint: str({
+      env: 'AENV_OBSERVABILITY_SCHEDULER_ENDPOINT',
+      commented: true,
+      trim: true,
+      check: httpUrl,
+      example: 'http://127.0.0.1:9090',
+      doc: 'Scheduler gRPC endpoint for heartbeats and peer discovery.',
+    }),
+  }),
+
+  sandbox_proxy: section('Host-based routing into sandboxes.', {
+    domains: strList({
+      default: [],
+      env: 'AENV_SANDBOX_PROXY_DOMAINS',
+      doc: 'DNS suffixes for {port}-{sandboxID}.{domain} routing; the first is advertised to clients.',
+    }),
+  }),
+
+  network: section('Sandbox networking.', {
+    egress: section('Egress policy applied before per-sandbox rules.', {
+      always_denied_cidrs: strList({
+        default: [
+          '10.0.0.0/8',
+          '100.64.0.0/10',
+          '127.0.0.0/8',
+          '169.254.0.0/16',
+          '172.16.0.0/12',
+          '192.168.0.0/16',
+        ],
+        doc: 'IPv4 networks sandboxes can never reach, whatever their allowOut says.',
+      }),
+    }),
+    internal: section('Internal address pools for sandbox network namespaces.', {
+      host_interaction_cidr: str({
+        default: '10.11.0.0/16',
+        trim: true,
+        doc: 'Addresses the host uses to reach sandboxes (at least 32768 addresses).',
+      }),
+      veth_cidr: str({
+        default: '10.12.0.0/16',
+        trim: true,
+        doc: 'veth pair addresses (at least 65536 addresses).',
+      }),
+    }),
+  }),
+
+  machine: section('Default sandbox resources.', {
+    mem_size_mib: int({ default: 1024, min: 128, doc: 'Default memory in MiB when a request gives none.' }),
+    vcpu_count: int({ default: 2, min: 1, doc: 'Default CPU count when a request gives none.' }),
+    disk_rate_limit: section(
+      'virtio-blk rate limits.',
+      {
+        enabled: bool({ default: false, commented: true, doc: 'Apply the limits below.' }),
+        bandwidth_bytes_per_sec: int({
+          default: 0,
+          min: 0,
+          commented: true,
+          doc: 'Sustained bandwidth; 0 = unlimited.',
+        }),
+        bandwidth_burst_bytes: int({
+          default: 0,
+          min: 0,
+          commented: true,
+          doc: 'One-time bandwidth burst at VM start.',
+        }),
+        iops: int({ default: 0, min: 0, commented: true, doc: 'Sustained IOPS; 0 = unlimited.' }),
+        iops_burst: int({ default: 0, min: 0, commented: true, doc: 'One-time IOPS burst at VM start.' }),
+      },
+      { microvmOnly: true },
+    ),
+  }),
+
+  envd: section('envd, the in-sandbox daemon.', {
+    version: str({ default: '0.5.15', trim: true, doc: 'envd version reported to clients (envdVersion).' }),
+    init_timeout_secs: int({
+      default: 60,
+      min: 1,
+      doc: 'How long to wait for envd to become ready, in seconds.',
+    }),
+    poll_ms: int({ default: 3, min: 1, doc: 'envd readiness polling interval in milliseconds.' }),
+  }),
+
+  sandbox: section('Sandbox access tokens.', {
+    access_token_hash_seed: str({
+      env: 'AENV_SANDBOX_ACCESS_TOKEN_HASH_SEED',
+      envBlankIsValue: true,
+      commented: true,
+      secret: true,
+      example: 'replace-with-a-long-random-secret',
+      doc: 'Secret the envd and traffic tokens are derived from; unset = a managed seed under $AENV_HOME/secrets.',
+    }),
+  }),
+
+  orchestrator: section('Sandbox lifecycle.', {
+    auto_evict_interval_ms: int({
+      default: 1000,
+      min: 1,
+      doc: 'How often expired sandboxes are paused or killed, in ms.',
+    }),
+    default_sandbox_timeout_secs: int({
+      default: 15,
+      min: 0,
+      doc: 'Sandbox timeout when a request gives none.',
+    }),
+    auto_resume_min_sandbox_timeout_secs: int({
+      default: 300,
+      min: 0,
+      doc: 'Minimum timeout given to a sandbox the proxy resumes automatically.',
+    }),
+    persisted_sandbox_store_path: path({
+      default: '$AENV_HOME/persisted-sandboxes',
+      env: 'AENV_PERSISTED_SANDBOX_STORE_PATH',
+      commented: true,
+      doc: 'Where paused sandboxes are kept across restarts.',
+    }),
+    resident_pause_grace_secs: int({
+      default: 30,
+      min: 0,
+      aenv: true,
+      doc: 'How long a paused sandbox stays frozen in memory before its memory is released (0 = at once).',
+    }),
+    max_transition_wait_secs: int({
+      default: 60,
+      min: 1,
+      aenv: true,
+      doc: 'How long an operation waits for a sandbox in a transitional state.',
+    }),
+  }),
+
+  template_build: section(
+    'Template builds.',
+    {
+      max_concurrent_builds: int({ default: 2, min: 1, aenv: true, doc: 'Builds run at once on this node.' }),
+      base_template_alias: str({
+        default: 'base',
+        trim: true,
+        aenv: true,
+        check: { test: (v) => ALIAS_RE.test(v), rule: 'must match [A-Za-z0-9_-]+', label: 'alias' },
+        doc: 'Alias under which base_template_image is registered.',
+      }),
+      base_template_image: str({
+        default: 'oci:/var/cache/aenv/images/base:latest',
+        aenv: true,
+        doc: 'Image registered as the base template at first start when it exists; empty disables.',
+      }),
+    },
+    { aenv: true },
+  ),
+
+  snapshot: section('Snapshot repository.', {
+    local_cache_path: path({
+      default: '$AENV_HOME/snapshot-local-cache',
+      env: 'AENV_SNAPSHOT_LOCAL_CACHE_PATH',
+      commented: true,
+      doc: 'Node-local cache of snapshot artifacts.',
+    }),
+    repository_backend: oneOf(['posix_fs', 'oss'], {
+      default: 'posix_fs',
+      doc: 'Durable repository: a local or shared directory, or S3-compatible object storage.',
+    }),
+    p2p_enabled: bool({
+      default: true,
+      container: false,
+      doc: 'Publish and fetch snapshot artifacts over P2P (only with [p2p].enabled).',
+    }),
+    image_publish: section('Registry publication of snapshot root filesystems (oss only).', {
+      enabled: bool({
+        default: false,
+        commented: true,
+        container: false,
+        doc: 'Push rootfs as tag agentenv-snapshot-<id> to the source registry.',
+      }),
+    }),
+  }),
+
+  backend: section('Snapshot repository backends.', {
+    posix_fs: section('Directory repository.', {
+      snapshot_store: path({
+        default: '$AENV_HOME/snapshot-store',
+        env: 'AENV_SNAPSHOT_STORE',
+        commented: true,
+        doc: 'Repository directory (the repository lives in its "repository" subdirectory).',
+      }),
+    }),
+    oss: section('S3-compatible repository.', {
+      endpoint: str({
+        commented: true,
+        trim: true,
+        check: httpUrl,
+        example: 'https://s3.example.com',
+        doc: 'Endpoint URL (required for oss).',
+      }),
+      bucket: str({
+        commented: true,
+        trim: true,
+        example: 'aenv-snapshots',
+        doc: 'Bucket name (required for oss).',
+      }),
+      region: str({ commented: true, trim: true, example: 'us-east-1', doc: 'Region (required for oss).' }),
+      addressing_style: oneOf(['virtual', 'path'], {
+        commented: true,
+        aliases: ['addressingStyle', 'addressing-style'],
+        example: 'path',
+        doc: 'Bucket addressing; unset = detected from the endpoint.',
+      }),
+      prefix: str({ default: '', commented: true, doc: 'Prefix for every object key (e.g. "snapshots/").' }),
+      credential_process: str({
+        commented: true,
+        trim: true,
+        aliases: ['credentialProcess', 'credential-process'],
+        example: '/usr/local/bin/print-s3-credentials',
+        doc: 'Command printing credentials; takes precedence over static keys.',
+      }),
+      access_key_id: str({
+        commented: true,
+        trim: true,
+        secret: true,
+        example: '...',
+        doc: 'Static access key id.',
+      }),
+      access_key_secret: str({
+        commented: true,
+        trim: true,
+        secret: true,
+        example: '...',
+        doc: 'Static access key secret.',
+      }),
+      security_token: str({
+        commented: true,
+        trim: true,
+        secret: true,
+        example: '...',
+        doc: 'Static session token.',
+      }),
+      cache_max_size_gb: int({
+        default: 10,
+        min: 1,
+        commented: true,
+        doc: 'Node-local artifact cache size in GiB.',
+      }),
+    }),
+  }),
+
+  ublk: section(
+    'ublk block-device daemon.',
+    {
+      daemon_binary_path: path({
+        default: '$AENV_HOME/ublk/uvm-ublk-daemon',
+        env: 'AENV_UBLK_DAEMON_BINARY_PATH',
+        commented: true,
+        doc: 'Daemon executable.',
+      }),
+      daemon_socket_path: path({
+        default: '$AENV_RUNTIME/ublk-daemon.sock',
+        commented: true,
+        doc: 'Daemon control socket.',
+      }),
+      daemon_log_path: path({
+        default: '$AENV_HOME/logs/ublk-daemon.log',
+        commented: true,
+        doc: 'Daemon log file.',
+      }),
+      daemon_metrics_listen_addr: str({
+        default: '0.0.0.0:9103',
+        env: 'AENV_UBLK_DAEMON_METRICS_LISTEN_ADDR',
+        check: listenAddrOrEmpty,
+        doc: 'Daemon Prometheus listen address; "" disables it.',
+      }),
+      overlaybd: section('overlaybd devices.', {
+        global_config_path: path({
+          default: '$AENV_HOME/overlaybd/overlaybd-global.json',
+          commented: true,
+          doc: 'Generated overlaybd runtime config (rewritten at every start).',
+        }),
+        read_only: bool({ default: false, doc: 'Mount root filesystems without a writable upper layer.' }),
+        runtime_upper_mode: oneOf(['logStructured', 'hybridLogStructured', 'sparse'], {
+          default: 'hybridLogStructured',
+          doc: 'Writable upper format for new images.',
+        }),
+        allow_shrink: bool({ default: false, doc: 'Allow cold starts to shrink a root filesystem.' }),
+        resize_timeout_secs: int({
+          default: 120,
+          doc: 'Cold-start resize timeout in seconds (must be > 0).',
+        }),
+        download_enable: bool({ default: false, doc: 'Download remote layers in the background.' }),
+        p2p_lookup_timeout_ms: int({ default: 300, min: 1, doc: 'P2P lookup timeout in milliseconds.' }),
+        p2p_fetch_range_timeout_ms: int({
+          default: 2000,
+          min: 1,
+          doc: 'P2P range fetch timeout in milliseconds.',
+        }),
+      }),
+    },
+    { microvmOnly: true },
+  ),
+
+  overlaybd: section(
+    'overlaybd tools download override.',
+    {
+      version: str({
+        commented: true,
+        trim: true,
+        example: 'v1.0.18-aenv.1',
+        doc: 'overlaybd tools version (required with url or package_url).',
+      }),
+      url: str({
+        commented: true,
+        trim: true,
+        example: 'https://downloads.example.com/overlaybd-{version}.tgz',
+        doc: 'Download URL of the tools.',
+      }),
+      package_url: str({
+        commented: true,
+        trim: true,
+        example: 'https://downloads.example.com/overlaybd-{version}.deb',
+        doc: 'Download URL of the tools package.',
+      }),
+    },
+    { microvmOnly: true },
+  ),
+
+  pool: section('Warm pools.', {
+    low_watermark: int({ default: 2, min: 0, doc: 'Pools are prewarmed to this many idle items.' }),
+    high_watermark: int({ default: 64, min: 0, doc: 'Refill targets grow toward this many idle items.' }),
+    network: poolComponent('Pre-created network namespace slots.', false),
+    block: poolComponent('Warm ublk devices.', true),
+    firecracker: section(
+      'Pre-spawned Firecracker processes for resume.',
+      {
+        enabled: bool({ default: true, doc: 'Use this pool at all.' }),
+        maintenance_enabled: bool({
+          default: true,
+          commented: true,
+          doc: 'Refill the pool in the background.',
+        }),
+        startup_prewarm: bool({ default: true, doc: 'Fill the pool during startup.' }),
+        fill_concurrency: int({
+          default: 4,
+          doc: 'Processes spawned at once while refilling (must be > 0).',
+        }),
+      },
+      { microvmOnly: true },
+    ),
+  }),
+
+  memory_snapshot: section(
+    'microVM memory snapshots.',
+    {
+      overlaybd_global_config_path: path({
+        default: '$AENV_HOME/overlaybd/mem-overlaybd-global.json',
+        commented: true,
+        doc: 'Generated overlaybd config for memory devices.',
+      }),
+      track_dirty_pages: bool({
+        default: true,
+        env: 'AGENTENV_MEMORY_SNAPSHOT_TRACK_DIRTY_PAGES',
+        doc: 'Use KVM dirty-page tracking instead of mincore (forced false with pvm).',
+      }),
+      compression_enabled: bool({ default: false, doc: 'Compress memory layers.' }),
+      compression_algorithm: oneOf(['lz4', 'zstd'], { default: 'lz4', doc: 'Memory layer compression.' }),
+      compression_workers: int({ default: 1, min: 1, doc: 'Compression threads.' }),
+      background_download: section('Background download of remote memory layers.', {
+        enable: bool({ default: true, doc: 'Fetch missing blocks in the background after envd is ready.' }),
+        delay: int({ default: 0, doc: 'Seconds to wait after envd is ready (>= 0).' }),
+        delay_extra: int({
+          default: 1,
+          min: 1,
+          doc: 'Exclusive upper bound of extra random delay (1 = none).',
+        }),
+        try_cnt: int({ default: 5, doc: 'Attempts per download task (>= 1).' }),
+        block_size: int({ default: 16777216, doc: 'Bytes per request (<= 64 MiB).' }),
+        concurrency: int({ default: 4, doc: 'Requests per layer (1..16).' }),
+        max_inflight_blocks: int({ default: 16, doc: 'Blocks in flight across layers (1..128).' }),
+      }),
+    },
+    { microvmOnly: true },
+  ),
+
+  observability: section('Node APIs and scheduler reporting.', {
+    enabled: bool({ default: true, doc: 'Serve /nodes.' }),
+    scheduler_report: section('Heartbeats to the scheduler.', {
+      enabled: bool({
+        default: false,
+        env: 'AENV_OBSERVABILITY_SCHEDULER_REPORT_ENABLED',
+        doc: 'Send heartbeats and lifecycle events (needs cluster.scheduler_endpoint).',
+      }),
+      interval_secs: int({
+        default: 5,
+        min: 1,
+        env: 'AENV_OBSERVABILITY_REPORT_INTERVAL_SECS',
+        doc: 'Seconds between heartbeats.',
+      }),
+    }),
+  }),
+
+  node_identity: section('Identity of this node.', {
+    node_id: str({
+      env: 'AENV_NODE_ID',
+      trim: true,
+      commented: true,
+      example: 'node-a',
+      doc: 'Stable node id; unset = the host name (the reference default.toml ships "node-a").',
+    }),
+    cluster_id: str({
+      default: '00000000-0000-0000-0000-000000000000',
+      env: 'AENV_CLUSTER_ID',
+      trim: true,
+      doc: 'Cluster UUID; an invalid value becomes the nil UUID with a warning.',
+    }),
+    service_instance_id: str({
+      env: 'AENV_SERVICE_INSTANCE_ID',
+      trim: true,
+      commented: true,
+      example: 'service-instance-a',
+      doc: 'Id of this server process; unset = a new UUIDv7 at every start.',
+    }),
+  }),
+});
+
+export type ConfigSchema = typeof CONFIG_SCHEMA;
