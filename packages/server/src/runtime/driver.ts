@@ -2,23 +2,116 @@
 // The container driver (runc + CRIU + overlayfs) implements it today; a microVM driver can later.
 
 export interface SandboxResources {
+  /** CPU quota in whole or fractional CPUs (cfs quota = cpuCount × period). */
   cpuCount: number;
+  /** Memory limit (RAM + swap together); the kernel OOM-kills inside the sandbox past it. */
   memoryMB: number;
+  /** Maximum number of tasks (processes + threads) in the sandbox. */
   pidsLimit: number;
 }
 
 export interface SandboxSpec {
+  /** Sandbox id: `[A-Za-z0-9][A-Za-z0-9_-]{0,63}`. Names the sandbox dir, the runc container and the cgroup. */
   id: string;
+  /** Hostname inside the sandbox (usually the id); RFC 1123 label, at most 63 characters. */
   hostname: string;
-  /** Read-only image layer dirs, bottom layer first. */
+  /** Read-only image layer dirs, bottom layer first (as `PulledImage.layers` lists them). */
   lowerDirs: string[];
   resources: SandboxResources;
-  /** Network namespace file of the sandbox's slot. */
+  /** Network namespace file of the sandbox's slot (bind-mounted netns). */
   netnsPath: string;
-  /** Extra lines for the sandbox's /etc/hosts (the driver writes localhost and hostname itself). */
+  /** IP addresses written as `nameserver` lines into the sandbox's /etc/resolv.conf (may be empty). */
   nameservers: string[];
   /** Environment of the sandbox's init (envd reads its settings from it). */
   initEnv: Record<string, string>;
+}
+
+/** The read-only tools directory mounted at /agentenv (portable node, envd, aenv-init). */
+export interface ToolsMount {
+  dir: string;
+  version: string;
+}
+
+export interface CreateOptions {
+  tools: ToolsMount;
+  /**
+   * Start on a saved disk instead of an empty upper: a directory made by `snapshotUpper` (its `upper/`
+   * becomes the new sandbox's upper, copy-on-write where the volume allows).
+   */
+  diskSource?: string;
+}
+
+export interface RestoreOptions {
+  /** Must be the same tools version the checkpoint was taken with (processes map files from it). */
+  tools: ToolsMount;
+  /**
+   * Disk to restore on. Omitted: the sandbox dir of `spec.id` must still exist (restore in place after a
+   * stopping checkpoint). Given: a fresh sandbox dir is made from it (resume elsewhere, fork).
+   */
+  diskSource?: string;
+}
+
+export interface CheckpointOptions {
+  /** Keep the sandbox running after the dump (snapshot, fork). Default: the sandbox stops. */
+  leaveRunning?: boolean;
+  /**
+   * Also capture the disk at the same instant (while the processes are frozen) into this new
+   * directory, as `snapshotUpper` would. Needed for a consistent fork of a running sandbox.
+   */
+  upperSnapshotDest?: string;
+}
+
+export interface CheckpointResult {
+  imagesDir: string;
+  /** Wall time of the CRIU dump as runc reported it back to us. */
+  dumpMs: number;
+  /** Size of the memory image on disk. */
+  imageBytes: number;
+}
+
+/** A sandbox whose first process is running. */
+export interface SandboxHandle {
+  id: string;
+  /** Host PID of the sandbox's init process. */
+  pid: number;
+  /** Directory holding the sandbox's upper, rootfs mount point and bundle. */
+  sandboxDir: string;
+  /** The overlay upper dir: every file the sandbox changed, as the host sees it. */
+  upperDir: string;
+}
+
+export type SandboxStatus = 'creating' | 'created' | 'running' | 'paused' | 'stopped' | 'absent';
+
+export interface ListedSandbox {
+  id: string;
+  /** runc's view; `absent` when only host leftovers (dir, mount, cgroup) exist. */
+  status: SandboxStatus;
+  pid: number | null;
+  hasDir: boolean;
+  rootfsMounted: boolean;
+  hasCgroup: boolean;
+}
+
+export interface SandboxStats {
+  /** Memory charged to the sandbox's cgroup (RSS + page cache + kernel memory), bytes. */
+  memoryUsageBytes: number;
+  /** Anonymous memory (RSS) of the sandbox, bytes. */
+  memoryRssBytes: number;
+  memoryLimitBytes: number;
+  /** Times the kernel OOM-killed a process of this sandbox. */
+  oomKills: number;
+  /** CPU time consumed by the sandbox since it started, nanoseconds. */
+  cpuUsageNs: number;
+  pids: number;
+  frozen: boolean;
+}
+
+/** What `reconcile` removed, for logs. */
+export interface ReconcileReport {
+  containers: string[];
+  mounts: string[];
+  cgroups: string[];
+  dirs: string[];
 }
 
 export interface RuntimeInfo {
@@ -26,4 +119,52 @@ export interface RuntimeInfo {
   virtualizationMode: string;
   /** Version of the tools mounted at /agentenv (node + envd + init). */
   toolsVersion: string;
+}
+
+export interface RuntimeDriver {
+  /** e.g. "container". Checkpoints restore only into the same mode. */
+  readonly virtualizationMode: string;
+  /** Checks host prerequisites and prepares storage; idempotent, safe to call on every start. */
+  init(): Promise<void>;
+  /** Makes the sandbox's disk and starts its init process. On failure nothing of it is left behind. */
+  create(spec: SandboxSpec, opts: CreateOptions): Promise<SandboxHandle>;
+  /** Stops every process of the sandbox and removes everything the driver made for it. Idempotent. */
+  destroy(id: string): Promise<void>;
+  /** Stops scheduling the sandbox's processes at once (memory stays). */
+  freeze(id: string): Promise<void>;
+  thaw(id: string): Promise<void>;
+  /** Dumps the sandbox's process tree (memory, PIDs, sockets) into `imagesDir` (created; must not exist). */
+  checkpoint(id: string, imagesDir: string, opts?: CheckpointOptions): Promise<CheckpointResult>;
+  /** Brings a checkpoint back to life as `spec.id`, in `spec.netnsPath`. Restoring under a new id is a fork. */
+  restore(spec: SandboxSpec, imagesDir: string, opts: RestoreOptions): Promise<SandboxHandle>;
+  /** Copy-on-write copy of the sandbox's upper into `dest/upper` (`dest` must not exist). Freeze first. */
+  snapshotUpper(id: string, dest: string): Promise<void>;
+  /** Removes a directory made by `snapshotUpper`. Idempotent. */
+  removeUpperSnapshot(path: string): Promise<void>;
+  list(): Promise<ListedSandbox[]>;
+  /** Deletes every sandbox resource on the host whose id is not in `keepIds` (startup after a crash). */
+  reconcile(keepIds: Iterable<string>): Promise<ReconcileReport>;
+  stats(id: string): Promise<SandboxStats>;
+}
+
+export type RuntimeErrorKind =
+  | 'InvalidSpec'
+  | 'NotFound'
+  | 'AlreadyExists'
+  | 'HostSetup'
+  | 'StartFailed'
+  | 'CheckpointFailed'
+  | 'RestoreFailed'
+  | 'Internal';
+
+/** Every failure the driver reports; `message` is meant for logs and API errors alike. */
+export class RuntimeError extends Error {
+  constructor(
+    readonly kind: RuntimeErrorKind,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+    this.name = 'RuntimeError';
+  }
 }

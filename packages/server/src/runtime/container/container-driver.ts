@@ -1,0 +1,748 @@
+import { constants } from 'node:fs';
+import { access, chmod, chown, mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { run } from '../../util/exec.js';
+import type {
+  CheckpointOptions,
+  CheckpointResult,
+  CreateOptions,
+  ListedSandbox,
+  ReconcileReport,
+  RestoreOptions,
+  RuntimeDriver,
+  SandboxHandle,
+  SandboxSpec,
+  SandboxStats,
+  ToolsMount,
+} from '../driver.js';
+import { RuntimeError } from '../driver.js';
+import { Cgroups, detectCgroupLayout } from './cgroups.js';
+import type { CowKind, CowVolumeMode } from './cow-volume.js';
+import { CowVolume } from './cow-volume.js';
+import { criuLogErrors, criuVersion, versionAtLeast, writeCriuConfig } from './criu.js';
+import { writeEtcFiles } from './etc-files.js';
+import { KeyedLock } from './keyed-lock.js';
+import { mountsUnder, readMounts } from './mountinfo.js';
+import { mountOverlay, mountSysfs, unmountTree } from './mounts.js';
+import { buildOciConfig, DEFAULT_CAPABILITIES, INIT_PATH } from './oci-config.js';
+import { Runc, RuncError } from './runc.js';
+import type { OciSeccomp, SeccompSource } from './seccomp.js';
+import { loadSeccompProfile } from './seccomp.js';
+import { assertHostPath, assertSandboxId, isSandboxId, validateSpec } from './validate.js';
+
+export const CHECKPOINT_META_FILE = 'aenv-checkpoint.json';
+const MIN_CRIU_VERSION = '4.1';
+
+export interface Logger {
+  info(obj: object | string, msg?: string): void;
+  warn(obj: object | string, msg?: string): void;
+}
+
+export interface ContainerDriverOptions {
+  /** `$AENV_HOME`: the CoW volume image and `sandboxes/` live here. */
+  homePath: string;
+  /** `$AENV_RUNTIME`: runc state, CRIU work dirs and config. */
+  runtimePath: string;
+  /** `[runtime].runc_path`. */
+  runcPath: string;
+  /** `[runtime].criu_path` resolved (see `defaultCriuPath`); null: checkpoint/restore unavailable. */
+  criuPath: string | null;
+  /** `[runtime].uid_map_host_start` / `uid_map_size`: host uids of container uids 0..size-1. */
+  uidMapHostStart: number;
+  uidMapSize: number;
+  /** `[runtime].cow_volume` and `cow_volume_size_gb`. */
+  cowVolume: CowVolumeMode;
+  cowVolumeSizeGb: number;
+  /**
+   * Cgroup (relative to each hierarchy root) under which sandboxes get theirs. Everything below it belongs
+   * to this driver and is removed by `reconcile`: servers sharing a host need distinct values.
+   */
+  cgroupParent?: string;
+  /** Moby-format profile to derive the seccomp filter from; null: the built-in deny list. */
+  seccompProfilePath?: string | null;
+  logger?: Logger;
+}
+
+interface CheckpointMeta {
+  version: 1;
+  virtualizationMode: 'container';
+  sourceId: string;
+  hostname: string;
+  toolsVersion: string;
+  uidMapHostStart: number;
+  uidMapSize: number;
+  lowerDirs: string[];
+  criuVersion: string | null;
+  createdAt: string;
+}
+
+interface SandboxPaths {
+  dir: string;
+  upper: string;
+  work: string;
+  rootfs: string;
+  sys: string;
+  bundle: string;
+  config: string;
+  pidFile: string;
+  runcLog: string;
+}
+
+const silentLogger: Logger = { info() {}, warn() {} };
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await access(path, constants.F_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function dirBytes(dir: string): Promise<number> {
+  let total = 0;
+  for (const e of await readdir(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) total += await dirBytes(p);
+    else if (e.isFile()) total += (await stat(p)).size;
+  }
+  return total;
+}
+
+async function nofileHardLimit(): Promise<number> {
+  const text = await readFile('/proc/self/limits', 'utf8');
+  const m = /^Max open files\s+\S+\s+(\S+)/m.exec(text);
+  const hard = m && m[1] !== 'unlimited' ? Number(m[1]) : 1048576;
+  return Math.min(hard, 1048576);
+}
+
+function describe(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}
+
+/**
+ * Sandboxes as runc containers: an overlay over the image's cached layers with a per-sandbox upper on a
+ * copy-on-write volume, a user namespace, Docker's capability set and a seccomp filter, cgroup limits, a
+ * pre-created netns, and CRIU for checkpoint/restore/fork. See docs/runtime.md.
+ */
+export class ContainerDriver implements RuntimeDriver {
+  readonly virtualizationMode = 'container';
+  readonly sandboxesDir: string;
+  readonly cgroupParent: string;
+  private readonly log: Logger;
+  private readonly lock = new KeyedLock();
+  private readonly runc: Runc;
+  private readonly cow: CowVolume;
+  private readonly criuConfigPath: string;
+  private cgroups: Cgroups | null = null;
+  private seccomp: OciSeccomp | null = null;
+  private seccompSourceValue: SeccompSource | null = null;
+  private swapAccounting = false;
+  private nofile = 1024;
+  private criuVersionValue: string | null = null;
+
+  constructor(readonly opts: ContainerDriverOptions) {
+    assertHostPath('homePath', opts.homePath);
+    assertHostPath('runtimePath', opts.runtimePath);
+    if (!(Number.isInteger(opts.uidMapHostStart) && opts.uidMapHostStart > 0)) {
+      throw new RuntimeError(
+        'InvalidSpec',
+        `runtime.uid_map_host_start = ${opts.uidMapHostStart}: must be an integer > 0`,
+      );
+    }
+    if (!(Number.isInteger(opts.uidMapSize) && opts.uidMapSize >= 1)) {
+      throw new RuntimeError(
+        'InvalidSpec',
+        `runtime.uid_map_size = ${opts.uidMapSize}: must be an integer >= 1`,
+      );
+    }
+    const parent = opts.cgroupParent ?? 'aenv';
+    if (
+      !/^[A-Za-z0-9_.-]+(\/[A-Za-z0-9_.-]+)*$/.test(parent) ||
+      parent.split('/').some((s) => s === '..' || s === '.')
+    ) {
+      throw new RuntimeError(
+        'InvalidSpec',
+        `cgroup parent ${JSON.stringify(parent)} must be a relative cgroup path`,
+      );
+    }
+    this.cgroupParent = parent;
+    this.sandboxesDir = join(opts.homePath, 'sandboxes');
+    this.log = opts.logger ?? silentLogger;
+    this.runc = new Runc({
+      runcPath: opts.runcPath,
+      root: join(opts.runtimePath, 'runc'),
+      criuPath: opts.criuPath,
+    });
+    this.cow = new CowVolume({
+      homePath: opts.homePath,
+      sandboxesDir: this.sandboxesDir,
+      mode: opts.cowVolume,
+      sizeGb: opts.cowVolumeSizeGb,
+    });
+    this.criuConfigPath = join(opts.runtimePath, 'criu', 'runc.conf');
+  }
+
+  /** Filesystem kind of the sandbox volume (after init). */
+  get cowKind(): CowKind {
+    return this.cow.kind;
+  }
+
+  get seccompSource(): SeccompSource | null {
+    return this.seccompSourceValue;
+  }
+
+  get criuVersion(): string | null {
+    return this.criuVersionValue;
+  }
+
+  /** A place on the sandbox volume for other modules' CoW-friendly data (disk snapshots, checkpoint images). */
+  get storeDir(): string {
+    return join(this.sandboxesDir, '.store');
+  }
+
+  async init(): Promise<void> {
+    let runcVersion: string;
+    try {
+      runcVersion = await this.runc.version();
+    } catch (e) {
+      throw new RuntimeError(
+        'HostSetup',
+        `runtime.runc_path = ${this.opts.runcPath}: runc does not run: ${describe(e)}`,
+      );
+    }
+    this.cgroups = new Cgroups(detectCgroupLayout(await readMounts()), this.cgroupParent);
+    this.swapAccounting = await this.cgroups.hasSwapAccounting();
+    this.nofile = await nofileHardLimit();
+    const { profile, source } = await loadSeccompProfile(
+      DEFAULT_CAPABILITIES,
+      this.opts.seccompProfilePath === undefined
+        ? '/usr/share/containers/seccomp.json'
+        : this.opts.seccompProfilePath,
+    );
+    this.seccomp = profile;
+    this.seccompSourceValue = source;
+    await mkdir(join(this.opts.runtimePath, 'runc'), { recursive: true, mode: 0o700 });
+    await mkdir(join(this.opts.runtimePath, 'criu-work'), { recursive: true, mode: 0o700 });
+    await writeCriuConfig(this.criuConfigPath);
+    await this.cow.init();
+    await mkdir(this.storeDir, { recursive: true, mode: 0o700 });
+    if (this.opts.criuPath) {
+      this.criuVersionValue = await criuVersion(this.opts.criuPath);
+      if (!this.criuVersionValue) {
+        this.log.warn(
+          `CRIU at ${this.opts.criuPath} does not run: checkpoint, restore and fork are unavailable`,
+        );
+      } else if (!versionAtLeast(this.criuVersionValue, MIN_CRIU_VERSION)) {
+        this.log.warn(
+          `CRIU ${this.criuVersionValue} is older than ${MIN_CRIU_VERSION}; dumps fail on kernels >= 6.13`,
+        );
+      }
+    }
+    this.log.info(
+      {
+        runc: runcVersion,
+        criu: this.criuVersionValue,
+        cgroups: this.cgroups.layout.mode,
+        cowVolume: this.cow.kind,
+        seccomp: source,
+        swapAccounting: this.swapAccounting,
+      },
+      'container runtime ready',
+    );
+  }
+
+  private cg(): Cgroups {
+    if (!this.cgroups) throw new RuntimeError('Internal', 'ContainerDriver.init() has not run');
+    return this.cgroups;
+  }
+
+  paths(id: string): SandboxPaths {
+    assertSandboxId(id);
+    const dir = join(this.sandboxesDir, id);
+    return {
+      dir,
+      upper: join(dir, 'upper'),
+      work: join(dir, 'work'),
+      rootfs: join(dir, 'rootfs'),
+      sys: join(dir, 'sys'),
+      bundle: join(dir, 'bundle'),
+      config: join(dir, 'bundle', 'config.json'),
+      pidFile: join(dir, 'init.pid'),
+      runcLog: join(dir, 'runc.log'),
+    };
+  }
+
+  private async checkTools(tools: ToolsMount): Promise<void> {
+    assertHostPath('tools dir', tools?.dir);
+    if (!(await exists(join(tools.dir, INIT_PATH.replace('/agentenv/', ''))))) {
+      throw new RuntimeError(
+        'InvalidSpec',
+        `tools dir ${tools.dir} has no ${INIT_PATH.replace('/agentenv/', '')}`,
+      );
+    }
+  }
+
+  private async checkLowerDirs(spec: SandboxSpec): Promise<void> {
+    for (const d of spec.lowerDirs) {
+      let st;
+      try {
+        st = await stat(d);
+      } catch {
+        throw new RuntimeError('InvalidSpec', `image layer dir ${d} does not exist`);
+      }
+      if (!st.isDirectory()) throw new RuntimeError('InvalidSpec', `image layer dir ${d} is not a directory`);
+    }
+    if (!(await exists(spec.netnsPath))) {
+      throw new RuntimeError('InvalidSpec', `netns ${spec.netnsPath} does not exist`);
+    }
+  }
+
+  /** Directory layout below an existing sandbox dir (upper kept if present). */
+  private async prepareDirs(p: SandboxPaths): Promise<void> {
+    const root = this.opts.uidMapHostStart;
+    if (!(await exists(p.upper))) await mkdir(p.upper);
+    // The merged root takes its owner and mode from the upper dir; work must belong to the same owner.
+    await chown(p.upper, root, root);
+    await chmod(p.upper, 0o755);
+    await rm(p.work, { recursive: true, force: true });
+    await mkdir(p.work);
+    await chown(p.work, root, root);
+    for (const d of [p.rootfs, p.sys, p.bundle]) await mkdir(d, { recursive: true });
+  }
+
+  private async mountAndConfigure(spec: SandboxSpec, p: SandboxPaths, tools: ToolsMount): Promise<void> {
+    await writeEtcFiles({
+      upperDir: p.upper,
+      lowerDirs: spec.lowerDirs,
+      hostname: spec.hostname,
+      nameservers: spec.nameservers ?? [],
+      rootUid: this.opts.uidMapHostStart,
+    });
+    await mountOverlay(spec.lowerDirs, p.upper, p.work, p.rootfs);
+    await mountSysfs(spec.netnsPath, p.sys);
+    const config = buildOciConfig({
+      hostname: spec.hostname,
+      rootfsDir: p.rootfs,
+      uidMapHostStart: this.opts.uidMapHostStart,
+      uidMapSize: this.opts.uidMapSize,
+      seccomp: this.seccomp,
+      env: spec.initEnv ?? {},
+      toolsDir: tools.dir,
+      sysfsDir: p.sys,
+      netnsPath: spec.netnsPath,
+      cgroupsPath: this.cg().cgroupsPath(spec.id),
+      resources: spec.resources,
+      swapAccounting: this.swapAccounting,
+      criuConfigPath: this.opts.criuPath ? this.criuConfigPath : null,
+      nofileLimit: this.nofile,
+    });
+    await writeFile(p.config, JSON.stringify(config));
+    await writeFile(join(p.bundle, 'tools-version'), tools.version);
+  }
+
+  private async readPid(p: SandboxPaths): Promise<number> {
+    const pid = Number((await readFile(p.pidFile, 'utf8')).trim());
+    if (!Number.isInteger(pid) || pid <= 0) throw new RuntimeError('Internal', `bad pid file ${p.pidFile}`);
+    return pid;
+  }
+
+  create(spec: SandboxSpec, opts: CreateOptions): Promise<SandboxHandle> {
+    validateSpec(spec);
+    return this.lock.run(spec.id, async () => {
+      await this.checkTools(opts.tools);
+      await this.checkLowerDirs(spec);
+      if (opts.diskSource !== undefined) assertHostPath('diskSource', opts.diskSource);
+      const p = this.paths(spec.id);
+      if ((await exists(p.dir)) || (await this.runc.state(spec.id))) {
+        throw new RuntimeError('AlreadyExists', `sandbox ${spec.id} already exists`);
+      }
+      try {
+        if (opts.diskSource) await this.cloneDisk(opts.diskSource, p);
+        else await this.cow.createDir(p.dir);
+        await this.prepareDirs(p);
+        await this.mountAndConfigure(spec, p, opts.tools);
+        await this.runc.run(spec.id, p.bundle, p.pidFile, p.runcLog);
+        return { id: spec.id, pid: await this.readPid(p), sandboxDir: p.dir, upperDir: p.upper };
+      } catch (e) {
+        await this.teardown(spec.id).catch((err) =>
+          this.log.warn({ err: describe(err), id: spec.id }, 'cleanup after failed create left something'),
+        );
+        if (e instanceof RuntimeError) throw e;
+        throw new RuntimeError('StartFailed', `sandbox ${spec.id} did not start: ${describe(e)}`, {
+          cause: e,
+        });
+      }
+    });
+  }
+
+  private async cloneDisk(source: string, p: SandboxPaths): Promise<void> {
+    if (!(await exists(join(source, 'upper')))) {
+      throw new RuntimeError(
+        'InvalidSpec',
+        `disk source ${source} has no upper/ (not made by snapshotUpper)`,
+      );
+    }
+    await this.cow.cloneDir(source, p.dir);
+    // Only upper/ carries the disk; anything else a snapshot brought along is stale.
+    for (const name of await readdir(p.dir)) {
+      if (name !== 'upper') await rm(join(p.dir, name), { recursive: true, force: true });
+    }
+  }
+
+  destroy(id: string): Promise<void> {
+    assertSandboxId(id);
+    return this.lock.run(id, () => this.teardown(id));
+  }
+
+  /** Removes every trace of a sandbox: container, processes, cgroups, mounts, dir. Idempotent. */
+  private async teardown(id: string): Promise<void> {
+    const p = this.paths(id);
+    await this.runc.forceDelete(id);
+    await this.cg().remove(id);
+    await unmountTree(p.dir);
+    await this.cow.removeDir(p.dir);
+    await rm(join(this.opts.runtimePath, 'criu-work', id), { recursive: true, force: true });
+  }
+
+  freeze(id: string): Promise<void> {
+    assertSandboxId(id);
+    return this.lock.run(id, () => this.cg().freeze(id));
+  }
+
+  thaw(id: string): Promise<void> {
+    assertSandboxId(id);
+    return this.lock.run(id, () => this.cg().thaw(id));
+  }
+
+  private criuWorkDir(id: string, op: string): string {
+    return join(this.opts.runtimePath, 'criu-work', id, op);
+  }
+
+  private requireCriu(what: 'checkpoint' | 'restore'): void {
+    if (!this.opts.criuPath) {
+      throw new RuntimeError(
+        what === 'checkpoint' ? 'CheckpointFailed' : 'RestoreFailed',
+        `${what} needs CRIU: runtime.criu_path is not set`,
+      );
+    }
+  }
+
+  checkpoint(id: string, imagesDir: string, opts: CheckpointOptions = {}): Promise<CheckpointResult> {
+    assertSandboxId(id);
+    assertHostPath('imagesDir', imagesDir);
+    if (opts.upperSnapshotDest !== undefined) assertHostPath('upperSnapshotDest', opts.upperSnapshotDest);
+    this.requireCriu('checkpoint');
+    return this.lock.run(id, async () => {
+      const p = this.paths(id);
+      const state = await this.runc.state(id);
+      if (!state || (state.status !== 'running' && state.status !== 'paused')) {
+        throw new RuntimeError('NotFound', `sandbox ${id} is not running (${state?.status ?? 'absent'})`);
+      }
+      if (await exists(imagesDir))
+        throw new RuntimeError('AlreadyExists', `checkpoint dir ${imagesDir} already exists`);
+      if (opts.upperSnapshotDest && (await exists(opts.upperSnapshotDest))) {
+        throw new RuntimeError('AlreadyExists', `snapshot dir ${opts.upperSnapshotDest} already exists`);
+      }
+      const config = JSON.parse(await readFile(p.config, 'utf8')) as {
+        hostname: string;
+        root: { path: string };
+      };
+      const work = this.criuWorkDir(id, 'dump');
+      await rm(work, { recursive: true, force: true });
+      await mkdir(work, { recursive: true });
+      await mkdir(imagesDir, { recursive: true, mode: 0o700 });
+      const wasFrozen = await this.cg().isFrozen(id);
+      // Freeze first: CRIU leaves an already frozen cgroup frozen after a --leave-running dump, so the
+      // disk can be captured at exactly the instant the memory was.
+      if (!wasFrozen) await this.cg().freeze(id);
+      const started = process.hrtime.bigint();
+      try {
+        await this.runc.checkpoint(id, imagesDir, work, opts.leaveRunning ?? false, p.runcLog);
+      } catch (e) {
+        await rm(imagesDir, { recursive: true, force: true });
+        if (!wasFrozen && opts.leaveRunning)
+          await this.cg()
+            .thaw(id)
+            .catch(() => {});
+        const criu = await criuLogErrors(join(work, 'dump.log'));
+        throw new RuntimeError(
+          'CheckpointFailed',
+          `checkpoint of ${id} failed: ${criu || describe(e)} (log: ${join(work, 'dump.log')})`,
+          { cause: e },
+        );
+      }
+      const dumpMs = Number(process.hrtime.bigint() - started) / 1e6;
+      try {
+        if (opts.upperSnapshotDest) await this.snapshotPaths(p, opts.upperSnapshotDest);
+      } finally {
+        if (opts.leaveRunning && !wasFrozen) await this.cg().thaw(id);
+      }
+      const meta: CheckpointMeta = {
+        version: 1,
+        virtualizationMode: 'container',
+        sourceId: id,
+        hostname: config.hostname,
+        toolsVersion: await this.toolsVersionOf(p),
+        uidMapHostStart: this.opts.uidMapHostStart,
+        uidMapSize: this.opts.uidMapSize,
+        lowerDirs: await this.lowerDirsOf(id),
+        criuVersion: this.criuVersionValue,
+        createdAt: new Date().toISOString(),
+      };
+      await writeFile(join(imagesDir, CHECKPOINT_META_FILE), JSON.stringify(meta, null, 2));
+      if (!opts.leaveRunning) {
+        // The processes are gone: release the container's cgroups and mounts; the dir (the disk) stays.
+        await this.runc.forceDelete(id);
+        await this.cg().remove(id);
+        await unmountTree(p.dir);
+      }
+      return { imagesDir, dumpMs, imageBytes: await dirBytes(imagesDir) };
+    });
+  }
+
+  private async toolsVersionOf(p: SandboxPaths): Promise<string> {
+    try {
+      return (await readFile(join(p.bundle, 'tools-version'), 'utf8')).trim();
+    } catch {
+      return '';
+    }
+  }
+
+  private async lowerDirsOf(id: string): Promise<string[]> {
+    const root = this.paths(id).rootfs;
+    const m = (await readMounts()).find((x) => x.mountPoint === root && x.fsType === 'overlay');
+    const lower = m?.superOptions.find((o) => o.startsWith('lowerdir='));
+    return lower ? lower.slice('lowerdir='.length).split(':').reverse() : [];
+  }
+
+  restore(spec: SandboxSpec, imagesDir: string, opts: RestoreOptions): Promise<SandboxHandle> {
+    validateSpec(spec);
+    assertHostPath('imagesDir', imagesDir);
+    if (opts.diskSource !== undefined) assertHostPath('diskSource', opts.diskSource);
+    this.requireCriu('restore');
+    return this.lock.run(spec.id, async () => {
+      await this.checkTools(opts.tools);
+      await this.checkLowerDirs(spec);
+      const meta = await this.readCheckpointMeta(imagesDir);
+      if (meta.toolsVersion && meta.toolsVersion !== opts.tools.version) {
+        throw new RuntimeError(
+          'RestoreFailed',
+          `checkpoint ${imagesDir} was taken with tools ${meta.toolsVersion}, not ${opts.tools.version}: restore needs the same tools dir`,
+        );
+      }
+      if (meta.uidMapHostStart !== this.opts.uidMapHostStart || meta.uidMapSize !== this.opts.uidMapSize) {
+        throw new RuntimeError(
+          'RestoreFailed',
+          `checkpoint ${imagesDir} uses uid map ${meta.uidMapHostStart}+${meta.uidMapSize}, this node ${this.opts.uidMapHostStart}+${this.opts.uidMapSize}`,
+        );
+      }
+      const p = this.paths(spec.id);
+      const state = await this.runc.state(spec.id);
+      if (state && state.status !== 'stopped') {
+        throw new RuntimeError(
+          'AlreadyExists',
+          `sandbox ${spec.id} is ${state.status}; destroy it before restoring`,
+        );
+      }
+      const inPlace = opts.diskSource === undefined;
+      if (inPlace) {
+        if (!(await exists(p.upper))) {
+          throw new RuntimeError(
+            'RestoreFailed',
+            `sandbox ${spec.id} has no disk to restore on (give diskSource)`,
+          );
+        }
+        if (state) await this.runc.forceDelete(spec.id);
+        await this.cg().remove(spec.id);
+        await unmountTree(p.dir);
+      } else if (await exists(p.dir)) {
+        throw new RuntimeError('AlreadyExists', `sandbox ${spec.id} already exists`);
+      }
+      try {
+        if (!inPlace) await this.cloneDisk(opts.diskSource as string, p);
+        await this.prepareDirs(p);
+        await this.mountAndConfigure(spec, p, opts.tools);
+        const work = this.criuWorkDir(spec.id, 'restore');
+        await rm(work, { recursive: true, force: true });
+        await mkdir(work, { recursive: true });
+        try {
+          await this.runc.restore(spec.id, p.bundle, imagesDir, work, p.pidFile, p.runcLog);
+        } catch (e) {
+          const criu = await criuLogErrors(join(work, 'restore.log'));
+          throw new RuntimeError(
+            'RestoreFailed',
+            `restore of ${spec.id} from ${imagesDir} failed: ${criu || describe(e)} (log: ${join(work, 'restore.log')})`,
+            { cause: e },
+          );
+        }
+        const pid = await this.readPid(p);
+        // A dump taken from a frozen cgroup may come back frozen.
+        await this.cg().thaw(spec.id);
+        if (meta.hostname !== spec.hostname) {
+          await run('nsenter', [`--uts=/proc/${pid}/ns/uts`, 'hostname', spec.hostname]);
+        }
+        return { id: spec.id, pid, sandboxDir: p.dir, upperDir: p.upper };
+      } catch (e) {
+        await this.rollbackRestore(spec.id, inPlace);
+        if (e instanceof RuntimeError) throw e;
+        throw new RuntimeError('RestoreFailed', `restore of ${spec.id} failed: ${describe(e)}`, { cause: e });
+      }
+    });
+  }
+
+  /** A failed in-place restore keeps the disk (the sandbox stays restorable); a failed fork leaves nothing. */
+  private async rollbackRestore(id: string, inPlace: boolean): Promise<void> {
+    try {
+      if (!inPlace) return await this.teardown(id);
+      await this.runc.forceDelete(id);
+      await this.cg().remove(id);
+      await unmountTree(this.paths(id).dir);
+    } catch (err) {
+      this.log.warn({ err: describe(err), id }, 'cleanup after failed restore left something');
+    }
+  }
+
+  private async readCheckpointMeta(imagesDir: string): Promise<CheckpointMeta> {
+    let text: string;
+    try {
+      text = await readFile(join(imagesDir, CHECKPOINT_META_FILE), 'utf8');
+    } catch {
+      throw new RuntimeError(
+        'RestoreFailed',
+        `${imagesDir} is not a complete checkpoint (no ${CHECKPOINT_META_FILE})`,
+      );
+    }
+    const meta = JSON.parse(text) as CheckpointMeta;
+    if (meta.virtualizationMode !== 'container') {
+      throw new RuntimeError(
+        'RestoreFailed',
+        `checkpoint ${imagesDir} is for ${meta.virtualizationMode}, not container`,
+      );
+    }
+    return meta;
+  }
+
+  snapshotUpper(id: string, dest: string): Promise<void> {
+    assertSandboxId(id);
+    assertHostPath('snapshot dest', dest);
+    return this.lock.run(id, async () => {
+      const p = this.paths(id);
+      if (!(await exists(p.upper))) throw new RuntimeError('NotFound', `sandbox ${id} has no disk`);
+      if (await exists(dest)) throw new RuntimeError('AlreadyExists', `snapshot dir ${dest} already exists`);
+      await this.snapshotPaths(p, dest);
+    });
+  }
+
+  private async snapshotPaths(p: SandboxPaths, dest: string): Promise<void> {
+    try {
+      if (this.cow.kind === 'btrfs' && (await this.cow.isSubvolume(p.dir))) {
+        const r = await run('btrfs', ['subvolume', 'snapshot', p.dir, dest], { allowFailure: true });
+        if (r.code === 0) {
+          for (const name of await readdir(dest)) {
+            if (name !== 'upper') await rm(join(dest, name), { recursive: true, force: true });
+          }
+          return;
+        }
+      }
+      await mkdir(dest, { mode: 0o711 });
+      await this.cow.copyTree(p.upper, join(dest, 'upper'));
+    } catch (e) {
+      await this.cow.removeDir(dest).catch(() => {});
+      throw new RuntimeError('Internal', `snapshot of ${p.dir} to ${dest} failed: ${describe(e)}`, {
+        cause: e,
+      });
+    }
+  }
+
+  async removeUpperSnapshot(path: string): Promise<void> {
+    assertHostPath('snapshot path', path);
+    await this.cow.removeDir(path);
+  }
+
+  async list(): Promise<ListedSandbox[]> {
+    const byId = new Map<string, ListedSandbox>();
+    const entry = (id: string): ListedSandbox => {
+      let e = byId.get(id);
+      if (!e) {
+        e = { id, status: 'absent', pid: null, hasDir: false, rootfsMounted: false, hasCgroup: false };
+        byId.set(id, e);
+      }
+      return e;
+    };
+    for (const s of await this.runc.list()) {
+      const e = entry(s.id);
+      e.status = s.status;
+      e.pid = s.pid > 0 && s.status !== 'stopped' ? s.pid : null;
+    }
+    for (const name of await this.sandboxDirNames()) entry(name).hasDir = true;
+    for (const m of mountsUnder(await readMounts(), this.sandboxesDir)) {
+      const rel = m.mountPoint.slice(this.sandboxesDir.length + 1).split('/');
+      if (rel.length === 2 && rel[1] === 'rootfs' && isSandboxId(rel[0] as string))
+        entry(rel[0] as string).rootfsMounted = true;
+    }
+    for (const id of await this.cg().listIds()) entry(id).hasCgroup = true;
+    return [...byId.values()].sort((a, b) => a.id.localeCompare(b.id));
+  }
+
+  private async sandboxDirNames(): Promise<string[]> {
+    try {
+      return (await readdir(this.sandboxesDir, { withFileTypes: true }))
+        .filter((e) => e.isDirectory() && isSandboxId(e.name))
+        .map((e) => e.name);
+    } catch {
+      return [];
+    }
+  }
+
+  async reconcile(keepIds: Iterable<string>): Promise<ReconcileReport> {
+    const keep = new Set(keepIds);
+    const report: ReconcileReport = { containers: [], mounts: [], cgroups: [], dirs: [] };
+    const runcRoot = join(this.opts.runtimePath, 'runc');
+    const stale = new Set<string>();
+    for (const s of await this.runc.list()) if (!keep.has(s.id)) stale.add(s.id);
+    // State dirs runc cannot parse any more (a crash mid-create) are not listed but still ours.
+    for (const name of await readdir(runcRoot).catch(() => [] as string[]))
+      if (!keep.has(name)) stale.add(name);
+    for (const id of stale) {
+      await this.lock.run(id, async () => {
+        try {
+          if (await this.runc.forceDelete(id)) report.containers.push(id);
+        } catch (e) {
+          this.log.warn({ id, err: describe(e) }, 'runc delete failed; removing its state dir');
+        }
+        await rm(join(runcRoot, id), { recursive: true, force: true });
+      });
+    }
+    for (const id of await this.cg().listIds()) {
+      if (keep.has(id)) continue;
+      await this.lock.run(id, async () => {
+        if (await this.cg().remove(id)) report.cgroups.push(id);
+      });
+    }
+    const mountOwners = new Set<string>();
+    for (const m of mountsUnder(await readMounts(), this.sandboxesDir)) {
+      if (m.mountPoint === this.sandboxesDir) continue;
+      const name = m.mountPoint.slice(this.sandboxesDir.length + 1).split('/')[0] as string;
+      if (!name.startsWith('.') && !keep.has(name)) mountOwners.add(name);
+    }
+    for (const name of mountOwners) report.mounts.push(...(await unmountTree(join(this.sandboxesDir, name))));
+    for (const e of await readdir(this.sandboxesDir, { withFileTypes: true }).catch(() => [])) {
+      if (e.name.startsWith('.') || keep.has(e.name)) continue;
+      await this.cow.removeDir(join(this.sandboxesDir, e.name));
+      report.dirs.push(e.name);
+    }
+    for (const name of await readdir(join(this.opts.runtimePath, 'criu-work')).catch(() => [] as string[])) {
+      if (!keep.has(name))
+        await rm(join(this.opts.runtimePath, 'criu-work', name), { recursive: true, force: true });
+    }
+    return report;
+  }
+
+  stats(id: string): Promise<SandboxStats> {
+    assertSandboxId(id);
+    return this.cg().stats(id);
+  }
+}
+
+export { RuncError };

@@ -1,0 +1,77 @@
+import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { run } from '../../util/exec.js';
+
+/**
+ * CRIU options for every dump and restore, handed to CRIU by runc (config-file settings override runc's
+ * RPC settings):
+ * - network-lock skip: aenv owns each sandbox's netns and nothing flows while it is frozen, so the
+ *   iptables lock CRIU would install (and remove) is pure cost — it roughly halves restore time.
+ * - tcp-close: established connections (e.g. the proxy's keep-alive connections to envd) are not
+ *   dumped and come back closed; with them a dump would fail, and a fork lives at another address anyway.
+ *   Listening sockets are unaffected.
+ * - skip-in-flight: half-open connections in a listen queue are dropped instead of failing the dump.
+ * - file-locks: flock/posix locks (package managers, sqlite) are dumped instead of failing the dump.
+ * - ghost-limit: deleted-but-open files up to this size are carried in the image.
+ */
+export const CRIU_CONFIG = [
+  'network-lock skip',
+  'tcp-close',
+  'skip-in-flight',
+  'file-locks',
+  'ghost-limit 67108864',
+  '',
+].join('\n');
+
+export function defaultCriuPath(depsPath: string): string {
+  return join(depsPath, 'criu', 'current', 'bin', 'criu');
+}
+
+export async function writeCriuConfig(path: string): Promise<void> {
+  await mkdir(dirname(path), { recursive: true, mode: 0o700 });
+  let current: string | null = null;
+  try {
+    current = await readFile(path, 'utf8');
+  } catch {
+    // absent
+  }
+  if (current === CRIU_CONFIG) return;
+  const tmp = `${path}.tmp-${process.pid}`;
+  await writeFile(tmp, CRIU_CONFIG, { mode: 0o644 });
+  await rename(tmp, path);
+}
+
+/** "4.1.1" from `criu --version`, or null when the binary does not run. */
+export async function criuVersion(criuPath: string): Promise<string | null> {
+  try {
+    const { stdout } = await run(criuPath, ['--version'], { timeoutMs: 10_000 });
+    return /Version:\s*(\S+)/.exec(stdout)?.[1] ?? null;
+  } catch {
+    return null;
+  }
+}
+
+export function versionAtLeast(version: string, min: string): boolean {
+  const a = version.split('.').map((x) => parseInt(x, 10) || 0);
+  const b = min.split('.').map((x) => parseInt(x, 10) || 0);
+  for (let i = 0; i < Math.max(a.length, b.length); i++) {
+    const d = (a[i] ?? 0) - (b[i] ?? 0);
+    if (d !== 0) return d > 0;
+  }
+  return true;
+}
+
+/** The last `Error (...)` lines of a CRIU log: what to show when a dump or restore fails. */
+export async function criuLogErrors(logFile: string, max = 4): Promise<string> {
+  let text: string;
+  try {
+    text = await readFile(logFile, 'utf8');
+  } catch {
+    return '';
+  }
+  const errors = text
+    .split('\n')
+    .filter((l) => /\bError\b/.test(l))
+    .map((l) => l.replace(/^\(\d+\.\d+\)\s*/, '').trim());
+  return errors.slice(-max).join(' | ');
+}

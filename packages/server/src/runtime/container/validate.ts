@@ -1,0 +1,75 @@
+import { isIP } from 'node:net';
+import { isAbsolute } from 'node:path';
+import type { SandboxSpec } from '../driver.js';
+import { RuntimeError } from '../driver.js';
+
+const ID_RE = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
+const HOSTNAME_RE = /^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$/;
+// Overlay option strings use ',' and ':' as separators and '\' as escape; paths with them cannot be passed safely.
+const OVERLAY_UNSAFE_RE = /[,:\\\n]/;
+const ENV_KEY_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+export function assertSandboxId(id: string): void {
+  if (typeof id !== 'string' || !ID_RE.test(id)) {
+    throw new RuntimeError(
+      'InvalidSpec',
+      `sandbox id ${JSON.stringify(id)} is invalid: must match ${ID_RE.source}`,
+    );
+  }
+}
+
+export function isSandboxId(name: string): boolean {
+  return ID_RE.test(name);
+}
+
+export function assertHostPath(what: string, path: string): void {
+  if (typeof path !== 'string' || !isAbsolute(path)) {
+    throw new RuntimeError('InvalidSpec', `${what} ${JSON.stringify(path)} must be an absolute path`);
+  }
+  if (OVERLAY_UNSAFE_RE.test(path)) {
+    throw new RuntimeError(
+      'InvalidSpec',
+      `${what} ${JSON.stringify(path)} must not contain ',', ':', '\\' or newlines`,
+    );
+  }
+}
+
+/** Checks everything about a spec that can be checked without touching the host. */
+export function validateSpec(spec: SandboxSpec): void {
+  assertSandboxId(spec.id);
+  if (typeof spec.hostname !== 'string' || !HOSTNAME_RE.test(spec.hostname)) {
+    throw new RuntimeError(
+      'InvalidSpec',
+      `hostname ${JSON.stringify(spec.hostname)} is invalid: letters, digits and '-', at most 63 characters`,
+    );
+  }
+  if (!Array.isArray(spec.lowerDirs) || spec.lowerDirs.length === 0) {
+    throw new RuntimeError(
+      'InvalidSpec',
+      `sandbox ${spec.id}: lowerDirs must list at least one image layer dir`,
+    );
+  }
+  for (const dir of spec.lowerDirs) assertHostPath('lower dir', dir);
+  assertHostPath('netnsPath', spec.netnsPath);
+  const r = spec.resources;
+  if (!r || !(Number.isFinite(r.cpuCount) && r.cpuCount > 0 && r.cpuCount <= 1024)) {
+    throw new RuntimeError('InvalidSpec', `cpuCount ${r?.cpuCount} must be a number > 0 and <= 1024`);
+  }
+  if (!(Number.isInteger(r.memoryMB) && r.memoryMB >= 16 && r.memoryMB <= 16 * 1024 * 1024)) {
+    throw new RuntimeError('InvalidSpec', `memoryMB ${r.memoryMB} must be an integer >= 16`);
+  }
+  if (!(Number.isInteger(r.pidsLimit) && r.pidsLimit >= 8)) {
+    throw new RuntimeError('InvalidSpec', `pidsLimit ${r.pidsLimit} must be an integer >= 8`);
+  }
+  for (const ns of spec.nameservers ?? []) {
+    if (isIP(ns) === 0)
+      throw new RuntimeError('InvalidSpec', `nameserver ${JSON.stringify(ns)} is not an IP address`);
+  }
+  for (const [k, v] of Object.entries(spec.initEnv ?? {})) {
+    if (!ENV_KEY_RE.test(k))
+      throw new RuntimeError('InvalidSpec', `initEnv key ${JSON.stringify(k)} is not a valid name`);
+    if (typeof v !== 'string' || v.includes('\0')) {
+      throw new RuntimeError('InvalidSpec', `initEnv ${k} must be a string without NUL bytes`);
+    }
+  }
+}
