@@ -1,0 +1,72 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { CRIU_CONFIG, criuLogErrors, defaultCriuPath, versionAtLeast } from './criu.js';
+import { KeyedLock } from './keyed-lock.js';
+
+const dirs: string[] = [];
+afterAll(async () => {
+  for (const d of dirs) await rm(d, { recursive: true, force: true });
+});
+
+describe('criu helpers', () => {
+  it('compares versions numerically', () => {
+    expect(versionAtLeast('4.1.1', '4.1')).toBe(true);
+    expect(versionAtLeast('4.1', '4.1')).toBe(true);
+    expect(versionAtLeast('3.17.1', '4.1')).toBe(false);
+    expect(versionAtLeast('10.0', '4.1')).toBe(true);
+  });
+
+  it('skips the network lock and closes established TCP connections', () => {
+    expect(CRIU_CONFIG.split('\n')).toContain('network-lock skip');
+    expect(CRIU_CONFIG.split('\n')).toContain('tcp-close');
+    expect(defaultCriuPath('/var/lib/aenv/deps')).toBe('/var/lib/aenv/deps/criu/current/bin/criu');
+  });
+
+  it('extracts the last error lines of a CRIU log', async () => {
+    const d = await mkdtemp(join(tmpdir(), 'aenv-criu-log-'));
+    dirs.push(d);
+    const log = join(d, 'dump.log');
+    await writeFile(
+      log,
+      [
+        '(00.000100) Version: 4.1.1',
+        '(00.010000) Error (criu/sk-inet.c:191): inet: Connected TCP socket, consider using --tcp-established option.',
+        '(00.010100) Error (criu/cr-dump.c:1234): Dumping FAILED.',
+        '',
+      ].join('\n'),
+    );
+    expect(await criuLogErrors(log)).toBe(
+      'Error (criu/sk-inet.c:191): inet: Connected TCP socket, consider using --tcp-established option. | Error (criu/cr-dump.c:1234): Dumping FAILED.',
+    );
+    expect(await criuLogErrors(join(d, 'missing.log'))).toBe('');
+  });
+});
+
+describe('KeyedLock', () => {
+  it('runs one task per key at a time and different keys concurrently', async () => {
+    const lock = new KeyedLock();
+    const events: string[] = [];
+    let release: () => void = () => {};
+    const gate = new Promise<void>((r) => (release = r));
+    const a1 = lock.run('a', async () => {
+      events.push('a1 start');
+      await gate;
+      events.push('a1 end');
+    });
+    const a2 = lock.run('a', async () => {
+      events.push('a2');
+    });
+    const b = lock.run('b', async () => {
+      events.push('b');
+    });
+    await b;
+    expect(events).toEqual(['a1 start', 'b']);
+    release();
+    await Promise.all([a1, a2]);
+    expect(events).toEqual(['a1 start', 'b', 'a1 end', 'a2']);
+    await expect(lock.run('a', async () => Promise.reject(new Error('boom')))).rejects.toThrow('boom');
+    await expect(lock.run('a', async () => 7)).resolves.toBe(7);
+  });
+});

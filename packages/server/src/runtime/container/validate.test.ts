@@ -1,0 +1,50 @@
+import { describe, expect, it } from 'vitest';
+import type { SandboxSpec } from '../driver.js';
+import { RuntimeError } from '../driver.js';
+import { assertSandboxId, validateSpec } from './validate.js';
+
+const good: SandboxSpec = {
+  id: 'ia1b2c3',
+  hostname: 'ia1b2c3',
+  lowerDirs: ['/cache/layers/1'],
+  resources: { cpuCount: 2, memoryMB: 512, pidsLimit: 1024 },
+  netnsPath: '/run/aenv/netns/aenv-ns-1',
+  nameservers: ['10.0.0.2', '2001:db8::53'],
+  initEnv: { ENVD_PORT: '49983' },
+};
+
+function bad(patch: Partial<SandboxSpec>, re: RegExp) {
+  let err: unknown;
+  try {
+    validateSpec({ ...good, ...patch });
+  } catch (e) {
+    err = e;
+  }
+  expect(err).toBeInstanceOf(RuntimeError);
+  expect((err as RuntimeError).kind).toBe('InvalidSpec');
+  expect((err as Error).message).toMatch(re);
+}
+
+describe('validateSpec', () => {
+  it('accepts a sane spec', () => expect(() => validateSpec(good)).not.toThrow());
+
+  it('rejects ids that could escape a path or a cgroup', () => {
+    for (const id of ['', '../x', 'a/b', '.hidden', 'a'.repeat(65), 'x y']) {
+      expect(() => assertSandboxId(id)).toThrow(/sandbox id/);
+    }
+  });
+
+  it('names the bad field', () => {
+    bad({ hostname: 'bad_host' }, /hostname/);
+    bad({ lowerDirs: [] }, /lowerDirs/);
+    bad({ lowerDirs: ['relative/dir'] }, /absolute/);
+    bad({ lowerDirs: ['/a,upperdir=/etc'] }, /must not contain/);
+    bad({ netnsPath: '/x:y' }, /netnsPath/);
+    bad({ resources: { cpuCount: 0, memoryMB: 512, pidsLimit: 10 } }, /cpuCount/);
+    bad({ resources: { cpuCount: 1, memoryMB: 1.5, pidsLimit: 10 } }, /memoryMB/);
+    bad({ resources: { cpuCount: 1, memoryMB: 512, pidsLimit: 2 } }, /pidsLimit/);
+    bad({ nameservers: ['dns.example'] }, /nameserver/);
+    bad({ initEnv: { 'A=B': 'x' } }, /initEnv key/);
+    bad({ initEnv: { A: 'x\0y' } }, /NUL/);
+  });
+});
