@@ -1,0 +1,31 @@
+export {
+  SecretError,
+  readManagedSecret,
+  createManagedSecret,
+  type ManagedSecretOptions,
+} from './managed-secret.js';
+export {
+  resolveApiKey,
+  validateApiKey,
+  generateApiKey,
+  API_KEY_ENV,
+  EXTERNAL_API_KEY_PATH,
+  type ApiKeySource,
+  type ResolveApiKeyOptions,
+  type ResolvedApiKey,
+} from './api-key.js';
+export {
+  resolveAccessTokenSeed,
+  SEED_ENV,
+  type ResolveSeedOptions,
+  type ResolvedSeed,
+  type SeedSource,
+} from './access-token-seed.js';
+export {
+  envdAccessToken,
+  trafficAccessToken,
+  verifyToken,
+  safeEqual,
+  SandboxTokenIssuer,
+  type TokenKind,
+} from './tokens.js';
