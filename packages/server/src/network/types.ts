@@ -11,6 +11,12 @@ export interface NetworkSlot {
   hostInteractionIp: string;
   /** Nameserver to write into the sandbox's /etc/resolv.conf (null: none known). */
   dnsServer: string | null;
+  /** Host end of the /31 veth link (the sandbox's default gateway). */
+  hostLinkIp: string;
+  /** Sandbox end of the /31 veth link (`eth0` in the netns); the source address of its egress. */
+  sandboxLinkIp: string;
+  /** `http://<hostInteractionIp>:<control plane port>`: where envd answers. */
+  envdUrl: string;
 }
 
 /** Egress policy after validation (see network/policy.ts). CIDRs are normalized IPv4/IPv6 CIDR strings. */

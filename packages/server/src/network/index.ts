@@ -1,0 +1,17 @@
+// Per-sandbox networking: netns slots, addresses, NAT, nftables egress policy, warm pool, cleanup.
+
+export type { EgressPolicy, NetworkSlot } from './types.js';
+export {
+  NetworkManager,
+  type NetworkLogger,
+  type NetworkManagerOptions,
+  type ReconcileReport,
+} from './manager.js';
+export {
+  parseNetworkPolicy,
+  hasRuntimeRules,
+  NetworkPolicyError,
+  DEFAULT_EGRESS_POLICY,
+  DOMAIN_ENTRIES_UNSUPPORTED,
+  type NetworkPolicyInput,
+} from './policy.js';

@@ -1,0 +1,555 @@
+// Needs root, iproute2, nftables, util-linux. All traffic stays on this machine: between the test
+// process, slot namespaces and a fake "internet" namespace with documentation-range addresses.
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { run } from '../util/exec.js';
+import { NetworkManager, type NetworkManagerOptions } from './manager.js';
+import { mountPointsUnder } from './plumbing.js';
+import { DEFAULT_EGRESS_POLICY, parseNetworkPolicy } from './policy.js';
+import type { NetworkSlot } from './types.js';
+
+const PID = process.pid;
+const WAN_NS = `aenv-test-wan-${PID}`;
+const WAN_HOST_IF = `atw${PID % 1_000_000}`;
+const HOST_WAN_IP = '198.51.100.1';
+const WAN_A = '198.51.100.10';
+const WAN_B = '198.51.100.200';
+const WAN_DNS = '198.51.100.53';
+const WAN_FAR = '203.0.113.5';
+const HTTP_PORT = 8080;
+const ENVD_PORT = 49983;
+const PREFIX = `aet${PID % 100_000}`;
+const CRASH_PREFIX = `aec${PID % 100_000}`;
+
+let scratch = '';
+const children: ChildProcess[] = [];
+
+// ---- helpers: processes in namespaces ----
+
+const inSlot = (slot: NetworkSlot) => ['nsenter', `--net=${slot.netnsPath}`];
+const inWan = () => ['ip', 'netns', 'exec', WAN_NS];
+
+/** Starts a long-running node script in a namespace and waits for it to print "ready". */
+async function startServer(prefix: string[], script: string, args: string[] = []): Promise<ChildProcess> {
+  const [cmd, ...rest] = [...prefix, process.execPath, '-e', script, ...args] as [string, ...string[]];
+  const child = spawn(cmd, rest, { stdio: ['ignore', 'pipe', 'pipe'] });
+  children.push(child);
+  await new Promise<void>((resolve, reject) => {
+    let out = '';
+    let err = '';
+    child.stdout!.on('data', (b: Buffer) => {
+      out += b.toString();
+      if (out.includes('ready')) resolve();
+    });
+    child.stderr!.on('data', (b: Buffer) => (err += b.toString()));
+    child.on('exit', (code) => reject(new Error(`server exited ${code}: ${err}`)));
+  });
+  return child;
+}
+
+// HTTP: "peer=<remote address>", or at /seen the source addresses of all UDP datagrams received.
+// Port 53: echoes UDP datagrams and TCP bytes (a stand-in resolver).
+const WAN_SERVER = `
+const http = require('http'), net = require('net'), dgram = require('dgram');
+const [httpHosts, dnsHosts] = JSON.parse(process.argv[1]);
+const seen = [];
+let pending = httpHosts.length + dnsHosts.length * 2;
+const up = () => { if (--pending === 0) console.log('ready'); };
+for (const h of httpHosts) http.createServer((q, r) =>
+  r.end(q.url === '/seen' ? JSON.stringify(seen) : 'peer=' + q.socket.remoteAddress)).listen(${HTTP_PORT}, h, up);
+for (const h of dnsHosts) {
+  const u = dgram.createSocket('udp4');
+  u.on('message', (m, r) => { seen.push(r.address); u.send(m, r.port, r.address); });
+  u.bind(53, h, up);
+  net.createServer((s) => s.pipe(s)).listen(53, h, up);
+}`;
+
+const SLOT_SERVER = `
+require('http').createServer((q, r) => r.end('slot-envd')).listen(${ENVD_PORT}, '0.0.0.0', () => console.log('ready'));`;
+
+interface Target {
+  kind: 'http' | 'tcp' | 'udp';
+  host: string;
+  port: number;
+  path?: string;
+  localAddress?: string;
+}
+interface ProbeResult {
+  ok: boolean;
+  body?: string;
+  code?: string;
+}
+
+// Connects to each target; ok with the reply, or the error code ("TIMEOUT" when nothing came back).
+const PROBE = `
+const net = require('net'), dgram = require('dgram');
+const targets = JSON.parse(process.argv[1]);
+const one = (t) => new Promise((resolve) => {
+  const done = (r) => { clearTimeout(timer); resolve(r); try { s.destroy ? s.destroy() : s.close(); } catch {} };
+  const timer = setTimeout(() => done({ ok: false, code: 'TIMEOUT' }), 1500);
+  let s;
+  if (t.kind === 'udp') {
+    s = dgram.createSocket('udp4');
+    s.on('error', (e) => done({ ok: false, code: e.code }));
+    s.on('message', (m) => done({ ok: true, body: m.toString() }));
+    s.bind({ address: t.localAddress }, () => s.connect(t.port, t.host, () => s.send('ping')));
+    return;
+  }
+  s = net.connect({ host: t.host, port: t.port, localAddress: t.localAddress });
+  let body = '';
+  s.on('error', (e) => done({ ok: false, code: e.code }));
+  s.on('data', (b) => { body += b; if (t.kind === 'tcp') done({ ok: true, body }); });
+  s.on('end', () => done({ ok: true, body }));
+  s.on('connect', () => s.write(t.kind === 'http' ? 'GET ' + (t.path || '/') + ' HTTP/1.0\\r\\n\\r\\n' : 'ping'));
+});
+(async () => { const out = []; for (const t of targets) out.push(await one(t)); console.log(JSON.stringify(out)); })();`;
+
+async function probe(prefix: string[], targets: Target[]): Promise<ProbeResult[]> {
+  const [cmd, ...rest] = [...prefix, process.execPath, '-e', PROBE, JSON.stringify(targets)] as [
+    string,
+    ...string[],
+  ];
+  const { stdout } = await run(cmd, rest, { timeoutMs: 60_000 });
+  return JSON.parse(stdout) as ProbeResult[];
+}
+
+const http = (host: string, port = HTTP_PORT): Target => ({ kind: 'http', host, port });
+const refused = { ok: false, code: 'ECONNREFUSED' };
+
+/** Polls `check` (bounded) until it returns true. */
+async function eventually(check: () => boolean | Promise<boolean>, what: string): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+// ---- helpers: what exists on the host ----
+
+async function hostLeftovers(prefix: string, runtimePath: string) {
+  const links = JSON.parse((await run('ip', ['-j', 'link', 'show'])).stdout) as { ifname: string }[];
+  const netnsDir = join(runtimePath, 'netns');
+  const files = await readdir(netnsDir).catch(() => [] as string[]);
+  const mounts = (await mountPointsUnder(netnsDir)).filter((m) => m !== netnsDir);
+  const table = await run('nft', ['-j', 'list', 'table', 'inet', prefix], { allowFailure: true });
+  const nft =
+    table.code === 0 ? (JSON.parse(table.stdout) as { nftables: Record<string, unknown>[] }).nftables : [];
+  const chains = nft.flatMap((o) => (o['chain'] ? [(o['chain'] as { name: string }).name] : []));
+  const elements = nft.flatMap(
+    (o) => ((o['map'] as { elem?: unknown[] } | undefined)?.elem ?? []) as unknown[],
+  );
+  const routes = (await run('ip', ['route', 'show'])).stdout
+    .split('\n')
+    .filter((l) => l.includes(`${prefix}-v`));
+  return {
+    links: links.map((l) => l.ifname).filter((n) => n.startsWith(`${prefix}-`)),
+    files: files.filter((f) => f.startsWith(`${prefix}-`)),
+    mounts,
+    slotChains: chains.filter((c) => c.startsWith('slot')),
+    elements,
+    routes,
+  };
+}
+
+const NOTHING = { links: [], files: [], mounts: [], slotChains: [], elements: [], routes: [] };
+
+function options(overrides: Partial<NetworkManagerOptions>): NetworkManagerOptions {
+  return {
+    runtimePath: join(scratch, 'run'),
+    namePrefix: PREFIX,
+    internal: { hostInteractionCidr: '10.211.0.0/24', vethCidr: '10.212.0.0/24' },
+    // 198.51.100.48/28 holds the fake resolver: DNS must still pass, other ports must not.
+    // No 10.0.0.0/8 here, so only the internal-CIDR rule keeps sandboxes apart.
+    egress: { alwaysDeniedCidrs: ['203.0.113.0/24', '198.51.100.48/28'] },
+    pool: { lowWatermark: 2, highWatermark: 8, maintenanceEnabled: true, startupPrewarm: true },
+    controlPlanePort: ENVD_PORT,
+    resolvConfPaths: [join(scratch, 'missing.conf'), join(scratch, 'resolv.conf')],
+    ...overrides,
+  };
+}
+
+// ---- fixture: the fake internet ----
+
+beforeAll(async () => {
+  scratch = await mkdtemp(join(tmpdir(), 'aenv-net-int-'));
+  await writeFile(join(scratch, 'resolv.conf'), `# test\nnameserver 127.0.0.53\nnameserver ${WAN_DNS}\n`);
+  await run('ip', ['netns', 'add', WAN_NS]);
+  const host = [
+    `link add ${WAN_HOST_IF} type veth peer name wan0 netns ${WAN_NS}`,
+    `addr add ${HOST_WAN_IP}/24 dev ${WAN_HOST_IF}`,
+    `link set ${WAN_HOST_IF} up`,
+  ];
+  await run('ip', ['-batch', '-'], { input: host.join('\n') + '\n' });
+  const wan = [
+    ...[WAN_A, WAN_B, WAN_DNS].map((a) => `addr add ${a}/24 dev wan0`),
+    `addr add ${WAN_FAR}/24 dev wan0`,
+    'link set wan0 up',
+    'link set lo up',
+    // Lets the ingress test play a LAN host that routes sandbox addresses through this machine.
+    `route add 10.211.0.0/16 via ${HOST_WAN_IP}`,
+  ];
+  await run('ip', ['-n', WAN_NS, '-batch', '-'], { input: wan.join('\n') + '\n' });
+  await run('ip', ['route', 'add', '203.0.113.0/24', 'via', WAN_A, 'dev', WAN_HOST_IF]);
+  await startServer(inWan(), WAN_SERVER, [
+    JSON.stringify([
+      [WAN_A, WAN_B, WAN_DNS, WAN_FAR],
+      [WAN_DNS, WAN_A],
+    ]),
+  ]);
+});
+
+afterAll(async () => {
+  for (const c of children) {
+    if (c.pid && c.exitCode === null && c.signalCode === null) process.kill(c.pid, 'SIGKILL');
+  }
+  await run('ip', ['link', 'del', WAN_HOST_IF], { allowFailure: true });
+  await run('ip', ['netns', 'del', WAN_NS], { allowFailure: true });
+  for (const prefix of [PREFIX, CRASH_PREFIX]) {
+    // Last resort if a test failed half-way: a throwaway manager sweeps the prefix.
+    for (const runtime of ['run', 'crash-run']) {
+      const m = new NetworkManager(
+        options({
+          namePrefix: prefix,
+          runtimePath: join(scratch, runtime),
+          pool: { lowWatermark: 0, highWatermark: 0, maintenanceEnabled: false, startupPrewarm: false },
+        }),
+      );
+      await m.init().then(
+        () => m.shutdown({ destroyAll: true }),
+        () => undefined,
+      );
+    }
+  }
+  if (scratch) await rm(scratch, { recursive: true, force: true });
+});
+
+// ---- the tests ----
+
+describe('network slots against a fake upstream namespace', () => {
+  let nm: NetworkManager;
+  let a: NetworkSlot;
+  let b: NetworkSlot;
+
+  beforeAll(async () => {
+    nm = new NetworkManager(options({}));
+    const report = await nm.init();
+    expect(report.adopted).toEqual([]);
+    a = await nm.acquire();
+    b = await nm.acquire();
+    await startServer(inSlot(a), SLOT_SERVER);
+    await startServer(inSlot(b), SLOT_SERVER);
+  });
+
+  afterAll(async () => {
+    await nm?.shutdown({ destroyAll: true });
+  });
+
+  it('prewarms the pool and grows the refill target geometrically as acquisitions drain it', async () => {
+    // Two acquisitions left 0 < low=2 ready: target doubled 2 → 4, then 8 (capped at high).
+    await eventually(() => nm.stats().ready >= 4, 'pool refill');
+    expect(nm.stats().target).toBeGreaterThanOrEqual(4);
+    expect(nm.stats().target).toBeLessThanOrEqual(8);
+    expect(nm.stats().inUse).toBe(2);
+  });
+
+  it('gives each slot its addresses, routes and DNS server, and no IPv6', async () => {
+    expect(a.dnsServer).toBe(WAN_DNS);
+    expect(a.envdUrl).toBe(`http://${a.hostInteractionIp}:${ENVD_PORT}`);
+    expect(new Set([a.hostInteractionIp, b.hostInteractionIp]).size).toBe(2);
+    const addrs = (await run('nsenter', [`--net=${a.netnsPath}`, 'ip', '-o', 'addr'])).stdout;
+    expect(addrs).toContain(`${a.sandboxLinkIp}/31`);
+    expect(addrs).toContain(`${a.hostInteractionIp}/32`);
+    expect(addrs).not.toMatch(/eth0\s+inet6/);
+    const route = (await run('nsenter', [`--net=${a.netnsPath}`, 'ip', 'route', 'show', 'default'])).stdout;
+    expect(route).toContain(`via ${a.hostLinkIp}`);
+  });
+
+  it('lets the server reach a listener in the slot through hostInteractionIp', async () => {
+    const res = await fetch(`${a.envdUrl}/`);
+    expect(await res.text()).toBe('slot-envd');
+    expect(await (await fetch(`${b.envdUrl}/`)).text()).toBe('slot-envd');
+  });
+
+  it('allows egress by default and masquerades it behind the host address', async () => {
+    const [r1, r2] = await probe(inSlot(a), [http(WAN_A), http(WAN_B)]);
+    expect(r1).toMatchObject({ ok: true });
+    expect(r1?.body).toContain(`peer=${HOST_WAN_IP}`);
+    expect(r2?.ok).toBe(true);
+  });
+
+  it('rejects denyOut CIDRs at once and reopens them when the policy is removed', async () => {
+    await nm.applyPolicy(a, parseNetworkPolicy({ denyOut: [WAN_B] }));
+    expect(await probe(inSlot(a), [http(WAN_A), http(WAN_B)])).toEqual([
+      expect.objectContaining({ ok: true }),
+      refused,
+    ]);
+    // The other slot is unaffected.
+    expect((await probe(inSlot(b), [http(WAN_B)]))[0]?.ok).toBe(true);
+    await nm.applyPolicy(a, DEFAULT_EGRESS_POLICY);
+    expect((await probe(inSlot(a), [http(WAN_B)]))[0]?.ok).toBe(true);
+  });
+
+  it('treats allowOut as an allowlist only with allow_internet_access=false', async () => {
+    await nm.applyPolicy(a, parseNetworkPolicy({ allowOut: [WAN_A] }));
+    expect((await probe(inSlot(a), [http(WAN_B)]))[0]?.ok).toBe(true);
+    await nm.applyPolicy(a, parseNetworkPolicy({ allowOut: [WAN_A], allowInternetAccess: false }));
+    expect(await probe(inSlot(a), [http(WAN_A), http(WAN_B)])).toEqual([
+      expect.objectContaining({ ok: true }),
+      refused,
+    ]);
+  });
+
+  it('keeps always_denied_cidrs closed even when allowOut names them', async () => {
+    // Reachable from the host itself, so the path works and only the policy stops the sandbox.
+    expect((await probe([], [http(WAN_FAR)]))[0]?.ok).toBe(true);
+    await nm.applyPolicy(a, parseNetworkPolicy({ allowOut: ['203.0.113.0/24', WAN_FAR] }));
+    expect(await probe(inSlot(a), [http(WAN_FAR)])).toEqual([refused]);
+  });
+
+  it('passes DNS to the slot nameserver only, ahead of always_denied and a deny-all policy', async () => {
+    await nm.applyPolicy(a, parseNetworkPolicy({ allowInternetAccess: false }));
+    const [udp, tcp, other, otherResolver] = await probe(inSlot(a), [
+      { kind: 'udp', host: WAN_DNS, port: 53 },
+      { kind: 'tcp', host: WAN_DNS, port: 53 },
+      http(WAN_DNS),
+      { kind: 'udp', host: WAN_A, port: 53 },
+    ]);
+    expect(udp).toEqual({ ok: true, body: 'ping' });
+    expect(tcp).toEqual({ ok: true, body: 'ping' });
+    expect(other).toEqual(refused);
+    expect(otherResolver?.ok).toBe(false);
+    expect(otherResolver?.code).not.toBe('TIMEOUT');
+    await nm.applyPolicy(a, DEFAULT_EGRESS_POLICY);
+  });
+
+  it('blocks a sandbox from other sandboxes', async () => {
+    const results = await probe(inSlot(a), [
+      http(b.hostInteractionIp, ENVD_PORT),
+      http(b.sandboxLinkIp, ENVD_PORT),
+      http(b.hostLinkIp, ENVD_PORT),
+    ]);
+    expect(results).toEqual([refused, refused, refused]);
+  });
+
+  it('blocks a sandbox from services on the host', async () => {
+    const hostServer = `
+      const http = require('http'); const hosts = JSON.parse(process.argv[1]); let n = hosts.length;
+      for (const h of hosts) http.createServer((q, r) => r.end('host')).listen(18080, h, () => { if (--n === 0) console.log('ready'); });`;
+    await startServer([], hostServer, [JSON.stringify([HOST_WAN_IP, a.hostLinkIp])]);
+    // Positive controls: the same listeners answer the fake WAN and the host itself.
+    expect((await probe(inWan(), [http(HOST_WAN_IP, 18080)]))[0]?.ok).toBe(true);
+    expect((await probe([], [http(a.hostLinkIp, 18080)]))[0]?.ok).toBe(true);
+    expect(await probe(inSlot(a), [http(HOST_WAN_IP, 18080), http(a.hostLinkIp, 18080)])).toEqual([
+      refused,
+      refused,
+    ]);
+  });
+
+  it('drops connections routed in from outside toward a sandbox', async () => {
+    const [fromWan] = await probe(inWan(), [http(a.hostInteractionIp, ENVD_PORT)]);
+    expect(fromWan).toEqual({ ok: false, code: 'TIMEOUT' });
+  });
+
+  it('drops packets whose source address the slot does not own', async () => {
+    // Root in the sandbox could do this with a raw socket; an extra local address is the same on the wire.
+    await run('nsenter', [`--net=${a.netnsPath}`, 'ip', 'addr', 'add', '198.51.100.77/32', 'dev', 'lo']);
+    try {
+      const [spoofed, honest] = await probe(inSlot(a), [
+        { kind: 'udp', host: WAN_A, port: 53, localAddress: '198.51.100.77' },
+        { kind: 'udp', host: WAN_A, port: 53 },
+      ]);
+      expect(spoofed).toEqual({ ok: false, code: 'TIMEOUT' });
+      expect(honest).toEqual({ ok: true, body: 'ping' });
+      const [seen] = await probe([], [{ ...http(WAN_A), path: '/seen' }]);
+      const sources = JSON.parse((seen?.body ?? '').split('\r\n\r\n')[1] ?? '[]') as string[];
+      expect(sources).toContain(HOST_WAN_IP);
+      expect(sources).not.toContain('198.51.100.77');
+    } finally {
+      await run('nsenter', [`--net=${a.netnsPath}`, 'ip', 'addr', 'del', '198.51.100.77/32', 'dev', 'lo']);
+    }
+  });
+
+  it('release removes the netns, veth, route and nft rules of the slot', async () => {
+    const c = await nm.acquire();
+    await nm.applyPolicy(c, parseNetworkPolicy({ denyOut: [WAN_B] }));
+    let now = await hostLeftovers(PREFIX, join(scratch, 'run'));
+    expect(now.links).toContain(c.hostIfName);
+    expect(now.slotChains).toContain(`slot${c.index}`);
+    await nm.release(c);
+    now = await hostLeftovers(PREFIX, join(scratch, 'run'));
+    expect(now.links).not.toContain(c.hostIfName);
+    expect(now.files).not.toContain(`${PREFIX}-ns-${c.index}`);
+    expect(now.mounts).not.toContain(c.netnsPath);
+    expect(now.slotChains).not.toContain(`slot${c.index}`);
+    expect(now.routes.join('\n')).not.toContain(c.hostInteractionIp);
+    await expect(nm.applyPolicy(c, DEFAULT_EGRESS_POLICY)).rejects.toThrow(/not in use/);
+    await expect(nm.release(c)).rejects.toThrow(/not in use/);
+  });
+
+  it('shutdown without destroyAll keeps slots in use and removes the pool', async () => {
+    // Checked on a second manager so the fixture above stays intact.
+    const m = new NetworkManager(
+      options({
+        namePrefix: CRASH_PREFIX,
+        runtimePath: join(scratch, 'crash-run'),
+        internal: { hostInteractionCidr: '10.213.0.0/24', vethCidr: '10.214.0.0/24' },
+      }),
+    );
+    await m.init();
+    const kept = await m.acquire();
+    await eventually(() => m.stats().ready >= 2, 'pool refill');
+    await m.shutdown();
+    const now = await hostLeftovers(CRASH_PREFIX, join(scratch, 'crash-run'));
+    expect(now.links).toEqual([kept.hostIfName]);
+    expect(now.files).toEqual([`${CRASH_PREFIX}-ns-${kept.index}`]);
+    const sweeper = new NetworkManager(
+      options({
+        namePrefix: CRASH_PREFIX,
+        runtimePath: join(scratch, 'crash-run'),
+        internal: { hostInteractionCidr: '10.213.0.0/24', vethCidr: '10.214.0.0/24' },
+        pool: { lowWatermark: 0, highWatermark: 0, maintenanceEnabled: false, startupPrewarm: false },
+      }),
+    );
+    await sweeper.init();
+    await sweeper.shutdown({ destroyAll: true });
+    expect(await hostLeftovers(CRASH_PREFIX, join(scratch, 'crash-run'))).toEqual(NOTHING);
+  });
+});
+
+describe('crash recovery', () => {
+  const runtimePath = () => join(scratch, 'crash-run');
+  const crashOptions = (pool: Partial<NetworkManagerOptions['pool']> = {}) =>
+    options({
+      namePrefix: CRASH_PREFIX,
+      runtimePath: runtimePath(),
+      internal: { hostInteractionCidr: '10.213.0.0/24', vethCidr: '10.214.0.0/24' },
+      pool: { lowWatermark: 2, highWatermark: 4, maintenanceEnabled: true, startupPrewarm: true, ...pool },
+    });
+  const quiet = { lowWatermark: 0, highWatermark: 0, maintenanceEnabled: false, startupPrewarm: false };
+
+  it('a new manager removes everything a dropped one left, including half-made slots', async () => {
+    // No background refill: nothing may run on behalf of the dropped manager once it is abandoned.
+    const dropped = new NetworkManager(crashOptions({ lowWatermark: 3, maintenanceEnabled: false }));
+    await dropped.init();
+    const s1 = await dropped.acquire();
+    const s2 = await dropped.acquire();
+    await dropped.applyPolicy(s1, parseNetworkPolicy({ allowInternetAccess: false }));
+    await dropped.applyPolicy(s2, parseNetworkPolicy({ denyOut: [WAN_B] }));
+    // Half-made leftovers a crash mid-create or mid-release could leave.
+    const dir = join(runtimePath(), 'netns');
+    await writeFile(join(dir, `${CRASH_PREFIX}-ns-77`), '');
+    await writeFile(join(dir, `${CRASH_PREFIX}-ns-78`), '');
+    await run('unshare', [`--net=${join(dir, `${CRASH_PREFIX}-ns-78`)}`, 'true']);
+    await run('ip', [
+      'link',
+      'add',
+      `${CRASH_PREFIX}-v79`,
+      'type',
+      'veth',
+      'peer',
+      'name',
+      `${CRASH_PREFIX}x79`,
+    ]);
+    const t = `inet ${CRASH_PREFIX}`;
+    await run('nft', ['-f', '-'], {
+      input: `add chain ${t} slot80\nadd element ${t} egress { "${CRASH_PREFIX}-v80" : jump slot80 }\nadd chain ${t} stray\n`,
+    });
+    const before = await hostLeftovers(CRASH_PREFIX, runtimePath());
+    expect(before.links.length).toBeGreaterThanOrEqual(4);
+    expect(before.slotChains).toEqual(
+      expect.arrayContaining([`slot${s1.index}`, `slot${s2.index}`, 'slot80']),
+    );
+    expect(dropped.stats().ready).toBe(1);
+    // `dropped` is abandoned here without shutdown, as after a crash.
+
+    const fresh = new NetworkManager(crashOptions(quiet));
+    const report = await fresh.init([]);
+    expect(report.failed).toEqual([]);
+    expect(report.removed.slots).toEqual(expect.arrayContaining([s1.index, s2.index, 77, 78, 79]));
+    expect(await hostLeftovers(CRASH_PREFIX, runtimePath())).toEqual(NOTHING);
+    const chains = (await run('nft', ['list', 'table', 'inet', CRASH_PREFIX])).stdout;
+    expect(chains).not.toContain('stray');
+    await fresh.shutdown({ destroyAll: true });
+    expect(await run('nft', ['list', 'table', 'inet', CRASH_PREFIX], { allowFailure: true })).toMatchObject({
+      code: 1,
+    });
+    expect(await mountPointsUnder(runtimePath())).toEqual([]);
+  });
+
+  it('keeps and re-attaches a slot whose sandbox survived, with its policy still enforced', async () => {
+    const first = new NetworkManager(crashOptions({ maintenanceEnabled: false }));
+    await first.init();
+    const survivor = await first.acquire();
+    const other = await first.acquire();
+    await first.applyPolicy(survivor, parseNetworkPolicy({ allowOut: [WAN_A], allowInternetAccess: false }));
+    const envd = await startServer(inSlot(survivor), SLOT_SERVER);
+
+    const second = new NetworkManager(crashOptions(quiet));
+    const report = await second.init([survivor.index, 99]);
+    expect(report.adopted.map((s) => s.index)).toEqual([survivor.index]);
+    expect(report.missing).toEqual([99]);
+    expect(report.removed.slots).toContain(other.index);
+    const again = second.attach(survivor.index);
+    expect(again).toEqual(survivor);
+    expect(await (await fetch(`${again.envdUrl}/`)).text()).toBe('slot-envd');
+    expect(await probe(inSlot(again), [http(WAN_A), http(WAN_B)])).toEqual([
+      expect.objectContaining({ ok: true }),
+      refused,
+    ]);
+    // The adopted slot's policy is replaceable and its teardown complete.
+    await second.applyPolicy(again, DEFAULT_EGRESS_POLICY);
+    expect((await probe(inSlot(again), [http(WAN_B)]))[0]?.ok).toBe(true);
+    const envdExit = new Promise((r) => envd.once('exit', r));
+    process.kill(envd.pid!, 'SIGKILL');
+    await envdExit;
+    await second.release(again);
+    expect(() => second.attach(survivor.index)).toThrow(/not attached/);
+    await second.shutdown({ destroyAll: true });
+    expect(await hostLeftovers(CRASH_PREFIX, runtimePath())).toEqual(NOTHING);
+  });
+
+  it('cleans up after a server process killed with SIGKILL', async () => {
+    const moduleUrl = new URL('./manager.ts', import.meta.url).href;
+    const script = join(scratch, 'crashing-server.mts');
+    await writeFile(
+      script,
+      `import { NetworkManager } from ${JSON.stringify(moduleUrl)};
+       const m = new NetworkManager(JSON.parse(process.argv[2]));
+       await m.init();
+       const s = await m.acquire();
+       await m.applyPolicy(s, { allowOut: [], denyOut: ['${WAN_B}/32'], allowInternetAccess: null });
+       while (m.stats().ready < 2) await new Promise((r) => setTimeout(r, 20));
+       console.log('ready');
+       setInterval(() => {}, 1000);`,
+    );
+    const tsx = fileURLToPath(import.meta.resolve('tsx'));
+    const crashing = spawn(process.execPath, ['--import', tsx, script, JSON.stringify(crashOptions())], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    children.push(crashing);
+    await new Promise<void>((resolve, reject) => {
+      let err = '';
+      crashing.stdout!.on('data', (b: Buffer) => b.toString().includes('ready') && resolve());
+      crashing.stderr!.on('data', (b: Buffer) => (err += b.toString()));
+      crashing.on('exit', (code) => reject(new Error(`crashing server exited ${code}: ${err}`)));
+    });
+    const exited = new Promise((r) => crashing.once('exit', r));
+    process.kill(crashing.pid!, 'SIGKILL');
+    await exited;
+    const before = await hostLeftovers(CRASH_PREFIX, runtimePath());
+    // One acquired slot with a policy, two ready ones, maybe a third being created at the kill.
+    expect(before.links.length).toBeGreaterThanOrEqual(3);
+    expect(before.slotChains.length).toBe(1);
+
+    const fresh = new NetworkManager(crashOptions(quiet));
+    await fresh.init([]);
+    expect(await hostLeftovers(CRASH_PREFIX, runtimePath())).toEqual(NOTHING);
+    await fresh.shutdown({ destroyAll: true });
+  });
+});

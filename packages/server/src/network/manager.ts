@@ -1,0 +1,635 @@
+// Per-sandbox network slots: warm pool, egress policy, teardown and crash reconcile.
+
+import { readFile, realpath, writeFile } from 'node:fs/promises';
+import { isAbsolute, join } from 'node:path';
+import type { Registry } from 'prom-client';
+import { run } from '../util/exec.js';
+import { AddressPlan } from './addressing.js';
+import { parseCidr, type Cidr } from './ip.js';
+import { NetworkMetrics } from './metrics.js';
+import { SlotNames } from './names.js';
+import {
+  BASE_CHAINS,
+  EGRESS_MAP,
+  SHARED_CHAINS,
+  dropTableScript,
+  sharedTableScript,
+  slotPolicyScript,
+  slotRemovalScript,
+} from './nft-rules.js';
+import { NftWriter, type NftRunner } from './nft-writer.js';
+import {
+  createSlotPlumbing,
+  destroySlotPlumbing,
+  ensureNetnsDir,
+  inventory,
+  netnsPath,
+  releaseNetnsDir,
+  type PlumbingContext,
+} from './plumbing.js';
+import { hasRuntimeRules } from './policy.js';
+import { DEFAULT_RESOLV_CONF_PATHS, resolveSandboxNameserver } from './resolv.js';
+import type { EgressPolicy, NetworkSlot } from './types.js';
+import { RefillTarget } from './watermark.js';
+
+/** The subset of a pino logger this module uses. */
+export interface NetworkLogger {
+  debug(obj: object, msg?: string): void;
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+  error(obj: object, msg?: string): void;
+}
+
+export interface NetworkManagerOptions {
+  /** `runtime_path` ($AENV_RUNTIME): netns files live in `<runtimePath>/netns/`. */
+  runtimePath: string;
+  /** `[network.internal]`. */
+  internal: { hostInteractionCidr: string; vethCidr: string };
+  /** `[network.egress]`: IPv4 CIDRs no policy can open. */
+  egress: { alwaysDeniedCidrs: readonly string[] };
+  /** `[pool]` watermarks and `[pool.network]` switches. */
+  pool: { lowWatermark: number; highWatermark: number; maintenanceEnabled: boolean; startupPrewarm: boolean };
+  /** `[tools].control_plane_port`: where envd listens inside the sandbox. */
+  controlPlanePort: number;
+  logger?: NetworkLogger;
+  metricsRegistry?: Registry;
+  /** Names host objects: netns files `<p>-ns-N`, veths `<p>-vN`, nft table `inet <p>`. Default `aenv`. */
+  namePrefix?: string;
+  /** Where the sandbox nameserver is looked up, in order. */
+  resolvConfPaths?: readonly string[];
+  /** Replaces `nft -f -` (benchmarks count invocations through it). */
+  nftRunner?: NftRunner;
+}
+
+export interface ReconcileReport {
+  /** Kept slots now attached to this manager (use attach(index) to get one later). */
+  adopted: NetworkSlot[];
+  /** Kept indexes whose netns mount or veth no longer exists; release() them. */
+  missing: number[];
+  /** Leftovers removed, by kind. */
+  removed: { slots: number[]; chains: number; elements: number };
+  /** Leftover slots whose teardown failed (logged; the next reconcile retries). */
+  failed: number[];
+}
+
+type SlotState = 'creating' | 'ready' | 'in-use' | 'releasing' | 'leaked';
+
+interface SlotEntry {
+  state: SlotState;
+  slot: NetworkSlot;
+  /** The slot has its own nft chain and vmap element (a policy with rules was applied). */
+  hasChain: boolean;
+  /** Serialises applyPolicy/release on one slot. */
+  tail: Promise<void>;
+}
+
+type Lifecycle = 'new' | 'starting' | 'running' | 'stopping' | 'stopped';
+
+const noopLogger: NetworkLogger = { debug() {}, info() {}, warn() {}, error() {} };
+const RETRY_FILL_MS = 1000;
+const TEARDOWN_CONCURRENCY = 4;
+
+export class NetworkManager {
+  private readonly names: SlotNames;
+  private readonly plan: AddressPlan;
+  private readonly alwaysDenied: Cidr[];
+  private readonly log: NetworkLogger;
+  private readonly nft: NftWriter;
+  private readonly target: RefillTarget;
+  private readonly metrics: NetworkMetrics;
+  private readonly slots = new Map<number, SlotEntry>();
+  private readonly readyQueue: number[] = [];
+  private readonly creations = new Set<Promise<unknown>>();
+  private ctx: PlumbingContext;
+  private dnsServer: string | null = null;
+  private lifecycle: Lifecycle = 'new';
+  private cursor = 0;
+  private filling: Promise<void> | null = null;
+  private fillAgain = false;
+  private retryTimer: NodeJS.Timeout | null = null;
+
+  constructor(private readonly opts: NetworkManagerOptions) {
+    if (!isAbsolute(opts.runtimePath))
+      throw new Error(`runtime_path must be absolute, got "${opts.runtimePath}"`);
+    const port = opts.controlPlanePort;
+    if (!Number.isInteger(port) || port < 1 || port > 65535) {
+      throw new Error(`tools.control_plane_port must be a port number, got ${port}`);
+    }
+    this.names = new SlotNames(opts.namePrefix ?? 'aenv');
+    this.plan = new AddressPlan(opts.internal.hostInteractionCidr, opts.internal.vethCidr);
+    this.alwaysDenied = opts.egress.alwaysDeniedCidrs.map((text) => {
+      const cidr = typeof text === 'string' ? parseCidr(text.trim()) : null;
+      if (!cidr || cidr.family !== 4) {
+        throw new Error(
+          `network.egress.always_denied_cidrs entry ${JSON.stringify(text)} is not an IPv4 CIDR`,
+        );
+      }
+      return cidr;
+    });
+    this.target = new RefillTarget(opts.pool);
+    this.log = opts.logger ?? noopLogger;
+    this.nft = new NftWriter(opts.nftRunner);
+    this.ctx = {
+      netnsDir: join(opts.runtimePath, 'netns'),
+      names: this.names,
+      hostNetnsPath: `/proc/${process.pid}/ns/net`,
+    };
+    this.metrics = new NetworkMetrics(opts.metricsRegistry, () => this.stats());
+  }
+
+  /** Pool and slot counts right now. */
+  stats(): { ready: number; inUse: number; target: number; nftInvocations: number } {
+    let inUse = 0;
+    for (const e of this.slots.values()) if (e.state === 'in-use') inUse++;
+    return {
+      ready: this.readyQueue.length,
+      inUse,
+      target: this.target.value,
+      nftInvocations: this.nft.invocations,
+    };
+  }
+
+  /** The nameserver sandboxes get (resolved at init). */
+  get sandboxNameserver(): string | null {
+    return this.dnsServer;
+  }
+
+  /**
+   * Prepares the host (ip_forward, netns directory, nft table), removes every leftover of this
+   * prefix except the `keep` slots (which are adopted), then prewarms the pool if configured.
+   */
+  async init(keep: readonly number[] = []): Promise<ReconcileReport> {
+    if (this.lifecycle !== 'new') throw new Error('NetworkManager.init() may be called once');
+    this.lifecycle = 'starting';
+    try {
+      await checkHostTools();
+      await enableIpForwarding(this.log);
+      await ensureNetnsDir(this.ctx.netnsDir);
+      this.ctx = { ...this.ctx, netnsDir: await realpath(this.ctx.netnsDir) };
+      this.dnsServer = await resolveSandboxNameserver(this.opts.resolvConfPaths ?? DEFAULT_RESOLV_CONF_PATHS);
+      if (this.dnsServer === null)
+        this.log.warn({}, 'no non-loopback IPv4 nameserver on the host; sandboxes get no DNS');
+      const report = await this.reconcileNow(keep);
+      for (const slot of report.adopted) this.cursor = Math.max(this.cursor, slot.index);
+      this.lifecycle = 'running';
+      if (this.opts.pool.startupPrewarm) await this.fill();
+      this.kick();
+      this.log.info(
+        { dnsServer: this.dnsServer, adopted: report.adopted.length, removed: report.removed.slots.length },
+        'network ready',
+      );
+      return report;
+    } catch (e) {
+      this.lifecycle = 'stopped';
+      throw e;
+    }
+  }
+
+  /** A ready slot: from the warm pool at once, else created now. */
+  async acquire(): Promise<NetworkSlot> {
+    this.requireRunning();
+    const index = this.readyQueue.shift();
+    this.target.onAcquire(this.readyQueue.length);
+    let slot: NetworkSlot;
+    if (index !== undefined) {
+      const entry = this.slots.get(index) as SlotEntry;
+      entry.state = 'in-use';
+      slot = entry.slot;
+      this.metrics.acquisitions.inc({ result: 'hit' });
+    } else {
+      this.metrics.acquisitions.inc({ result: 'miss' });
+      slot = await this.createSlot('in-use');
+    }
+    this.kick();
+    return slot;
+  }
+
+  /**
+   * Installs the sandbox's egress policy, replacing the previous one. A policy without rules
+   * (no allowOut/denyOut, internet not denied) removes the slot's rules.
+   */
+  async applyPolicy(slot: NetworkSlot, policy: EgressPolicy): Promise<void> {
+    const entry = this.inUseEntry(slot, 'applyPolicy');
+    const withRules = hasRuntimeRules(policy);
+    // Built before queueing so a malformed policy fails here and changes nothing.
+    const script = withRules
+      ? slotPolicyScript(this.names, slot.index, policy)
+      : slotRemovalScript(this.names, slot.index);
+    await this.serial(entry, async () => {
+      if (!withRules && !entry.hasChain) return;
+      const end = this.metrics.policyApplySeconds.startTimer();
+      try {
+        await this.nft.apply(script);
+      } catch (e) {
+        this.metrics.errors.inc({ op: 'apply_policy' });
+        throw e;
+      }
+      end();
+      entry.hasChain = withRules;
+    });
+  }
+
+  /** Tears the slot down (a netns that ran a sandbox is never reused). */
+  async release(slot: NetworkSlot): Promise<void> {
+    const entry = this.inUseEntry(slot, 'release');
+    entry.state = 'releasing';
+    await this.serial(entry, async () => {
+      try {
+        await this.destroySlot(slot.index, entry.hasChain);
+        this.slots.delete(slot.index);
+      } catch (e) {
+        entry.state = 'leaked';
+        this.log.error({ err: e, index: slot.index }, 'slot teardown failed; reconcile will retry');
+        throw e;
+      }
+    });
+    this.kick();
+  }
+
+  /** The slot with this index, adopted at init/reconcile or acquired earlier. */
+  attach(index: number): NetworkSlot {
+    const entry = this.slots.get(index);
+    if (!entry || entry.state !== 'in-use') {
+      throw new Error(`network slot ${index} is not attached (pass it in init/reconcile keep)`);
+    }
+    return entry.slot;
+  }
+
+  /**
+   * Removes every host object of this prefix that belongs neither to `keep` nor to this manager
+   * (netns mounts and files, veths, nft chains and vmap elements; routes go with their veth) and
+   * adopts the kept ones. Safe to call at any time as a leak sweep.
+   */
+  async reconcile(keep: readonly number[]): Promise<ReconcileReport> {
+    this.requireRunning();
+    return this.reconcileNow(keep);
+  }
+
+  /**
+   * Stops the pool and destroys its ready slots. Slots in use stay (their sandboxes may outlive the
+   * process); with `destroyAll` they go too, with the nft table and the netns directory mount.
+   */
+  async shutdown(opts: { destroyAll?: boolean } = {}): Promise<void> {
+    if (this.lifecycle === 'stopped' || this.lifecycle === 'new') {
+      this.lifecycle = 'stopped';
+      return;
+    }
+    this.lifecycle = 'stopping';
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    await this.filling;
+    await Promise.allSettled([...this.creations]);
+    const doomed = [...this.slots.entries()].filter(
+      ([, e]) => e.state === 'ready' || (opts.destroyAll === true && e.state !== 'releasing'),
+    );
+    this.readyQueue.length = 0;
+    await forEachLimited(doomed, TEARDOWN_CONCURRENCY, async ([index, entry]) => {
+      try {
+        await this.destroySlot(index, entry.hasChain);
+        this.slots.delete(index);
+      } catch (e) {
+        entry.state = 'leaked';
+        this.log.error({ err: e, index }, 'slot teardown at shutdown failed');
+      }
+    });
+    if (opts.destroyAll) {
+      await this.nft.idle();
+      await this.sweep(new Set());
+      await this.nft.apply(dropTableScript(this.names));
+      await releaseNetnsDir(this.ctx.netnsDir);
+    }
+    this.lifecycle = 'stopped';
+  }
+
+  // ---- internals ----
+
+  private requireRunning(): void {
+    if (this.lifecycle !== 'running') throw new Error(`network manager is ${this.lifecycle}, not running`);
+  }
+
+  private inUseEntry(slot: NetworkSlot, op: string): SlotEntry {
+    this.requireRunning();
+    const entry = this.slots.get(slot.index);
+    if (!entry || entry.state !== 'in-use' || entry.slot.netnsPath !== slot.netnsPath) {
+      throw new Error(`${op}: network slot ${slot.index} is not in use`);
+    }
+    return entry;
+  }
+
+  private serial(entry: SlotEntry, fn: () => Promise<void>): Promise<void> {
+    const next = entry.tail.then(fn, fn);
+    entry.tail = next.catch(() => undefined);
+    return next;
+  }
+
+  private slotFor(index: number): NetworkSlot {
+    const addrs = this.plan.forIndex(index);
+    return {
+      index,
+      netnsPath: netnsPath(this.ctx, index),
+      hostIfName: this.names.veth(index),
+      hostInteractionIp: addrs.hostInteractionIp,
+      dnsServer: this.dnsServer,
+      hostLinkIp: addrs.hostLinkIp,
+      sandboxLinkIp: addrs.sandboxLinkIp,
+      envdUrl: `http://${addrs.hostInteractionIp}:${this.opts.controlPlanePort}`,
+    };
+  }
+
+  /**
+   * Next free index after the last one handed out (round robin), so a released address is not
+   * reused soon: conntrack entries of the previous sandbox may still name it.
+   */
+  private allocateIndex(): number {
+    const max = this.plan.maxIndex;
+    for (let step = 1; step <= max; step++) {
+      const index = ((this.cursor + step - 1) % max) + 1;
+      if (!this.slots.has(index)) {
+        this.cursor = index;
+        return index;
+      }
+    }
+    throw new Error(`all ${max} network slots are in use`);
+  }
+
+  private createSlot(stateAfter: 'ready' | 'in-use'): Promise<NetworkSlot> {
+    const index = this.allocateIndex();
+    const slot = this.slotFor(index);
+    const entry: SlotEntry = { state: 'creating', slot, hasChain: false, tail: Promise.resolve() };
+    this.slots.set(index, entry);
+    const addrs = this.plan.forIndex(index);
+    const end = this.metrics.slotCreateSeconds.startTimer();
+    const work = (async () => {
+      try {
+        try {
+          await createSlotPlumbing(this.ctx, index, addrs);
+        } catch (first) {
+          // A leftover with this name (a crash not yet reconciled) was removed by the rollback: retry once.
+          this.log.warn({ err: first, index }, 'slot create failed; retrying once');
+          await createSlotPlumbing(this.ctx, index, addrs);
+        }
+      } catch (e) {
+        this.slots.delete(index);
+        this.metrics.errors.inc({ op: 'create_slot' });
+        throw e;
+      }
+      end();
+      entry.state = stateAfter;
+      return slot;
+    })();
+    this.creations.add(work);
+    void work.then(
+      () => this.creations.delete(work),
+      () => this.creations.delete(work),
+    );
+    return work;
+  }
+
+  private async destroySlot(index: number, hasChain: boolean): Promise<void> {
+    const end = this.metrics.slotDestroySeconds.startTimer();
+    try {
+      await Promise.all([
+        destroySlotPlumbing(this.ctx, index),
+        hasChain ? this.nft.apply(slotRemovalScript(this.names, index)) : Promise.resolve(),
+      ]);
+    } catch (e) {
+      this.metrics.errors.inc({ op: 'destroy_slot' });
+      throw e;
+    }
+    end();
+  }
+
+  /** Fills the pool up to the refill target, one slot at a time. */
+  private async fill(): Promise<void> {
+    for (let guard = 0; guard <= this.opts.pool.highWatermark; guard++) {
+      if (this.lifecycle !== 'running' || this.target.deficit(this.readyQueue.length, 0) <= 0) return;
+      try {
+        const slot = await this.createSlot('ready');
+        this.readyQueue.push(slot.index);
+      } catch (e) {
+        this.log.error({ err: e }, 'warm pool refill failed; retrying later');
+        this.scheduleRetry();
+        return;
+      }
+    }
+  }
+
+  /** Starts a background refill if maintenance is on and the pool is below target. */
+  private kick(): void {
+    if (!this.opts.pool.maintenanceEnabled || this.lifecycle !== 'running') return;
+    if (this.filling) {
+      this.fillAgain = true;
+      return;
+    }
+    if (this.target.deficit(this.readyQueue.length, 0) <= 0) return;
+    this.filling = this.fill().finally(() => {
+      this.filling = null;
+      if (this.fillAgain) {
+        this.fillAgain = false;
+        this.kick();
+      }
+    });
+  }
+
+  private scheduleRetry(): void {
+    if (this.retryTimer || !this.opts.pool.maintenanceEnabled) return;
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = null;
+      this.kick();
+    }, RETRY_FILL_MS);
+    this.retryTimer.unref();
+  }
+
+  private async reconcileNow(keep: readonly number[]): Promise<ReconcileReport> {
+    const keepSet = new Set<number>();
+    for (const index of keep) {
+      if (!Number.isInteger(index) || index < 1 || index > this.plan.maxIndex) {
+        throw new Error(`cannot keep network slot ${index}: outside 1..${this.plan.maxIndex}`);
+      }
+      const state = this.slots.get(index)?.state;
+      if (state !== undefined && state !== 'in-use' && state !== 'leaked') {
+        throw new Error(`cannot keep network slot ${index}: it is ${state} in the warm pool`);
+      }
+      keepSet.add(index);
+    }
+    const result = await this.sweep(keepSet);
+    const adopted: NetworkSlot[] = [];
+    const missing: number[] = [];
+    for (const index of keepSet) {
+      const existing = this.slots.get(index);
+      if (existing?.state === 'in-use') {
+        adopted.push(existing.slot);
+        continue;
+      }
+      if (!result.present.has(index)) {
+        missing.push(index);
+        continue;
+      }
+      const slot = this.slotFor(index);
+      this.slots.set(index, {
+        state: 'in-use',
+        slot,
+        hasChain: result.chains.has(index),
+        tail: Promise.resolve(),
+      });
+      adopted.push(slot);
+    }
+    return { adopted, missing, removed: result.removed, failed: result.failed };
+  }
+
+  /** Deletes everything of this prefix not live (kept or owned and not leaked). */
+  private sweep(keep: ReadonlySet<number>): Promise<{
+    present: Set<number>;
+    chains: Set<number>;
+    failed: number[];
+    removed: ReconcileReport['removed'];
+  }> {
+    return this.nft.exclusive(async () => {
+      const live = (index: number) => {
+        if (keep.has(index)) return true;
+        const state = this.slots.get(index)?.state;
+        return state !== undefined && state !== 'leaked';
+      };
+      const [inv, table] = await Promise.all([inventory(this.ctx), this.listTable()]);
+      const all = new Set([...inv.netnsFiles, ...inv.mounts, ...inv.veths]);
+      const doomed = [...all].filter((i) => !live(i)).sort((a, b) => a - b);
+      const failed: number[] = [];
+      await forEachLimited(doomed, TEARDOWN_CONCURRENCY, async (index) => {
+        try {
+          await destroySlotPlumbing(this.ctx, index);
+          if (this.slots.get(index)?.state === 'leaked') this.slots.delete(index);
+        } catch (e) {
+          failed.push(index);
+          this.log.error({ err: e, index }, 'cannot remove leftover network slot');
+        }
+      });
+      for (const [index, entry] of this.slots) {
+        if (entry.state === 'leaked' && !all.has(index)) this.slots.delete(index);
+      }
+
+      const staleElements = table.elements.filter((key) => {
+        const index = this.names.indexOfVeth(key);
+        return index === null || !live(index);
+      });
+      const staleChains = table.regularChains.filter((name) => {
+        if (SHARED_CHAINS.includes(name)) return false;
+        const index = this.names.indexOfChain(name);
+        return index === null || !live(index);
+      });
+      await this.nft.applyNow(
+        sharedTableScript(
+          {
+            names: this.names,
+            internalCidrs: this.plan.internalCidrs,
+            alwaysDeniedCidrs: this.alwaysDenied,
+            dnsServer: this.dnsServer,
+          },
+          { elements: staleElements, chains: staleChains, mismatchedBaseChains: table.mismatchedBaseChains },
+        ),
+      );
+      const chains = new Set<number>();
+      for (const name of table.regularChains) {
+        const index = this.names.indexOfChain(name);
+        if (index !== null && live(index)) chains.add(index);
+      }
+      const present = new Set([...inv.mounts].filter((i) => inv.veths.has(i)));
+      return {
+        present,
+        chains,
+        failed,
+        removed: {
+          slots: doomed.filter((i) => !failed.includes(i)),
+          chains: staleChains.length,
+          elements: staleElements.length,
+        },
+      };
+    });
+  }
+
+  private async listTable(): Promise<{
+    regularChains: string[];
+    elements: string[];
+    mismatchedBaseChains: string[];
+  }> {
+    const res = await run('nft', ['-j', 'list', 'table', 'inet', this.names.table], {
+      allowFailure: true,
+      timeoutMs: 30_000,
+    });
+    if (res.code !== 0) {
+      if (/No such file or directory/.test(res.stderr))
+        return { regularChains: [], elements: [], mismatchedBaseChains: [] };
+      throw new Error(`nft list table inet ${this.names.table} failed: ${res.stderr.trim()}`);
+    }
+    const doc = JSON.parse(res.stdout) as { nftables: Record<string, unknown>[] };
+    const regularChains: string[] = [];
+    const elements: string[] = [];
+    const mismatchedBaseChains: string[] = [];
+    for (const item of doc.nftables) {
+      const chain = item['chain'] as
+        { name: string; type?: string; hook?: string; prio?: number } | undefined;
+      if (chain) {
+        const want = BASE_CHAINS[chain.name];
+        if (want) {
+          if (chain.type !== want.type || chain.hook !== want.hook || chain.prio !== want.prio) {
+            mismatchedBaseChains.push(chain.name);
+          }
+        } else if (chain.hook === undefined) {
+          regularChains.push(chain.name);
+        }
+      }
+      const map = item['map'] as { name: string; elem?: unknown[] } | undefined;
+      if (map?.name === EGRESS_MAP) {
+        for (const el of map.elem ?? []) {
+          const key = Array.isArray(el) ? el[0] : undefined;
+          if (typeof key === 'string') elements.push(key);
+        }
+      }
+    }
+    return { regularChains, elements, mismatchedBaseChains };
+  }
+}
+
+async function checkHostTools(): Promise<void> {
+  const tools: [string, string[]][] = [
+    ['ip', ['-V']],
+    ['nft', ['--version']],
+    ['unshare', ['--version']],
+    ['umount', ['--version']],
+  ];
+  await Promise.all(
+    tools.map(async ([cmd, args]) => {
+      try {
+        await run(cmd, args, { timeoutMs: 10_000 });
+      } catch (e) {
+        throw new Error(`network: host tool "${cmd}" is not usable (${(e as Error).message})`);
+      }
+    }),
+  );
+}
+
+async function enableIpForwarding(log: NetworkLogger): Promise<void> {
+  const path = '/proc/sys/net/ipv4/ip_forward';
+  if ((await readFile(path, 'utf8')).trim() === '1') return;
+  await writeFile(path, '1\n');
+  log.info({}, 'enabled net.ipv4.ip_forward for sandbox egress');
+}
+
+async function forEachLimited<T>(
+  items: readonly T[],
+  limit: number,
+  fn: (item: T) => Promise<unknown>,
+): Promise<void> {
+  const errors: unknown[] = [];
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const item = items[next++] as T;
+      try {
+        await fn(item);
+      } catch (e) {
+        errors.push(e);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  if (errors.length > 0) throw errors[0];
+}

@@ -1,0 +1,119 @@
+// Validation of a sandbox's egress policy as the API receives it (agentenv-reference §5.9).
+
+import { formatCidr, parseIpOrCidr } from './ip.js';
+import type { EgressPolicy } from './types.js';
+
+/** A policy the API must answer with 400 and this message. */
+export class NetworkPolicyError extends Error {
+  readonly status = 400;
+  constructor(message: string) {
+    super(message);
+    this.name = 'NetworkPolicyError';
+  }
+}
+
+export interface NetworkPolicyInput {
+  allowOut?: unknown;
+  denyOut?: unknown;
+  allowInternetAccess?: unknown;
+}
+
+export const DOMAIN_ENTRIES_UNSUPPORTED =
+  'domain entries in allowOut are not supported until TCP egress proxy is enabled';
+
+/**
+ * Parses `network.allowOut` / `network.denyOut` and `allow_internet_access`:
+ * IPs become /32 (/128), CIDRs are normalized (host bits cleared), duplicates are dropped keeping
+ * first-seen order. Domain patterns in allowOut are recognised but refused until the egress proxy
+ * exists. Throws NetworkPolicyError (status 400) for anything else.
+ */
+export function parseNetworkPolicy(input: NetworkPolicyInput): EgressPolicy {
+  const allowEntries = stringList(input.allowOut, 'allowOut');
+  const denyEntries = stringList(input.denyOut, 'denyOut');
+
+  const allowOut: string[] = [];
+  const domains: string[] = [];
+  for (const entry of allowEntries) {
+    const cidr = ipOrCidrEntry(entry);
+    if (cidr !== null) {
+      pushUnique(allowOut, cidr);
+      continue;
+    }
+    const domain = normalizeDomainPattern(entry);
+    if (domain === null)
+      throw new NetworkPolicyError(`invalid allowOut domain entry ${JSON.stringify(entry)}`);
+    pushUnique(domains, domain);
+  }
+
+  const denyOut: string[] = [];
+  for (const entry of denyEntries) {
+    const cidr = ipOrCidrEntry(entry);
+    if (cidr === null) {
+      throw new NetworkPolicyError(
+        `denyOut entry ${JSON.stringify(entry)} must be an IP address or CIDR block`,
+      );
+    }
+    pushUnique(denyOut, cidr);
+  }
+
+  if (domains.length > 0) throw new NetworkPolicyError(DOMAIN_ENTRIES_UNSUPPORTED);
+
+  const allowInternetAccess = input.allowInternetAccess;
+  if (
+    allowInternetAccess !== undefined &&
+    allowInternetAccess !== null &&
+    typeof allowInternetAccess !== 'boolean'
+  ) {
+    throw new NetworkPolicyError('allowInternetAccess must be a boolean');
+  }
+  return { allowOut, denyOut, allowInternetAccess: allowInternetAccess ?? null };
+}
+
+/** True when the policy needs per-sandbox rules (reference: base Deny or explicit entries). */
+export function hasRuntimeRules(policy: EgressPolicy): boolean {
+  return policy.allowInternetAccess === false || policy.allowOut.length > 0 || policy.denyOut.length > 0;
+}
+
+export const DEFAULT_EGRESS_POLICY: EgressPolicy = Object.freeze({
+  allowOut: [],
+  denyOut: [],
+  allowInternetAccess: null,
+}) as EgressPolicy;
+
+function stringList(value: unknown, field: string): string[] {
+  if (value === undefined || value === null) return [];
+  if (!Array.isArray(value)) throw new NetworkPolicyError(`${field} must be an array of strings`);
+  return value.map((entry) => {
+    if (typeof entry !== 'string') throw new NetworkPolicyError(`${field} must be an array of strings`);
+    return entry;
+  });
+}
+
+/** Normalized CIDR string, null when the entry is not an address at all, error for a broken `a/b`. */
+function ipOrCidrEntry(entry: string): string | null {
+  const text = entry.trim();
+  const cidr = parseIpOrCidr(text);
+  if (cidr) return formatCidr(cidr);
+  if (text.includes('/')) throw new NetworkPolicyError(`invalid IP or CIDR entry ${JSON.stringify(entry)}`);
+  return null;
+}
+
+/** `example.com` or `*.example.com`, lowercased, trailing dot removed; null when not a DNS name. */
+export function normalizeDomainPattern(entry: string): string | null {
+  const text = entry.trim();
+  const wildcard = text.startsWith('*.');
+  const name = normalizeDnsName(wildcard ? text.slice(2) : text);
+  if (name === null) return null;
+  return wildcard ? `*.${name}` : name;
+}
+
+function normalizeDnsName(text: string): string | null {
+  const name = text.trim().replace(/\.$/, '').toLowerCase();
+  if (name.length === 0 || name.length > 253) return null;
+  const labelOk = (label: string) => /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(label);
+  return name.split('.').every(labelOk) ? name : null;
+}
+
+function pushUnique(list: string[], value: string): void {
+  if (!list.includes(value)) list.push(value);
+}
