@@ -1,0 +1,55 @@
+import { randomBytes } from 'node:crypto';
+
+export const NIL_UUID = '00000000-0000-0000-0000-000000000000';
+
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const UUID_V7_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+
+let lastMs = -1;
+let lastCounter = 0;
+
+/**
+ * A UUIDv7 (RFC 9562): 48-bit Unix milliseconds, version 7, 12-bit `rand_a`, variant 10, 62 random
+ * bits. Within one process ids are strictly increasing: in the same millisecond (or if the clock
+ * steps back) `rand_a` is used as a counter, moving to the next millisecond when it overflows.
+ */
+export function uuidv7(nowMs: number = Date.now()): string {
+  const rand = randomBytes(10);
+  let ms = Math.max(Math.floor(nowMs), 0);
+  let counter: number;
+  if (ms > lastMs) {
+    counter = rand.readUInt16BE(0) & 0x7ff; // start in the lower half so the counter has room
+  } else {
+    ms = lastMs;
+    counter = lastCounter + 1;
+    if (counter > 0xfff) {
+      ms += 1;
+      counter = 0;
+    }
+  }
+  lastMs = ms;
+  lastCounter = counter;
+
+  const b = Buffer.alloc(16);
+  b.writeUIntBE(ms, 0, 6);
+  b.writeUInt16BE(0x7000 | counter, 6);
+  rand.copy(b, 8, 2, 10);
+  b[8] = (b[8]! & 0x3f) | 0x80;
+  const hex = b.toString('hex');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+/** Any UUID in canonical hyphenated form (any version, any case). */
+export function isUuid(value: string): boolean {
+  return UUID_RE.test(value);
+}
+
+/** A lowercase UUIDv7. */
+export function isUuidV7(value: string): boolean {
+  return UUID_V7_RE.test(value);
+}
+
+/** Unix milliseconds encoded in a UUIDv7. */
+export function uuidv7Timestamp(id: string): number {
+  return parseInt(id.replace(/-/g, '').slice(0, 12), 16);
+}
