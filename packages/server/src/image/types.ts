@@ -28,4 +28,8 @@ export interface PulledImage {
   /** Bottom layer first. */
   layers: UnpackedLayer[];
   config: ImageConfig;
+  /** Digest of the image config blob. */
+  configDigest?: string;
+  /** "linux/amd64", "linux/arm64/v8". */
+  platform?: string;
 }
