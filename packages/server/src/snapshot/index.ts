@@ -1,0 +1,75 @@
+import type { Logger } from '../util/log.js';
+import { CatalogRepository } from './core.js';
+import { invalidRequest } from './errors.js';
+import { S3Store, type OssOptions } from './oss/s3-store.js';
+import { PosixStore } from './posix/posix-store.js';
+import type { SnapshotRepository } from './repository.js';
+
+export * from './errors.js';
+export * from './record.js';
+export * from './repository.js';
+export { newSnapshotId, isSnapshotId } from './ids.js';
+export type { OssOptions, OssCredentials } from './oss/s3-store.js';
+
+export interface CompressionOptions {
+  /** Compress blobs with zstd when uploading to oss (the local cache keeps raw files). */
+  enabled: boolean;
+  /** zstd level, 1..19. */
+  level: number;
+}
+
+export interface SnapshotRepositoryOptions {
+  /** `[snapshot].repository_backend` */
+  backend: 'posix_fs' | 'oss';
+  /** `[backend.posix_fs]` */
+  posixFs: { snapshotStore: string };
+  /** `[backend.oss]`; required for `oss`. */
+  oss?: OssOptions;
+  /** `[snapshot].local_cache_path`: node-local cache of downloaded oss blobs. */
+  localCachePath: string;
+  /** `[backend.oss].cache_max_size_gb` (may be fractional). */
+  cacheMaxSizeGb: number;
+  /** `[snapshot.publish_compression]` */
+  compression: CompressionOptions;
+  logger: Logger;
+  /** How long an operation waits for a record/alias/GC lock (default 60 s). */
+  lockTimeoutMs?: number;
+  /** Cache entries used more recently than this are not evicted (default 60 s), so a fetched path stays valid. */
+  cacheMinEvictAgeMs?: number;
+}
+
+const DEFAULT_LOCK_TIMEOUT_MS = 60_000;
+
+export function createSnapshotRepository(opts: SnapshotRepositoryOptions): SnapshotRepository {
+  const logger = opts.logger.child({ component: 'snapshot-repository', backend: opts.backend });
+  const lockTimeoutMs = opts.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS;
+  if (opts.backend === 'posix_fs') {
+    if (!opts.posixFs?.snapshotStore) throw invalidRequest('backend.posix_fs.snapshot_store is required');
+    return new CatalogRepository({
+      store: new PosixStore({ snapshotStore: opts.posixFs.snapshotStore, logger }),
+      logger,
+      lockTimeoutMs,
+    });
+  }
+  if (opts.backend === 'oss') {
+    if (!opts.oss) throw invalidRequest('[backend.oss] settings are required for repository_backend = "oss"');
+    if (!(opts.cacheMaxSizeGb > 0))
+      throw invalidRequest(`cache_max_size_gb must be > 0 (got ${opts.cacheMaxSizeGb})`);
+    const level = opts.compression.level;
+    if (!Number.isInteger(level) || level < 1 || level > 19) {
+      throw invalidRequest(`publish_compression.level must be an integer 1..19 (got ${level})`);
+    }
+    const store = new S3Store({
+      oss: opts.oss,
+      localCachePath: opts.localCachePath,
+      cacheMaxBytes: Math.floor(opts.cacheMaxSizeGb * 1024 ** 3),
+      cacheMinEvictAgeMs: opts.cacheMinEvictAgeMs ?? 60_000,
+      compression: opts.compression,
+      logger,
+    });
+    return new CatalogRepository({ store, logger, lockTimeoutMs });
+  }
+  throw invalidRequest(
+    `unknown snapshot repository backend ${JSON.stringify(opts.backend)} (posix_fs | oss)`,
+  );
+}

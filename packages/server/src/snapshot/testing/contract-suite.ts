@@ -1,0 +1,588 @@
+/**
+ * The contract every SnapshotRepository backend passes (imported by the backends' test files; not a test file
+ * itself). Each backend supplies a `ContractTarget`: repository options a child process can reuse, plus a few
+ * raw-storage helpers to simulate crashes and corruption.
+ */
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createSnapshotRepository, type SnapshotRepositoryOptions } from '../index.js';
+import { newSnapshotId } from '../ids.js';
+import type { CommittedSnapshotDraft, NewSnapshotRecord, SnapshotRecord } from '../record.js';
+import type { PublishInput, PublishProgress, SnapshotRepository } from '../repository.js';
+
+export type StoredBlobRef =
+  { kind: 'layer'; digest: string } | { kind: 'artifact'; id: string; name: string };
+
+export interface ContractTarget {
+  /** JSON-serialisable options (no logger): child processes open the same repository with them. */
+  options: Omit<SnapshotRepositoryOptions, 'logger'>;
+  corruptBlob(ref: StoredBlobRef): Promise<void>;
+  removeBlob(ref: StoredBlobRef): Promise<void>;
+  blobExists(ref: StoredBlobRef): Promise<boolean>;
+  /** Writes an alias document pointing at `id` without any record (what a crash mid-create leaves). */
+  writeDanglingAlias(alias: string, id: string): Promise<void>;
+  aliasExists(alias: string): Promise<boolean>;
+  cleanup(): Promise<void>;
+}
+
+const REPO_ROOT = fileURLToPath(new URL('../../../../../', import.meta.url));
+const CHILD = fileURLToPath(new URL('./repo-child.ts', import.meta.url));
+const silent = pino({ level: 'silent' });
+
+const resources = { cpuCount: 2, memoryMB: 512, diskSizeMB: 2048 };
+const draft: CommittedSnapshotDraft = {
+  context: {
+    envVars: { A: '1' },
+    workdir: '/home/user',
+    user: 'user',
+    exposedPorts: [],
+    volumes: [],
+    labels: {},
+  },
+  runtimeVersions: { envd: '0.5.15', tools: '0.1.0', runc: '1.1.5', criu: '4.1' },
+  virtualizationMode: 'container',
+};
+
+export function defineRepositoryContract(name: string, setup: () => Promise<ContractTarget>): void {
+  describe(`snapshot repository contract: ${name}`, () => {
+    let target: ContractTarget;
+    let repo: SnapshotRepository;
+    let files: string;
+    const opened: SnapshotRepository[] = [];
+    const uid = randomUUID().slice(0, 8);
+    const alias = (label: string) => `${label}-${uid}`;
+
+    const open = (extra: Partial<SnapshotRepositoryOptions> = {}) => {
+      const r = createSnapshotRepository({ ...target.options, ...extra, logger: silent });
+      opened.push(r);
+      return r;
+    };
+    const file = async (content: Buffer | string = randomBytes(4096)) => {
+      const path = join(files, randomUUID());
+      await writeFile(path, content);
+      return path;
+    };
+    const sandboxRecord = (extra: Partial<NewSnapshotRecord> = {}): NewSnapshotRecord => ({
+      source: { kind: 'sandbox', sourceSandboxId: `sbx-${uid}` },
+      resources,
+      ...extra,
+    });
+    const simpleInput = async (): Promise<PublishInput> => ({
+      layers: [{ path: await file(), mediaType: 'application/vnd.aenv.disk-diff.v1.tar' }],
+      artifacts: { memory: { path: await file(), mediaType: 'application/vnd.aenv.criu-images.v1.tar' } },
+      committed: draft,
+    });
+    const publishNew = async (extra: Partial<NewSnapshotRecord> = {}, input?: PublishInput) => {
+      const rec = await repo.create(sandboxRecord(extra));
+      return repo.publish(rec.id, input ?? (await simpleInput()));
+    };
+    const expectError = async (p: Promise<unknown>, kind: string, status: number) => {
+      const err = await p.then(
+        () => undefined,
+        (e: unknown) => e as { kind?: string; status?: number; message?: string },
+      );
+      expect(err, `expected a ${kind} error`).toBeDefined();
+      expect({ kind: err?.kind, status: err?.status }).toEqual({ kind, status });
+      return err as { kind: string; status: number; message: string; subject?: string };
+    };
+
+    beforeAll(async () => {
+      target = await setup();
+      repo = open();
+      files = await mkdtemp(join(tmpdir(), 'aenv-repo-files-'));
+    });
+
+    afterAll(async () => {
+      for (const r of opened) await r.close();
+      await rm(files, { recursive: true, force: true });
+      await target?.cleanup();
+    });
+
+    it('creates records and finds them by id, by alias and by an upper-case id', async () => {
+      const rec = await repo.create({
+        alias: alias('tpl'),
+        source: { kind: 'template', build: { status: 'waiting' } },
+        resources,
+      });
+      expect(rec).toMatchObject({
+        version: 1,
+        alias: alias('tpl'),
+        source: { kind: 'template', build: { status: 'waiting' } },
+      });
+      expect(rec.id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+      expect(rec.createdAt).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+      expect(rec.committed).toBeUndefined();
+      expect(await repo.get(rec.id)).toEqual(rec);
+      expect(await repo.get(alias('tpl'))).toEqual(rec);
+      expect(await repo.get(rec.id.toUpperCase())).toEqual(rec);
+      expect(await open().get(rec.id)).toEqual(rec); // a second instance over the same storage
+      expect(await repo.find(newSnapshotId())).toBeUndefined();
+      const nf = await expectError(repo.get(newSnapshotId()), 'NotFound', 404);
+      expect(nf.subject).toBe('snapshot');
+      await expectError(repo.get(alias('nobody')), 'NotFound', 404);
+    });
+
+    it('rejects bad input with InvalidRequest (400)', async () => {
+      for (const bad of ['', 'a/b', 'a.b', 'a:b', 'ünï', 'x'.repeat(256)]) {
+        const err = await expectError(repo.create(sandboxRecord({ alias: bad })), 'InvalidRequest', 400);
+        expect(err.message).toMatch(/invalid snapshot alias/);
+      }
+      await expectError(repo.get('a/b'), 'InvalidRequest', 400);
+      await expectError(
+        repo.create({ ...sandboxRecord(), resources: { cpuCount: 0, memoryMB: 1, diskSizeMB: 1 } }),
+        'InvalidRequest',
+        400,
+      );
+      await expectError(repo.create(sandboxRecord({ id: 'not-a-uuid' })), 'InvalidRequest', 400);
+      const rec = await repo.create(sandboxRecord());
+      await expectError(repo.create(sandboxRecord({ id: rec.id })), 'InvalidRequest', 400);
+      await expectError(repo.bindAlias('bad alias', rec.id), 'InvalidRequest', 400);
+      await expectError(
+        repo.update('nope', () => {}),
+        'InvalidRequest',
+        400,
+      );
+    });
+
+    it('updates records under their lock and keeps identity fields fixed', async () => {
+      const rec = await repo.create({
+        source: { kind: 'template', build: { status: 'waiting' } },
+        resources,
+      });
+      const startBuild = (r: SnapshotRecord) => {
+        if (r.source.kind !== 'template' || r.source.build.status !== 'waiting')
+          throw new Error('build already started');
+        r.source.build = { status: 'building', startedAt: new Date().toISOString() };
+      };
+      const started = await repo.update(rec.id, startBuild);
+      expect(started.source).toMatchObject({ kind: 'template', build: { status: 'building' } });
+      await expect(repo.update(rec.id, startBuild)).rejects.toThrow('build already started');
+      await expectError(
+        repo.update(rec.id, (r) => void (r.alias = 'x')),
+        'InvalidRequest',
+        400,
+      );
+      await expectError(
+        repo.update(rec.id, (r) => void (r.createdAt = '2000-01-01T00:00:00.000Z')),
+        'InvalidRequest',
+        400,
+      );
+      await expectError(
+        repo.update(rec.id, (r) => void (r.resources.cpuCount = -1)),
+        'InvalidRequest',
+        400,
+      );
+      await expectError(
+        repo.update(newSnapshotId(), () => {}),
+        'NotFound',
+        404,
+      );
+      expect((await repo.get(rec.id)).source).toMatchObject({ build: { status: 'building' } });
+    });
+
+    it('lists by createdAt descending then id, with kind/sandbox/alias/committed filters', async () => {
+      const sbx = `list-${uid}`;
+      const a = await repo.create({ source: { kind: 'sandbox', sourceSandboxId: sbx }, resources });
+      await new Promise((r) => setTimeout(r, 5));
+      const b = await repo.create({ source: { kind: 'paused', sandboxId: sbx }, resources });
+      await new Promise((r) => setTimeout(r, 5));
+      const c = await publishNew({
+        source: { kind: 'sandbox', sourceSandboxId: sbx },
+        alias: alias('listed'),
+      });
+      const mine = await repo.list({ sandboxId: sbx });
+      expect(mine.map((r) => r.id)).toEqual([c.id, b.id, a.id]);
+      const all = await repo.list();
+      for (let i = 1; i < all.length; i++) {
+        const [p, q] = [all[i - 1]!, all[i]!];
+        const ordered = p.createdAt > q.createdAt || (p.createdAt === q.createdAt && p.id < q.id);
+        expect(ordered, `${p.id} before ${q.id}`).toBe(true);
+      }
+      expect((await repo.list({ sandboxId: sbx, kind: 'sandbox' })).map((r) => r.id)).toEqual([c.id, a.id]);
+      expect((await repo.list({ sandboxId: sbx, kind: 'paused' })).map((r) => r.id)).toEqual([b.id]);
+      expect((await repo.list({ sandboxId: sbx, committed: true })).map((r) => r.id)).toEqual([c.id]);
+      expect((await repo.list({ alias: alias('listed') })).map((r) => r.id)).toEqual([c.id]);
+      expect((await repo.list({ kind: 'template' })).every((r) => r.source.kind === 'template')).toBe(true);
+    });
+
+    it('binds aliases: same id is a no-op, another existing record conflicts (409), dangling aliases are replaced', async () => {
+      const one = await publishNew();
+      const two = await publishNew();
+      const name = alias('bind');
+      expect((await repo.bindAlias(name, one.id)).alias).toBe(name);
+      expect((await repo.bindAlias(name, one.id)).alias).toBe(name);
+      const err = await expectError(repo.bindAlias(name, two.id), 'AliasConflict', 409);
+      expect(err.message).toContain(one.id);
+      await expectError(repo.create(sandboxRecord({ alias: name })), 'AliasConflict', 409);
+      await expectError(repo.bindAlias(alias('other'), one.id), 'InvalidRequest', 400);
+      expect((await repo.get(name)).id).toBe(one.id);
+
+      const dangling = alias('dangling');
+      await target.writeDanglingAlias(dangling, newSnapshotId());
+      expect(await repo.find(dangling)).toBeUndefined();
+      expect(await target.aliasExists(dangling)).toBe(false);
+      await target.writeDanglingAlias(dangling, newSnapshotId());
+      expect((await repo.bindAlias(dangling, two.id)).alias).toBe(dangling);
+      expect((await repo.get(dangling)).id).toBe(two.id);
+    });
+
+    it('publishes: content-addressed layers, per-record artifacts, commit marker, fetch returns the raw content', async () => {
+      const layerA = randomBytes(300_000);
+      const layerB = Buffer.from('small layer\n'.repeat(1000));
+      const memory = randomBytes(100_000);
+      const rec = await repo.create(sandboxRecord());
+      const events: PublishProgress[] = [];
+      const published = await repo.publish(
+        rec.id,
+        {
+          layers: [
+            { path: await file(layerA), mediaType: 'application/vnd.aenv.layer.v1.tar' },
+            { path: await file(layerB), mediaType: 'application/vnd.aenv.layer.v1.tar' },
+          ],
+          artifacts: { memory: { path: await file(memory), mediaType: 'application/vnd.aenv.criu.v1.tar' } },
+          committed: { ...draft, extra: { pauseKind: 'memory' } },
+        },
+        { onProgress: (e) => void events.push(e) },
+      );
+      const c = published.committed!;
+      expect(c.layers.map((l) => l.size)).toEqual([layerA.length, layerB.length]);
+      expect(c.layers[0]!.digest).toMatch(/^sha256:[0-9a-f]{64}$/);
+      expect(c.artifacts.memory).toMatchObject({
+        size: memory.length,
+        mediaType: 'application/vnd.aenv.criu.v1.tar',
+      });
+      expect(c).toMatchObject({
+        virtualizationMode: 'container',
+        runtimeVersions: draft.runtimeVersions,
+        extra: { pauseKind: 'memory' },
+      });
+      expect(events.map((e) => e.step)).toEqual(['blob-stored', 'blob-stored', 'blob-stored', 'committed']);
+      expect(await repo.get(rec.id)).toEqual(published);
+      expect(await readFile(await repo.fetch(c.layers[0]!))).toEqual(layerA);
+      expect(await readFile(await repo.fetch(c.layers[1]!))).toEqual(layerB);
+      expect(await readFile(await repo.fetchArtifact(rec.id, 'memory'))).toEqual(memory);
+      expect(await readFile(await open().fetch(c.layers[0]!))).toEqual(layerA);
+
+      await expectError(repo.publish(rec.id, await simpleInput()), 'InvalidRequest', 400);
+      await expectError(repo.publish(newSnapshotId(), await simpleInput()), 'NotFound', 404);
+      const fresh = await repo.create(sandboxRecord());
+      const missing = { ...(await simpleInput()), layers: [{ path: join(files, 'absent'), mediaType: 'x' }] };
+      await expectError(repo.publish(fresh.id, missing), 'InvalidRequest', 400);
+      const badName = {
+        ...(await simpleInput()),
+        artifacts: { '../x': { path: await file(), mediaType: 'x' } },
+      };
+      await expectError(repo.publish(fresh.id, badName), 'InvalidRequest', 400);
+      const badDraft = { ...(await simpleInput()), committed: { ...draft, virtualizationMode: '' } };
+      await expectError(repo.publish(fresh.id, badDraft), 'InvalidRequest', 400);
+      expect((await repo.get(fresh.id)).committed).toBeUndefined();
+    });
+
+    it('deduplicates identical layers by digest', async () => {
+      const content = randomBytes(50_000);
+      const first = await publishNew(
+        {},
+        { ...(await simpleInput()), layers: [{ path: await file(content), mediaType: 'l' }] },
+      );
+      const events: PublishProgress[] = [];
+      const rec = await repo.create(sandboxRecord());
+      const second = await repo.publish(
+        rec.id,
+        { ...(await simpleInput()), layers: [{ path: await file(content), mediaType: 'l' }] },
+        { onProgress: (e) => void events.push(e) },
+      );
+      expect(second.committed!.layers[0]!.digest).toBe(first.committed!.layers[0]!.digest);
+      const layerEvent = events.find((e) => e.step === 'blob-stored' && e.kind === 'layer');
+      expect(layerEvent).toMatchObject({ deduplicated: true });
+    });
+
+    it('marks a template build ready when it is published', async () => {
+      const rec = await repo.create({
+        alias: alias('build'),
+        source: { kind: 'template', build: { status: 'waiting' } },
+        resources,
+      });
+      await repo.update(rec.id, (r) => {
+        if (r.source.kind === 'template')
+          r.source.build = { status: 'building', startedAt: new Date().toISOString() };
+      });
+      const done = await repo.publish(rec.id, await simpleInput());
+      expect(done.source).toMatchObject({ kind: 'template', build: { status: 'ready' } });
+      expect(done.source.kind === 'template' && done.source.build.finishedAt).toBeTruthy();
+      expect((await repo.list({ kind: 'template', committed: true })).map((r) => r.id)).toContain(rec.id);
+      expect((await repo.list({ kind: 'sandbox' })).map((r) => r.id)).not.toContain(rec.id);
+    });
+
+    it('a corrupted layer fails fetch with IntegrityMismatch and affects nothing else', async () => {
+      const rec = await publishNew(
+        {},
+        {
+          ...(await simpleInput()),
+          layers: [
+            { path: await file(randomBytes(200_000)), mediaType: 'l' },
+            { path: await file(randomBytes(200_000)), mediaType: 'l' },
+          ],
+        },
+      );
+      const [bad, good] = rec.committed!.layers;
+      await target.corruptBlob({ kind: 'layer', digest: bad!.digest });
+      await expectError(repo.fetch(bad!), 'IntegrityMismatch', 409);
+      await expectError(open().fetch(bad!), 'IntegrityMismatch', 409);
+      expect((await readFile(await repo.fetch(good!))).length).toBe(200_000);
+      expect(await readFile(await repo.fetchArtifact(rec.id, 'memory'))).toHaveLength(4096);
+      expect((await repo.get(rec.id)).committed).toEqual(rec.committed);
+      expect((await repo.list()).map((r) => r.id)).toContain(rec.id);
+    });
+
+    it('a missing artifact or layer is a clear NotFound', async () => {
+      const rec = await publishNew();
+      await target.removeBlob({ kind: 'artifact', id: rec.id, name: 'memory' });
+      const err = await expectError(repo.fetchArtifact(rec.id, 'memory'), 'NotFound', 404);
+      expect(err.subject).toBe('artifact');
+      expect(err.message).toMatch(/memory/);
+      const noName = await expectError(repo.fetchArtifact(rec.id, 'rootfs'), 'NotFound', 404);
+      expect(noName.message).toMatch(/has no artifact 'rootfs'/);
+      await target.removeBlob({ kind: 'layer', digest: rec.committed!.layers[0]!.digest });
+      const layerErr = await expectError(repo.fetch(rec.committed!.layers[0]!), 'NotFound', 404);
+      expect(layerErr.subject).toBe('layer');
+      const unpublished = await repo.create(sandboxRecord());
+      await expectError(repo.fetchArtifact(unpublished.id, 'memory'), 'NotFound', 404);
+      await expectError(repo.fetch({ digest: 'sha256:xyz', size: 1, mediaType: 'l' }), 'InvalidRequest', 400);
+    });
+
+    it('deletes idempotently (by id or alias), removing the alias and artifacts but keeping shared layers', async () => {
+      const shared = randomBytes(10_000);
+      const a = await publishNew(
+        { alias: alias('del') },
+        { ...(await simpleInput()), layers: [{ path: await file(shared), mediaType: 'l' }] },
+      );
+      const b = await publishNew(
+        {},
+        { ...(await simpleInput()), layers: [{ path: await file(shared), mediaType: 'l' }] },
+      );
+      expect(await repo.delete(alias('del'))).toBe(true);
+      expect(await repo.delete(a.id)).toBe(false);
+      expect(await repo.delete(alias('del'))).toBe(false);
+      expect(await repo.find(a.id)).toBeUndefined();
+      expect(await target.aliasExists(alias('del'))).toBe(false);
+      expect(await target.blobExists({ kind: 'artifact', id: a.id, name: 'memory' })).toBe(false);
+      expect(await readFile(await repo.fetch(b.committed!.layers[0]!))).toEqual(shared);
+      // The alias is free again.
+      expect((await publishNew({ alias: alias('del') })).alias).toBe(alias('del'));
+    });
+
+    it('GC removes only layers no committed record references', async () => {
+      const onlyA = randomBytes(20_000);
+      const shared = randomBytes(20_000);
+      const a = await publishNew(
+        {},
+        {
+          ...(await simpleInput()),
+          layers: [
+            { path: await file(onlyA), mediaType: 'l' },
+            { path: await file(shared), mediaType: 'l' },
+          ],
+        },
+      );
+      const b = await publishNew(
+        {},
+        { ...(await simpleInput()), layers: [{ path: await file(shared), mediaType: 'l' }] },
+      );
+      const [la, ls] = a.committed!.layers;
+      expect((await repo.gcLayers()).removed).not.toContain(la!.digest);
+      await repo.delete(a.id);
+      const gc = await repo.gcLayers();
+      expect(gc.removed).toContain(la!.digest);
+      expect(gc.removed).not.toContain(ls!.digest);
+      expect(await target.blobExists({ kind: 'layer', digest: la!.digest })).toBe(false);
+      expect(await target.blobExists({ kind: 'layer', digest: ls!.digest })).toBe(true);
+      expect(await readFile(await repo.fetch(b.committed!.layers[0]!))).toEqual(shared);
+      for (const r of await repo.list({ committed: true })) {
+        for (const l of r.committed!.layers) expect(gc.removed).not.toContain(l.digest);
+      }
+    });
+
+    for (const mode of ['create', 'bind'] as const) {
+      it(`two processes publishing the same alias at once (${mode}): exactly one wins`, async () => {
+        const name = alias(`race-${mode}`);
+        const children = await Promise.all(
+          [0, 1].map(async () =>
+            startChild({
+              options: target.options,
+              scenario: 'race',
+              mode,
+              alias: name,
+              input: await simpleInput(),
+            }),
+          ),
+        );
+        try {
+          await Promise.all(children.map((c) => c.next('ready')));
+          for (const c of children) c.proc.stdin.write('go\n');
+          const results = await Promise.all(children.map((c) => c.next('result')));
+          const winners = results.filter((r) => r.ok);
+          const losers = results.filter((r) => !r.ok);
+          expect(winners, JSON.stringify(results)).toHaveLength(1);
+          expect(losers[0]).toMatchObject({ kind: 'AliasConflict' });
+          const bound = await repo.get(name);
+          expect(bound.id).toBe(winners[0]!.id);
+          expect(bound.committed).toBeDefined();
+        } finally {
+          for (const c of children) c.kill();
+        }
+      });
+    }
+
+    it('an interrupted publish (process killed) leaves nothing visible; publishing again succeeds', async () => {
+      const rec = await repo.create(sandboxRecord());
+      const input: PublishInput = {
+        layers: [
+          { path: await file(randomBytes(64_000)), mediaType: 'l' },
+          { path: await file(randomBytes(64_000)), mediaType: 'l' },
+        ],
+        artifacts: { memory: { path: await file(randomBytes(64_000)), mediaType: 'm' } },
+        committed: draft,
+      };
+      const child = await startChild({
+        options: target.options,
+        scenario: 'publish-and-hang',
+        id: rec.id,
+        input,
+      });
+      await child.next('stored');
+      await child.killAndWait();
+      const after = await repo.get(rec.id);
+      expect(after.committed).toBeUndefined();
+      expect((await repo.list({ committed: true })).map((r) => r.id)).not.toContain(rec.id);
+      await expectError(repo.fetchArtifact(rec.id, 'memory'), 'NotFound', 404);
+      const done = await repo.publish(rec.id, input);
+      expect(done.committed!.layers).toHaveLength(2);
+      expect(await readFile(await repo.fetchArtifact(rec.id, 'memory'))).toEqual(
+        await readFile(input.artifacts.memory!.path),
+      );
+      expect((await publishNew()).committed).toBeDefined();
+    });
+
+    it('reconcile removes abandoned uncommitted snapshot records, keeps templates and committed records', async () => {
+      const abandoned = await repo.create(sandboxRecord({ alias: alias('abandoned') }));
+      const template = await repo.create({
+        source: { kind: 'template', build: { status: 'waiting' } },
+        resources,
+      });
+      const committed = await publishNew();
+      const result = await repo.reconcile({ staleAfterMs: 0 });
+      expect(result.abandonedRecordsRemoved).toContain(abandoned.id);
+      expect(await repo.find(abandoned.id)).toBeUndefined();
+      expect(await target.aliasExists(alias('abandoned'))).toBe(false);
+      expect(await repo.find(template.id)).toBeDefined();
+      expect((await repo.get(committed.id)).committed).toBeDefined();
+    });
+
+    it('the local cache evicts least recently used blobs beyond its size bound', async (ctx) => {
+      if (target.options.backend !== 'oss') return ctx.skip(); // posix_fs fetch returns the stored file itself
+      const mib = 1024 * 1024;
+      const cacheDir = await mkdtemp(join(tmpdir(), 'aenv-cache-'));
+      try {
+        const small = open({
+          localCachePath: cacheDir,
+          cacheMaxSizeGb: (2.5 * mib) / 1024 ** 3,
+          cacheMinEvictAgeMs: 0,
+        });
+        const contents = [randomBytes(mib), randomBytes(mib), randomBytes(mib)];
+        const rec = await publishNew(
+          {},
+          {
+            ...(await simpleInput()),
+            layers: await Promise.all(contents.map(async (c) => ({ path: await file(c), mediaType: 'l' }))),
+          },
+        );
+        const [a, b, c] = rec.committed!.layers;
+        const pa = await small.fetch(a!);
+        const pb = await small.fetch(b!);
+        await small.fetch(a!); // a is now more recent than b
+        const pc = await small.fetch(c!);
+        expect([existsSync(pa), existsSync(pb), existsSync(pc)]).toEqual([true, false, true]);
+        expect(await readFile(await small.fetch(b!))).toEqual(contents[1]); // downloaded again
+        expect([existsSync(pa), existsSync(pc)]).toEqual([false, true]);
+        const [x, y] = await Promise.all([small.fetch(a!), small.fetch(a!)]);
+        expect(x).toBe(y);
+        expect(await readFile(x)).toEqual(contents[0]);
+      } finally {
+        await rm(cacheDir, { recursive: true, force: true });
+      }
+    });
+  });
+}
+
+interface ChildEvent {
+  event: string;
+  ok?: boolean;
+  id?: string;
+  kind?: string;
+  message?: string;
+}
+
+interface Child {
+  proc: ChildProcessWithoutNullStreams;
+  next(event: string): Promise<ChildEvent>;
+  kill(): void;
+  killAndWait(): Promise<void>;
+}
+
+async function startChild(args: Record<string, unknown>): Promise<Child> {
+  const proc = spawn(process.execPath, ['--import', 'tsx', CHILD, JSON.stringify(args)], {
+    cwd: REPO_ROOT,
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  let stderr = '';
+  proc.stderr.setEncoding('utf8');
+  proc.stderr.on('data', (s: string) => (stderr += s));
+  const events: ChildEvent[] = [];
+  const waiters: (() => void)[] = [];
+  let exited = false;
+  const exit = new Promise<void>((resolve) =>
+    proc.once('close', () => {
+      exited = true;
+      waiters.splice(0).forEach((w) => w());
+      resolve();
+    }),
+  );
+  createInterface({ input: proc.stdout }).on('line', (line) => {
+    try {
+      events.push(JSON.parse(line) as ChildEvent);
+    } catch {
+      events.push({ event: 'noise', message: line });
+    }
+    waiters.splice(0).forEach((w) => w());
+  });
+  return {
+    proc,
+    async next(event) {
+      for (;;) {
+        const i = events.findIndex((e) => e.event === event || e.event === 'crash');
+        if (i >= 0) {
+          const [e] = events.splice(i, 1);
+          if (e!.event === 'crash') throw new Error(`child crashed: ${e!.message}\n${stderr}`);
+          return e!;
+        }
+        if (exited) throw new Error(`child exited before '${event}': ${stderr}`);
+        await new Promise<void>((r) => waiters.push(r));
+      }
+    },
+    kill() {
+      if (!exited) proc.kill('SIGKILL');
+    },
+    async killAndWait() {
+      if (!exited) proc.kill('SIGKILL');
+      await exit;
+    },
+  };
+}
