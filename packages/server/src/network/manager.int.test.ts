@@ -458,7 +458,15 @@ describe('crash recovery', () => {
     ]);
     const t = `inet ${CRASH_PREFIX}`;
     await run('nft', ['-f', '-'], {
-      input: `add chain ${t} slot80\nadd element ${t} egress { "${CRASH_PREFIX}-v80" : jump slot80 }\nadd chain ${t} stray\n`,
+      input: [
+        `add chain ${t} slot80`,
+        `add element ${t} egress { "${CRASH_PREFIX}-v80" : jump slot80 }`,
+        `add chain ${t} stray`,
+        // As if an older version had hooked forward at another priority.
+        `delete chain ${t} forward`,
+        `add chain ${t} forward { type filter hook forward priority 5 ; policy accept ; }`,
+        '',
+      ].join('\n'),
     });
     const before = await hostLeftovers(CRASH_PREFIX, runtimePath());
     expect(before.links.length).toBeGreaterThanOrEqual(4);
@@ -475,6 +483,7 @@ describe('crash recovery', () => {
     expect(await hostLeftovers(CRASH_PREFIX, runtimePath())).toEqual(NOTHING);
     const chains = (await run('nft', ['list', 'table', 'inet', CRASH_PREFIX])).stdout;
     expect(chains).not.toContain('stray');
+    expect(chains).toContain('type filter hook forward priority filter - 10');
     await fresh.shutdown({ destroyAll: true });
     expect(await run('nft', ['list', 'table', 'inet', CRASH_PREFIX], { allowFailure: true })).toMatchObject({
       code: 1,

@@ -80,8 +80,10 @@ export function sharedTableScript(spec: SharedRulesSpec, stale: StaleObjects = N
     );
   }
   for (const name of SHARED_CHAINS) lines.push(`flush chain ${t} ${name}`);
-  if (stale.elements.length > 0) {
-    const keys = stale.elements.map((k) => JSON.stringify(k)).join(', ');
+  // Only aenv writes this map, so other keys are unexpected; ones nft could not parse back are left.
+  const elements = stale.elements.filter((k) => /^[A-Za-z0-9_.-]+$/.test(k));
+  if (elements.length > 0) {
+    const keys = elements.map((k) => JSON.stringify(k)).join(', ');
     lines.push(`delete element ${t} ${EGRESS_MAP} { ${keys} }`);
   }
   for (const name of stale.chains) lines.push(`flush chain ${t} ${name}`);

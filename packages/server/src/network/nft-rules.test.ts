@@ -1,0 +1,152 @@
+import { describe, expect, it } from 'vitest';
+import { parseCidr, type Cidr } from './ip.js';
+import { SlotNames } from './names.js';
+import { sharedTableScript, slotPolicyScript, slotRemovalScript } from './nft-rules.js';
+
+const names = new SlotNames('aenv');
+const cidrs = (...t: string[]) => t.map((x) => parseCidr(x) as Cidr);
+
+const spec = {
+  names,
+  internalCidrs: cidrs('10.11.0.0/16', '10.12.0.0/16'),
+  alwaysDeniedCidrs: cidrs('10.0.0.0/8', '169.254.0.0/16'),
+  dnsServer: '192.0.2.53',
+};
+
+const rulesOf = (script: string, chain: string) =>
+  script
+    .split('\n')
+    .filter((l) => l.startsWith(`add rule inet aenv ${chain} `))
+    .map((l) => l.slice(`add rule inet aenv ${chain} `.length));
+
+describe('sharedTableScript', () => {
+  const script = sharedTableScript(spec);
+
+  it('orders sandbox egress as the reference: established, DNS, internal, always-denied, per-slot rules', () => {
+    expect(rulesOf(script, 'sandbox_egress')).toEqual([
+      'ct state established,related accept',
+      'ct state invalid drop',
+      'meta nfproto ipv6 goto deny',
+      'fib saddr . iif oif missing drop',
+      'ip daddr 192.0.2.53 meta l4proto { tcp, udp } th dport 53 accept',
+      'ip daddr { 10.11.0.0/16, 10.12.0.0/16 } goto deny',
+      'ip daddr { 10.0.0.0/8, 169.254.0.0/16 } goto deny',
+      'iifname vmap @egress',
+      'accept',
+    ]);
+  });
+
+  it('sends sandbox veth traffic through the sandbox chains and masquerades the rest', () => {
+    expect(rulesOf(script, 'forward')).toEqual([
+      'iifname "aenv-v*" jump sandbox_egress',
+      'oifname "aenv-v*" jump sandbox_ingress',
+    ]);
+    expect(rulesOf(script, 'input')).toEqual(['iifname "aenv-v*" jump sandbox_input']);
+    expect(rulesOf(script, 'sandbox_input')).toEqual([
+      'ct state established,related accept',
+      'ip daddr 192.0.2.53 meta l4proto { tcp, udp } th dport 53 accept',
+      'goto deny',
+    ]);
+    expect(rulesOf(script, 'sandbox_ingress')).toEqual(['ct state established,related accept', 'drop']);
+    expect(rulesOf(script, 'postrouting')).toEqual([
+      'oifname "aenv-v*" return',
+      'ip saddr { 10.11.0.0/16, 10.12.0.0/16 } masquerade',
+    ]);
+    expect(rulesOf(script, 'deny')).toEqual([
+      'meta l4proto tcp reject with tcp reset',
+      'reject with icmpx type admin-prohibited',
+    ]);
+  });
+
+  it('hooks at the priorities of host-facts §4 and flushes before re-adding', () => {
+    expect(script).toContain(
+      'add chain inet aenv forward { type filter hook forward priority filter - 10 ; policy accept ; }',
+    );
+    expect(script).toContain(
+      'add chain inet aenv postrouting { type nat hook postrouting priority srcnat - 10 ; policy accept ; }',
+    );
+    const lines = script.split('\n');
+    expect(lines.indexOf('flush chain inet aenv sandbox_egress')).toBeLessThan(
+      lines.findIndex((l) => l.startsWith('add rule inet aenv sandbox_egress')),
+    );
+  });
+
+  it('leaves out the DNS exception without a nameserver and the deny rule without CIDRs', () => {
+    const bare = sharedTableScript({ ...spec, dnsServer: null, alwaysDeniedCidrs: [] });
+    expect(bare).not.toContain('dport 53');
+    expect(rulesOf(bare, 'sandbox_egress')).toHaveLength(7);
+  });
+
+  it('removes stale elements and chains after flushing, and re-creates mismatched base chains', () => {
+    const s = sharedTableScript(spec, {
+      elements: ['aenv-v7', 'weird"name'],
+      chains: ['slot7', 'stray'],
+      mismatchedBaseChains: ['forward'],
+    });
+    const lines = s.split('\n');
+    const at = (l: string) => lines.indexOf(l);
+    expect(at('delete element inet aenv egress { "aenv-v7" }')).toBeGreaterThan(0);
+    expect(at('flush chain inet aenv slot7')).toBeLessThan(at('delete chain inet aenv slot7'));
+    expect(at('delete chain inet aenv forward')).toBeLessThan(
+      lines.findIndex((l) => l.startsWith('add chain inet aenv forward {')),
+    );
+  });
+
+  it('refuses a nameserver that is not an IPv4 address', () => {
+    expect(() => sharedTableScript({ ...spec, dnsServer: '192.0.2.53; flush ruleset' })).toThrow(
+      /not an IPv4/,
+    );
+  });
+});
+
+describe('slotPolicyScript', () => {
+  it('writes allowOut accept, denyOut reject, base deny, then maps the veth to the chain', () => {
+    const s = slotPolicyScript(names, 7, {
+      allowOut: ['198.51.100.0/24', '198.51.100.10/32', '2001:db8::/32'],
+      denyOut: ['203.0.113.0/24'],
+      allowInternetAccess: false,
+    });
+    expect(s.split('\n').filter(Boolean)).toEqual([
+      'add chain inet aenv slot7',
+      'flush chain inet aenv slot7',
+      'add rule inet aenv slot7 ip daddr { 198.51.100.0/24 } accept',
+      'add rule inet aenv slot7 ip daddr { 203.0.113.0/24 } goto deny',
+      'add rule inet aenv slot7 goto deny',
+      'add element inet aenv egress { "aenv-v7" : jump slot7 }',
+    ]);
+  });
+
+  it('has no base deny unless allow_internet_access is false', () => {
+    const s = slotPolicyScript(names, 7, {
+      allowOut: [],
+      denyOut: ['203.0.113.0/24'],
+      allowInternetAccess: true,
+    });
+    expect(s).not.toContain('slot7 goto deny');
+  });
+
+  it('refuses entries that are not normalized CIDRs instead of pasting them', () => {
+    expect(() =>
+      slotPolicyScript(names, 7, {
+        allowOut: ['1.2.3.4/32 accept; flush ruleset'],
+        denyOut: [],
+        allowInternetAccess: null,
+      }),
+    ).toThrow(/not a normalized CIDR/);
+    expect(() =>
+      slotPolicyScript(names, 7, { allowOut: [], denyOut: ['example.com'], allowInternetAccess: null }),
+    ).toThrow(/denyOut/);
+  });
+});
+
+describe('slotRemovalScript', () => {
+  it('adds before deleting so it succeeds whether or not the chain exists', () => {
+    expect(slotRemovalScript(names, 3).split('\n').filter(Boolean)).toEqual([
+      'add chain inet aenv slot3',
+      'add element inet aenv egress { "aenv-v3" : jump slot3 }',
+      'delete element inet aenv egress { "aenv-v3" }',
+      'flush chain inet aenv slot3',
+      'delete chain inet aenv slot3',
+    ]);
+  });
+});
