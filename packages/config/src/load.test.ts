@@ -13,6 +13,7 @@ import {
   type ConfigFlags,
   type LoadedConfig,
 } from './index.js';
+import { CONFIG_FIELDS } from './load.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'aenv-config-load-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -159,6 +160,43 @@ describe('precedence: flag > env > file > default', () => {
     expect(errorOf(() => load('', {}, { set: ['log_level'] })).message).toContain(
       'expected --set <key>=<value>',
     );
+  });
+
+  it("honours every node-server variable of reference §4.5 (and aenv's log variables)", () => {
+    const bound = new Set(CONFIG_FIELDS.map((f) => f.field.env).filter(Boolean));
+    const reference = [
+      'API_ADDR',
+      'AENV_LOG_FORMAT',
+      'AENV_LOG_LEVEL',
+      'AENV_NODE_ID',
+      'AENV_CLUSTER_ID',
+      'AENV_SERVICE_INSTANCE_ID',
+      'AENV_OBSERVABILITY_SCHEDULER_REPORT_ENABLED',
+      'AENV_OBSERVABILITY_SCHEDULER_ENDPOINT',
+      'AENV_OBSERVABILITY_REPORT_INTERVAL_SECS',
+      'AENV_CUSTOM_EXTENSION_URL',
+      'AENV_SANDBOX_ACCESS_TOKEN_HASH_SEED',
+      'AENV_SANDBOX_PROXY_DOMAINS',
+      'AENV_HOME_PATH',
+      'AENV_RUNTIME_PATH',
+      'AENV_DEPS_PATH',
+      'AENV_VIRTUALIZATION_MODE',
+      'AENV_SNAPSHOT_LOCAL_CACHE_PATH',
+      'AENV_SNAPSHOT_STORE',
+      'AENV_UBLK_DAEMON_BINARY_PATH',
+      'AENV_UBLK_DAEMON_METRICS_LISTEN_ADDR',
+      'AENV_FIRECRACKER_WORK_DIR',
+      'AENV_FIRECRACKER_SERIAL_DIR',
+      'AENV_PERSISTED_SANDBOX_STORE_PATH',
+      'AGENTENV_MEMORY_SNAPSHOT_TRACK_DIRTY_PAGES',
+    ];
+    expect(reference.filter((v) => !bound.has(v))).toEqual([]);
+  });
+
+  it('a blank AENV_UBLK_DAEMON_METRICS_LISTEN_ADDR disables the endpoint, as in the reference', () => {
+    expect(
+      load('', { AENV_UBLK_DAEMON_METRICS_LISTEN_ADDR: ' ' }).config.ublk.daemon_metrics_listen_addr,
+    ).toBe('');
   });
 
   it('every env var of the schema reaches its key', () => {

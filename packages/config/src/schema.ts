@@ -629,6 +629,8 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
       daemon_metrics_listen_addr: str({
         default: '0.0.0.0:9103',
         env: 'AENV_UBLK_DAEMON_METRICS_LISTEN_ADDR',
+        envBlankIsValue: true,
+        trim: true,
         check: listenAddrOrEmpty,
         doc: 'Daemon Prometheus listen address; "" disables it.',
       }),
