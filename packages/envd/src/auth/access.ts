@@ -1,0 +1,75 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+
+/** 401 body E2B's envd sends for a missing or wrong X-Access-Token. */
+export const UNAUTHORIZED_MESSAGE =
+  'unauthorized access, please provide a valid access token or method signing if supported';
+
+/** Constant-time string equality (lengths are compared through fixed-size digests). */
+export function safeEqual(a: string, b: string): boolean {
+  const da = createHash('sha256').update(a).digest();
+  const db = createHash('sha256').update(b).digest();
+  return timingSafeEqual(da, db) && a.length === b.length;
+}
+
+/** Requests that never need X-Access-Token: they authenticate otherwise (signatures) or must stay open. */
+export function isTokenExempt(method: string, path: string): boolean {
+  return (
+    (method === 'GET' && path === '/health') ||
+    (method === 'GET' && path === '/files') ||
+    (method === 'POST' && path === '/files') ||
+    (method === 'POST' && path === '/init')
+  );
+}
+
+export type SigningOperation = 'read' | 'write';
+
+/** v1 signature: "v1_" + unpadded base64(sha256("path:op:user:token[:expiration]")). */
+export function fileSignature(
+  path: string,
+  op: SigningOperation,
+  username: string,
+  token: string,
+  expiration?: string,
+): string {
+  const parts = [path, op, username, token];
+  if (expiration !== undefined) parts.push(expiration);
+  return `v1_${createHash('sha256').update(parts.join(':')).digest('base64').replace(/=+$/, '')}`;
+}
+
+export interface SigningInput {
+  token: string | undefined;
+  headerToken: string | undefined;
+  path: string;
+  op: SigningOperation;
+  username: string | undefined;
+  signature: string | undefined;
+  expiration: string | undefined;
+  nowSeconds: number;
+}
+
+/** Returns undefined when a /files request is authorised, else the reason (sent as a 401). */
+export function checkFileSigning(i: SigningInput): string | undefined {
+  if (!i.token) return undefined;
+  if (i.headerToken)
+    return safeEqual(i.headerToken, i.token)
+      ? undefined
+      : 'access token present in header but does not match';
+  if (i.signature === undefined) return 'missing signature query parameter';
+  if (i.expiration !== undefined && !/^-?\d+$/.test(i.expiration)) return 'invalid signature expiration';
+  const expected = fileSignature(i.path, i.op, i.username ?? '', i.token, i.expiration);
+  if (!safeEqual(expected, i.signature)) return 'invalid signature';
+  if (i.expiration !== undefined && Number(i.expiration) < i.nowSeconds)
+    return 'signature is already expired';
+  return undefined;
+}
+
+/** Decodes `Authorization: Basic base64("user:")`; undefined when absent (= default user). */
+export function usernameFromBasicAuth(header: string | undefined | null): string | undefined {
+  if (!header) return undefined;
+  const m = /^Basic\s+(\S+)\s*$/i.exec(header);
+  if (!m?.[1]) return undefined;
+  const decoded = Buffer.from(m[1], 'base64').toString('utf8');
+  const colon = decoded.indexOf(':');
+  const name = colon === -1 ? decoded : decoded.slice(0, colon);
+  return name || undefined;
+}

@@ -1,0 +1,20 @@
+// Entry point of the envd bundle (<tools>/envd/envd.cjs), started and restarted by aenv-init.
+import { optionsFromEnv } from './options.js';
+import { startEnvd } from './server.js';
+
+async function main(): Promise<void> {
+  const opts = optionsFromEnv(process.env, __dirname);
+  const envd = await startEnvd(opts);
+  const stop = (signal: string) => {
+    opts.logger.info('stopping', { signal });
+    envd.processes.killAll();
+    void envd.close().finally(() => process.exit(0));
+  };
+  process.once('SIGTERM', () => stop('SIGTERM'));
+  process.once('SIGINT', () => stop('SIGINT'));
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`envd: ${(err as Error)?.stack ?? String(err)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,21 @@
+import { createRequire } from 'node:module';
+
+/** The functions of `aenv_native.node` (see native/aenv_native.c). */
+export interface NativeApi {
+  /** Calls fn with this thread's fs credentials switched to uid/gid/groups; restores them afterwards. */
+  runAs<T>(uid: number, gid: number, groups: readonly number[], fn: () => T): T;
+  /** xattrs of path (not following symlinks) whose names start with prefix, prefix removed. */
+  getXattrs(path: string, prefix: string): Record<string, string>;
+  setXattr(path: string, name: string, value: string): void;
+  removeXattr(path: string, name: string): void;
+  /** Starts the single inotify reader; events arrive as [wd, mask, cookie, name] tuples. */
+  watchStart(onEvents: (events: [number, number, number, string][]) => void): void;
+  watchAdd(path: string, mask: number): number;
+  watchRemove(wd: number): void;
+}
+
+/** Loads the addon from an absolute path (it ships in the tools dir next to envd.cjs). */
+export function loadNative(addonPath: string): NativeApi {
+  const require = createRequire(addonPath);
+  return require(addonPath) as NativeApi;
+}

@@ -1,0 +1,172 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import type * as NodePty from 'node-pty';
+import type { Logger } from '../logger.js';
+import type { SandboxUser } from '../users/user-db.js';
+import { exitStatus, type ExitStatus } from './exit-status.js';
+import { ManagedProcess, type ProcessConfigData, type ProcessOutput } from './managed-process.js';
+import type { EventQueue } from '../event-queue.js';
+
+export interface StartOptions {
+  config: ProcessConfigData;
+  /** Absolute, existing working directory. */
+  cwd: string;
+  /** Full environment of the process. */
+  env: Record<string, string>;
+  user: SandboxUser;
+  tag?: string;
+  /** true/undefined = pipe, false = /dev/null. */
+  stdin: boolean;
+  pty?: { cols: number; rows: number };
+  /** Hard lifetime limit (ms); 0/undefined = none. */
+  timeoutMs?: number;
+}
+
+export interface ProcessManagerOptions {
+  /** Path of aenv-init, used as `aenv-init exec-as` to apply uid, gid and supplementary groups. */
+  initPath: string;
+  logger: Logger;
+  /** How long to wait for output pipes after the process exited before ending the stream anyway. */
+  pipeDrainGraceMs?: number;
+  /** How many finished processes to remember for late Connect calls. */
+  recentExits?: number;
+}
+
+export interface RecentExit {
+  pid: number;
+  tag: string | undefined;
+  status: ExitStatus;
+}
+
+type PtyModule = typeof NodePty;
+
+export class ProcessStartError extends Error {}
+
+/** Starts processes as sandbox users and keeps track of running and recently finished ones. */
+export class ProcessManager {
+  private readonly running = new Map<number, ManagedProcess>();
+  private readonly tags = new Map<string, number>();
+  private readonly recent = new Map<number, RecentExit>();
+  private ptyModule: Promise<PtyModule> | undefined;
+
+  constructor(private readonly opts: ProcessManagerOptions) {}
+
+  /** Starts a process; the returned queue is attached before any output can be produced. */
+  async start(o: StartOptions): Promise<{ proc: ManagedProcess; events: EventQueue<ProcessOutput> }> {
+    const argv = [
+      'exec-as',
+      String(o.user.uid),
+      String(o.user.gid),
+      o.user.groups.length ? o.user.groups.join(',') : '-',
+      '--oom-score-adj',
+      '100',
+      '--',
+      o.config.cmd,
+      ...o.config.args,
+    ];
+    const pty = o.pty ? await this.loadPty() : undefined;
+    let proc: ManagedProcess;
+    if (pty && o.pty) {
+      let term: NodePty.IPty;
+      try {
+        term = pty.spawn(this.opts.initPath, argv, {
+          name: o.env.TERM || 'xterm-256color',
+          cols: o.pty.cols,
+          rows: o.pty.rows,
+          cwd: o.cwd,
+          env: o.env,
+          encoding: null,
+        });
+      } catch (err) {
+        throw new ProcessStartError(`error starting process: ${(err as Error).message}`);
+      }
+      proc = new ManagedProcess(term.pid, o.config, o.tag, { pty: term });
+      term.onData((data: string | Buffer) =>
+        proc.emitData('pty', typeof data === 'string' ? Buffer.from(data) : data),
+      );
+      term.onExit(({ exitCode, signal }) => this.finish(proc, exitStatus(exitCode, signal)));
+    } else {
+      const child = spawn(this.opts.initPath, argv, {
+        cwd: o.cwd,
+        env: o.env,
+        stdio: [o.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+        detached: true,
+      });
+      if (child.pid === undefined) {
+        const [err] = (await once(child, 'error')) as [Error];
+        throw new ProcessStartError(`error starting process: ${err.message}`);
+      }
+      const { stdout, stderr } = child;
+      if (!stdout || !stderr) throw new ProcessStartError('error starting process: no output pipes');
+      proc = new ManagedProcess(child.pid, o.config, o.tag, { child });
+      child.stdin?.on('error', () => {});
+      stdout.on('data', (b: Buffer) => proc.emitData('stdout', b));
+      stderr.on('data', (b: Buffer) => proc.emitData('stderr', b));
+      let exited: ExitStatus | undefined;
+      let grace: NodeJS.Timeout | undefined;
+      child.on('exit', (code, signal) => {
+        exited = exitStatus(code, signal);
+        // A background grandchild can keep the pipes open forever; do not wait for it.
+        grace = setTimeout(() => {
+          stdout.destroy();
+          stderr.destroy();
+          this.finish(proc, exited!);
+        }, this.opts.pipeDrainGraceMs ?? 250);
+      });
+      child.on('close', (code, signal) => {
+        if (grace) clearTimeout(grace);
+        this.finish(proc, exited ?? exitStatus(code, signal));
+      });
+    }
+    const events = proc.subscribe();
+    this.running.set(proc.pid, proc);
+    if (o.tag) this.tags.set(o.tag, proc.pid);
+    if (o.timeoutMs && o.timeoutMs > 0) proc.limitLifetime(o.timeoutMs);
+    this.opts.logger.debug('process started', {
+      pid: proc.pid,
+      cmd: o.config.cmd,
+      user: o.user.name,
+      pty: !!o.pty,
+    });
+    return { proc, events };
+  }
+
+  find(selector: { pid?: number; tag?: string }): ManagedProcess | undefined {
+    const pid = selector.tag !== undefined ? this.tags.get(selector.tag) : selector.pid;
+    return pid === undefined ? undefined : this.running.get(pid);
+  }
+
+  recentExit(selector: { pid?: number; tag?: string }): RecentExit | undefined {
+    if (selector.pid !== undefined) return this.recent.get(selector.pid);
+    for (const r of this.recent.values()) if (r.tag === selector.tag) return r;
+    return undefined;
+  }
+
+  list(): ManagedProcess[] {
+    return [...this.running.values()];
+  }
+
+  /** Kills every running process group (envd shutdown). */
+  killAll(): void {
+    for (const p of this.running.values()) p.signal('SIGKILL');
+  }
+
+  private finish(proc: ManagedProcess, status: ExitStatus): void {
+    if (proc.status) return;
+    proc.finish(status);
+    if (this.running.get(proc.pid) === proc) this.running.delete(proc.pid);
+    if (proc.tag && this.tags.get(proc.tag) === proc.pid) this.tags.delete(proc.tag);
+    this.recent.delete(proc.pid);
+    this.recent.set(proc.pid, { pid: proc.pid, tag: proc.tag, status });
+    const max = this.opts.recentExits ?? 1024;
+    while (this.recent.size > max) this.recent.delete(this.recent.keys().next().value as number);
+    this.opts.logger.debug('process ended', { pid: proc.pid, status: status.status });
+  }
+
+  private loadPty(): Promise<PtyModule> {
+    this.ptyModule ??= import('node-pty').then(
+      (m) => ((m as { default?: PtyModule }).default ?? m) as PtyModule,
+    );
+    return this.ptyModule;
+  }
+}

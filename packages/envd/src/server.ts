@@ -1,0 +1,189 @@
+import { connectNodeAdapter } from '@connectrpc/connect-node';
+import { Filesystem, Process } from '@aenv/protocol';
+import { isTokenExempt, safeEqual, UNAUTHORIZED_MESSAGE, checkFileSigning } from './auth/access.js';
+import { resolveUser, UnknownUserError, type EnvdContext } from './context.js';
+import { filesystemService } from './fs/service.js';
+import { listenHttp } from './http/listen.js';
+import { HttpError, readBody, sendEmpty, sendError, sendJson, type Req, type Res } from './http/respond.js';
+import type { Logger } from './logger.js';
+import type { NativeApi } from './native.js';
+import { ProcessManager } from './process/manager.js';
+import { processService } from './process/service.js';
+import { downloadFile } from './rest/files-download.js';
+import { uploadFiles } from './rest/files-upload.js';
+import { MetricsReader } from './rest/metrics.js';
+import { EnvdState, InitBodyError, validateInitBody } from './state/envd-state.js';
+import { createAsUser } from './users/credentials.js';
+import { UserDb } from './users/user-db.js';
+
+export const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+export interface EnvdOptions {
+  port: number;
+  host: string;
+  /** aenv-init, used as `exec-as` to start processes with uid, gid and supplementary groups. */
+  initPath: string;
+  /** aenv_native.node; without it envd can only act as its own user and cannot watch or set metadata. */
+  native: NativeApi | undefined;
+  /** Where /init data is persisted across envd restarts; undefined = memory only. */
+  statePath?: string;
+  sandboxId?: string;
+  templateId?: string;
+  /** PATH for processes (envd's own PATH); /init envVars may override it. */
+  basePath?: string;
+  passwdPath?: string;
+  groupPath?: string;
+  logger: Logger;
+}
+
+export interface RunningEnvd {
+  port: number;
+  context: EnvdContext;
+  processes: ProcessManager;
+  close(): Promise<void>;
+}
+
+const CORS_HEADERS = {
+  'access-control-allow-origin': '*',
+  'access-control-allow-methods': 'GET, POST, PUT, PATCH, DELETE, OPTIONS',
+  'access-control-allow-headers': '*',
+  'access-control-expose-headers': '*',
+  'access-control-max-age': '7200',
+};
+
+/** Starts envd: Connect RPC (process, filesystem) and the REST API on one HTTP/1.1 + h2c port. */
+export async function startEnvd(opts: EnvdOptions): Promise<RunningEnvd> {
+  const logger = opts.logger;
+  const state = new EnvdState({
+    statePath: opts.statePath,
+    sandboxId: opts.sandboxId,
+    templateId: opts.templateId,
+    logger,
+  });
+  const ctx: EnvdContext = {
+    state,
+    users: new UserDb(opts.passwdPath, opts.groupPath),
+    asUser: createAsUser(opts.native),
+    native: opts.native,
+    logger,
+    basePath: opts.basePath || DEFAULT_PATH,
+  };
+  const processes = new ProcessManager({ initPath: opts.initPath, logger });
+  const metrics = new MetricsReader();
+
+  const rpc = connectNodeAdapter({
+    routes(router) {
+      router.service(Process, processService(ctx, processes));
+      router.service(Filesystem, filesystemService(ctx));
+    },
+    fallback: (_req, res) => sendError(res as Res, 404, 'not found'),
+  });
+
+  async function handleFiles(req: Req, res: Res, url: URL, method: 'GET' | 'POST'): Promise<void> {
+    const q = url.searchParams;
+    const rawPath = q.get('path') ?? undefined;
+    const username = q.get('username') ?? undefined;
+    const header = req.headers['x-access-token'];
+    const denied = checkFileSigning({
+      token: state.accessToken,
+      headerToken: typeof header === 'string' ? header : undefined,
+      path: rawPath ?? '',
+      op: method === 'GET' ? 'read' : 'write',
+      username,
+      signature: q.get('signature') ?? undefined,
+      expiration: q.get('signature_expiration') ?? undefined,
+      nowSeconds: Math.floor(Date.now() / 1000),
+    });
+    if (denied) throw new HttpError(401, denied);
+    let user;
+    try {
+      user = resolveUser(ctx, username);
+    } catch (err) {
+      if (err instanceof UnknownUserError) throw new HttpError(401, err.message);
+      throw err;
+    }
+    if (method === 'GET') {
+      await downloadFile(ctx, req, res, user, rawPath ?? '');
+    } else {
+      sendJson(res, 200, await uploadFiles(ctx, req, user, rawPath));
+    }
+  }
+
+  async function handleInit(req: Req, res: Res): Promise<void> {
+    const current = state.accessToken;
+    const header = req.headers['x-access-token'];
+    // A token, once set, can only be changed by whoever knows it (envd is reachable through the proxy).
+    if (current && (typeof header !== 'string' || !safeEqual(header, current)))
+      throw new HttpError(401, UNAUTHORIZED_MESSAGE);
+    let body;
+    try {
+      const raw = await readBody(req, 1024 * 1024);
+      body = validateInitBody(raw.length ? JSON.parse(raw.toString('utf8')) : {});
+    } catch (err) {
+      if (err instanceof HttpError) throw err;
+      if (err instanceof InitBodyError || err instanceof SyntaxError)
+        throw new HttpError(400, `invalid /init body: ${err.message}`);
+      throw err;
+    }
+    state.applyInit(body);
+    logger.info('initialized', {
+      defaultUser: state.defaultUser,
+      defaultWorkdir: state.defaultWorkdir,
+      secure: !!state.accessToken,
+    });
+    sendEmpty(res, 204);
+  }
+
+  async function route(req: Req, res: Res): Promise<void> {
+    const method = req.method ?? 'GET';
+    const url = new URL(req.url ?? '/', 'http://envd');
+    const path = url.pathname;
+    for (const [k, v] of Object.entries(CORS_HEADERS)) res.setHeader(k, v);
+    if (method === 'OPTIONS') return sendEmpty(res, 204);
+
+    const token = state.accessToken;
+    if (token && !isTokenExempt(method, path)) {
+      const header = req.headers['x-access-token'];
+      if (typeof header !== 'string' || !safeEqual(header, token))
+        return sendError(res, 401, UNAUTHORIZED_MESSAGE);
+    }
+
+    if (path === '/health' && method === 'GET') return sendEmpty(res, 204);
+    if (path === '/init' && method === 'POST') return handleInit(req, res);
+    if (path === '/envs' && method === 'GET') return sendJson(res, 200, state.globalEnv());
+    if (path === '/metrics' && method === 'GET') return sendJson(res, 200, await metrics.read());
+    if (path === '/files' && (method === 'GET' || method === 'POST'))
+      return handleFiles(req, res, url, method);
+    if (
+      path === '/health' ||
+      path === '/init' ||
+      path === '/envs' ||
+      path === '/metrics' ||
+      path === '/files'
+    ) {
+      return sendError(res, 405, `method ${method} not allowed on ${path}`);
+    }
+    (rpc as (req: Req, res: Res) => void)(req, res);
+  }
+
+  const listener = await listenHttp(
+    (req, res) => {
+      route(req, res).catch((err: unknown) => {
+        if (err instanceof HttpError) return sendError(res, err.status, err.message);
+        logger.error('request failed', { err, path: req.url });
+        if (!res.headersSent) sendError(res, 500, (err as Error)?.message ?? String(err));
+        else res.destroy();
+      });
+    },
+    opts.port,
+    opts.host,
+  );
+  logger.info('envd listening', { port: listener.port, host: opts.host });
+
+  return {
+    port: listener.port,
+    context: ctx,
+    processes,
+    close: () => listener.close(),
+  };
+}
