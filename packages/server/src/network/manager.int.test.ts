@@ -91,7 +91,7 @@ const net = require('net'), dgram = require('dgram');
 const targets = JSON.parse(process.argv[1]);
 const one = (t) => new Promise((resolve) => {
   const done = (r) => { clearTimeout(timer); resolve(r); try { s.destroy ? s.destroy() : s.close(); } catch {} };
-  const timer = setTimeout(() => done({ ok: false, code: 'TIMEOUT' }), 1500);
+  const timer = setTimeout(() => done({ ok: false, code: 'TIMEOUT' }), 3000);
   let s;
   if (t.kind === 'udp') {
     s = dgram.createSocket('udp4');
@@ -520,6 +520,20 @@ describe('crash recovery', () => {
     await second.release(again);
     expect(() => second.attach(survivor.index)).toThrow(/not attached/);
     await second.shutdown({ destroyAll: true });
+    expect(await hostLeftovers(CRASH_PREFIX, runtimePath())).toEqual(NOTHING);
+  });
+
+  it('with pool.network disabled keeps no warm slots and tolerates low > high', async () => {
+    const m = new NetworkManager(
+      crashOptions({ enabled: false, lowWatermark: 5, highWatermark: 2, maintenanceEnabled: false }),
+    );
+    await m.init();
+    expect(m.stats()).toMatchObject({ ready: 0, target: 0 });
+    const s = await m.acquire();
+    expect(m.stats()).toMatchObject({ ready: 0, inUse: 1 });
+    expect((await hostLeftovers(CRASH_PREFIX, runtimePath())).links).toEqual([s.hostIfName]);
+    await m.release(s);
+    await m.shutdown({ destroyAll: true });
     expect(await hostLeftovers(CRASH_PREFIX, runtimePath())).toEqual(NOTHING);
   });
 

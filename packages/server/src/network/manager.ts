@@ -47,8 +47,14 @@ export interface NetworkManagerOptions {
   internal: { hostInteractionCidr: string; vethCidr: string };
   /** `[network.egress]`: IPv4 CIDRs no policy can open. */
   egress: { alwaysDeniedCidrs: readonly string[] };
-  /** `[pool]` watermarks and `[pool.network]` switches. */
-  pool: { lowWatermark: number; highWatermark: number; maintenanceEnabled: boolean; startupPrewarm: boolean };
+  /** `[pool]` watermarks and `[pool.network]` switches (`enabled: false`: no warm slots at all). */
+  pool: {
+    lowWatermark: number;
+    highWatermark: number;
+    maintenanceEnabled: boolean;
+    startupPrewarm: boolean;
+    enabled?: boolean;
+  };
   /** `[tools].control_plane_port`: where envd listens inside the sandbox. */
   controlPlanePort: number;
   logger?: NetworkLogger;
@@ -96,6 +102,7 @@ export class NetworkManager {
   private readonly log: NetworkLogger;
   private readonly nft: NftWriter;
   private readonly target: RefillTarget;
+  private readonly pool: { high: number; maintenance: boolean; prewarm: boolean };
   private readonly metrics: NetworkMetrics;
   private readonly slots = new Map<number, SlotEntry>();
   private readonly readyQueue: number[] = [];
@@ -126,8 +133,21 @@ export class NetworkManager {
       }
       return cidr;
     });
-    this.target = new RefillTarget(opts.pool);
     this.log = opts.logger ?? noopLogger;
+    const enabled = opts.pool.enabled !== false;
+    let low = enabled ? opts.pool.lowWatermark : 0;
+    const high = enabled ? opts.pool.highWatermark : 0;
+    if (low > high) {
+      // Config validation allows this while maintenance is off; the reference clamps.
+      this.log.warn({ low, high }, 'pool.low_watermark > pool.high_watermark; using high for both');
+      low = high;
+    }
+    this.target = new RefillTarget({ lowWatermark: low, highWatermark: high });
+    this.pool = {
+      high,
+      maintenance: enabled && opts.pool.maintenanceEnabled,
+      prewarm: enabled && opts.pool.startupPrewarm,
+    };
     this.nft = new NftWriter(opts.nftRunner);
     this.ctx = {
       netnsDir: join(opts.runtimePath, 'netns'),
@@ -172,7 +192,7 @@ export class NetworkManager {
       const report = await this.reconcileNow(keep);
       for (const slot of report.adopted) this.cursor = Math.max(this.cursor, slot.index);
       this.lifecycle = 'running';
-      if (this.opts.pool.startupPrewarm) await this.fill();
+      if (this.pool.prewarm) await this.fill();
       this.kick();
       this.log.info(
         { dnsServer: this.dnsServer, adopted: report.adopted.length, removed: report.removed.slots.length },
@@ -400,7 +420,7 @@ export class NetworkManager {
 
   /** Fills the pool up to the refill target, one slot at a time. */
   private async fill(): Promise<void> {
-    for (let guard = 0; guard <= this.opts.pool.highWatermark; guard++) {
+    for (let guard = 0; guard <= this.pool.high; guard++) {
       if (this.lifecycle !== 'running' || this.target.deficit(this.readyQueue.length, 0) <= 0) return;
       try {
         const slot = await this.createSlot('ready');
@@ -415,7 +435,7 @@ export class NetworkManager {
 
   /** Starts a background refill if maintenance is on and the pool is below target. */
   private kick(): void {
-    if (!this.opts.pool.maintenanceEnabled || this.lifecycle !== 'running') return;
+    if (!this.pool.maintenance || this.lifecycle !== 'running') return;
     if (this.filling) {
       this.fillAgain = true;
       return;
@@ -431,7 +451,7 @@ export class NetworkManager {
   }
 
   private scheduleRetry(): void {
-    if (this.retryTimer || !this.opts.pool.maintenanceEnabled) return;
+    if (this.retryTimer || !this.pool.maintenance) return;
     this.retryTimer = setTimeout(() => {
       this.retryTimer = null;
       this.kick();
