@@ -14,6 +14,7 @@ export class SingleFlight<T> {
   }
 
   run(key: string, fn: (signal: AbortSignal) => Promise<T>, signal?: AbortSignal): Promise<T> {
+    if (signal?.aborted) return Promise.reject(signal.reason);
     let flight = this.flights.get(key);
     if (!flight) {
       const controller = new AbortController();
@@ -24,6 +25,8 @@ export class SingleFlight<T> {
           this.flights.delete(key);
         }
       })();
+      // Callers observe the outcome through their own promises; a flight that everyone left still settles.
+      promise.catch(() => {});
       flight = { promise, waiters: 0, controller };
       this.flights.set(key, flight);
     }

@@ -4,7 +4,8 @@
 export type TarSpecType = 'file' | 'dir' | 'symlink' | 'hardlink' | 'chardev' | 'blockdev' | 'fifo';
 
 export interface TarSpec {
-  name: string;
+  /** A string (UTF-8) or raw bytes. */
+  name: string | Buffer;
   type?: TarSpecType;
   mode?: number;
   uid?: number;
@@ -16,6 +17,10 @@ export interface TarSpec {
   devmajor?: number;
   devminor?: number;
   xattrs?: Record<string, Buffer | string>;
+  /** Extra raw PAX records ("path" here overrides the header name). */
+  pax?: Record<string, string>;
+  /** Write the name with a GNU "L" long-name record instead of the header field. */
+  gnuLongName?: boolean;
 }
 
 const TYPEFLAG: Record<TarSpecType, string> = {
@@ -69,11 +74,16 @@ export function buildTar(entries: readonly TarSpec[]): Buffer {
   const parts: Buffer[] = [];
   for (const s of entries) {
     const type = s.type ?? 'file';
-    const name = Buffer.from(type === 'dir' && !s.name.endsWith('/') ? `${s.name}/` : s.name, 'utf8');
+    const raw = Buffer.isBuffer(s.name) ? s.name : Buffer.from(s.name, 'utf8');
+    const name = type === 'dir' && raw[raw.length - 1] !== 0x2f ? Buffer.concat([raw, Buffer.from('/')]) : raw;
     const linkname = Buffer.from(s.linkname ?? '', 'utf8');
     const content = s.content === undefined ? Buffer.alloc(0) : Buffer.isBuffer(s.content) ? s.content : Buffer.from(s.content);
     const records: Buffer[] = [];
-    if (name.length > 100) records.push(paxRecord('path', name));
+    if (s.gnuLongName) {
+      const ln = Buffer.concat([name, Buffer.alloc(1)]);
+      parts.push(header(Buffer.from('././@LongLink'), 'L', ln.length, {} as TarSpec, Buffer.alloc(0)), ln, pad(ln.length));
+    } else if (name.length > 100) records.push(paxRecord('path', name));
+    for (const [k, v] of Object.entries(s.pax ?? {})) records.push(paxRecord(k, Buffer.from(v)));
     if (linkname.length > 100) records.push(paxRecord('linkpath', linkname));
     for (const [k, v] of Object.entries(s.xattrs ?? {})) {
       records.push(paxRecord(`SCHILY.xattr.${k}`, Buffer.isBuffer(v) ? v : Buffer.from(v)));
@@ -83,7 +93,8 @@ export function buildTar(entries: readonly TarSpec[]): Buffer {
       parts.push(header(Buffer.from('PaxHeaders/x'), 'x', pax.length, {} as TarSpec, Buffer.alloc(0)), pax, pad(pax.length));
     }
     const size = type === 'file' ? content.length : 0;
-    parts.push(header(name, TYPEFLAG[type], size, { ...s, type }, linkname));
+    const headerName = s.gnuLongName ? Buffer.from('placeholder') : name;
+    parts.push(header(headerName, TYPEFLAG[type], size, { ...s, type }, linkname));
     if (size > 0) parts.push(content, pad(size));
   }
   parts.push(Buffer.alloc(1024));
