@@ -254,7 +254,7 @@ export class S3Store implements RepositoryStore {
     const key = `locks/.probe-${randomUUID()}`;
     const ops = this.ops;
     const before = Date.now();
-    const etag = await ops.putText(key, 'probe', { ifNoneMatch: '*' });
+    await ops.putText(key, 'probe', { ifNoneMatch: '*' });
     try {
       const head = await ops.head(key);
       // LastModified has one-second resolution; lease checks allow for that second.
@@ -276,13 +276,18 @@ export class S3Store implements RepositoryStore {
       };
       this.capabilities = caps;
       ops.conditionalDelete = caps.conditionalDelete;
-      if (!caps.conditionalCreate || !caps.conditionalReplace) {
+      if (!caps.conditionalCreate) {
         this.log.warn(
           { capabilities: caps },
-          'S3 server does not enforce conditional writes: locks, alias binding and the commit marker fall back to check-then-write (two nodes racing can both win)',
+          'S3 server ignores If-None-Match: locks, alias binding and the commit marker fall back to check-then-write (two nodes racing can both win)',
+        );
+      } else if (!caps.conditionalReplace || !caps.conditionalDelete) {
+        this.log.warn(
+          { capabilities: caps },
+          'S3 server ignores If-Match: lock renewal and stale-lock breaking are unconditional (a holder stalled past its lease is not told it lost the lock)',
         );
       } else {
-        this.log.debug({ capabilities: caps, clockOffsetMs: this.clockOffsetMs, etag }, 'S3 capabilities');
+        this.log.debug({ capabilities: caps, clockOffsetMs: this.clockOffsetMs }, 'S3 capabilities');
       }
     } finally {
       ops.conditionalDelete = false;

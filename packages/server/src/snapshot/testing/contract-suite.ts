@@ -37,6 +37,13 @@ const REPO_ROOT = fileURLToPath(new URL('../../../../../', import.meta.url));
 const CHILD = fileURLToPath(new URL('./repo-child.ts', import.meta.url));
 const silent = pino({ level: 'silent' });
 
+/** Buffer equality without vitest's element-wise deep compare (slow for megabytes). */
+function expectBytes(actual: Buffer, expected: Buffer | undefined): void {
+  expect(expected, 'expected bytes').toBeDefined();
+  expect(actual.length).toBe(expected!.length);
+  expect(actual.equals(expected!), 'content differs').toBe(true);
+}
+
 const resources = { cpuCount: 2, memoryMB: 512, diskSizeMB: 2048 };
 const draft: CommittedSnapshotDraft = {
   context: {
@@ -266,10 +273,10 @@ export function defineRepositoryContract(name: string, setup: () => Promise<Cont
       });
       expect(events.map((e) => e.step)).toEqual(['blob-stored', 'blob-stored', 'blob-stored', 'committed']);
       expect(await repo.get(rec.id)).toEqual(published);
-      expect(await readFile(await repo.fetch(c.layers[0]!))).toEqual(layerA);
-      expect(await readFile(await repo.fetch(c.layers[1]!))).toEqual(layerB);
-      expect(await readFile(await repo.fetchArtifact(rec.id, 'memory'))).toEqual(memory);
-      expect(await readFile(await open().fetch(c.layers[0]!))).toEqual(layerA);
+      expectBytes(await readFile(await repo.fetch(c.layers[0]!)), layerA);
+      expectBytes(await readFile(await repo.fetch(c.layers[1]!)), layerB);
+      expectBytes(await readFile(await repo.fetchArtifact(rec.id, 'memory')), memory);
+      expectBytes(await readFile(await open().fetch(c.layers[0]!)), layerA);
 
       await expectError(repo.publish(rec.id, await simpleInput()), 'InvalidRequest', 400);
       await expectError(repo.publish(newSnapshotId(), await simpleInput()), 'NotFound', 404);
@@ -374,7 +381,7 @@ export function defineRepositoryContract(name: string, setup: () => Promise<Cont
       expect(await repo.find(a.id)).toBeUndefined();
       expect(await target.aliasExists(alias('del'))).toBe(false);
       expect(await target.blobExists({ kind: 'artifact', id: a.id, name: 'memory' })).toBe(false);
-      expect(await readFile(await repo.fetch(b.committed!.layers[0]!))).toEqual(shared);
+      expectBytes(await readFile(await repo.fetch(b.committed!.layers[0]!)), shared);
       // The alias is free again.
       expect((await publishNew({ alias: alias('del') })).alias).toBe(alias('del'));
     });
@@ -404,7 +411,7 @@ export function defineRepositoryContract(name: string, setup: () => Promise<Cont
       expect(gc.removed).not.toContain(ls!.digest);
       expect(await target.blobExists({ kind: 'layer', digest: la!.digest })).toBe(false);
       expect(await target.blobExists({ kind: 'layer', digest: ls!.digest })).toBe(true);
-      expect(await readFile(await repo.fetch(b.committed!.layers[0]!))).toEqual(shared);
+      expectBytes(await readFile(await repo.fetch(b.committed!.layers[0]!)), shared);
       for (const r of await repo.list({ committed: true })) {
         for (const l of r.committed!.layers) expect(gc.removed).not.toContain(l.digest);
       }
@@ -510,11 +517,11 @@ export function defineRepositoryContract(name: string, setup: () => Promise<Cont
         await small.fetch(a!); // a is now more recent than b
         const pc = await small.fetch(c!);
         expect([existsSync(pa), existsSync(pb), existsSync(pc)]).toEqual([true, false, true]);
-        expect(await readFile(await small.fetch(b!))).toEqual(contents[1]); // downloaded again
+        expectBytes(await readFile(await small.fetch(b!)), contents[1]); // downloaded again
         expect([existsSync(pa), existsSync(pc)]).toEqual([false, true]);
         const [x, y] = await Promise.all([small.fetch(a!), small.fetch(a!)]);
         expect(x).toBe(y);
-        expect(await readFile(x)).toEqual(contents[0]);
+        expectBytes(await readFile(x), contents[0]);
       } finally {
         await rm(cacheDir, { recursive: true, force: true });
       }
