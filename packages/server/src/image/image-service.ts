@@ -152,6 +152,7 @@ export class ImageService {
   private timer: NodeJS.Timeout | undefined;
   private gcRunning: Promise<GcResult> | undefined;
   private initialized = false;
+  private closed = false;
 
   constructor(private readonly opts: ImageServiceOptions) {
     this.resolverConfig = normalizeResolverConfig(opts.resolver);
@@ -573,7 +574,10 @@ export class ImageService {
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
     if (this.gcRunning) await this.gcRunning.catch(() => {});
-    await this.client.close();
+    if (!this.closed) {
+      this.closed = true;
+      await this.client.close();
+    }
   }
 
   /** Sum of the cached layers' sizes (bytes). */

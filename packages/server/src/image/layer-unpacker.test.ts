@@ -34,19 +34,6 @@ async function unpackError(entries: TarSpec[]): Promise<ImageError> {
   throw new Error('expected the layer to be rejected');
 }
 
-function tree(dir: string): string[] {
-  const out: string[] = [];
-  const walk = (d: string, prefix: string): void => {
-    for (const name of readdirSync(d).sort()) {
-      const p = join(d, name);
-      out.push(prefix + name);
-      if (lstatSync(p).isDirectory()) walk(p, `${prefix}${name}/`);
-    }
-  };
-  walk(dir, '');
-  return out;
-}
-
 beforeEach(() => {
   work = mkdtempSync(join(tmpdir(), 'aenv-unpack-'));
   dest = join(work, 'layer');

@@ -156,7 +156,15 @@ export class RegistryClient {
   /** Base URL of a registry's API, without trailing slash. */
   baseUrl(registry: string): string {
     const override = this.opts.endpoints?.[registry];
-    if (override) return override.replace(/\/+$/, '');
+    if (override) {
+      if (!/^https?:\/\//.test(override)) {
+        throw new ImageError('Internal', `endpoint for ${registry} must be an http(s) URL, got "${override}"`);
+      }
+      if (override.startsWith('http:') && !this.isInsecure(registry)) {
+        throw new ImageError('Internal', `endpoint for ${registry} is plain HTTP; list ${registry} in insecure_registries`);
+      }
+      return override.replace(/\/+$/, '');
+    }
     return `${this.isInsecure(registry) ? 'http' : 'https'}://${registry}`;
   }
 

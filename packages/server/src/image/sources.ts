@@ -1,7 +1,6 @@
 // Where an image's manifests and blobs come from: a registry, an OCI image layout directory (`oci:`), or a tar
 // of one (`oci-archive:`, unpacked into a private temporary layout first).
 
-import { createReadStream } from 'node:fs';
 import { mkdir, open, readFile, stat } from 'node:fs/promises';
 import { constants as C } from 'node:fs';
 import { join } from 'node:path';
@@ -170,7 +169,7 @@ export class OciLayoutSource implements ImageSource {
     const path = this.blobPath(d.digest);
     try {
       const fh = await open(path, C.O_RDONLY | C.O_NOFOLLOW);
-      return createReadStream('', { fd: fh.fd, highWaterMark: 1024 * 1024, autoClose: true });
+      return fh.createReadStream({ highWaterMark: 1024 * 1024 });
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code === 'ENOENT') {
         throw new ImageError('NotFound', `${this.name}: blob ${d.digest} is missing from the layout`);
@@ -203,7 +202,7 @@ export async function extractOciArchive(file: string, dir: string, signal?: Abor
   let source: Readable;
   try {
     const fh = await open(file, C.O_RDONLY);
-    source = createReadStream('', { fd: fh.fd, highWaterMark: 1024 * 1024 });
+    source = fh.createReadStream({ highWaterMark: 1024 * 1024 });
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw new ImageError('NotFound', `oci-archive ${file} does not exist`);
     throw new ImageError('Internal', `opening ${file}: ${(e as Error).message}`, { cause: e });
