@@ -1,0 +1,134 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { lookupDockerCredentials } from './credentials.js';
+import { VerifyingStream, digestOf } from './digest.js';
+import { shiftFileCapability } from './file-caps.js';
+import { normalizeGcConfig } from './gc.js';
+import { parseWwwAuthenticate } from './registry-client.js';
+import { SingleFlight } from './single-flight.js';
+import { pipeline } from 'node:stream/promises';
+import { Readable, Writable } from 'node:stream';
+
+describe('WWW-Authenticate', () => {
+  it('parses Bearer and Basic challenges', () => {
+    expect(parseWwwAuthenticate('Bearer realm="https://auth.example/token",service="registry.example",scope="repository:a/b:pull"')).toEqual({
+      scheme: 'bearer',
+      params: { realm: 'https://auth.example/token', service: 'registry.example', scope: 'repository:a/b:pull' },
+    });
+    expect(parseWwwAuthenticate('Basic realm="x y"')).toEqual({ scheme: 'basic', params: { realm: 'x y' } });
+    expect(parseWwwAuthenticate('Bearer realm=unquoted, error="insufficient_scope"')?.params).toEqual({
+      realm: 'unquoted',
+      error: 'insufficient_scope',
+    });
+  });
+});
+
+describe('docker config credentials', () => {
+  it('matches auths keys by host, URL forms included', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'aenv-dockercfg-'));
+    try {
+      writeFileSync(
+        join(dir, 'config.json'),
+        JSON.stringify({
+          auths: {
+            'https://reg.example:5000/v1/': { auth: Buffer.from('u1:p:w').toString('base64') },
+            'other.example': { username: 'u2', password: 'p2' },
+            'empty.example': {},
+          },
+        }),
+      );
+      expect(await lookupDockerCredentials(dir, 'reg.example:5000')).toEqual({ username: 'u1', password: 'p:w' });
+      expect(await lookupDockerCredentials(dir, 'other.example')).toEqual({ username: 'u2', password: 'p2' });
+      expect(await lookupDockerCredentials(dir, 'empty.example')).toBeUndefined();
+      expect(await lookupDockerCredentials(dir, 'x.example', ['other.example'])).toEqual({ username: 'u2', password: 'p2' });
+      expect(await lookupDockerCredentials(join(dir, 'missing'), 'reg.example:5000')).toBeUndefined();
+      writeFileSync(join(dir, 'config.json'), '{broken');
+      await expect(lookupDockerCredentials(dir, 'reg.example:5000')).rejects.toThrow(/not valid JSON/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('file capabilities', () => {
+  const v2 = Buffer.from([0x01, 0, 0, 0x02, 0x00, 0x20, 0, 0, 0, 0, 0, 0, 0x01, 0, 0, 0, 0, 0, 0, 0]);
+  it('turns v2 into v3 with the shifted root id', () => {
+    const v3 = shiftFileCapability(v2, (id) => id + 100000)!;
+    expect(v3.length).toBe(24);
+    expect(v3.readUInt32LE(0)).toBe(0x03000001);
+    expect(v3.readUInt32LE(4)).toBe(0x2000);
+    expect(v3.readUInt32LE(12)).toBe(1);
+    expect(v3.readUInt32LE(20)).toBe(100000);
+  });
+  it('shifts an existing v3 root id and drops garbage', () => {
+    const v3 = shiftFileCapability(v2, (id) => id + 7)!;
+    expect(shiftFileCapability(v3, (id) => id + 100000)!.readUInt32LE(20)).toBe(100007);
+    expect(shiftFileCapability(Buffer.from([1, 2, 3]), (id) => id)).toBeUndefined();
+    expect(shiftFileCapability(Buffer.alloc(20), (id) => id)).toBeUndefined();
+  });
+});
+
+describe('GC config', () => {
+  it('applies defaults and the reference rules', () => {
+    expect(normalizeGcConfig()).toEqual({ enabled: true, intervalSecs: 1800, minAgeSecs: 600, highWatermarkRatio: 0.95, lowWatermarkRatio: 0.7 });
+    expect(normalizeGcConfig({ intervalSecs: 0 }).intervalSecs).toBe(1800);
+    expect(() => normalizeGcConfig({ highWatermarkRatio: 0 })).toThrow(/high_watermark_ratio/);
+    expect(() => normalizeGcConfig({ lowWatermarkRatio: 1.5 })).toThrow(/low_watermark_ratio/);
+    expect(() => normalizeGcConfig({ highWatermarkRatio: 0.5, lowWatermarkRatio: 0.6 })).toThrow(/must be <=/);
+    expect(() => normalizeGcConfig({ highWatermarkRatio: Number.NaN })).toThrow();
+  });
+});
+
+describe('VerifyingStream', () => {
+  const data = Buffer.from('hello world');
+  const run = (input: Buffer, expected: { digest: string; size?: number }) =>
+    pipeline(Readable.from([input]), new VerifyingStream(expected, 'blob'), new Writable({ write: (_c, _e, cb) => cb() }));
+  it('passes matching data and rejects wrong digest, short and long data', async () => {
+    await run(data, { digest: digestOf(data), size: data.length });
+    await expect(run(data, { digest: digestOf(Buffer.from('x')), size: data.length })).rejects.toMatchObject({ kind: 'DigestMismatch' });
+    await expect(run(data, { digest: digestOf(data), size: data.length + 1 })).rejects.toThrow(/size mismatch/);
+    await expect(run(data, { digest: digestOf(data), size: data.length - 1 })).rejects.toThrow(/more than the expected/);
+  });
+});
+
+describe('SingleFlight', () => {
+  it('shares one run; aborting one caller leaves the others', async () => {
+    const sf = new SingleFlight<number>();
+    let runs = 0;
+    let release!: (v: number) => void;
+    const fn = (signal: AbortSignal) => {
+      runs++;
+      return new Promise<number>((resolve, reject) => {
+        release = resolve;
+        signal.addEventListener('abort', () => reject(new Error('aborted')));
+      });
+    };
+    const ac = new AbortController();
+    const a = sf.run('k', fn, ac.signal);
+    const b = sf.run('k', fn);
+    expect(runs).toBe(1);
+    ac.abort(new Error('caller a gave up'));
+    await expect(a).rejects.toThrow('caller a gave up');
+    release(42);
+    await expect(b).resolves.toBe(42);
+    expect(sf.size).toBe(0);
+  });
+  it('aborts the shared run when every caller gave up', async () => {
+    const sf = new SingleFlight<number>();
+    let aborted = false;
+    const fn = (signal: AbortSignal) =>
+      new Promise<number>((_r, reject) => signal.addEventListener('abort', () => ((aborted = true), reject(new Error('x')))));
+    const ac1 = new AbortController();
+    const ac2 = new AbortController();
+    const p1 = sf.run('k', fn, ac1.signal);
+    const p2 = sf.run('k', fn, ac2.signal);
+    ac1.abort(new Error('1'));
+    expect(aborted).toBe(false);
+    ac2.abort(new Error('2'));
+    expect(aborted).toBe(true);
+    await expect(p1).rejects.toThrow('1');
+    await expect(p2).rejects.toThrow('2');
+  });
+});
