@@ -80,42 +80,46 @@ async function exists(key: string): Promise<boolean> {
   }
 }
 
-defineRepositoryContract('oss (S3)', async () => {
-  await requireServer();
-  const prefix = `contract-${randomUUID()}/`;
-  const { local, options } = await makeTarget(prefix);
-  return {
-    options,
-    async corruptBlob(ref) {
-      const key = blobKey(prefix, ref);
-      const obj = await client.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
-      const body = Buffer.from(await obj.Body!.transformToByteArray());
-      body[Math.floor(body.length / 2)]! ^= 0xff;
-      await client.send(
-        new PutObjectCommand({ Bucket: bucket, Key: key, Body: body, Metadata: obj.Metadata }),
-      );
-    },
-    async removeBlob(ref) {
-      const { DeleteObjectCommand } = await import('@aws-sdk/client-s3');
-      await client.send(new DeleteObjectCommand({ Bucket: bucket, Key: blobKey(prefix, ref) }));
-    },
-    blobExists: (ref) => exists(blobKey(prefix, ref)),
-    async writeDanglingAlias(alias, id) {
-      await client.send(
-        new PutObjectCommand({
-          Bucket: bucket,
-          Key: `${prefix}catalog/aliases/${alias}.json`,
-          Body: JSON.stringify(id),
-        }),
-      );
-    },
-    aliasExists: (alias) => exists(`${prefix}catalog/aliases/${alias}.json`),
-    async cleanup() {
-      await deletePrefix(prefix);
-      await rm(local, { recursive: true, force: true });
-    },
-  };
-});
+defineRepositoryContract(
+  'oss (S3)',
+  async () => {
+    await requireServer();
+    const prefix = `contract-${randomUUID()}/`;
+    const { local, options } = await makeTarget(prefix);
+    return {
+      options,
+      async corruptBlob(ref) {
+        const key = blobKey(prefix, ref);
+        const obj = await client.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
+        const body = Buffer.from(await obj.Body!.transformToByteArray());
+        body[Math.floor(body.length / 2)]! ^= 0xff;
+        await client.send(
+          new PutObjectCommand({ Bucket: bucket, Key: key, Body: body, Metadata: obj.Metadata }),
+        );
+      },
+      async removeBlob(ref) {
+        const { DeleteObjectCommand } = await import('@aws-sdk/client-s3');
+        await client.send(new DeleteObjectCommand({ Bucket: bucket, Key: blobKey(prefix, ref) }));
+      },
+      blobExists: (ref) => exists(blobKey(prefix, ref)),
+      async writeDanglingAlias(alias, id) {
+        await client.send(
+          new PutObjectCommand({
+            Bucket: bucket,
+            Key: `${prefix}catalog/aliases/${alias}.json`,
+            Body: JSON.stringify(id),
+          }),
+        );
+      },
+      aliasExists: (alias) => exists(`${prefix}catalog/aliases/${alias}.json`),
+      async cleanup() {
+        await deletePrefix(prefix);
+        await rm(local, { recursive: true, force: true });
+      },
+    };
+  },
+  { localCache: true },
+);
 
 describe('oss backend specifics', () => {
   const prefix = `specifics-${randomUUID()}/`;

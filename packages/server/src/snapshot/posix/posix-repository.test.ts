@@ -5,37 +5,41 @@ import { join } from 'node:path';
 import { existsSync } from 'node:fs';
 import { defineRepositoryContract, type StoredBlobRef } from '../testing/contract-suite.js';
 
-defineRepositoryContract('posix_fs', async () => {
-  const base = await mkdtemp(join(tmpdir(), 'aenv-posix-repo-'));
-  const root = join(base, 'store', 'repository');
-  const blobPath = (ref: StoredBlobRef) =>
-    ref.kind === 'layer'
-      ? join(root, 'layers/sha256', ref.digest.slice('sha256:'.length))
-      : join(root, 'snapshots', ref.id, 'artifacts', ref.name);
-  return {
-    options: {
-      backend: 'posix_fs',
-      posixFs: { snapshotStore: join(base, 'store') },
-      localCachePath: join(base, 'cache'),
-      cacheMaxSizeGb: 1,
-      compression: { enabled: true, level: 3 },
-      lockTimeoutMs: 30_000,
-    },
-    async corruptBlob(ref) {
-      const fd = await open(blobPath(ref), 'r+');
-      try {
-        const b = Buffer.alloc(1);
-        await fd.read(b, 0, 1, 100);
-        b[0] = b[0]! ^ 0xff;
-        await fd.write(b, 0, 1, 100);
-      } finally {
-        await fd.close();
-      }
-    },
-    removeBlob: (ref) => rm(blobPath(ref)),
-    blobExists: async (ref) => existsSync(blobPath(ref)),
-    writeDanglingAlias: (alias, id) => writeFile(join(root, 'catalog/aliases', alias), JSON.stringify(id)),
-    aliasExists: async (alias) => existsSync(join(root, 'catalog/aliases', alias)),
-    cleanup: () => rm(base, { recursive: true, force: true }),
-  };
-});
+defineRepositoryContract(
+  'posix_fs',
+  async () => {
+    const base = await mkdtemp(join(tmpdir(), 'aenv-posix-repo-'));
+    const root = join(base, 'store', 'repository');
+    const blobPath = (ref: StoredBlobRef) =>
+      ref.kind === 'layer'
+        ? join(root, 'layers/sha256', ref.digest.slice('sha256:'.length))
+        : join(root, 'snapshots', ref.id, 'artifacts', ref.name);
+    return {
+      options: {
+        backend: 'posix_fs',
+        posixFs: { snapshotStore: join(base, 'store') },
+        localCachePath: join(base, 'cache'),
+        cacheMaxSizeGb: 1,
+        compression: { enabled: true, level: 3 },
+        lockTimeoutMs: 30_000,
+      },
+      async corruptBlob(ref) {
+        const fd = await open(blobPath(ref), 'r+');
+        try {
+          const b = Buffer.alloc(1);
+          await fd.read(b, 0, 1, 100);
+          b[0] = b[0]! ^ 0xff;
+          await fd.write(b, 0, 1, 100);
+        } finally {
+          await fd.close();
+        }
+      },
+      removeBlob: (ref) => rm(blobPath(ref)),
+      blobExists: async (ref) => existsSync(blobPath(ref)),
+      writeDanglingAlias: (alias, id) => writeFile(join(root, 'catalog/aliases', alias), JSON.stringify(id)),
+      aliasExists: async (alias) => existsSync(join(root, 'catalog/aliases', alias)),
+      cleanup: () => rm(base, { recursive: true, force: true }),
+    };
+  },
+  { localCache: false },
+);
