@@ -320,7 +320,7 @@ export class CatalogRepository implements SnapshotRepository {
 
   async gcLayers(): Promise<GcResult> {
     await this.ready();
-    return this.withLocks([[{ kind: 'gc' }, 'exclusive']], async () => {
+    return this.withLocks([[{ kind: 'gc' }, 'exclusive']], async ([gcLock]) => {
       const referenced = new Set<string>();
       for (const id of await this.store.listDocs('commits')) {
         // An unreadable marker means unknown references: refuse to collect anything.
@@ -334,6 +334,7 @@ export class CatalogRepository implements SnapshotRepository {
           kept++;
           continue;
         }
+        gcLock!.assertHeld(); // a lease lost mid-GC means a publish may be running: stop deleting
         await this.store.deleteBlob({ kind: 'layer', digest: layer.digest });
         removed.push(layer.digest);
       }
