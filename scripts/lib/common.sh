@@ -19,12 +19,15 @@ aenv_elapsed() {
   printf '%d.%d s' $((ms / 1000)) $(((ms % 1000) / 100))
 }
 
-# Packages from the argument list that dpkg does not report as installed.
+# Packages from the argument list that dpkg does not report as installed (one dpkg-query call).
 aenv_missing_debs() {
+  local -A ok=()
   local pkg status
+  while read -r pkg status; do
+    [ "$status" != installed ] || ok[${pkg%%:*}]=1
+  done < <(dpkg-query -W -f='${Package} ${db:Status-Status}\n' "$@" 2>/dev/null || true)
   for pkg in "$@"; do
-    status=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
-    [ "$status" = installed ] || printf '%s\n' "$pkg"
+    [ -n "${ok[$pkg]:-}" ] || printf '%s\n' "$pkg"
   done
 }
 
@@ -45,4 +48,19 @@ aenv_ensure_debs() {
   fi
   rm -f "$log"
   echo $missing
+}
+
+# Removes a build tree that a killed chroot tool may have left mounts in: unmounts everything
+# below it (deepest first), then deletes without crossing into other filesystems.
+aenv_safe_rmtree() {
+  local dir=$1 mnt
+  [ -e "$dir" ] || return 0
+  dir=$(realpath "$dir")
+  case $dir in
+    / | /usr | /etc | /var | /home | /root | /tmp) aenv_die "refusing to remove $dir" ;;
+  esac
+  while IFS= read -r mnt; do
+    umount -l "$mnt" 2>/dev/null || true
+  done < <(awk -v d="$dir/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r)
+  rm -rf --one-file-system "$dir"
 }

@@ -204,7 +204,7 @@ network-lock skip'
 aenv_criu_reconcile() {
   local root=$1 d
   for d in "$root"/.stage-*; do
-    [ -e "$d" ] && rm -rf "$d"
+    if [ -e "$d" ]; then rm -rf "$d"; fi
   done
   rm -f "$root/.current.new" "$root/criu.conf.new"
 }

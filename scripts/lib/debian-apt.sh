@@ -86,7 +86,7 @@ aenv_debian_security_mirror() {
 aenv_debian_keyring() {
   local k
   for k in /usr/share/keyrings/debian-archive-keyring.gpg /usr/share/keyrings/debian-archive-keyring.pgp; do
-    [ -f "$k" ] && { printf '%s\n' "$k"; return 0; }
+    if [ -f "$k" ]; then printf "%s\n" "$k"; return 0; fi
   done
   aenv_die "debian-archive-keyring is not installed"
 }
