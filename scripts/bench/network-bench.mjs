@@ -6,7 +6,7 @@
 //   node scripts/bench/network-bench.mjs [--n 20] [--json]
 
 import { spawn } from 'node:child_process';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -52,6 +52,8 @@ function record(name, samples) {
   results[name] = summary(samples);
 }
 
+// `ip netns add` (the raw twin) bind-mounts /run/netns on first use; undo that if we were first.
+const runNetnsWasMounted = (await readFile('/proc/self/mountinfo', 'utf8')).includes(' /run/netns ');
 const scratch = await mkdtemp(join(tmpdir(), 'aenv-net-bench-'));
 await writeFile(join(scratch, 'resolv.conf'), 'nameserver 198.51.100.53\n');
 const options = (pool) => ({
@@ -78,32 +80,70 @@ const policy = parseNetworkPolicy({
   allowInternetAccess: false,
 });
 
+// The raw twins: what host-facts §4 measured, written directly.
+function rawCreate(i) {
+  const [ns, veth, hostLink, sbLink, hi] = [
+    `benchns${i}`,
+    `benchv${i}`,
+    `10.232.${i}.2`,
+    `10.232.${i}.3`,
+    `10.231.0.${i}`,
+  ];
+  return sh(
+    'ip',
+    ['-batch', '-'],
+    `netns add ${ns}\nlink add ${veth} type veth peer name eth0 netns ${ns}\naddr add ${hostLink}/31 dev ${veth}\nlink set ${veth} up\nroute add ${hi}/32 via ${sbLink} dev ${veth}\n`,
+  ).then(() =>
+    sh(
+      'ip',
+      ['-n', ns, '-batch', '-'],
+      `addr add ${sbLink}/31 dev eth0\naddr add ${hi}/32 dev lo\nlink set lo up\nlink set eth0 up\nroute add default via ${hostLink}\n`,
+    ),
+  );
+}
+const rawDestroy = (i) => sh('ip', ['-batch', '-'], `link del benchv${i}\nnetns del benchns${i}\n`);
+const rawPolicy = (i) =>
+  `add chain inet ${RAW_TABLE} s${i}\nadd rule inet ${RAW_TABLE} s${i} ip daddr { 198.51.100.0/24, 203.0.113.10 } accept\nadd rule inet ${RAW_TABLE} s${i} ip daddr { 198.51.100.128/25 } goto deny\nadd rule inet ${RAW_TABLE} s${i} goto deny\nadd element inet ${RAW_TABLE} egress { "benchv${i}" : jump s${i} }\n`;
+const rawPolicyDelete = (i) =>
+  `delete element inet ${RAW_TABLE} egress { "benchv${i}" }\ndelete chain inet ${RAW_TABLE} s${i}\n`;
+
 const nm = new NetworkManager(
   options({ lowWatermark: 0, highWatermark: 0, maintenanceEnabled: false, startupPrewarm: false }),
 );
 try {
   await nm.init();
 
-  // --- manager: create on demand (pool empty), apply policy, release ---
-  const create = [];
-  const apply = [];
-  const reapply = [];
-  const releaseWithPolicy = [];
-  const releasePlain = [];
-  for (let i = 0; i < N; i++) {
+  // --- create / policy / release, each manager step next to its raw twin in the same iteration ---
+  // (interleaved so both see the same background load)
+  await sh(
+    'nft',
+    ['-f', '-'],
+    `table inet ${RAW_TABLE} {\n map egress { type ifname : verdict ; }\n chain deny { }\n}\n`,
+  );
+  const m = { create: [], apply: [], reapply: [], releaseWithPolicy: [], releasePlain: [] };
+  const raw = { create: [], destroy: [], nftAdd: [], nftDel: [] };
+  for (let i = 1; i <= N; i++) {
     let slot;
-    create.push(await timeIt(async () => (slot = await nm.acquire())));
-    apply.push(await timeIt(() => nm.applyPolicy(slot, policy)));
-    reapply.push(await timeIt(() => nm.applyPolicy(slot, { ...policy, denyOut: [] })));
-    releaseWithPolicy.push(await timeIt(() => nm.release(slot)));
+    m.create.push(await timeIt(async () => (slot = await nm.acquire())));
+    raw.create.push(await timeIt(() => rawCreate(i)));
+    m.apply.push(await timeIt(() => nm.applyPolicy(slot, policy)));
+    raw.nftAdd.push(await timeIt(() => sh('nft', ['-f', '-'], rawPolicy(i))));
+    m.reapply.push(await timeIt(() => nm.applyPolicy(slot, { ...policy, denyOut: [] })));
+    m.releaseWithPolicy.push(await timeIt(() => nm.release(slot)));
+    raw.nftDel.push(await timeIt(() => sh('nft', ['-f', '-'], rawPolicyDelete(i))));
+    raw.destroy.push(await timeIt(() => rawDestroy(i)));
     const plain = await nm.acquire();
-    releasePlain.push(await timeIt(() => nm.release(plain)));
+    m.releasePlain.push(await timeIt(() => nm.release(plain)));
   }
-  record('manager: create slot (pool miss)', create);
-  record('manager: applyPolicy (new chain)', apply);
-  record('manager: applyPolicy (replace)', reapply);
-  record('manager: release (with policy chain)', releaseWithPolicy);
-  record('manager: release (no policy)', releasePlain);
+  record('manager: create slot (pool miss)', m.create);
+  record('raw: 2x ip -batch create (ip netns add)', raw.create);
+  record('manager: applyPolicy (new chain)', m.apply);
+  record('raw: nft -f add chain + 3 rules + vmap element', raw.nftAdd);
+  record('manager: applyPolicy (replace)', m.reapply);
+  record('manager: release (with policy chain)', m.releaseWithPolicy);
+  record('raw: nft -f delete element + chain', raw.nftDel);
+  record('raw: ip -batch link del + netns del', raw.destroy);
+  record('manager: release (no policy)', m.releasePlain);
 
   // --- batching: 10 sandboxes get their policy at the same moment ---
   const slots = [];
@@ -149,64 +189,6 @@ try {
   }
   record('manager: acquire from warm pool', hits);
   await pooled.shutdown({ destroyAll: true });
-
-  // --- raw: the same kernel objects with ip -batch / nft -f, no manager ---
-  const rawCreate = [];
-  const rawDestroy = [];
-  for (let i = 1; i <= N; i++) {
-    const ns = `benchns${i}`;
-    const veth = `benchv${i}`;
-    const hostLink = `10.232.${i}.2`;
-    const sbLink = `10.232.${i}.3`;
-    const hi = `10.231.0.${i}`;
-    rawCreate.push(
-      await timeIt(async () => {
-        await sh(
-          'ip',
-          ['-batch', '-'],
-          `netns add ${ns}\nlink add ${veth} type veth peer name eth0 netns ${ns}\naddr add ${hostLink}/31 dev ${veth}\nlink set ${veth} up\nroute add ${hi}/32 via ${sbLink} dev ${veth}\n`,
-        );
-        await sh(
-          'ip',
-          ['-n', ns, '-batch', '-'],
-          `addr add ${sbLink}/31 dev eth0\naddr add ${hi}/32 dev lo\nlink set lo up\nlink set eth0 up\nroute add default via ${hostLink}\n`,
-        );
-      }),
-    );
-    rawDestroy.push(await timeIt(() => sh('ip', ['-batch', '-'], `link del ${veth}\nnetns del ${ns}\n`)));
-  }
-  record('raw: 2x ip -batch create (ip netns add)', rawCreate);
-  record('raw: ip -batch link del + netns del', rawDestroy);
-
-  await sh(
-    'nft',
-    ['-f', '-'],
-    `table inet ${RAW_TABLE} {\n map egress { type ifname : verdict ; }\n chain deny { }\n}\n`,
-  );
-  const rawAdd = [];
-  const rawDel = [];
-  for (let i = 1; i <= N; i++) {
-    rawAdd.push(
-      await timeIt(() =>
-        sh(
-          'nft',
-          ['-f', '-'],
-          `add chain inet ${RAW_TABLE} s${i}\nadd rule inet ${RAW_TABLE} s${i} ip daddr { 198.51.100.0/24, 203.0.113.10 } accept\nadd rule inet ${RAW_TABLE} s${i} ip daddr { 198.51.100.128/25 } goto deny\nadd rule inet ${RAW_TABLE} s${i} goto deny\nadd element inet ${RAW_TABLE} egress { "benchv${i}" : jump s${i} }\n`,
-        ),
-      ),
-    );
-    rawDel.push(
-      await timeIt(() =>
-        sh(
-          'nft',
-          ['-f', '-'],
-          `delete element inet ${RAW_TABLE} egress { "benchv${i}" }\ndelete chain inet ${RAW_TABLE} s${i}\n`,
-        ),
-      ),
-    );
-  }
-  record('raw: nft -f add chain + 3 rules + vmap element', rawAdd);
-  record('raw: nft -f delete element + chain', rawDel);
 } finally {
   await nm.shutdown({ destroyAll: true }).catch(() => undefined);
   const sweeper = new NetworkManager(
@@ -221,6 +203,9 @@ try {
   );
   for (let i = 1; i <= N; i++) await sh('ip', ['netns', 'del', `benchns${i}`]).catch(() => undefined);
   await rm(scratch, { recursive: true, force: true });
+  if (!runNetnsWasMounted && (await readdir('/run/netns').catch(() => ['?'])).length === 0) {
+    await sh('umount', ['/run/netns']).catch(() => undefined);
+  }
 }
 
 if (asJson) {

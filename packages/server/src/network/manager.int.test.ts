@@ -2,7 +2,7 @@
 // process, slot namespaces and a fake "internet" namespace with documentation-range addresses.
 
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, realpath, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -32,7 +32,8 @@ const children: ChildProcess[] = [];
 // ---- helpers: processes in namespaces ----
 
 const inSlot = (slot: NetworkSlot) => ['nsenter', `--net=${slot.netnsPath}`];
-const inWan = () => ['ip', 'netns', 'exec', WAN_NS];
+let wanNetns = '';
+const inWan = () => ['nsenter', `--net=${wanNetns}`];
 
 /** Starts a long-running node script in a namespace and waits for it to print "ready". */
 async function startServer(prefix: string[], script: string, args: string[] = []): Promise<ChildProcess> {
@@ -179,9 +180,12 @@ function options(overrides: Partial<NetworkManagerOptions>): NetworkManagerOptio
 beforeAll(async () => {
   scratch = await mkdtemp(join(tmpdir(), 'aenv-net-int-'));
   await writeFile(join(scratch, 'resolv.conf'), `# test\nnameserver 127.0.0.53\nnameserver ${WAN_DNS}\n`);
-  await run('ip', ['netns', 'add', WAN_NS]);
+  // A file-bound netns like the slots' (not `ip netns add`, which leaves a /run/netns mount behind).
+  wanNetns = join(scratch, WAN_NS);
+  await writeFile(wanNetns, '');
+  await run('unshare', [`--net=${wanNetns}`, 'true']);
   const host = [
-    `link add ${WAN_HOST_IF} type veth peer name wan0 netns ${WAN_NS}`,
+    `link add ${WAN_HOST_IF} type veth peer name wan0 netns ${wanNetns}`,
     `addr add ${HOST_WAN_IP}/24 dev ${WAN_HOST_IF}`,
     `link set ${WAN_HOST_IF} up`,
   ];
@@ -194,7 +198,7 @@ beforeAll(async () => {
     // Lets the ingress test play a LAN host that routes sandbox addresses through this machine.
     `route add 10.211.0.0/16 via ${HOST_WAN_IP}`,
   ];
-  await run('ip', ['-n', WAN_NS, '-batch', '-'], { input: wan.join('\n') + '\n' });
+  await run('nsenter', [`--net=${wanNetns}`, 'ip', '-batch', '-'], { input: wan.join('\n') + '\n' });
   await run('ip', ['route', 'add', '203.0.113.0/24', 'via', WAN_A, 'dev', WAN_HOST_IF]);
   await startServer(inWan(), WAN_SERVER, [
     JSON.stringify([
@@ -209,7 +213,7 @@ afterAll(async () => {
     if (c.pid && c.exitCode === null && c.signalCode === null) process.kill(c.pid, 'SIGKILL');
   }
   await run('ip', ['link', 'del', WAN_HOST_IF], { allowFailure: true });
-  await run('ip', ['netns', 'del', WAN_NS], { allowFailure: true });
+  if (wanNetns) await run('umount', [wanNetns], { allowFailure: true });
   for (const prefix of [PREFIX, CRASH_PREFIX]) {
     // Last resort if a test failed half-way: a throwaway manager sweeps the prefix.
     for (const runtime of ['run', 'crash-run']) {
@@ -534,6 +538,32 @@ describe('crash recovery', () => {
     expect((await hostLeftovers(CRASH_PREFIX, runtimePath())).links).toEqual([s.hostIfName]);
     await m.release(s);
     await m.shutdown({ destroyAll: true });
+    expect(await hostLeftovers(CRASH_PREFIX, runtimePath())).toEqual(NOTHING);
+  });
+
+  it('resolves a symlinked runtime_path and does not stack netns directory mounts across restarts', async () => {
+    const link = join(scratch, 'crash-run-link');
+    await mkdir(runtimePath(), { recursive: true });
+    await symlink(runtimePath(), link);
+    try {
+      for (let restart = 0; restart < 2; restart++) {
+        const m = new NetworkManager({ ...crashOptions(quiet), runtimePath: link });
+        await m.init();
+        const s = await m.acquire();
+        expect(s.netnsPath).toBe(
+          join(await realpath(runtimePath()), 'netns', `${CRASH_PREFIX}-ns-${s.index}`),
+        );
+        await m.shutdown();
+      }
+      const dir = join(await realpath(runtimePath()), 'netns');
+      expect((await mountPointsUnder(dir)).filter((p) => p === dir)).toHaveLength(1);
+      const sweeper = new NetworkManager({ ...crashOptions(quiet), runtimePath: link });
+      await sweeper.init();
+      await sweeper.shutdown({ destroyAll: true });
+      expect(await mountPointsUnder(dir)).toEqual([]);
+    } finally {
+      await rm(link, { force: true });
+    }
     expect(await hostLeftovers(CRASH_PREFIX, runtimePath())).toEqual(NOTHING);
   });
 

@@ -1,6 +1,6 @@
 // Per-sandbox network slots: warm pool, egress policy, teardown and crash reconcile.
 
-import { readFile, realpath, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, realpath, writeFile } from 'node:fs/promises';
 import { isAbsolute, join } from 'node:path';
 import type { Registry } from 'prom-client';
 import { run } from '../util/exec.js';
@@ -184,8 +184,10 @@ export class NetworkManager {
     try {
       await checkHostTools();
       await enableIpForwarding(this.log);
-      await ensureNetnsDir(this.ctx.netnsDir);
+      // Mount points show up resolved in mountinfo, so work with the real path from here on.
+      await mkdir(this.ctx.netnsDir, { recursive: true, mode: 0o755 });
       this.ctx = { ...this.ctx, netnsDir: await realpath(this.ctx.netnsDir) };
+      await ensureNetnsDir(this.ctx.netnsDir);
       this.dnsServer = await resolveSandboxNameserver(this.opts.resolvConfPaths ?? DEFAULT_RESOLV_CONF_PATHS);
       if (this.dnsServer === null)
         this.log.warn({}, 'no non-loopback IPv4 nameserver on the host; sandboxes get no DNS');
