@@ -9,6 +9,7 @@ import {
   FileType,
   FilesystemEventType,
   InvalidArgumentError,
+  NotEnoughSpaceError,
   NotFoundError,
   SandboxError,
   TimeoutError,
@@ -329,6 +330,14 @@ describe('files', () => {
     expect((await sbx.files.getInfo('/root/secret.txt', { user: 'root' })).owner).toBe('root');
     await expect(sbx.files.read('/root/secret.txt')).rejects.toThrow(/permission denied/);
     await expect(sbx.files.remove('/root/secret.txt')).rejects.toThrow(/permission_denied/);
+  });
+
+  it('answers 507 when the disk is full', async () => {
+    const big = new Uint8Array(1024 * 1024);
+    await expect(sbx.files.write('/small/big.bin', big.buffer)).rejects.toThrow(NotEnoughSpaceError);
+    await expect(sbx.files.write('/small/big.bin', big.buffer, { useOctetStream: true })).rejects.toThrow(
+      NotEnoughSpaceError,
+    );
   });
 
   it('stores and reports file metadata', async () => {

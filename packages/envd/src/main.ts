@@ -1,8 +1,10 @@
 // Entry point of the envd bundle (<tools>/envd/envd.cjs), started and restarted by aenv-init.
+import { installLeanHeaders } from './http/lean-headers.js';
 import { optionsFromEnv } from './options.js';
 import { startEnvd } from './server.js';
 
 async function main(): Promise<void> {
+  installLeanHeaders();
   const opts = optionsFromEnv(process.env, __dirname);
   const envd = await startEnvd(opts);
   const stop = (signal: string) => {

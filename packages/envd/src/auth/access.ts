@@ -1,4 +1,7 @@
-import { createHash, timingSafeEqual } from 'node:crypto';
+import type * as NodeCrypto from 'node:crypto';
+
+// Loaded on first use: sandboxes without an access token never need node:crypto.
+const crypto = () => process.getBuiltinModule('node:crypto') as typeof NodeCrypto;
 
 /** 401 body E2B's envd sends for a missing or wrong X-Access-Token. */
 export const UNAUTHORIZED_MESSAGE =
@@ -6,6 +9,7 @@ export const UNAUTHORIZED_MESSAGE =
 
 /** Constant-time string equality (lengths are compared through fixed-size digests). */
 export function safeEqual(a: string, b: string): boolean {
+  const { createHash, timingSafeEqual } = crypto();
   const da = createHash('sha256').update(a).digest();
   const db = createHash('sha256').update(b).digest();
   return timingSafeEqual(da, db) && a.length === b.length;
@@ -33,7 +37,7 @@ export function fileSignature(
 ): string {
   const parts = [path, op, username, token];
   if (expiration !== undefined) parts.push(expiration);
-  return `v1_${createHash('sha256').update(parts.join(':')).digest('base64').replace(/=+$/, '')}`;
+  return `v1_${crypto().createHash('sha256').update(parts.join(':')).digest('base64').replace(/=+$/, '')}`;
 }
 
 export interface SigningInput {

@@ -1,5 +1,4 @@
 import { cpSync, lstatSync, mkdirSync, renameSync, rmSync, statfsSync, statSync } from 'node:fs';
-import { randomUUID } from 'node:crypto';
 import { posix } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { Code, ConnectError, type ServiceImpl } from '@connectrpc/connect';
@@ -36,6 +35,7 @@ export function filesystemService(ctx: EnvdContext): Partial<ServiceImpl<typeof 
   const deps: EntryInfoDeps = { users: ctx.users, native: ctx.native };
   const hub = ctx.native ? new InotifyHub(ctx.native) : undefined;
   const watchers = new Map<string, { watch: DirWatch; events: FilesystemEvent[] }>();
+  let watcherSeq = 0;
 
   function resolve(user: SandboxUser, path: string): string {
     try {
@@ -190,7 +190,7 @@ export function filesystemService(ctx: EnvdContext): Partial<ServiceImpl<typeof 
 
     createWatcher(req, hctx) {
       const user = rpcUser(ctx, hctx.requestHeader);
-      const id = randomUUID();
+      const id = `w${++watcherSeq}-${Math.random().toString(36).slice(2, 10)}`;
       const events: FilesystemEvent[] = [];
       const watch = startWatch(user, req, (e) => {
         events.push(e);

@@ -1,5 +1,5 @@
 import http from 'node:http';
-import http2 from 'node:http2';
+import type { Http2Server } from 'node:http2';
 import net from 'node:net';
 import type { Req, Res } from './respond.js';
 
@@ -21,7 +21,9 @@ export async function listenHttp(
   host: string,
 ): Promise<HttpListener> {
   const h1 = http.createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, handler);
-  const h2 = http2.createServer({}, handler);
+  // node:http2 costs ~3 MB per process: load it when the first h2c connection arrives.
+  let h2: Promise<Http2Server> | undefined;
+  const h2Server = () => (h2 ??= import('node:http2').then((m) => m.createServer({}, handler)));
   const sockets = new Set<net.Socket>();
   const tcp = net.createServer({ noDelay: true }, (socket) => {
     sockets.add(socket);
@@ -34,7 +36,10 @@ export async function listenHttp(
       const isH2 = n > 0 && chunk.subarray(0, n).equals(H2_PREFACE.subarray(0, n));
       if (isH2) {
         // http2 picks up the unshifted preface itself; resuming here would hand it over twice.
-        h2.emit('connection', socket);
+        h2Server().then(
+          (server) => server.emit('connection', socket),
+          () => socket.destroy(),
+        );
       } else {
         h1.emit('connection', socket);
         socket.resume();

@@ -13,7 +13,7 @@ export const TEST_EXTRA_GID = 2000;
 /**
  * A tiny rootfs for running envd the way a sandbox does: busybox applets, /etc/passwd with root and
  * `user` (1000, home /home/user, also member of `sudo` (27) and `extra` (2000)), empty device nodes to
- * bind over, and an /agentenv mount point.
+ * bind over, an /agentenv mount point and /small (a tiny tmpfs in run-in-sandbox.sh).
  */
 export function buildTestRootfs(dir: string, opts: TestRootfsOptions): void {
   chmodSync(dir, 0o755); // mkdtemp makes it 0700, which would lock non-root users out of "/"
