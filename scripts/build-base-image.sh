@@ -4,6 +4,7 @@
 # Output: an OCI image layout (tag `latest` by default). Cached: rebuilt only when this script,
 # its helpers or the package list change, or with --force.
 # Usage: build-base-image.sh [--force] [--output DIR] [--tag TAG]
+# shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

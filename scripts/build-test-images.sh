@@ -2,6 +2,7 @@
 # Builds the small images tests use, as OCI layouts (cached like the base image):
 #   busybox:latest  busybox-static applets, root and user (1000:1000), the /agentenv mount point
 # Usage: build-test-images.sh [--force] [--images-dir DIR]
+# shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

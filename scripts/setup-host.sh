@@ -2,6 +2,7 @@
 # Prepares this host for aenv: Debian packages, and CRIU >= 4.1 from Debian trixie in a private
 # prefix. Idempotent and quiet: on a ready host it only checks, then prints a short summary.
 # Usage: setup-host.sh [--deps-path DIR] [--refresh-criu]
+# shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -23,13 +24,14 @@ usage() {
   cat <<EOF
 Usage: $(basename "$0") [--deps-path DIR] [--refresh-criu]
 
-  --deps-path DIR   where runtime dependencies go (default: \${AENV_DEPS_PATH:-/var/lib/aenv/deps});
+  --deps-path DIR   where runtime dependencies go (default: \$AENV_DEPS_PATH, else
+                    \${AENV_HOME_PATH:-/var/lib/aenv}/deps, like the server config);
                     CRIU lands in DIR/criu/<version>, DIR/criu/current, DIR/criu/criu.conf
   --refresh-criu    look up the newest trixie CRIU even if a working one is installed
 EOF
 }
 
-deps_path=${AENV_DEPS_PATH:-/var/lib/aenv/deps}
+deps_path=${AENV_DEPS_PATH:-${AENV_HOME_PATH:-/var/lib/aenv}/deps}
 refresh_criu=0
 while [ $# -gt 0 ]; do
   case $1 in

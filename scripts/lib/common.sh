@@ -36,7 +36,8 @@ aenv_missing_debs() {
 # Prints the names it installed (nothing when all were present).
 aenv_ensure_debs() {
   local missing log
-  missing=$(aenv_missing_debs "$@")
+  missing=$(aenv_missing_debs "$@" | tr '\n' ' ')
+  missing=${missing% }
   [ -n "$missing" ] || return 0
   log=$(mktemp /tmp/aenv-apt.XXXXXX)
   # shellcheck disable=SC2086 # word splitting of the package list is intended
@@ -44,10 +45,10 @@ aenv_ensure_debs() {
     DEBIAN_FRONTEND=noninteractive apt-get -q install -y --no-install-recommends $missing; } >"$log" 2>&1; then
     cat "$log" >&2
     rm -f "$log"
-    aenv_die "apt-get could not install: $(echo $missing)"
+    aenv_die "apt-get could not install: $missing"
   fi
   rm -f "$log"
-  echo $missing
+  printf '%s\n' "$missing"
 }
 
 # Removes a build tree that a killed chroot tool may have left mounts in: unmounts everything

@@ -163,7 +163,7 @@ aenv_criu_install() {
         [ -n "${fetched[$dep]:-}" ] || [[ " ${wanted[*]} " == *" $dep "* ]] || wanted+=("$dep")
       done < <(aenv_papt_direct_deps "$apt_root" "${!owners[@]}")
       [ ${#wanted[@]} -gt 0 ] ||
-        aenv_die "cannot resolve $(echo "${owners[@]}") (needed by packages ${!owners[*]}) from $AENV_CRIU_SUITE packages"
+        aenv_die "cannot resolve ${owners[*]}(needed by packages ${!owners[*]}) from $AENV_CRIU_SUITE packages"
       unset owners
     done
     [ -z "$missing" ] || aenv_die "library closure of criu did not settle after $AENV_CRIU_MAX_ROUNDS rounds"

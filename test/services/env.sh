@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prints `export` lines describing the test services (addresses, credentials, image refs).
 # Use: eval "$(test/services/env.sh)"
+# shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=lib.sh

@@ -1,10 +1,8 @@
 # Shared settings and process bookkeeping for the test services. Source it.
 # Every service's PID is recorded with its kernel start time, so stop.sh only ever signals the
 # exact process start.sh launched (never a reused PID, never anything found by name).
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034 # the settings are used by the scripts that source this
 
-SERVICES_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO_DIR=$(cd "$SERVICES_DIR/../.." && pwd)
 
 STATE_DIR=${AENV_TEST_SERVICES_STATE:-/run/aenv-test-services}
 DATA_DIR=${AENV_TEST_DATA:-/var/lib/aenv-test}

@@ -7,6 +7,7 @@
 # PIDs and logs: $AENV_TEST_SERVICES_STATE (/run/aenv-test-services); data: $AENV_TEST_DATA
 # (/var/lib/aenv-test). Ports can be moved with AENV_TEST_{REGISTRY,AUTH_REGISTRY,REDIS,S3}_PORT.
 # Usage: start.sh [--no-push]     Then: eval "$(test/services/env.sh)"
+# shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Stops the test services start.sh launched (only the PIDs it recorded). Idempotent.
-# Usage: stop.sh [--purge]   --purge also deletes their data ($AENV_TEST_DATA) and state dir.
+# Usage: stop.sh [--purge] [SERVICE...]
+#   SERVICE  registry, auth-registry, redis or s3 (default: all)
+#   --purge  also deletes their registry data and the state dir (only with all services)
+# shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -10,25 +13,34 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$HERE/lib.sh"
 
 purge=0
+names=()
 for arg in "$@"; do
   case $arg in
     --purge) purge=1 ;;
-    -h | --help) sed -n '2,4p' "$0" && exit 0 ;;
+    -h | --help) sed -n '2,6p' "$0" && exit 0 ;;
+    registry | auth-registry | redis | s3) names+=("$arg") ;;
     *) aenv_die "unknown argument: $arg" ;;
   esac
 done
+[ ${#names[@]} -gt 0 ] || names=("${SERVICES[@]}")
+[ "$purge" = 0 ] || [ ${#names[@]} -eq ${#SERVICES[@]} ] || aenv_die "--purge stops every service; name none"
 aenv_require_root test/services/stop.sh
 
 [ -d "$STATE_DIR" ] || exit 0
 exec 9>"$STATE_DIR/.lock"
 flock 9
-for name in "${SERVICES[@]}"; do
+for name in "${names[@]}"; do
   svc_stop "$name"
 done
-rm -f "$STATE_DIR/services.env"
+running=0
+for name in "${SERVICES[@]}"; do
+  if svc_pid "$name" >/dev/null; then running=1; fi
+done
+[ "$running" = 1 ] || rm -f "$STATE_DIR/services.env"
 
 if [ "$purge" = 1 ]; then
-  # Only the registry and bucket data this script's start.sh made; moto's unpacked package stays.
+  # Registry blobs and the htpasswd file start.sh made (moto keeps buckets in memory); the
+  # unpacked moto package stays for the next start.
   rm -rf "${DATA_DIR:?}/registry" "${DATA_DIR:?}/auth-registry" "${DATA_DIR:?}/auth-registry-htpasswd"
   rm -rf "${STATE_DIR:?}"
 fi
