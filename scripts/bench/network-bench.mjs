@@ -53,6 +53,7 @@ function record(name, samples) {
 }
 
 // `ip netns add` (the raw twin) bind-mounts /run/netns on first use; undo that if we were first.
+const ipForwardBefore = await readFile('/proc/sys/net/ipv4/ip_forward', 'utf8');
 const runNetnsWasMounted = (await readFile('/proc/self/mountinfo', 'utf8')).includes(' /run/netns ');
 const scratch = await mkdtemp(join(tmpdir(), 'aenv-net-bench-'));
 await writeFile(join(scratch, 'resolv.conf'), 'nameserver 198.51.100.53\n');
@@ -203,6 +204,7 @@ try {
   );
   for (let i = 1; i <= N; i++) await sh('ip', ['netns', 'del', `benchns${i}`]).catch(() => undefined);
   await rm(scratch, { recursive: true, force: true });
+  await writeFile('/proc/sys/net/ipv4/ip_forward', ipForwardBefore);
   if (!runNetnsWasMounted && (await readdir('/run/netns').catch(() => ['?'])).length === 0) {
     await sh('umount', ['/run/netns']).catch(() => undefined);
   }

@@ -2,7 +2,7 @@
 // process, slot namespaces and a fake "internet" namespace with documentation-range addresses.
 
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdir, mkdtemp, readdir, realpath, rm, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, realpath, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -177,7 +177,11 @@ function options(overrides: Partial<NetworkManagerOptions>): NetworkManagerOptio
 
 // ---- fixture: the fake internet ----
 
+const IP_FORWARD = '/proc/sys/net/ipv4/ip_forward';
+let ipForwardBefore = '';
+
 beforeAll(async () => {
+  ipForwardBefore = await readFile(IP_FORWARD, 'utf8');
   scratch = await mkdtemp(join(tmpdir(), 'aenv-net-int-'));
   await writeFile(join(scratch, 'resolv.conf'), `# test\nnameserver 127.0.0.53\nnameserver ${WAN_DNS}\n`);
   // A file-bound netns like the slots' (not `ip netns add`, which leaves a /run/netns mount behind).
@@ -231,6 +235,8 @@ afterAll(async () => {
     }
   }
   if (scratch) await rm(scratch, { recursive: true, force: true });
+  // The manager turns forwarding on for good; the test puts back what it found.
+  if (ipForwardBefore) await writeFile(IP_FORWARD, ipForwardBefore);
 });
 
 // ---- the tests ----
