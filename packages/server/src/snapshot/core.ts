@@ -44,7 +44,6 @@ export interface CatalogOptions {
   lockTimeoutMs: number;
 }
 
-const LIST_CONCURRENCY = 16;
 const DEFAULT_STALE_AFTER_MS = 60 * 60 * 1000;
 
 const newRecordSchema = z.object({
@@ -154,10 +153,19 @@ export class CatalogRepository implements SnapshotRepository {
       filter.kind === undefined
         ? undefined
         : new Set(Array.isArray(filter.kind) ? filter.kind : [filter.kind]);
-    const ids = (await this.store.listDocs('records')).filter(isSnapshotId);
-    const loaded = await mapLimit(ids, LIST_CONCURRENCY, async (id) => {
+    // Records first: a marker read later can only be newer, never orphaned from what we list.
+    const records = await this.store.readAllDocs('records');
+    const commits = await this.store.readAllDocs('commits');
+    const loaded = [...records].map(([id, text]) => {
       try {
-        return await this.load(id);
+        if (!isSnapshotId(id)) return undefined;
+        const stored = parseStored(storedRecordSchema, text, `record ${id}`);
+        const markerText = commits.get(id);
+        const marker =
+          markerText === undefined
+            ? undefined
+            : parseStored(commitMarkerSchema, markerText, `commit marker of ${id}`);
+        return view(stored, marker?.committed);
       } catch (err) {
         // One unreadable record must not hide the others.
         this.log.error({ id, err: errMessage(err) }, 'skipping unreadable snapshot record');
@@ -322,10 +330,10 @@ export class CatalogRepository implements SnapshotRepository {
     await this.ready();
     return this.withLocks([[{ kind: 'gc' }, 'exclusive']], async ([gcLock]) => {
       const referenced = new Set<string>();
-      for (const id of await this.store.listDocs('commits')) {
+      for (const [id, text] of await this.store.readAllDocs('commits')) {
         // An unreadable marker means unknown references: refuse to collect anything.
-        const marker = await this.readCommit(id);
-        for (const layer of marker?.committed.layers ?? []) referenced.add(layer.digest);
+        const marker = parseStored(commitMarkerSchema, text, `commit marker of ${id}`);
+        for (const layer of marker.committed.layers) referenced.add(layer.digest);
       }
       const removed: string[] = [];
       let kept = 0;
@@ -627,17 +635,4 @@ function wrap(what: string, err: unknown): RepositoryError {
 
 function errMessage(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
-}
-
-async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
-  const out: R[] = new Array(items.length);
-  let next = 0;
-  const worker = async () => {
-    while (next < items.length) {
-      const i = next++;
-      out[i] = await fn(items[i]!);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
-  return out;
 }

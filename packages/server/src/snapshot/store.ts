@@ -44,6 +44,8 @@ export interface RepositoryStore {
   /** Idempotent. */
   deleteDoc(ns: DocNamespace, name: string): Promise<void>;
   listDocs(ns: DocNamespace): Promise<string[]>;
+  /** Every document of a namespace by name (a snapshot for listing; documents may change right after). */
+  readAllDocs(ns: DocNamespace): Promise<Map<string, string>>;
 
   /** True when a blob with this size is stored (dedup check; content is verified on fetch). */
   hasBlob(loc: BlobLocation, size: number): Promise<boolean>;

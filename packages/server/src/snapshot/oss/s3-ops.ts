@@ -30,6 +30,7 @@ export interface HeadResult {
 
 export interface ListedObject {
   key: string;
+  etag: string;
   size: number;
   lastModifiedMs: number;
 }
@@ -76,9 +77,14 @@ export class S3Ops {
   }
 
   async getText(key: string): Promise<string | undefined> {
+    return (await this.getVersionedText(key))?.text;
+  }
+
+  /** The object's text and ETag, or undefined when it does not exist. */
+  async getVersionedText(key: string): Promise<{ text: string; etag: string } | undefined> {
     try {
       const r = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: this.full(key) }));
-      return (await r.Body?.transformToString('utf8')) ?? '';
+      return { text: (await r.Body?.transformToString('utf8')) ?? '', etag: r.ETag ?? '' };
     } catch (err) {
       if (isNotFound(err)) return undefined;
       throw err;
@@ -171,6 +177,7 @@ export class S3Ops {
         if (!o.Key) continue;
         out.push({
           key: o.Key.slice(this.prefix.length),
+          etag: o.ETag ?? '',
           size: o.Size ?? 0,
           lastModifiedMs: o.LastModified?.getTime() ?? 0,
         });

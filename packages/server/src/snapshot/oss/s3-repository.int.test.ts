@@ -2,7 +2,14 @@ import { randomUUID } from 'node:crypto';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { GetObjectCommand, HeadObjectCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
+import {
+  CreateMultipartUploadCommand,
+  GetObjectCommand,
+  HeadObjectCommand,
+  ListMultipartUploadsCommand,
+  PutObjectCommand,
+  S3Client,
+} from '@aws-sdk/client-s3';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createSnapshotRepository, type SnapshotRepositoryOptions } from '../index.js';
@@ -112,6 +119,18 @@ defineRepositoryContract(
         );
       },
       aliasExists: (alias) => exists(`${prefix}catalog/aliases/${alias}.json`),
+      async leaveTemporary() {
+        const key = `${prefix}layers/sha256/${'0'.repeat(64)}`;
+        await client.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: key }));
+      },
+      async temporaryCount() {
+        const r = await client.send(new ListMultipartUploadsCommand({ Bucket: bucket, Prefix: prefix }));
+        return (r.Uploads ?? []).length;
+      },
+      async leaveOrphanArtifact(id, name) {
+        const key = `${prefix}artifacts/${id}/${name}`;
+        await client.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: 'orphan' }));
+      },
       async cleanup() {
         await deletePrefix(prefix);
         await rm(local, { recursive: true, force: true });

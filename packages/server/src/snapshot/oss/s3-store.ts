@@ -47,6 +47,7 @@ const META_CODEC = 'aenv-codec';
 const META_RAW_SIZE = 'aenv-raw-size';
 const META_STORED_SIZE = 'aenv-compressed-size';
 const DEFAULT_LEASE_MS = 30_000;
+const DOC_READ_CONCURRENCY = 16;
 
 /**
  * oss backend (any S3-compatible store). Keys under `<prefix>`:
@@ -67,6 +68,8 @@ export class S3Store implements RepositoryStore {
   private readonly log: Logger;
   private readonly locks: LeaseLocks;
   private clockOffsetMs = 0;
+  /** Catalog documents by key with the ETag they were read at (see readAllDocs). */
+  private readonly docCache = new Map<string, { etag: string; text: string }>();
 
   constructor(private readonly opts: S3StoreOptions) {
     this.log = opts.logger;
@@ -153,6 +156,37 @@ export class S3Store implements RepositoryStore {
       .map((o) => o.key.slice(dir.length))
       .filter((k) => k.endsWith('.json') && !k.includes('/'))
       .map((k) => k.slice(0, -5));
+  }
+
+  /**
+   * One LIST plus a GET for each document that is new or changed since the last call (by ETag): listing the
+   * catalog does not re-read every record each time.
+   */
+  async readAllDocs(ns: DocNamespace): Promise<Map<string, string>> {
+    const dir = docDir(ns);
+    const listed = (await this.ops.list(dir)).filter((o) => {
+      const rest = o.key.slice(dir.length);
+      return rest.endsWith('.json') && !rest.includes('/');
+    });
+    const present = new Set(listed.map((o) => o.key));
+    for (const key of this.docCache.keys())
+      if (key.startsWith(dir) && !present.has(key)) this.docCache.delete(key);
+    const out = new Map<string, string>();
+    let next = 0;
+    const worker = async () => {
+      while (next < listed.length) {
+        const o = listed[next++]!;
+        let cached = this.docCache.get(o.key);
+        if (!cached || cached.etag !== o.etag) {
+          cached = await this.ops.getVersionedText(o.key);
+          if (!cached) continue; // deleted since the listing
+          this.docCache.set(o.key, cached);
+        }
+        out.set(o.key.slice(dir.length, -'.json'.length), cached.text);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(DOC_READ_CONCURRENCY, listed.length) }, worker));
+    return out;
   }
 
   async hasBlob(loc: BlobLocation, size: number): Promise<boolean> {

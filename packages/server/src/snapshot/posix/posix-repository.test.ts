@@ -1,4 +1,4 @@
-import { open, rm, writeFile } from 'node:fs/promises';
+import { mkdir, open, readdir, rm, writeFile } from 'node:fs/promises';
 import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -38,6 +38,12 @@ defineRepositoryContract(
       blobExists: async (ref) => existsSync(blobPath(ref)),
       writeDanglingAlias: (alias, id) => writeFile(join(root, 'catalog/aliases', alias), JSON.stringify(id)),
       aliasExists: async (alias) => existsSync(join(root, 'catalog/aliases', alias)),
+      leaveTemporary: () => writeFile(join(root, 'tmp', 'half-written'), 'partial'),
+      temporaryCount: async () => (await readdir(join(root, 'tmp'))).length,
+      async leaveOrphanArtifact(id, name) {
+        await mkdir(join(root, 'snapshots', id, 'artifacts'), { recursive: true });
+        await writeFile(join(root, 'snapshots', id, 'artifacts', name), 'orphan');
+      },
       cleanup: () => rm(base, { recursive: true, force: true }),
     };
   },

@@ -138,6 +138,15 @@ export class PosixStore implements RepositoryStore {
     return ids;
   }
 
+  async readAllDocs(ns: DocNamespace): Promise<Map<string, string>> {
+    const out = new Map<string, string>();
+    for (const name of await this.listDocs(ns)) {
+      const text = await this.readDoc(ns, name);
+      if (text !== undefined) out.set(name, text);
+    }
+    return out;
+  }
+
   async hasBlob(loc: BlobLocation, size: number): Promise<boolean> {
     const st = await stat(this.blobPath(loc)).catch(() => undefined);
     return st !== undefined && st.isFile() && st.size === size;

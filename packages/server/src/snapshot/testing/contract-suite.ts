@@ -30,6 +30,11 @@ export interface ContractTarget {
   /** Writes an alias document pointing at `id` without any record (what a crash mid-create leaves). */
   writeDanglingAlias(alias: string, id: string): Promise<void>;
   aliasExists(alias: string): Promise<boolean>;
+  /** Leaves what an interrupted blob write leaves (a temp file / an unfinished multipart upload). */
+  leaveTemporary(): Promise<void>;
+  temporaryCount(): Promise<number>;
+  /** Stores an artifact for a record that does not exist (what a crash during delete leaves). */
+  leaveOrphanArtifact(id: string, name: string): Promise<void>;
   cleanup(): Promise<void>;
 }
 
@@ -487,14 +492,22 @@ export function defineRepositoryContract(
       expect((await publishNew()).committed).toBeDefined();
     });
 
-    it('reconcile removes abandoned uncommitted snapshot records, keeps templates and committed records', async () => {
+    it('reconcile removes abandoned records, orphans and temporaries; keeps templates and committed records', async () => {
       const abandoned = await repo.create(sandboxRecord({ alias: alias('abandoned') }));
       const template = await repo.create({
         source: { kind: 'template', build: { status: 'waiting' } },
         resources,
       });
       const committed = await publishNew();
+      const orphan = newSnapshotId();
+      await target.leaveOrphanArtifact(orphan, 'memory');
+      await target.leaveTemporary();
+      expect(await target.temporaryCount()).toBeGreaterThan(0);
       const result = await repo.reconcile({ staleAfterMs: 0 });
+      expect(result.temporariesRemoved).toBeGreaterThan(0);
+      expect(await target.temporaryCount()).toBe(0);
+      expect(result.orphansRemoved).toContain(orphan);
+      expect(await target.blobExists({ kind: 'artifact', id: orphan, name: 'memory' })).toBe(false);
       expect(result.abandonedRecordsRemoved).toContain(abandoned.id);
       expect(await repo.find(abandoned.id)).toBeUndefined();
       expect(await target.aliasExists(alias('abandoned'))).toBe(false);
