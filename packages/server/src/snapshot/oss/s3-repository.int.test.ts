@@ -218,6 +218,36 @@ describe('oss backend specifics', () => {
     await repo.close();
   });
 
+  it('stores raw blobs (codec none) when compression is disabled', async () => {
+    const repo = createSnapshotRepository({ ...options, compression: { enabled: false, level: 3 }, logger });
+    const raw = Buffer.from('plain\n'.repeat(10_000));
+    const path = join(local, 'plain');
+    await writeFile(path, raw);
+    const rec = await repo.create({
+      source: { kind: 'paused', sandboxId: 'p' },
+      resources: { cpuCount: 1, memoryMB: 128, diskSizeMB: 0 },
+    });
+    const done = await repo.publish(rec.id, {
+      layers: [],
+      artifacts: { memory: { path, mediaType: 'm' } },
+      committed: {
+        context: { envVars: {}, workdir: '/', exposedPorts: [], volumes: [], labels: {} },
+        runtimeVersions: {},
+        virtualizationMode: 'container',
+      },
+    });
+    const head = await client.send(
+      new HeadObjectCommand({ Bucket: bucket, Key: `${prefix}artifacts/${rec.id}/memory` }),
+    );
+    expect(head.Metadata).toMatchObject({
+      'aenv-codec': 'none',
+      'aenv-digest': done.committed!.artifacts.memory!.digest,
+    });
+    expect(head.ContentLength).toBe(raw.length);
+    expect((await readFile(await repo.fetchArtifact(rec.id, 'memory'))).equals(raw)).toBe(true);
+    await repo.close();
+  });
+
   it('takes credentials from credential_process (argv, no shell)', async () => {
     const script = join(local, 'creds.mjs');
     await writeFile(

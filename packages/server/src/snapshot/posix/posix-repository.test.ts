@@ -1,4 +1,4 @@
-import { mkdir, open, readdir, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, open, readdir, rm, writeFile } from 'node:fs/promises';
 import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -24,6 +24,7 @@ defineRepositoryContract(
         lockTimeoutMs: 30_000,
       },
       async corruptBlob(ref) {
+        await chmod(blobPath(ref), 0o644); // stored blobs are read-only
         const fd = await open(blobPath(ref), 'r+');
         try {
           const b = Buffer.alloc(1);
