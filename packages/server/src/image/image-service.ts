@@ -38,6 +38,7 @@ import {
 } from './resolver.js';
 import { DEFAULT_RETRY, isTransient, type RetryPolicy } from './retry.js';
 import { SingleFlight } from './single-flight.js';
+import { SyncCoalescer } from './sync-coalescer.js';
 import { extractOciArchive, fileStamp, OciLayoutSource, RegistrySource, type ImageSource } from './sources.js';
 import type { PulledImage } from './types.js';
 
@@ -149,6 +150,7 @@ export class ImageService {
   private readonly retry: RetryPolicy;
   private readonly imageFlights = new SingleFlight<StoredImage>();
   private readonly layerFlights = new SingleFlight<void>();
+  private readonly syncer: SyncCoalescer;
   private timer: NodeJS.Timeout | undefined;
   private gcRunning: Promise<GcResult> | undefined;
   private initialized = false;
@@ -176,6 +178,10 @@ export class ImageService {
     const idMap = idMapName(this.uidShift, this.uidRange);
     this.store = new ImageMetadataStore(opts.db, idMap);
     this.layers = new LayerStore(opts.rootDir, idMap);
+    // syncfs of the cache's filesystem (coreutils `sync -f`): one call flushes every finished unpack.
+    this.syncer = new SyncCoalescer(async () => {
+      await run('sync', ['-f', this.layers.tmpDir], { timeoutMs: 600_000 });
+    });
     const dockerConfigDir = opts.dockerConfigDir === null ? undefined : (opts.dockerConfigDir ?? defaultDockerConfigDir());
     this.client = new RegistryClient({
       insecureRegistries: opts.insecureRegistries ?? [],
@@ -435,7 +441,7 @@ export class ImageService {
           },
           { signal },
         );
-        if (this.opts.syncLayers ?? true) await run('sync', ['-f', tmp]);
+        if (this.opts.syncLayers ?? true) await this.syncer.sync();
         // Rename and record in one tick: GC never sees a committed directory without its row.
         this.layers.commitSync(tmp, diffId);
         this.store.putLayer(diffId, stats!.diskBytes, this.now());

@@ -132,3 +132,30 @@ describe('SingleFlight', () => {
     await expect(p2).rejects.toThrow('2');
   });
 });
+
+describe('SyncCoalescer', () => {
+  it('runs one sync for callers that arrive while one is running, after it', async () => {
+    const { SyncCoalescer } = await import('./sync-coalescer.js');
+    const starts: number[] = [];
+    const releases: (() => void)[] = [];
+    const c = new SyncCoalescer(
+      () =>
+        new Promise<void>((resolve) => {
+          starts.push(starts.length);
+          releases.push(resolve);
+        }),
+    );
+    const first = c.sync();
+    const second = c.sync();
+    const third = c.sync();
+    expect(starts).toHaveLength(1);
+    releases[0]!();
+    await first;
+    await Promise.resolve();
+    await new Promise((r) => setImmediate(r));
+    expect(starts).toHaveLength(2); // second and third share the next sync
+    releases[1]!();
+    await Promise.all([second, third]);
+    expect(starts).toHaveLength(2);
+  });
+});
