@@ -529,6 +529,14 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
       container: false,
       doc: 'Publish and fetch snapshot artifacts over P2P (only with [p2p].enabled).',
     }),
+    publish_compression: section(
+      'Compression of blobs uploaded to the oss backend (the node-local cache keeps raw files).',
+      {
+        enabled: bool({ default: true, aenv: true, doc: 'Compress layers and artifacts with zstd on upload to oss.' }),
+        level: int({ default: 3, min: 1, max: 19, aenv: true, doc: 'zstd level (1 = fastest, 19 = smallest).' }),
+      },
+      { aenv: true },
+    ),
     image_publish: section('Registry publication of snapshot root filesystems (oss only).', {
       enabled: bool({
         default: false,

@@ -1,1 +1,1 @@
-export {};
+export { runServer, type RunServerOptions } from './server.js';

@@ -1,0 +1,25 @@
+#!/usr/bin/env node
+import { Command } from 'commander';
+
+const program = new Command('aenv')
+  .description('aenv: isolated Linux sandboxes for AI agents on hosts you own (E2B-compatible)')
+  .version('0.1.0');
+
+program
+  .command('server')
+  .description('run a node: the E2B-compatible API, the sandbox proxy and the runtime')
+  .option('--config <path>', 'config file (default: $AENV_CONFIG_PATH or config/default.toml)')
+  .option('--setup-only', 'install host dependencies (Debian packages, CRIU prefix, tools dir) and exit')
+  .option('--api-addr <host:port>', 'listen address (default: $API_ADDR or 0.0.0.0:8000)')
+  .option('--home <dir>', 'state directory (default: $AENV_HOME_PATH or /var/lib/aenv)')
+  .action(async (opts: { config?: string; setupOnly?: boolean; apiAddr?: string; home?: string }) => {
+    const { runServer } = await import('@aenv/server');
+    const code = await runServer({
+      configPath: opts.config,
+      setupOnly: opts.setupOnly ?? false,
+      flags: { apiAddr: opts.apiAddr, homePath: opts.home },
+    });
+    process.exitCode = code;
+  });
+
+await program.parseAsync(process.argv);

@@ -1,0 +1,86 @@
+import { request } from 'node:http';
+
+export interface EnvdInit {
+  envVars: Record<string, string>;
+  accessToken?: string;
+  defaultUser: string;
+  defaultWorkdir?: string;
+  timestamp: string;
+}
+
+function call(
+  host: string,
+  port: number,
+  method: string,
+  path: string,
+  timeoutMs: number,
+  body?: unknown,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+    const req = request(
+      {
+        host,
+        port,
+        method,
+        path,
+        agent: false,
+        timeout: timeoutMs,
+        headers: {
+          ...headers,
+          ...(payload ? { 'content-type': 'application/json', 'content-length': String(payload.length) } : {}),
+        },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));
+        res.on('error', reject);
+      },
+    );
+    req.on('timeout', () => req.destroy(new Error(`envd ${method} ${path} timed out after ${timeoutMs} ms`)));
+    req.on('error', reject);
+    req.end(payload);
+  });
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Polls envd's `/health` every `pollMs` until it answers 204, for at most `timeoutMs`
+ * (`[envd].poll_ms`, `[envd].init_timeout_secs`).
+ */
+export async function waitForEnvd(
+  host: string,
+  port: number,
+  opts: { pollMs: number; timeoutMs: number; isAlive?: () => Promise<boolean> | boolean },
+): Promise<void> {
+  const deadline = Date.now() + opts.timeoutMs;
+  let last = '';
+  for (let attempt = 0; ; attempt++) {
+    try {
+      const r = await call(host, port, 'GET', '/health', Math.min(1000, Math.max(50, deadline - Date.now())));
+      if (r.status === 204 || r.status === 200) return;
+      last = `status ${r.status}`;
+    } catch (e) {
+      last = (e as Error).message;
+    }
+    if (Date.now() >= deadline) {
+      throw new Error(`envd at ${host}:${port} not healthy after ${opts.timeoutMs} ms (last: ${last})`);
+    }
+    if (opts.isAlive && attempt % 50 === 49 && !(await opts.isAlive())) {
+      throw new Error(`sandbox init exited before envd became healthy (last: ${last})`);
+    }
+    await sleep(opts.pollMs);
+  }
+}
+
+/** `POST /init` (called after every start and resume). */
+export async function initEnvd(host: string, port: number, init: EnvdInit, timeoutMs = 10_000): Promise<void> {
+  const headers: Record<string, string> = init.accessToken ? { 'x-access-token': init.accessToken } : {};
+  const r = await call(host, port, 'POST', '/init', timeoutMs, init, headers);
+  if (r.status !== 204 && r.status !== 200) {
+    throw new Error(`envd /init answered ${r.status}: ${r.body.slice(0, 200)}`);
+  }
+}

@@ -1,0 +1,383 @@
+import { mkdirSync, existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { spawn } from 'node:child_process';
+import {
+  ConfigError,
+  assertSupportedVirtualizationMode,
+  containerModeNotice,
+  loadConfig,
+  type AenvConfig,
+  type ConfigFlags,
+} from '@aenv/config';
+import { ENVD_VERSION, ensureToolsDir } from '@aenv/envd';
+import { createLogger, type Logger } from './util/log.js';
+import { uuidv7 } from './util/uuid.js';
+import { openStateDb, type StateDb } from './state/db.js';
+import { ServerMetrics } from './observability/metrics.js';
+import { HostMetricsSampler } from './observability/host-metrics.js';
+import { resolveApiKey, resolveAccessTokenSeed, SandboxTokenIssuer } from './secrets/index.js';
+import { resolveNodeIdentity } from './identity/index.js';
+import { ImageService, imageMigrations } from './image/index.js';
+import { NetworkManager, parseNetworkPolicy } from './network/index.js';
+import { ContainerDriver, defaultCriuPath } from './runtime/index.js';
+import type { ToolsMount } from './runtime/driver.js';
+import { createSnapshotRepository, type SnapshotRepository } from './snapshot/index.js';
+import { ContainerBackend } from './backend/container-backend.js';
+import { TemplateCatalog } from './template/catalog.js';
+import { ensureBaseTemplate } from './template/base-template.js';
+import { Orchestrator } from './orchestrator/orchestrator.js';
+import { SandboxStore, orchestratorMigrations } from './orchestrator/store.js';
+import { SandboxProxy } from './proxy/proxy.js';
+import { OrchestratorDirectory } from './proxy/orchestrator-directory.js';
+import { createHttpServer } from './api/http-server.js';
+import { registerHealthRoutes } from './api/routes/health.js';
+import { registerNodeRoutes } from './api/routes/nodes.js';
+import { registerSandboxRoutes } from './api/routes/sandboxes.js';
+
+export interface RunServerOptions {
+  configPath?: string;
+  setupOnly: boolean;
+  flags?: Omit<ConfigFlags, 'config'>;
+  env?: NodeJS.ProcessEnv;
+}
+
+const REPO_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
+
+/** CAP_NET_ADMIN (12) and CAP_SYS_ADMIN (21) are what netns, nftables, mounts and runc need. */
+async function missingCapabilities(): Promise<string[]> {
+  const status = await readFile('/proc/self/status', 'utf8');
+  const eff = BigInt(`0x${/^CapEff:\s+([0-9a-f]+)/m.exec(status)?.[1] ?? '0'}`);
+  const missing: string[] = [];
+  if (!(eff & (1n << 12n))) missing.push('CAP_NET_ADMIN');
+  if (!(eff & (1n << 21n))) missing.push('CAP_SYS_ADMIN');
+  return missing;
+}
+
+function runSetupScript(depsPath: string, logger: Logger): Promise<number> {
+  const script = join(REPO_ROOT, 'scripts', 'setup-host.sh');
+  if (!existsSync(script)) {
+    logger.error({ script }, 'host setup script not found');
+    return Promise.resolve(1);
+  }
+  return new Promise((resolve) => {
+    const child = spawn(script, ['--deps-path', depsPath], { stdio: 'inherit' });
+    child.on('close', (code) => resolve(code ?? 1));
+    child.on('error', (err) => {
+      logger.error({ err }, 'host setup failed to start');
+      resolve(1);
+    });
+  });
+}
+
+async function gitCommit(): Promise<string> {
+  try {
+    const head = (await readFile(join(REPO_ROOT, '.git', 'HEAD'), 'utf8')).trim();
+    if (!head.startsWith('ref: ')) return head.slice(0, 12);
+    return (await readFile(join(REPO_ROOT, '.git', head.slice(5)), 'utf8')).trim().slice(0, 12);
+  } catch {
+    return 'unknown';
+  }
+}
+
+async function prepareTools(config: AenvConfig, logger: Logger): Promise<ToolsMount> {
+  if (config.runtime.tools_dir && existsSync(join(config.runtime.tools_dir, 'VERSION'))) {
+    const version = (await readFile(join(config.runtime.tools_dir, 'VERSION'), 'utf8')).trim();
+    return { dir: config.runtime.tools_dir, version };
+  }
+  return ensureToolsDir({ depsPath: config.deps_path, logger });
+}
+
+/** Everything a running node holds, in the order it was started (stopped in reverse). */
+interface Node {
+  config: AenvConfig;
+  logger: Logger;
+  db: StateDb;
+  images: ImageService;
+  network: NetworkManager;
+  repository: SnapshotRepository;
+  orchestrator: Orchestrator;
+  proxy: SandboxProxy;
+  close(): Promise<void>;
+}
+
+async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
+  const missing = await missingCapabilities();
+  if (missing.length) throw new Error(`aenv server needs ${missing.join(' and ')} (run it as root)`);
+  mkdirSync(config.home_path, { recursive: true, mode: 0o700 });
+  const db = openStateDb(join(config.home_path, 'state.db'), [...orchestratorMigrations, ...imageMigrations]);
+  const store = new SandboxStore(db);
+  const stored = store.loadAll().records;
+
+  const apiKey = resolveApiKey({ homePath: config.home_path });
+  logger.info({ source: apiKey.source, path: apiKey.path }, 'API key resolved');
+  const seed = resolveAccessTokenSeed({
+    homePath: config.home_path,
+    explicitSeed: config.sandbox.access_token_hash_seed,
+    hasTokenProtectedPersistedSandboxes: stored.some((r) => r.secure || !r.network.allowPublicTraffic),
+    schedulerEndpoint: config.cluster.scheduler_endpoint,
+  });
+  for (const w of seed.warnings) logger.warn(w);
+  const tokens = new SandboxTokenIssuer(seed.seed);
+  const { identity, warnings: idWarnings } = resolveNodeIdentity(config.node_identity, { commit: await gitCommit() });
+  for (const w of idWarnings) logger.warn(w);
+  const metrics = new ServerMetrics();
+
+  const tools = await prepareTools(config, logger);
+  logger.info({ dir: tools.dir, version: tools.version }, 'tools mount ready');
+
+  const images = new ImageService({
+    rootDir: config.image.cache.root_dir,
+    db,
+    resolver: {
+      defaultImage: config.image.resolver.default_image,
+      searchRegistries: config.image.resolver.search_registries,
+      allowedRegistries: config.image.resolver.allowed_registries,
+      convertStandardOci: config.image.resolver.convert_standard_oci,
+      tryReferrersOverlaybdPrefixes: config.image.resolver.try_referrers_overlaybd_prefixes,
+    },
+    gc: {
+      enabled: config.image.cache.gc.enabled,
+      intervalSecs: config.image.cache.gc.interval_secs,
+      minAgeSecs: config.image.cache.gc.min_age_secs,
+      highWatermarkRatio: config.image.cache.gc.high_watermark_ratio,
+      lowWatermarkRatio: config.image.cache.gc.low_watermark_ratio,
+    },
+    capacityGb: config.image.cache.capacity_gb,
+    insecureRegistries: config.image.resolver.insecure_registries,
+    uidShift: config.runtime.uid_map_host_start,
+    uidRangeSize: config.runtime.uid_map_size,
+    logger: logger.child({ component: 'images' }),
+    metricsRegistry: metrics.registry,
+  });
+  await images.init();
+
+  const network = new NetworkManager({
+    runtimePath: config.runtime_path,
+    internal: {
+      hostInteractionCidr: config.network.internal.host_interaction_cidr,
+      vethCidr: config.network.internal.veth_cidr,
+    },
+    egress: { alwaysDeniedCidrs: config.network.egress.always_denied_cidrs },
+    pool: {
+      lowWatermark: config.pool.low_watermark,
+      highWatermark: config.pool.high_watermark,
+      maintenanceEnabled: config.pool.network.maintenance_enabled,
+      startupPrewarm: config.pool.network.startup_prewarm,
+      enabled: config.pool.network.enabled,
+    },
+    controlPlanePort: config.tools.control_plane_port,
+    logger: logger.child({ component: 'network' }),
+    metricsRegistry: metrics.registry,
+  });
+
+  const runtime = new ContainerDriver({
+    homePath: config.home_path,
+    runtimePath: config.runtime_path,
+    runcPath: config.runtime.runc_path,
+    criuPath: config.runtime.criu_path || defaultCriuPath(config.deps_path),
+    uidMapHostStart: config.runtime.uid_map_host_start,
+    uidMapSize: config.runtime.uid_map_size,
+    cowVolume: config.runtime.cow_volume,
+    cowVolumeSizeGb: config.runtime.cow_volume_size_gb,
+    logger: logger.child({ component: 'runtime' }),
+  });
+  await runtime.init();
+
+  const repository = createSnapshotRepository({
+    backend: config.snapshot.repository_backend,
+    posixFs: { snapshotStore: config.backend.posix_fs.snapshot_store },
+    ...(config.snapshot.repository_backend === 'oss' ? { oss: ossOptions(config) } : {}),
+    localCachePath: config.snapshot.local_cache_path,
+    cacheMaxSizeGb: config.backend.oss.cache_max_size_gb,
+    compression: {
+      enabled: config.snapshot.publish_compression.enabled,
+      level: config.snapshot.publish_compression.level,
+    },
+    logger: logger.child({ component: 'repository' }),
+  });
+  await repository.reconcile();
+
+  // The proxy is built after the orchestrator, which must still be able to tell it when an instance stops.
+  const proxyRef: { current?: SandboxProxy } = {};
+  const backend = new ContainerBackend({
+    runtime,
+    network,
+    images,
+    tools,
+    envdPort: config.tools.control_plane_port,
+    envdPollMs: config.envd.poll_ms,
+    envdInitTimeoutMs: config.envd.init_timeout_secs * 1000,
+    pidsLimit: config.runtime.pids_limit,
+    envdToken: (id) => tokens.envd(id),
+    logger: logger.child({ component: 'backend' }),
+  });
+  const orchestrator = new Orchestrator({
+    store,
+    backend,
+    templates: new TemplateCatalog({ repository, virtualizationMode: runtime.virtualizationMode, envdVersion: ENVD_VERSION }),
+    newId: uuidv7,
+    defaultTimeoutSecs: config.orchestrator.default_sandbox_timeout_secs,
+    autoEvictIntervalMs: config.orchestrator.auto_evict_interval_ms,
+    autoResumeMinTimeoutSecs: config.orchestrator.auto_resume_min_sandbox_timeout_secs,
+    transitionWaitMs: config.orchestrator.max_transition_wait_secs * 1000,
+    logger: logger.child({ component: 'orchestrator' }),
+    onInstanceStopped: (instanceId) => proxyRef.current?.closeInstance(instanceId),
+  });
+  await orchestrator.init();
+
+  await ensureBaseTemplate({
+    alias: config.template_build.base_template_alias,
+    image: config.template_build.base_template_image,
+    resources: {
+      cpuCount: config.machine.vcpu_count,
+      memoryMB: config.machine.mem_size_mib,
+      diskSizeMB: config.runtime.default_disk_size_mb,
+    },
+    runtimeVersions: { envd: ENVD_VERSION, tools: tools.version },
+    virtualizationMode: runtime.virtualizationMode,
+    repository,
+    images,
+    logger,
+  }).catch((err: unknown) => logger.error({ err }, 'could not register the base template'));
+
+  const domains = config.sandbox_proxy.domains;
+  const proxy = new SandboxProxy({
+    domains,
+    envdPort: config.tools.control_plane_port,
+    platformApiKey: apiKey.key,
+    directory: new OrchestratorDirectory(orchestrator, tokens),
+    logger: logger.child({ component: 'proxy' }),
+  });
+  proxyRef.current = proxy;
+
+  const { app, server } = createHttpServer({
+    apiKey: apiKey.key,
+    bodyLimitBytes: config.api.body_limit_bytes,
+    logger,
+    metrics,
+    dataPlane: proxy,
+  });
+  registerHealthRoutes(app, metrics.registry);
+  registerNodeRoutes(app, {
+    enabled: config.observability.enabled,
+    identity,
+    host: new HostMetricsSampler(),
+    counters: () => orchestrator.counters(),
+  });
+  registerSandboxRoutes(app, {
+    orchestrator,
+    tokens,
+    parsePolicy: parseNetworkPolicy,
+    ...(domains[0] ? { domain: domains[0] } : {}),
+    customExtensionConfigured: Boolean(config.custom_extension.url),
+  });
+
+  const [host, portText] = splitAddr(config.api_addr);
+  await app.listen({ host, port: Number(portText) });
+  logger.info({ addr: config.api_addr, node: identity.nodeId }, 'aenv server listening');
+  orchestrator.startEviction();
+  images.start();
+
+  return {
+    config,
+    logger,
+    db,
+    images,
+    network,
+    repository,
+    orchestrator,
+    proxy,
+    async close() {
+      logger.info('shutting down: pausing sandboxes');
+      server.closeIdleConnections();
+      await orchestrator.shutdown();
+      proxy.closeAll();
+      await app.close();
+      await network.shutdown();
+      await images.stop();
+      await repository.close();
+      db.close();
+      logger.info('shutdown complete');
+    },
+  };
+}
+
+function splitAddr(addr: string): [string, string] {
+  const i = addr.lastIndexOf(':');
+  const host = addr.slice(0, i).replace(/^\[|\]$/g, '');
+  return [host || '0.0.0.0', addr.slice(i + 1)];
+}
+
+function ossOptions(config: AenvConfig) {
+  const o = config.backend.oss;
+  return {
+    endpoint: o.endpoint ?? '',
+    bucket: o.bucket ?? '',
+    region: o.region ?? '',
+    prefix: o.prefix ?? '',
+    addressingStyle: o.addressing_style,
+    credentialProcess: o.credential_process,
+    accessKeyId: o.access_key_id,
+    accessKeySecret: o.access_key_secret,
+    securityToken: o.security_token,
+  };
+}
+
+/** `aenv server`: returns the process exit code. */
+export async function runServer(opts: RunServerOptions): Promise<number> {
+  let loaded;
+  try {
+    loaded = loadConfig({ configPath: opts.configPath, env: opts.env, flags: opts.flags ?? {} });
+    assertSupportedVirtualizationMode(loaded.config);
+  } catch (e) {
+    if (e instanceof ConfigError) {
+      process.stderr.write(`aenv: invalid configuration:\n${e.message}\n`);
+      return 2;
+    }
+    throw e;
+  }
+  const { config } = loaded;
+  const logger = createLogger(config.log_format, config.log_level);
+  logger.info({ config: loaded.configPath }, 'configuration loaded');
+  for (const w of loaded.warnings) logger.warn(w);
+  const notice = containerModeNotice(config, loaded.keysWithoutEffectInContainerMode);
+  if (notice) logger.info(notice);
+
+  if (opts.setupOnly) {
+    const code = await runSetupScript(config.deps_path, logger);
+    if (code !== 0) return code;
+    const tools = await prepareTools(config, logger);
+    logger.info({ dir: tools.dir, version: tools.version }, 'setup complete');
+    return 0;
+  }
+
+  let node: Node;
+  try {
+    node = await startNode(config, logger);
+  } catch (err) {
+    logger.fatal({ err }, 'aenv server failed to start');
+    return 1;
+  }
+  return new Promise<number>((resolve) => {
+    let stopping = false;
+    const stop = (signal: string) => {
+      if (stopping) {
+        logger.warn({ signal }, 'second signal: exiting without finishing the shutdown');
+        process.exit(130);
+      }
+      stopping = true;
+      logger.info({ signal }, 'signal received');
+      node.close().then(
+        () => resolve(0),
+        (err: unknown) => {
+          logger.error({ err }, 'shutdown failed');
+          resolve(1);
+        },
+      );
+    };
+    process.once('SIGINT', () => stop('SIGINT'));
+    process.once('SIGTERM', () => stop('SIGTERM'));
+  });
+}

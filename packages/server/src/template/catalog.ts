@@ -1,0 +1,69 @@
+import { ApiError } from '../api/errors.js';
+import type { LaunchableTemplate, TemplateLookup } from '../orchestrator/orchestrator.js';
+import type { SnapshotRecord, SnapshotRepository } from '../snapshot/index.js';
+
+export interface TemplateCatalogOptions {
+  repository: SnapshotRepository;
+  virtualizationMode: string;
+  /** envd version reported for records that did not record one. */
+  envdVersion: string;
+}
+
+/** Names the SDK may use for a template: `ns/name:tag` → `name` (e2b-protocol §2.3). */
+export function candidateNames(ref: string): string[] {
+  const out = [ref];
+  let bare = ref;
+  const slash = bare.lastIndexOf('/');
+  if (slash >= 0) bare = bare.slice(slash + 1);
+  const colon = bare.indexOf(':');
+  if (colon >= 0) bare = bare.slice(0, colon);
+  if (bare && bare !== ref) out.push(bare);
+  return out;
+}
+
+/** Resolves `templateID` of a create request to a committed template or snapshot of the repository. */
+export class TemplateCatalog implements TemplateLookup {
+  constructor(private readonly opts: TemplateCatalogOptions) {}
+
+  async find(ref: string): Promise<SnapshotRecord | undefined> {
+    for (const name of candidateNames(ref)) {
+      let rec: SnapshotRecord | undefined;
+      try {
+        rec = await this.opts.repository.find(name);
+      } catch (e) {
+        // An invalid alias (characters outside [A-Za-z0-9_-]) simply names nothing here.
+        if ((e as { kind?: string }).kind === 'InvalidRequest') continue;
+        throw e;
+      }
+      if (rec && rec.source.kind !== 'paused') return rec;
+    }
+    return undefined;
+  }
+
+  async resolveLaunchable(ref: string): Promise<LaunchableTemplate> {
+    const rec = await this.find(ref);
+    if (!rec) throw new ApiError(404, `template ${ref} not found`);
+    const committed = rec.committed;
+    if (!committed) {
+      const status = rec.source.kind === 'template' ? rec.source.build.status : 'uncommitted';
+      throw new ApiError(400, `template '${ref}' is not ready (build status: ${status})`);
+    }
+    if (committed.virtualizationMode !== this.opts.virtualizationMode) {
+      throw new ApiError(
+        500,
+        `template '${ref}' was captured in ${committed.virtualizationMode} mode; this node runs ${this.opts.virtualizationMode}`,
+      );
+    }
+    return {
+      templateId: rec.id,
+      ...(rec.alias ? { alias: rec.alias } : {}),
+      record: rec,
+      resources: rec.resources,
+      envdVersion: committed.runtimeVersions.envd ?? this.opts.envdVersion,
+      defaultUser: committed.context.user ?? 'root',
+      ...(committed.context.workdir && committed.context.workdir !== '/'
+        ? { defaultWorkdir: committed.context.workdir }
+        : {}),
+    };
+  }
+}
