@@ -40,7 +40,9 @@ function sh(cmd, argv) {
     child.stderr.on('data', (b) => (err += b));
     child.on('error', reject);
     child.on('close', (code) =>
-      code === 0 ? resolve(Buffer.concat(out)) : reject(new Error(`${cmd} ${argv.join(' ')}: ${err.slice(-2000)}`)),
+      code === 0
+        ? resolve(Buffer.concat(out))
+        : reject(new Error(`${cmd} ${argv.join(' ')}: ${err.slice(-2000)}`)),
     );
   });
 }
@@ -62,10 +64,22 @@ const sha256 = (b) => `sha256:${createHash('sha256').update(b).digest('hex')}`;
 
 /** One-layer OCI layout from host directories (GNU tar → gzip), tag "latest". */
 async function syntheticImage(dir) {
-  const sources = ['usr/lib/python3.11', 'usr/share/perl', 'usr/share/zoneinfo', 'etc', 'usr/share/doc'].filter((p) =>
-    existsSync(`/${p}`),
-  );
-  const tar = await sh('tar', ['-C', '/', '--warning=no-file-changed', '--ignore-failed-read', '-cf', '-', ...sources]);
+  const sources = [
+    'usr/lib/python3.11',
+    'usr/share/perl',
+    'usr/share/zoneinfo',
+    'etc',
+    'usr/share/doc',
+  ].filter((p) => existsSync(`/${p}`));
+  const tar = await sh('tar', [
+    '-C',
+    '/',
+    '--warning=no-file-changed',
+    '--ignore-failed-read',
+    '-cf',
+    '-',
+    ...sources,
+  ]);
   const layer = gzipSync(tar, { level: 6 });
   const config = Buffer.from(
     JSON.stringify({
@@ -79,12 +93,23 @@ async function syntheticImage(dir) {
     JSON.stringify({
       schemaVersion: 2,
       mediaType: 'application/vnd.oci.image.manifest.v1+json',
-      config: { mediaType: 'application/vnd.oci.image.config.v1+json', digest: sha256(config), size: config.length },
-      layers: [{ mediaType: 'application/vnd.oci.image.layer.v1.tar+gzip', digest: sha256(layer), size: layer.length }],
+      config: {
+        mediaType: 'application/vnd.oci.image.config.v1+json',
+        digest: sha256(config),
+        size: config.length,
+      },
+      layers: [
+        {
+          mediaType: 'application/vnd.oci.image.layer.v1.tar+gzip',
+          digest: sha256(layer),
+          size: layer.length,
+        },
+      ],
     }),
   );
   await mkdir(join(dir, 'blobs', 'sha256'), { recursive: true });
-  for (const b of [layer, config, manifest]) await writeFile(join(dir, 'blobs', 'sha256', sha256(b).slice(7)), b);
+  for (const b of [layer, config, manifest])
+    await writeFile(join(dir, 'blobs', 'sha256', sha256(b).slice(7)), b);
   await writeFile(join(dir, 'oci-layout'), JSON.stringify({ imageLayoutVersion: '1.0.0' }));
   await writeFile(
     join(dir, 'index.json'),
@@ -113,21 +138,43 @@ try {
   const given = argValue('--image');
   if (given) image = { ref: given, description: given };
   else if (existsSync('/var/cache/aenv/images/base/index.json')) {
-    image = { ref: '/var/cache/aenv/images/base:latest', description: 'base (/var/cache/aenv/images/base:latest)' };
+    image = {
+      ref: '/var/cache/aenv/images/base:latest',
+      description: 'base (/var/cache/aenv/images/base:latest)',
+    };
   } else image = await syntheticImage(join(scratch, 'synthetic'));
 
   registry = await startRegistry();
   const remote = `${registry.host}/bench/image:latest`;
-  await sh('skopeo', ['copy', '--quiet', '--dest-tls-verify=false', `oci:${image.ref}`, `docker://${remote}`]);
+  await sh('skopeo', [
+    'copy',
+    '--quiet',
+    '--dest-tls-verify=false',
+    `oci:${image.ref}`,
+    `docker://${remote}`,
+  ]);
   const index = JSON.parse(await readFile(join(image.ref.split(':')[0], 'index.json'), 'utf8'));
   const layerInfo = index.manifests.length;
 
-  const samples = { aenvCold: [], aenvColdNoSync: [], aenvWarm: [], aenvWarmRefresh: [], skopeoUmoci: [], skopeo: [], umoci: [] };
+  const samples = {
+    aenvCold: [],
+    aenvColdNoSync: [],
+    aenvWarm: [],
+    aenvWarmRefresh: [],
+    skopeoUmoci: [],
+    skopeo: [],
+    umoci: [],
+  };
   let layerCount = 0;
   for (let i = 0; i < N; i++) {
     // aenv, cold, with the default per-layer syncfs before commit
     for (const sync of [true, false]) {
-      const h = await startHarness({ insecureRegistries: [registry.host], syncLayers: sync, uidShift: SHIFT, uidRangeSize: RANGE });
+      const h = await startHarness({
+        insecureRegistries: [registry.host],
+        syncLayers: sync,
+        uidShift: SHIFT,
+        uidRangeSize: RANGE,
+      });
       try {
         let img;
         const cold = await timeIt(async () => {
@@ -147,7 +194,13 @@ try {
     const run = join(scratch, `umoci-${i}`);
     await mkdir(run);
     const t1 = await timeIt(() =>
-      sh('skopeo', ['copy', '--quiet', '--src-tls-verify=false', `docker://${remote}`, `oci:${run}/layout:latest`]),
+      sh('skopeo', [
+        'copy',
+        '--quiet',
+        '--src-tls-verify=false',
+        `docker://${remote}`,
+        `oci:${run}/layout:latest`,
+      ]),
     );
     const t2 = await timeIt(() =>
       sh('umoci', [
@@ -169,7 +222,13 @@ try {
   const ratio = Math.round((results.aenvCold.median / results.skopeoUmoci.median) * 100) / 100;
   const ratioNoSync = Math.round((results.aenvColdNoSync.median / results.skopeoUmoci.median) * 100) / 100;
   if (asJson) {
-    console.log(JSON.stringify({ image: image.description, layers: layerCount, manifests: layerInfo, results, ratio, ratioNoSync }, null, 2));
+    console.log(
+      JSON.stringify(
+        { image: image.description, layers: layerCount, manifests: layerInfo, results, ratio, ratioNoSync },
+        null,
+        2,
+      ),
+    );
   } else {
     console.log(`image: ${image.description}; ${layerCount} layer(s); n=${N}; ms`);
     const rows = [
@@ -182,7 +241,9 @@ try {
       ['  umoci unpack (uid/gid map)', results.umoci],
     ];
     for (const [name, s] of rows) {
-      console.log(`${name.padEnd(44)} min ${String(s.min).padStart(8)}  median ${String(s.median).padStart(8)}  p95 ${String(s.p95).padStart(8)}`);
+      console.log(
+        `${name.padEnd(44)} min ${String(s.min).padStart(8)}  median ${String(s.median).padStart(8)}  p95 ${String(s.p95).padStart(8)}`,
+      );
     }
     console.log(`cold ratio aenv / (skopeo + umoci), medians: ${ratio} (no syncfs: ${ratioNoSync})`);
   }

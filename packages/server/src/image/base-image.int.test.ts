@@ -19,9 +19,19 @@ describe.skipIf(!haveBase)('base image', () => {
 
   beforeAll(async () => {
     reg = await startRegistry();
-    await run('skopeo', ['copy', '--quiet', '--dest-tls-verify=false', `oci:${BASE}:${TAG}`, `docker://${reg.host}/aenv/base:${TAG}`], {
-      timeoutMs: 300_000,
-    });
+    await run(
+      'skopeo',
+      [
+        'copy',
+        '--quiet',
+        '--dest-tls-verify=false',
+        `oci:${BASE}:${TAG}`,
+        `docker://${reg.host}/aenv/base:${TAG}`,
+      ],
+      {
+        timeoutMs: 300_000,
+      },
+    );
     h = await startHarness({ insecureRegistries: [reg.host] });
   });
 

@@ -28,7 +28,8 @@ function decodeAuth(entry: Record<string, unknown>, key: string, file: string): 
   if (typeof entry.auth === 'string' && entry.auth.length > 0) {
     const decoded = Buffer.from(entry.auth, 'base64').toString('utf8');
     const colon = decoded.indexOf(':');
-    if (colon <= 0) throw new ImageError('Internal', `${file}: auths["${key}"].auth is not base64("user:password")`);
+    if (colon <= 0)
+      throw new ImageError('Internal', `${file}: auths["${key}"].auth is not base64("user:password")`);
     return { username: decoded.slice(0, colon), password: decoded.slice(colon + 1) };
   }
   if (typeof entry.username === 'string' && typeof entry.password === 'string') {

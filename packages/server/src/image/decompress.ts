@@ -26,7 +26,9 @@ async function* gunzip(source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
     if (e instanceof ImageError) throw e;
     const code = (e as NodeJS.ErrnoException).code;
     if (typeof code === 'string' && code.startsWith('Z_')) {
-      throw new ImageError('UnsupportedImage', `layer is not valid gzip: ${(e as Error).message}`, { cause: e });
+      throw new ImageError('UnsupportedImage', `layer is not valid gzip: ${(e as Error).message}`, {
+        cause: e,
+      });
     }
     throw e;
   } finally {
@@ -52,12 +54,20 @@ async function* unzstd(source: AsyncIterable<Buffer>, zstdPath: string): AsyncGe
     const code = await exited;
     if (code !== 0) {
       const msg = Buffer.concat(stderr).toString().trim().split('\n').slice(-3).join('; ');
-      throw new ImageError('UnsupportedImage', `layer is not valid zstd: zstd exited with ${code}${msg ? `: ${msg}` : ''}`);
+      throw new ImageError(
+        'UnsupportedImage',
+        `layer is not valid zstd: zstd exited with ${code}${msg ? `: ${msg}` : ''}`,
+      );
     }
     finished = true;
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT' && (e as NodeJS.ErrnoException).syscall?.startsWith('spawn')) {
-      throw new ImageError('Internal', `zstd layers need ${zstdPath} (Debian package zstd); it is missing`, { cause: e });
+    if (
+      (e as NodeJS.ErrnoException).code === 'ENOENT' &&
+      (e as NodeJS.ErrnoException).syscall?.startsWith('spawn')
+    ) {
+      throw new ImageError('Internal', `zstd layers need ${zstdPath} (Debian package zstd); it is missing`, {
+        cause: e,
+      });
     }
     throw e;
   } finally {
@@ -66,7 +76,10 @@ async function* unzstd(source: AsyncIterable<Buffer>, zstdPath: string): AsyncGe
 }
 
 /** Decompresses a layer stream by its magic bytes. */
-export async function* decompressLayer(source: AsyncIterable<Buffer>, opts: { zstdPath?: string } = {}): AsyncGenerator<Buffer> {
+export async function* decompressLayer(
+  source: AsyncIterable<Buffer>,
+  opts: { zstdPath?: string } = {},
+): AsyncGenerator<Buffer> {
   const it = source[Symbol.asyncIterator]();
   const head: Buffer[] = [];
   let n = 0;

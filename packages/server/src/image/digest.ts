@@ -19,7 +19,8 @@ export function parseDigest(s: string): ParsedDigest {
   if (colon < 0) throw new Error(`digest "${s}" must look like sha256:<hex>`);
   const algorithm = s.slice(0, colon);
   const hex = s.slice(colon + 1);
-  if (!(algorithm in ALGORITHMS)) throw new Error(`digest algorithm "${algorithm}" is not supported (sha256, sha512)`);
+  if (!(algorithm in ALGORITHMS))
+    throw new Error(`digest algorithm "${algorithm}" is not supported (sha256, sha512)`);
   const len = ALGORITHMS[algorithm as DigestAlgorithm];
   if (hex.length !== len || !/^[0-9a-f]+$/.test(hex)) {
     throw new Error(`digest "${s}" must have ${len} lower-case hex digits`);
@@ -52,7 +53,10 @@ export function verifyBuffer(data: Buffer, expected: { digest: string; size?: nu
   const { algorithm } = parseImageDigest(expected.digest, what);
   const actual = digestOf(data, algorithm);
   if (actual !== expected.digest) {
-    throw new ImageError('DigestMismatch', `${what}: digest mismatch: expected ${expected.digest}, got ${actual}`);
+    throw new ImageError(
+      'DigestMismatch',
+      `${what}: digest mismatch: expected ${expected.digest}, got ${actual}`,
+    );
   }
 }
 
@@ -102,7 +106,12 @@ export class VerifyingStream extends Transform {
     }
     const actual = `${this.algorithm}:${this.hash.digest('hex')}`;
     if (actual !== this.expected.digest) {
-      cb(new ImageError('DigestMismatch', `${this.what}: digest mismatch: expected ${this.expected.digest}, got ${actual}`));
+      cb(
+        new ImageError(
+          'DigestMismatch',
+          `${this.what}: digest mismatch: expected ${this.expected.digest}, got ${actual}`,
+        ),
+      );
       return;
     }
     cb();

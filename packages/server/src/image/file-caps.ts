@@ -14,7 +14,10 @@ const VFS_CAP_FLAGS_EFFECTIVE = 0x000001;
  * Rewrites a security.capability value so that it applies to the container root mapped by `shiftId`
  * (container id → host id). Returns undefined for values that are not a capability set (they are dropped).
  */
-export function shiftFileCapability(value: Buffer, shiftId: (containerId: number) => number): Buffer | undefined {
+export function shiftFileCapability(
+  value: Buffer,
+  shiftId: (containerId: number) => number,
+): Buffer | undefined {
   if (value.length < 4) return undefined;
   const magic = value.readUInt32LE(0);
   const revision = (magic & VFS_CAP_REVISION_MASK) >>> 0;
@@ -27,7 +30,10 @@ export function shiftFileCapability(value: Buffer, shiftId: (containerId: number
   if (revision === VFS_CAP_REVISION_1 && value.length === 12) {
     permLo = value.readUInt32LE(4);
     inhLo = value.readUInt32LE(8);
-  } else if ((revision === VFS_CAP_REVISION_2 && value.length === 20) || (revision === VFS_CAP_REVISION_3 && value.length === 24)) {
+  } else if (
+    (revision === VFS_CAP_REVISION_2 && value.length === 20) ||
+    (revision === VFS_CAP_REVISION_3 && value.length === 24)
+  ) {
     permLo = value.readUInt32LE(4);
     inhLo = value.readUInt32LE(8);
     permHi = value.readUInt32LE(12);

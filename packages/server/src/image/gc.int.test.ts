@@ -14,7 +14,9 @@ let h: Harness;
 let layout: string;
 
 function image(name: string): BuiltImage {
-  return buildImage({ layers: [{ entries: [{ name: `${name}.bin`, content: Buffer.alloc(64 * 1024, name.charCodeAt(0)) }] }] });
+  return buildImage({
+    layers: [{ entries: [{ name: `${name}.bin`, content: Buffer.alloc(64 * 1024, name.charCodeAt(0)) }] }],
+  });
 }
 
 const A = image('a');
@@ -167,10 +169,16 @@ describe('image cache GC', () => {
     await harness(undefined, { intervalSecs: 1 });
     h.service.start();
     h.service.start(); // idempotent
-    for (let i = 0; i < 100 && (await metricValue(h.metrics, 'aenv_image_gc_runs_total', { result: 'ok' })) < 1; i++) {
+    for (
+      let i = 0;
+      i < 100 && (await metricValue(h.metrics, 'aenv_image_gc_runs_total', { result: 'ok' })) < 1;
+      i++
+    ) {
       await new Promise((res) => setTimeout(res, 50));
     }
-    expect(await metricValue(h.metrics, 'aenv_image_gc_runs_total', { result: 'ok' })).toBeGreaterThanOrEqual(1);
+    expect(await metricValue(h.metrics, 'aenv_image_gc_runs_total', { result: 'ok' })).toBeGreaterThanOrEqual(
+      1,
+    );
     await h.service.stop();
   });
 

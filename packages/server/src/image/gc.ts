@@ -27,13 +27,17 @@ export function normalizeGcConfig(cfg: GcConfig = {}): NormalizedGcConfig {
     ['high_watermark_ratio', high],
     ['low_watermark_ratio', low],
   ] as const) {
-    if (!Number.isFinite(v) || v <= 0 || v > 1) throw new Error(`image.cache.gc.${k} must be in (0, 1], got ${v}`);
+    if (!Number.isFinite(v) || v <= 0 || v > 1)
+      throw new Error(`image.cache.gc.${k} must be in (0, 1], got ${v}`);
   }
-  if (low > high) throw new Error(`image.cache.gc.low_watermark_ratio (${low}) must be <= high_watermark_ratio (${high})`);
+  if (low > high)
+    throw new Error(`image.cache.gc.low_watermark_ratio (${low}) must be <= high_watermark_ratio (${high})`);
   const minAge = cfg.minAgeSecs ?? 600;
-  if (!Number.isFinite(minAge) || minAge < 0) throw new Error(`image.cache.gc.min_age_secs must be >= 0, got ${minAge}`);
+  if (!Number.isFinite(minAge) || minAge < 0)
+    throw new Error(`image.cache.gc.min_age_secs must be >= 0, got ${minAge}`);
   const interval = cfg.intervalSecs ?? 1800;
-  if (!Number.isFinite(interval) || interval < 0) throw new Error(`image.cache.gc.interval_secs must be >= 0, got ${interval}`);
+  if (!Number.isFinite(interval) || interval < 0)
+    throw new Error(`image.cache.gc.interval_secs must be >= 0, got ${interval}`);
   return {
     enabled: cfg.enabled ?? true,
     intervalSecs: interval === 0 ? 1800 : interval,
@@ -65,12 +69,21 @@ interface GcDeps {
   capacityBytes: number | undefined;
   now: number;
   metrics: ImageMetrics;
-  logger: { info(o: object, m?: string): void; warn(o: object, m?: string): void; error(o: object, m?: string): void };
+  logger: {
+    info(o: object, m?: string): void;
+    warn(o: object, m?: string): void;
+    error(o: object, m?: string): void;
+  };
 }
 
 /** Bytes of layers that images keep alive; `images` is the set that would remain. */
 function referencedBytes(deps: GcDeps, keep: (digest: string) => boolean): number {
-  const sizes = new Map(deps.store.listLayers().filter((l) => l.idMap === deps.store.idMap).map((l) => [l.diffId, l.diskBytes]));
+  const sizes = new Map(
+    deps.store
+      .listLayers()
+      .filter((l) => l.idMap === deps.store.idMap)
+      .map((l) => [l.diffId, l.diskBytes]),
+  );
   const seen = new Set<string>();
   let total = 0;
   for (const img of deps.store.listImages()) {
@@ -92,7 +105,10 @@ function totalBytes(deps: GcDeps): number {
  * Compares layer rows with layer directories (synchronously, so no pull can commit in between). Rows without a
  * directory are dropped; directories without a row are returned as orphans. Throws if the disk cannot be read.
  */
-export function reconcile(store: ImageMetadataStore, layers: LayerStore): { droppedRows: number; orphans: string[] } {
+export function reconcile(
+  store: ImageMetadataStore,
+  layers: LayerStore,
+): { droppedRows: number; orphans: string[] } {
   const rows = store.listLayers();
   const disk = layers.listOnDiskSync();
   const onDisk = new Set(disk.filter((d) => d.layer).map((d) => `${d.idMap}/${d.name}`));
@@ -121,13 +137,23 @@ export async function reconcileAtStartup(deps: {
   try {
     const r = reconcile(deps.store, deps.layers);
     orphans = r.orphans;
-    if (r.droppedRows > 0) deps.logger.warn({ rows: r.droppedRows }, 'image cache: layer directories were missing; metadata dropped');
+    if (r.droppedRows > 0)
+      deps.logger.warn(
+        { rows: r.droppedRows },
+        'image cache: layer directories were missing; metadata dropped',
+      );
   } catch (e) {
-    deps.logger.error({ err: (e as Error).message }, 'image cache: startup reconcile failed; GC stays off until it succeeds');
+    deps.logger.error(
+      { err: (e as Error).message },
+      'image cache: startup reconcile failed; GC stays off until it succeeds',
+    );
     return false;
   }
-  const trash = orphans.map((p) => deps.layers.moveToTrashSync(p)).filter((p): p is string => p !== undefined);
-  if (trash.length > 0) deps.logger.warn({ dirs: trash.length }, 'image cache: deleting layer directories without metadata');
+  const trash = orphans
+    .map((p) => deps.layers.moveToTrashSync(p))
+    .filter((p): p is string => p !== undefined);
+  if (trash.length > 0)
+    deps.logger.warn({ dirs: trash.length }, 'image cache: deleting layer directories without metadata');
   for (const t of trash) await deps.layers.removeTrash(t).catch(() => {});
   return true;
 }
@@ -156,14 +182,21 @@ export async function runGc(deps: GcDeps): Promise<GcResult> {
     logger.error({ err: result.error }, 'image cache GC: reconcile failed; nothing deleted');
     return result;
   }
-  if (result.droppedRows > 0) logger.warn({ rows: result.droppedRows }, 'image cache GC: layer directories were missing; metadata dropped');
+  if (result.droppedRows > 0)
+    logger.warn(
+      { rows: result.droppedRows },
+      'image cache GC: layer directories were missing; metadata dropped',
+    );
 
   const trash: string[] = [];
   try {
     result.usageBefore = totalBytes(deps);
 
     // 2. Capacity eviction, LRU, never leased or recently used images.
-    if (deps.capacityBytes !== undefined && result.usageBefore > deps.capacityBytes * cfg.highWatermarkRatio) {
+    if (
+      deps.capacityBytes !== undefined &&
+      result.usageBefore > deps.capacityBytes * cfg.highWatermarkRatio
+    ) {
       const target = deps.capacityBytes * cfg.lowWatermarkRatio;
       const leased = store.leasedDigests();
       const idleBefore = deps.now - cfg.minAgeSecs * 1000;
@@ -232,7 +265,10 @@ export async function runGc(deps: GcDeps): Promise<GcResult> {
     try {
       await layers.removeTrash(t);
     } catch (e) {
-      logger.warn({ err: (e as Error).message, path: t }, 'image cache GC: could not delete; retried at next start');
+      logger.warn(
+        { err: (e as Error).message, path: t },
+        'image cache GC: could not delete; retried at next start',
+      );
     }
   }
   if (result.ran) {

@@ -2,7 +2,17 @@
 // formats, platform choice, whiteouts in overlay form (checked with a real overlay mount), ownership shift,
 // file capabilities, single-flight downloads, retries, errors, restart, crash leftovers, local transports.
 
-import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  truncateSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run } from '../util/exec.js';
@@ -10,7 +20,14 @@ import { ImageError } from './errors.js';
 import { readXattr } from './special-files.js';
 import { startCountingProxy, type CountingProxy } from './testing/counting-proxy.js';
 import { FAST_RETRY, metricValue, startHarness, type Harness } from './testing/harness.js';
-import { buildImage, buildIndex, writeArchive, writeLayout, type BuiltImage, type BuiltIndex } from './testing/oci-builder.js';
+import {
+  buildImage,
+  buildIndex,
+  writeArchive,
+  writeLayout,
+  type BuiltImage,
+  type BuiltIndex,
+} from './testing/oci-builder.js';
 import { freePort, pushImage, startRegistry, storedBlobPath, type TestRegistry } from './testing/registry.js';
 
 const SHIFT = 100000;
@@ -29,12 +46,19 @@ const single = buildImage({
         { name: 'bin', type: 'symlink', linkname: 'usr/bin' },
         { name: 'home/user/', type: 'dir', mode: 0o750, uid: 1000, gid: 1000 },
         { name: 'home/user/.bashrc', content: 'PS1=x\n', uid: 1000, gid: 1000 },
-        { name: 'usr/bin/ping', content: 'ELF', mode: 0o755, xattrs: {
-          // v2 capability: cap_net_raw (bit 13) permitted + effective flag
-          'security.capability': Buffer.from([0x01, 0, 0, 0x02, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
-          'user.note': 'kept',
-          'trusted.overlay.redirect': '/etc',
-        } },
+        {
+          name: 'usr/bin/ping',
+          content: 'ELF',
+          mode: 0o755,
+          xattrs: {
+            // v2 capability: cap_net_raw (bit 13) permitted + effective flag
+            'security.capability': Buffer.from([
+              0x01, 0, 0, 0x02, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            ]),
+            'user.note': 'kept',
+            'trusted.overlay.redirect': '/etc',
+          },
+        },
         { name: 'run/initctl', type: 'fifo', mode: 0o600 },
       ],
     },
@@ -79,15 +103,30 @@ const multi = buildImage({
 });
 
 const archImage = (arch: string, variant?: string): BuiltImage =>
-  buildImage({ layers: [{ entries: [{ name: 'arch', content: arch }] }], architecture: arch, ...(variant ? { variant } : {}) });
-const index: BuiltIndex = buildIndex([archImage('arm64', 'v8'), archImage('amd64'), archImage('s390x')], { withUnknownPlatform: true });
-const zstdImage = buildImage({ layers: [{ entries: [{ name: 'z.txt', content: 'zstd layer' }], compression: 'zstd' }] });
-const plainImage = buildImage({ layers: [{ entries: [{ name: 'p.txt', content: 'plain layer' }], compression: 'none' }] });
-const dockerImage = buildImage({ docker: true, layers: [{ entries: [{ name: 'd.txt', content: 'docker schema2' }] }] });
+  buildImage({
+    layers: [{ entries: [{ name: 'arch', content: arch }] }],
+    architecture: arch,
+    ...(variant ? { variant } : {}),
+  });
+const index: BuiltIndex = buildIndex([archImage('arm64', 'v8'), archImage('amd64'), archImage('s390x')], {
+  withUnknownPlatform: true,
+});
+const zstdImage = buildImage({
+  layers: [{ entries: [{ name: 'z.txt', content: 'zstd layer' }], compression: 'zstd' }],
+});
+const plainImage = buildImage({
+  layers: [{ entries: [{ name: 'p.txt', content: 'plain layer' }], compression: 'none' }],
+});
+const dockerImage = buildImage({
+  docker: true,
+  layers: [{ entries: [{ name: 'd.txt', content: 'docker schema2' }] }],
+});
 const sharedBase = { entries: [{ name: 'base.txt', content: 'shared base layer' }] };
 const childA = buildImage({ layers: [sharedBase, { entries: [{ name: 'a.txt', content: 'A' }] }] });
 const childB = buildImage({ layers: [sharedBase, { entries: [{ name: 'b.txt', content: 'B' }] }] });
-const hostile = buildImage({ layers: [{ entries: [{ name: '../../../../escape-aenv-test', content: 'x' }] }] });
+const hostile = buildImage({
+  layers: [{ entries: [{ name: '../../../../escape-aenv-test', content: 'x' }] }],
+});
 
 function ref(repo: string, tag = 'v1'): string {
   return `${proxy.host}/${repo}:${tag}`;
@@ -127,7 +166,10 @@ beforeAll(async () => {
     ['test/hostile', hostile],
   ];
   for (const [repo, item] of pushes) await pushImage(reg.url, repo, 'v1', item);
-  h = await startHarness({ insecureRegistries: [proxy.host, reg.host], resolver: { searchRegistries: [proxy.host] } });
+  h = await startHarness({
+    insecureRegistries: [proxy.host, reg.host],
+    resolver: { searchRegistries: [proxy.host] },
+  });
 });
 
 afterAll(async () => {
@@ -195,8 +237,18 @@ describe('pull from a registry', () => {
 
     const mnt = join(h.dir, 'overlay');
     for (const d of ['upper', 'work', 'merged']) mkdirSync(join(mnt, d), { recursive: true });
-    const lower = [...img.layers].reverse().map((l) => l.dir).join(':');
-    await run('mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=${lower},upperdir=${mnt}/upper,workdir=${mnt}/work`, `${mnt}/merged`]);
+    const lower = [...img.layers]
+      .reverse()
+      .map((l) => l.dir)
+      .join(':');
+    await run('mount', [
+      '-t',
+      'overlay',
+      'overlay',
+      '-o',
+      `lowerdir=${lower},upperdir=${mnt}/upper,workdir=${mnt}/work`,
+      `${mnt}/merged`,
+    ]);
     try {
       const m = join(mnt, 'merged');
       expect(readdirSync(m).sort()).toEqual(['a', 'c', 'keep.txt']);
@@ -215,7 +267,10 @@ describe('pull from a registry', () => {
     expect(img.platform).toBe('linux/amd64');
     expect(readFileSync(join(img.layers[0]!.dir, 'arch'), 'utf8')).toBe('amd64');
 
-    const arm = await startHarness({ insecureRegistries: [proxy.host], platform: { os: 'linux', architecture: 'arm64', variant: 'v8' } });
+    const arm = await startHarness({
+      insecureRegistries: [proxy.host],
+      platform: { os: 'linux', architecture: 'arm64', variant: 'v8' },
+    });
     try {
       const a = await arm.service.pull(ref('test/index'));
       expect(a.manifestDigest).toBe(index.images[0]!.manifest.digest);
@@ -246,7 +301,9 @@ describe('pull from a registry', () => {
   it('pulls by digest, and tag+digest', async () => {
     const byDigest = await h.service.pull(`${proxy.host}/test/single@${single.manifest.digest}`);
     expect(byDigest.manifestDigest).toBe(single.manifest.digest);
-    const both = await h.service.pull(`${proxy.host}/test/single:v1@${single.manifest.digest}`, { refresh: true });
+    const both = await h.service.pull(`${proxy.host}/test/single:v1@${single.manifest.digest}`, {
+      refresh: true,
+    });
     expect(both.manifestDigest).toBe(single.manifest.digest);
     expect(h.service.get(single.manifest.digest)?.layers[0]!.dir).toBe(byDigest.layers[0]!.dir);
   });
@@ -269,7 +326,10 @@ describe('downloads', () => {
     const fresh = await startHarness({ insecureRegistries: [proxy.host] });
     try {
       proxy.reset();
-      const [a, b] = await Promise.all([fresh.service.pull(ref('test/multi')), fresh.service.pull(ref('test/multi'))]);
+      const [a, b] = await Promise.all([
+        fresh.service.pull(ref('test/multi')),
+        fresh.service.pull(ref('test/multi')),
+      ]);
       expect(a.layers.map((l) => l.dir)).toEqual(b.layers.map((l) => l.dir));
       for (const l of multi.layers) expect(blobGets('test/multi', l.digest)).toBe(1);
       expect(blobGets('test/multi', multi.config.digest)).toBe(1);
@@ -282,7 +342,10 @@ describe('downloads', () => {
     const fresh = await startHarness({ insecureRegistries: [proxy.host] });
     try {
       proxy.reset();
-      const [a, b] = await Promise.all([fresh.service.pull(ref('test/child-a')), fresh.service.pull(ref('test/child-b'))]);
+      const [a, b] = await Promise.all([
+        fresh.service.pull(ref('test/child-a')),
+        fresh.service.pull(ref('test/child-b')),
+      ]);
       expect(a.layers[0]!.dir).toBe(b.layers[0]!.dir);
       const base = childA.layers[0]!.digest;
       expect(blobGets('test/child-a', base) + blobGets('test/child-b', base)).toBe(1);
@@ -297,8 +360,16 @@ describe('downloads', () => {
     try {
       proxy.reset();
       const layer = single.layers[0]!.digest;
-      proxy.inject({ match: new RegExp(`GET /v2/test/single/blobs/${layer}`), times: 1, kind: { status: 503 } });
-      proxy.inject({ match: new RegExp(`GET /v2/test/single/blobs/${layer}`), times: 1, kind: 'reset-mid-body' });
+      proxy.inject({
+        match: new RegExp(`GET /v2/test/single/blobs/${layer}`),
+        times: 1,
+        kind: { status: 503 },
+      });
+      proxy.inject({
+        match: new RegExp(`GET /v2/test/single/blobs/${layer}`),
+        times: 1,
+        kind: 'reset-mid-body',
+      });
       proxy.inject({ match: /GET \/v2\/test\/single\/manifests\//, times: 1, kind: { status: 502 } });
       const img = await fresh.service.pull(ref('test/single'));
       expect(readFileSync(join(img.layers[0]!.dir, 'etc/os-release'), 'utf8')).toBe('ID=aenvtest\n');
@@ -313,7 +384,11 @@ describe('downloads', () => {
     const fresh = await startHarness({ insecureRegistries: [proxy.host] });
     try {
       proxy.reset();
-      proxy.inject({ match: /GET \/v2\/test\/zstd\/manifests\//, times: FAST_RETRY.retries + 1, kind: { status: 503 } });
+      proxy.inject({
+        match: /GET \/v2\/test\/zstd\/manifests\//,
+        times: FAST_RETRY.retries + 1,
+        kind: { status: 503 },
+      });
       const e = await pullError(fresh.service.pull(ref('test/zstd')));
       expect(e.kind).toBe('Unreachable');
       expect(e.status).toBe(503);
@@ -335,7 +410,8 @@ describe('downloads', () => {
       });
       await expect(p).rejects.toThrow();
       // The shared download ends asynchronously; wait for it to settle (bounded).
-      for (let i = 0; i < 200 && readdirSync(join(fresh.rootDir, 'tmp')).length > 0; i++) await new Promise((r) => setTimeout(r, 10));
+      for (let i = 0; i < 200 && readdirSync(join(fresh.rootDir, 'tmp')).length > 0; i++)
+        await new Promise((r) => setTimeout(r, 10));
       expect(readdirSync(join(fresh.rootDir, 'tmp'))).toEqual([]);
       expect(fresh.service.get(ref('test/multi'))).toBeUndefined();
       expect(fresh.service.listLeases()).toEqual([]);
@@ -360,7 +436,10 @@ describe('errors', () => {
     const port = await freePort();
     const s = await startHarness({
       insecureRegistries: [proxy.host, `127.0.0.1:${port}`],
-      resolver: { searchRegistries: [`127.0.0.1:${port}`, proxy.host, 'ghcr.io'], allowedRegistries: [`127.0.0.1:${port}`, proxy.host] },
+      resolver: {
+        searchRegistries: [`127.0.0.1:${port}`, proxy.host, 'ghcr.io'],
+        allowedRegistries: [`127.0.0.1:${port}`, proxy.host],
+      },
     });
     try {
       const e = await pullError(s.service.pull('test/nothing-here:v1'));
@@ -396,7 +475,9 @@ describe('errors', () => {
   });
 
   it('a tampered layer blob → DigestMismatch; nothing cached', async () => {
-    const img = buildImage({ layers: [{ entries: [{ name: 'tamper.txt', content: 'original content here' }] }] });
+    const img = buildImage({
+      layers: [{ entries: [{ name: 'tamper.txt', content: 'original content here' }] }],
+    });
     await pushImage(reg.url, 'test/tamper', 'v1', img);
     const path = storedBlobPath(reg, img.layers[0]!.digest);
     const data = readFileSync(path);
@@ -424,7 +505,10 @@ describe('errors', () => {
   });
 
   it('a tampered config blob → DigestMismatch', async () => {
-    const img = buildImage({ layers: [{ entries: [{ name: 'cfg.txt', content: 'c' }] }], config: { Env: ['A=1'] } });
+    const img = buildImage({
+      layers: [{ entries: [{ name: 'cfg.txt', content: 'c' }] }],
+      config: { Env: ['A=1'] },
+    });
     await pushImage(reg.url, 'test/tamper-config', 'v1', img);
     const path = storedBlobPath(reg, img.config.digest);
     writeFileSync(path, readFileSync(path).toString().replace('A=1', 'A=2'));

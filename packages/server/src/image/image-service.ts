@@ -11,7 +11,14 @@ import { defaultDockerConfigDir, type BasicCredentials } from './credentials.js'
 import { decompressLayer } from './decompress.js';
 import { parseDigest, VerifyingStream } from './digest.js';
 import { asImageError, ImageError } from './errors.js';
-import { normalizeGcConfig, reconcileAtStartup, runGc, type GcConfig, type GcResult, type NormalizedGcConfig } from './gc.js';
+import {
+  normalizeGcConfig,
+  reconcileAtStartup,
+  runGc,
+  type GcConfig,
+  type GcResult,
+  type NormalizedGcConfig,
+} from './gc.js';
 import { idMapName, LayerStore } from './layer-store.js';
 import { unpackLayer, type UnpackStats } from './layer-unpacker.js';
 import {
@@ -39,7 +46,13 @@ import {
 import { DEFAULT_RETRY, isTransient, type RetryPolicy } from './retry.js';
 import { SingleFlight } from './single-flight.js';
 import { SyncCoalescer } from './sync-coalescer.js';
-import { extractOciArchive, fileStamp, OciLayoutSource, RegistrySource, type ImageSource } from './sources.js';
+import {
+  extractOciArchive,
+  fileStamp,
+  OciLayoutSource,
+  RegistrySource,
+  type ImageSource,
+} from './sources.js';
 import type { PulledImage } from './types.js';
 
 /** pino-compatible logger. */
@@ -110,7 +123,11 @@ function layersOf(img: StoredImage, store: LayerStore): PulledImage['layers'] {
   return img.layers.map((l) => ({ diffId: l.diffId, dir: store.layerDir(l.diffId), size: 0 }));
 }
 
-async function mapLimit<T>(items: readonly T[], limit: number, fn: (item: T, index: number) => Promise<void>): Promise<void> {
+async function mapLimit<T>(
+  items: readonly T[],
+  limit: number,
+  fn: (item: T, index: number) => Promise<void>,
+): Promise<void> {
   let next = 0;
   let failed: unknown;
   const worker = async (): Promise<void> => {
@@ -131,7 +148,15 @@ function isCodeTransient(e: unknown): boolean {
   const code = (e as NodeJS.ErrnoException).code ?? (e as { cause?: NodeJS.ErrnoException }).cause?.code;
   return (
     typeof code === 'string' &&
-    ['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'UND_ERR_SOCKET', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CLOSED', 'ECONNABORTED'].includes(code)
+    [
+      'ECONNRESET',
+      'EPIPE',
+      'ETIMEDOUT',
+      'UND_ERR_SOCKET',
+      'UND_ERR_BODY_TIMEOUT',
+      'UND_ERR_CLOSED',
+      'ECONNABORTED',
+    ].includes(code)
   );
 }
 
@@ -167,9 +192,12 @@ export class ImageService {
     }
     this.uidShift = opts.uidShift ?? DEFAULT_UID_SHIFT;
     this.uidRange = opts.uidRangeSize ?? DEFAULT_UID_RANGE;
-    if (!Number.isSafeInteger(this.uidShift) || this.uidShift < 0) throw new Error(`uidShift must be a non-negative integer`);
-    if (!Number.isSafeInteger(this.uidRange) || this.uidRange < 1) throw new Error(`uidRangeSize must be a positive integer`);
-    if (opts.capacityGb !== undefined && !(opts.capacityGb > 0)) throw new Error(`image.cache.capacity_gb must be > 0`);
+    if (!Number.isSafeInteger(this.uidShift) || this.uidShift < 0)
+      throw new Error(`uidShift must be a non-negative integer`);
+    if (!Number.isSafeInteger(this.uidRange) || this.uidRange < 1)
+      throw new Error(`uidRangeSize must be a positive integer`);
+    if (opts.capacityGb !== undefined && !(opts.capacityGb > 0))
+      throw new Error(`image.cache.capacity_gb must be > 0`);
     this.log = opts.logger;
     this.now = opts.now ?? Date.now;
     this.platform = opts.platform ?? hostPlatform();
@@ -182,7 +210,8 @@ export class ImageService {
     this.syncer = new SyncCoalescer(async () => {
       await run('sync', ['-f', this.layers.tmpDir], { timeoutMs: 600_000 });
     });
-    const dockerConfigDir = opts.dockerConfigDir === null ? undefined : (opts.dockerConfigDir ?? defaultDockerConfigDir());
+    const dockerConfigDir =
+      opts.dockerConfigDir === null ? undefined : (opts.dockerConfigDir ?? defaultDockerConfigDir());
     this.client = new RegistryClient({
       insecureRegistries: opts.insecureRegistries ?? [],
       ...(opts.registryEndpoints ? { endpoints: opts.registryEndpoints } : {}),
@@ -241,9 +270,16 @@ export class ImageService {
         return await this.pullCandidate(c, opts);
       } catch (e) {
         const err = asImageError(e, `pulling ${c.canonical}`);
-        if (opts.signal?.aborted || !['NotFound', 'Unauthorized', 'Unreachable'].includes(err.kind)) throw err;
-        failures.push({ registry: c.reference.transport === 'registry' ? c.reference.registry : c.canonical, error: err });
-        this.log.debug({ candidate: c.canonical, err: err.message }, 'image candidate failed; trying the next registry');
+        if (opts.signal?.aborted || !['NotFound', 'Unauthorized', 'Unreachable'].includes(err.kind))
+          throw err;
+        failures.push({
+          registry: c.reference.transport === 'registry' ? c.reference.registry : c.canonical,
+          error: err,
+        });
+        this.log.debug(
+          { candidate: c.canonical, err: err.message },
+          'image candidate failed; trying the next registry',
+        );
       }
     }
     const notAllowed = disallowedSearchRegistries(this.resolverConfig);
@@ -266,7 +302,12 @@ export class ImageService {
       return this.pullFromSource(source, c.canonical, null, opts);
     }
     if (ref.transport === 'oci') {
-      return this.pullFromSource(new OciLayoutSource(ref.path, ref.tag, c.canonical), c.canonical, null, opts);
+      return this.pullFromSource(
+        new OciLayoutSource(ref.path, ref.tag, c.canonical),
+        c.canonical,
+        null,
+        opts,
+      );
     }
     // oci-archive: unpacking the archive to read its index is costly, so a cached pull of the same file
     // (same inode, size and mtime) is reused without opening it.
@@ -278,7 +319,12 @@ export class ImageService {
     const tmp = await this.layers.makeTmp('oci-archive');
     try {
       await extractOciArchive(ref.path, tmp, opts.signal);
-      return await this.pullFromSource(new OciLayoutSource(tmp, ref.tag, c.canonical), c.canonical, stamp, opts);
+      return await this.pullFromSource(
+        new OciLayoutSource(tmp, ref.tag, c.canonical),
+        c.canonical,
+        stamp,
+        opts,
+      );
     } finally {
       await this.layers.removeTmp(tmp);
     }
@@ -307,7 +353,12 @@ export class ImageService {
     return this.store.getLayer(diffId) !== undefined && this.layers.has(diffId);
   }
 
-  private async pullFromSource(source: ImageSource, canonical: string, stamp: string | null, opts: PullOptions): Promise<PulledImage> {
+  private async pullFromSource(
+    source: ImageSource,
+    canonical: string,
+    stamp: string | null,
+    opts: PullOptions,
+  ): Promise<PulledImage> {
     const root = await source.fetchRoot(opts.signal);
     let doc = parseManifestOrIndex(root.body, root.contentType, source.name);
     let manifestDigest = root.digest;
@@ -315,7 +366,8 @@ export class ImageService {
       const d = selectPlatformManifest(doc, this.platform, source.name);
       const body = await source.fetchManifest(d, opts.signal);
       doc = parseManifestOrIndex(body, d.mediaType || undefined, `${source.name} (${d.digest})`);
-      if (doc.kind !== 'manifest') throw new ImageError('UnsupportedImage', `${source.name}: nested image indexes are not supported`);
+      if (doc.kind !== 'manifest')
+        throw new ImageError('UnsupportedImage', `${source.name}: nested image indexes are not supported`);
       manifestDigest = d.digest;
     }
     const manifest = doc;
@@ -368,7 +420,12 @@ export class ImageService {
         configDigest: manifest.config.digest,
         config: parsed.config,
         rawConfig: raw.toString('utf8'),
-        layers: manifest.layers.map((l, i) => ({ diffId: parsed.diffIds[i]!, digest: l.digest, mediaType: l.mediaType, size: l.size })),
+        layers: manifest.layers.map((l, i) => ({
+          diffId: parsed.diffIds[i]!,
+          digest: l.digest,
+          mediaType: l.mediaType,
+          size: l.size,
+        })),
         platform: `${parsed.platform.os}/${parsed.platform.architecture}${parsed.platform.variant ? `/${parsed.platform.variant}` : ''}`,
         createdAt: now,
         lastUsedAt: now,
@@ -387,7 +444,13 @@ export class ImageService {
         const desc = manifest.layers[i]!;
         if (this.layerPresent(l.diffId)) {
           this.metrics.hits.inc({ kind: 'layer' });
-          onProgress?.({ type: 'layer-cached', reference, manifestDigest, layerDigest: desc.digest, size: desc.size });
+          onProgress?.({
+            type: 'layer-cached',
+            reference,
+            manifestDigest,
+            layerDigest: desc.digest,
+            size: desc.size,
+          });
           return;
         }
         await this.layerFlights.run(
@@ -419,7 +482,13 @@ export class ImageService {
   ): Promise<void> {
     if (this.layerPresent(diffId)) return;
     this.metrics.misses.inc({ kind: 'layer' });
-    onProgress?.({ type: 'layer-start', reference, manifestDigest, layerDigest: desc.digest, size: desc.size });
+    onProgress?.({
+      type: 'layer-start',
+      reference,
+      manifestDigest,
+      layerDigest: desc.digest,
+      size: desc.size,
+    });
     const log = this.log.child({ layer: desc.digest, image: reference });
     for (let attempt = 0; ; attempt++) {
       const blob = await source.openBlob(desc, signal);
@@ -428,9 +497,16 @@ export class ImageService {
         let stats: UnpackStats | undefined;
         await pipeline(
           blob,
-          new VerifyingStream({ digest: desc.digest, size: desc.size }, `layer ${desc.digest} of ${source.name}`),
-          (src: AsyncIterable<Buffer>) => decompressLayer(src, this.opts.zstdPath ? { zstdPath: this.opts.zstdPath } : {}),
-          new VerifyingStream({ digest: diffId }, `uncompressed layer ${desc.digest} of ${source.name} (diff id)`),
+          new VerifyingStream(
+            { digest: desc.digest, size: desc.size },
+            `layer ${desc.digest} of ${source.name}`,
+          ),
+          (src: AsyncIterable<Buffer>) =>
+            decompressLayer(src, this.opts.zstdPath ? { zstdPath: this.opts.zstdPath } : {}),
+          new VerifyingStream(
+            { digest: diffId },
+            `uncompressed layer ${desc.digest} of ${source.name} (diff id)`,
+          ),
           async (src: AsyncIterable<Buffer>) => {
             stats = await unpackLayer(src, tmp, {
               idMap: { hostStart: this.uidShift, size: this.uidRange },
@@ -446,7 +522,13 @@ export class ImageService {
         this.layers.commitSync(tmp, diffId);
         this.store.putLayer(diffId, stats!.diskBytes, this.now());
         log.debug({ entries: stats!.entries, bytes: stats!.diskBytes }, 'layer unpacked');
-        onProgress?.({ type: 'layer-done', reference, manifestDigest, layerDigest: desc.digest, size: desc.size });
+        onProgress?.({
+          type: 'layer-done',
+          reference,
+          manifestDigest,
+          layerDigest: desc.digest,
+          size: desc.size,
+        });
         return;
       } catch (e) {
         blob.destroy();
@@ -456,14 +538,21 @@ export class ImageService {
           e instanceof ImageError
             ? e
             : isCodeTransient(e)
-              ? new ImageError('Unreachable', `layer ${desc.digest} of ${source.name}: download interrupted: ${(e as Error).message}`, {
-                  cause: e,
-                  transient: true,
-                })
+              ? new ImageError(
+                  'Unreachable',
+                  `layer ${desc.digest} of ${source.name}: download interrupted: ${(e as Error).message}`,
+                  {
+                    cause: e,
+                    transient: true,
+                  },
+                )
               : asImageError(e, `unpacking layer ${desc.digest} of ${source.name}`);
         if (!isTransient(err) || attempt >= this.retry.retries) throw err;
         const delay = Math.round(this.retry.baseDelayMs * 2 ** attempt * (1 + Math.random() * 0.5));
-        log.warn({ err: err.message, attempt: attempt + 1, delayMs: delay }, 'layer download failed; retrying');
+        log.warn(
+          { err: err.message, attempt: attempt + 1, delayMs: delay },
+          'layer download failed; retrying',
+        );
         await sleep(delay, undefined, { signal });
       }
     }
@@ -529,7 +618,8 @@ export class ImageService {
       throw new ImageError('Internal', `invalid lease holder "${holder}" (use e.g. "sandbox:<id>")`);
     }
     const found = this.lookup(manifestDigestOrRef);
-    if (!found) throw new ImageError('NotFound', `image ${manifestDigestOrRef} is not in the cache; pull it first`);
+    if (!found)
+      throw new ImageError('NotFound', `image ${manifestDigestOrRef} is not in the cache; pull it first`);
     const now = this.now();
     this.store.acquireLease(holder, found.image.manifestDigest, now);
     this.store.touch(found.image.manifestDigest, now);
@@ -570,7 +660,9 @@ export class ImageService {
     this.assertInit();
     if (!this.gcConfig.enabled || this.timer) return;
     this.timer = setInterval(() => {
-      this.gcOnce().catch((e: unknown) => this.log.error({ err: (e as Error).message }, 'image cache GC failed'));
+      this.gcOnce().catch((e: unknown) =>
+        this.log.error({ err: (e as Error).message }, 'image cache GC failed'),
+      );
     }, this.gcConfig.intervalSecs * 1000);
     this.timer.unref();
   }

@@ -42,7 +42,8 @@ export class LayerStore {
   async init(): Promise<void> {
     await mkdir(this.rootDir, { recursive: true, mode: 0o700 });
     await chmod(this.rootDir, 0o700);
-    for (const d of [this.layersRoot, this.layersDir, this.tmpDir, this.trashDir]) await mkdir(d, { recursive: true, mode: 0o700 });
+    for (const d of [this.layersRoot, this.layersDir, this.tmpDir, this.trashDir])
+      await mkdir(d, { recursive: true, mode: 0o700 });
     for (const d of [this.tmpDir, this.trashDir]) {
       for (const name of await readdir(d)) await rm(join(d, name), { recursive: true, force: true });
     }

@@ -1,7 +1,17 @@
 // Layer extraction without privileges: ownership maps every id onto the test's own uid (a one-id range), so
 // chown succeeds unprivileged. Whiteouts, xattrs and the real shift are covered by layer-unpacker.int.test.ts.
 
-import { lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -112,7 +122,9 @@ describe('unpackLayer', () => {
 
   it('rejects a truncated archive', async () => {
     const tar = buildTar([{ name: 'f', content: Buffer.alloc(5000, 1) }]);
-    await expect(unpackLayer(chunks(tar.subarray(0, 2048)), dest, { idMap })).rejects.toThrow(/end of archive/);
+    await expect(unpackLayer(chunks(tar.subarray(0, 2048)), dest, { idMap })).rejects.toThrow(
+      /end of archive/,
+    );
   });
 });
 

@@ -232,7 +232,8 @@ class LayerWriter {
       return;
     }
     if (rel === '') {
-      if (h.type !== 'directory') throw reject(`entry ${displayName(h.name)} names the layer root but is a ${h.type}`);
+      if (h.type !== 'directory')
+        throw reject(`entry ${displayName(h.name)} names the layer root but is a ${h.type}`);
       this.dirAttrs.set('', { mode: h.mode, uid: h.uid, gid: h.gid, mtime: h.mtime });
       return;
     }
@@ -249,7 +250,13 @@ class LayerWriter {
         return this.hardlink(rel, h);
       case 'fifo':
         await this.removeExisting(rel);
-        this.specials.set(rel, { op: 'fifo', path: rel, mode: h.mode, uid: this.shift(h.uid), gid: this.shift(h.gid) });
+        this.specials.set(rel, {
+          op: 'fifo',
+          path: rel,
+          mode: h.mode,
+          uid: this.shift(h.uid),
+          gid: this.shift(h.gid),
+        });
         this.model.set(rel, { kind: 'special' });
         return;
       case 'chardev':
@@ -280,7 +287,8 @@ class LayerWriter {
     }
     if (base.startsWith('.wh..wh.')) return; // AUFS bookkeeping (.wh..wh.plnk etc.), meaningless here
     const name = base.slice('.wh.'.length);
-    if (name === '' || name === '.' || name === '..') throw reject(`invalid whiteout ${displayName(entryName)}`);
+    if (name === '' || name === '.' || name === '..')
+      throw reject(`invalid whiteout ${displayName(entryName)}`);
     const target = dir === '' ? name : `${dir}/${name}`;
     await this.removeExisting(target);
     this.specials.set(target, { op: 'whiteout', path: target });
@@ -381,10 +389,13 @@ class LayerWriter {
     const target = cleanEntryPath(h.linkname);
     const t = this.model.get(target);
     if (t === undefined) {
-      throw reject(`hardlink ${displayName(h.name)} points to ${displayName(h.linkname)}, which is not an earlier entry of this layer`);
+      throw reject(
+        `hardlink ${displayName(h.name)} points to ${displayName(h.linkname)}, which is not an earlier entry of this layer`,
+      );
     }
     if (t.kind === 'dir') throw reject(`hardlink ${displayName(h.name)} points to a directory`);
-    if (t.kind === 'special') throw reject(`hardlink ${displayName(h.name)} points to a whiteout, device or fifo`);
+    if (t.kind === 'special')
+      throw reject(`hardlink ${displayName(h.name)} points to a whiteout, device or fifo`);
     if (target === rel) return;
     await this.removeExisting(rel);
     if (t.pending) await t.pending;
@@ -395,7 +406,8 @@ class LayerWriter {
   async finish(): Promise<void> {
     await this.settle();
     const ops: SpecialOp[] = [...this.specials.values()];
-    for (const dir of this.opaque) if (this.model.get(dir)?.kind === 'dir') ops.push({ op: 'opaque', path: dir });
+    for (const dir of this.opaque)
+      if (this.model.get(dir)?.kind === 'dir') ops.push({ op: 'opaque', path: dir });
     for (const [path, list] of this.xattrs) {
       const kind = this.model.get(path)?.kind;
       if (kind !== 'file' && kind !== 'dir') {
@@ -425,7 +437,11 @@ class LayerWriter {
  * Extracts a layer tar stream into `dir` (which must exist, be empty and be private to this call). On error the
  * directory is left half-written; the caller removes it.
  */
-export async function unpackLayer(source: AsyncIterable<Buffer>, dir: string, opts: UnpackOptions): Promise<UnpackStats> {
+export async function unpackLayer(
+  source: AsyncIterable<Buffer>,
+  dir: string,
+  opts: UnpackOptions,
+): Promise<UnpackStats> {
   const w = new LayerWriter(dir, opts);
   try {
     for await (const entry of readTar(source)) {
@@ -438,7 +454,8 @@ export async function unpackLayer(source: AsyncIterable<Buffer>, dir: string, op
     throw e;
   }
   const s = w.stats;
-  if (s.skippedDevices > 0) opts.onWarning?.(`skipped ${s.skippedDevices} device node(s): sandboxes get no host devices`);
+  if (s.skippedDevices > 0)
+    opts.onWarning?.(`skipped ${s.skippedDevices} device node(s): sandboxes get no host devices`);
   if (s.clampedIds > 0) {
     opts.onWarning?.(
       `${s.clampedIds} owner id(s) at or above ${opts.idMap.size} (outside the sandbox uid range) were mapped to nobody`,

@@ -1,6 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { ImageError } from './errors.js';
-import { MediaType, parseImageConfig, parseManifestOrIndex, selectPlatformManifest, type ImageIndex } from './manifest.js';
+import {
+  MediaType,
+  parseImageConfig,
+  parseManifestOrIndex,
+  selectPlatformManifest,
+  type ImageIndex,
+} from './manifest.js';
 
 const d = (c: string) => `sha256:${c.repeat(64)}`;
 const entry = (digest: string, os: string, architecture: string, variant?: string) => ({
@@ -11,24 +17,42 @@ const entry = (digest: string, os: string, architecture: string, variant?: strin
 });
 
 function index(...manifests: object[]): ImageIndex {
-  const r = parseManifestOrIndex(Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: MediaType.OciIndex, manifests })), undefined, 'i');
+  const r = parseManifestOrIndex(
+    Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: MediaType.OciIndex, manifests })),
+    undefined,
+    'i',
+  );
   if (r.kind !== 'index') throw new Error('not an index');
   return r;
 }
 
 describe('platform selection', () => {
-  const idx = index(entry(d('1'), 'linux', 'arm64'), entry(d('2'), 'linux', 'amd64'), entry(d('3'), 'unknown', 'unknown'), entry(d('4'), 'linux', 'arm', 'v6'), entry(d('5'), 'linux', 'arm', 'v7'));
+  const idx = index(
+    entry(d('1'), 'linux', 'arm64'),
+    entry(d('2'), 'linux', 'amd64'),
+    entry(d('3'), 'unknown', 'unknown'),
+    entry(d('4'), 'linux', 'arm', 'v6'),
+    entry(d('5'), 'linux', 'arm', 'v7'),
+  );
   it('picks the host platform', () => {
     expect(selectPlatformManifest(idx, { os: 'linux', architecture: 'amd64' }, 'x').digest).toBe(d('2'));
   });
   it('accepts arm64 without a variant for arm64/v8', () => {
-    expect(selectPlatformManifest(idx, { os: 'linux', architecture: 'arm64', variant: 'v8' }, 'x').digest).toBe(d('1'));
+    expect(
+      selectPlatformManifest(idx, { os: 'linux', architecture: 'arm64', variant: 'v8' }, 'x').digest,
+    ).toBe(d('1'));
   });
   it('prefers the exact arm variant, else an older one', () => {
-    expect(selectPlatformManifest(idx, { os: 'linux', architecture: 'arm', variant: 'v7' }, 'x').digest).toBe(d('5'));
+    expect(selectPlatformManifest(idx, { os: 'linux', architecture: 'arm', variant: 'v7' }, 'x').digest).toBe(
+      d('5'),
+    );
     const old = index(entry(d('4'), 'linux', 'arm', 'v6'));
-    expect(selectPlatformManifest(old, { os: 'linux', architecture: 'arm', variant: 'v7' }, 'x').digest).toBe(d('4'));
-    expect(() => selectPlatformManifest(idx, { os: 'linux', architecture: 'arm', variant: 'v5' }, 'x')).toThrow(ImageError);
+    expect(selectPlatformManifest(old, { os: 'linux', architecture: 'arm', variant: 'v7' }, 'x').digest).toBe(
+      d('4'),
+    );
+    expect(() =>
+      selectPlatformManifest(idx, { os: 'linux', architecture: 'arm', variant: 'v5' }, 'x'),
+    ).toThrow(ImageError);
   });
   it('explains what is available', () => {
     expect(() => selectPlatformManifest(idx, { os: 'linux', architecture: 'riscv64' }, 'x')).toThrow(
@@ -47,12 +71,25 @@ describe('manifest parsing', () => {
       config: { mediaType: 'application/vnd.cncf.helm.config.v1+json', digest: d('a'), size: 1 },
       layers: [],
     };
-    expect(() => parseManifestOrIndex(Buffer.from(JSON.stringify(artifact)), undefined, 'm')).toThrow(/artifact/);
-    const weird = { ...artifact, config: { mediaType: MediaType.OciConfig, digest: d('a'), size: 1 }, layers: [{ mediaType: 'application/x-foo', digest: d('b'), size: 1 }] };
-    expect(() => parseManifestOrIndex(Buffer.from(JSON.stringify(weird)), undefined, 'm')).toThrow(/unsupported media type "application\/x-foo"/);
+    expect(() => parseManifestOrIndex(Buffer.from(JSON.stringify(artifact)), undefined, 'm')).toThrow(
+      /artifact/,
+    );
+    const weird = {
+      ...artifact,
+      config: { mediaType: MediaType.OciConfig, digest: d('a'), size: 1 },
+      layers: [{ mediaType: 'application/x-foo', digest: d('b'), size: 1 }],
+    };
+    expect(() => parseManifestOrIndex(Buffer.from(JSON.stringify(weird)), undefined, 'm')).toThrow(
+      /unsupported media type "application\/x-foo"/,
+    );
     expect(() => parseManifestOrIndex(Buffer.from('{'), undefined, 'm')).toThrow(/not valid JSON/);
-    const badDigest = { ...weird, layers: [{ mediaType: MediaType.OciLayerGzip, digest: 'sha256:zz', size: 1 }] };
-    expect(() => parseManifestOrIndex(Buffer.from(JSON.stringify(badDigest)), undefined, 'm')).toThrow(/hex digits/);
+    const badDigest = {
+      ...weird,
+      layers: [{ mediaType: MediaType.OciLayerGzip, digest: 'sha256:zz', size: 1 }],
+    };
+    expect(() => parseManifestOrIndex(Buffer.from(JSON.stringify(badDigest)), undefined, 'm')).toThrow(
+      /hex digits/,
+    );
   });
 
   it('reads the config fields aenv uses', () => {
@@ -67,8 +104,19 @@ describe('manifest parsing', () => {
       ),
       'c',
     );
-    expect(cfg.config).toEqual({ env: ['A=1'], cmd: ['sh'], exposedPorts: ['80/tcp'], volumes: [], labels: { a: 'b' } });
+    expect(cfg.config).toEqual({
+      env: ['A=1'],
+      cmd: ['sh'],
+      exposedPorts: ['80/tcp'],
+      volumes: [],
+      labels: { a: 'b' },
+    });
     expect(cfg.diffIds).toEqual([d('c')]);
-    expect(() => parseImageConfig(Buffer.from(JSON.stringify({ os: 'windows', rootfs: { type: 'layers', diff_ids: [] } })), 'c')).toThrow(/only linux/);
+    expect(() =>
+      parseImageConfig(
+        Buffer.from(JSON.stringify({ os: 'windows', rootfs: { type: 'layers', diff_ids: [] } })),
+        'c',
+      ),
+    ).toThrow(/only linux/);
   });
 });

@@ -121,11 +121,23 @@ function parseDescriptor(v: unknown, what: string): Descriptor {
  * Parses a manifest or index. `contentType` is the registry's Content-Type (or the descriptor's media type);
  * the body's own mediaType wins when present, and the shape decides when neither is given.
  */
-export function parseManifestOrIndex(body: Buffer, contentType: string | undefined, what: string): ImageManifest | ImageIndex {
+export function parseManifestOrIndex(
+  body: Buffer,
+  contentType: string | undefined,
+  what: string,
+): ImageManifest | ImageIndex {
   const doc = parseJson(body, what);
-  const declared = typeof doc.mediaType === 'string' ? doc.mediaType : (contentType?.split(';')[0]?.trim() ?? '');
-  if (declared === MediaType.DockerManifestV1 || declared === MediaType.DockerManifestV1Signed || doc.schemaVersion === 1) {
-    throw unsupported(what, 'Docker schema 1 manifests are not supported (deprecated; re-push the image with a current client)');
+  const declared =
+    typeof doc.mediaType === 'string' ? doc.mediaType : (contentType?.split(';')[0]?.trim() ?? '');
+  if (
+    declared === MediaType.DockerManifestV1 ||
+    declared === MediaType.DockerManifestV1Signed ||
+    doc.schemaVersion === 1
+  ) {
+    throw unsupported(
+      what,
+      'Docker schema 1 manifests are not supported (deprecated; re-push the image with a current client)',
+    );
   }
   const isIndex =
     declared === MediaType.OciIndex ||
@@ -146,13 +158,21 @@ export function parseManifestOrIndex(body: Buffer, contentType: string | undefin
   if (!isManifest) throw unsupported(what, `media type "${declared}" is not an image manifest or index`);
   if (!Array.isArray(doc.layers)) throw unsupported(what, 'manifest has no "layers" array');
   const config = parseDescriptor(doc.config, `${what} config`);
-  if (config.mediaType && config.mediaType !== MediaType.OciConfig && config.mediaType !== MediaType.DockerConfig) {
-    throw unsupported(what, `config media type "${config.mediaType}" is not a container image (an artifact?)`);
+  if (
+    config.mediaType &&
+    config.mediaType !== MediaType.OciConfig &&
+    config.mediaType !== MediaType.DockerConfig
+  ) {
+    throw unsupported(
+      what,
+      `config media type "${config.mediaType}" is not a container image (an artifact?)`,
+    );
   }
   const layers = doc.layers.map((l, i) => {
     const d = parseDescriptor(l, `${what} layers[${i}]`);
     const compression = LAYER_TYPES[d.mediaType];
-    if (compression === undefined) throw unsupported(what, `layer ${d.digest} has unsupported media type "${d.mediaType}"`);
+    if (compression === undefined)
+      throw unsupported(what, `layer ${d.digest} has unsupported media type "${d.mediaType}"`);
     return { ...d, compression };
   });
   return { kind: 'manifest', mediaType: declared || MediaType.OciManifest, config, layers };
@@ -197,7 +217,8 @@ function variantRank(want: Platform, have: Platform): number {
 export function selectPlatformManifest(index: ImageIndex, platform: Platform, what: string): Descriptor {
   let best: { d: Descriptor; rank: number } | undefined;
   for (const d of index.manifests) {
-    if (d.mediaType && d.mediaType !== MediaType.OciManifest && d.mediaType !== MediaType.DockerManifest) continue;
+    if (d.mediaType && d.mediaType !== MediaType.OciManifest && d.mediaType !== MediaType.DockerManifest)
+      continue;
     const p = d.platform;
     if (!p || p.os !== platform.os || p.architecture !== platform.architecture) continue;
     const rank = variantRank(platform, p);
@@ -207,7 +228,10 @@ export function selectPlatformManifest(index: ImageIndex, platform: Platform, wh
   if (best) return best.d;
   const available = index.manifests
     .filter((d) => d.platform && d.platform.os !== 'unknown')
-    .map((d) => `${d.platform!.os}/${d.platform!.architecture}${d.platform!.variant ? `/${d.platform!.variant}` : ''}`);
+    .map(
+      (d) =>
+        `${d.platform!.os}/${d.platform!.architecture}${d.platform!.variant ? `/${d.platform!.variant}` : ''}`,
+    );
   const want = `${platform.os}/${platform.architecture}${platform.variant ? `/${platform.variant}` : ''}`;
   throw unsupported(what, `no manifest for platform ${want} (available: ${available.join(', ') || 'none'})`);
 }
@@ -237,11 +261,15 @@ export function parseImageConfig(body: Buffer, what: string): ParsedImageConfig 
   const diffIds = rootfs.diff_ids.map((d, i) => parseImageDigest(d, `${what} rootfs.diff_ids[${i}]`).digest);
   const os = typeof doc.os === 'string' ? doc.os : 'linux';
   if (os !== 'linux') throw unsupported(what, `image OS is "${os}"; only linux images can run`);
-  const platform: Platform = { os, architecture: typeof doc.architecture === 'string' ? doc.architecture : '' };
+  const platform: Platform = {
+    os,
+    architecture: typeof doc.architecture === 'string' ? doc.architecture : '',
+  };
   if (typeof doc.variant === 'string' && doc.variant) platform.variant = doc.variant;
   const c = isObject(doc.config) ? doc.config : {};
   const labels: Record<string, string> = {};
-  if (isObject(c.Labels)) for (const [k, v] of Object.entries(c.Labels)) if (typeof v === 'string') labels[k] = v;
+  if (isObject(c.Labels))
+    for (const [k, v] of Object.entries(c.Labels)) if (typeof v === 'string') labels[k] = v;
   const config: ImageConfig = {
     env: stringArray(c.Env) ?? [],
     exposedPorts: keysOf(c.ExposedPorts),

@@ -73,9 +73,9 @@ export class ImageMetadataStore {
   }
 
   getImage(manifestDigest: string): StoredImage | undefined {
-    const r = this.db.prepare('SELECT * FROM image_manifests WHERE manifest_digest = ?').get(manifestDigest) as
-      | ImageRow
-      | undefined;
+    const r = this.db
+      .prepare('SELECT * FROM image_manifests WHERE manifest_digest = ?')
+      .get(manifestDigest) as ImageRow | undefined;
     return r ? toImage(r) : undefined;
   }
 
@@ -115,9 +115,9 @@ export class ImageMetadataStore {
   }
 
   getRef(reference: string): { manifestDigest: string; sourceStamp: string | null } | undefined {
-    const r = this.db.prepare('SELECT manifest_digest, source_stamp FROM image_refs WHERE reference = ?').get(reference) as
-      | { manifest_digest: string; source_stamp: string | null }
-      | undefined;
+    const r = this.db
+      .prepare('SELECT manifest_digest, source_stamp FROM image_refs WHERE reference = ?')
+      .get(reference) as { manifest_digest: string; source_stamp: string | null } | undefined;
     return r ? { manifestDigest: r.manifest_digest, sourceStamp: r.source_stamp } : undefined;
   }
 
@@ -133,7 +133,9 @@ export class ImageMetadataStore {
 
   refsOf(manifestDigest: string): string[] {
     return (
-      this.db.prepare('SELECT reference FROM image_refs WHERE manifest_digest = ? ORDER BY reference').all(manifestDigest) as {
+      this.db
+        .prepare('SELECT reference FROM image_refs WHERE manifest_digest = ? ORDER BY reference')
+        .all(manifestDigest) as {
         reference: string;
       }[]
     ).map((r) => r.reference);
@@ -148,7 +150,9 @@ export class ImageMetadataStore {
 
   putLayer(diffId: string, diskBytes: number, now: number): void {
     this.db
-      .prepare('INSERT OR REPLACE INTO image_layers (id_map, diff_id, disk_bytes, created_at) VALUES (?, ?, ?, ?)')
+      .prepare(
+        'INSERT OR REPLACE INTO image_layers (id_map, diff_id, disk_bytes, created_at) VALUES (?, ?, ?, ?)',
+      )
       .run(this.idMap, diffId, diskBytes, now);
   }
 
@@ -177,19 +181,23 @@ export class ImageMetadataStore {
 
   /** The digest the holder had leased, if any. */
   releaseLease(holder: string): string | undefined {
-    const r = this.db.prepare('DELETE FROM image_leases WHERE holder = ? RETURNING manifest_digest').get(holder) as
-      | { manifest_digest: string }
-      | undefined;
+    const r = this.db
+      .prepare('DELETE FROM image_leases WHERE holder = ? RETURNING manifest_digest')
+      .get(holder) as { manifest_digest: string } | undefined;
     return r?.manifest_digest;
   }
 
   releaseLeasesWithPrefix(prefix: string): number {
-    return this.db.prepare("DELETE FROM image_leases WHERE substr(holder, 1, length(?)) = ?").run(prefix, prefix).changes;
+    return this.db
+      .prepare('DELETE FROM image_leases WHERE substr(holder, 1, length(?)) = ?')
+      .run(prefix, prefix).changes;
   }
 
   listLeases(): Lease[] {
     return (
-      this.db.prepare('SELECT holder, manifest_digest, acquired_at FROM image_leases ORDER BY holder').all() as {
+      this.db
+        .prepare('SELECT holder, manifest_digest, acquired_at FROM image_leases ORDER BY holder')
+        .all() as {
         holder: string;
         manifest_digest: string;
         acquired_at: number;
@@ -199,13 +207,18 @@ export class ImageMetadataStore {
 
   leasedDigests(): Set<string> {
     return new Set(
-      (this.db.prepare('SELECT DISTINCT manifest_digest FROM image_leases').all() as { manifest_digest: string }[]).map(
-        (r) => r.manifest_digest,
-      ),
+      (
+        this.db.prepare('SELECT DISTINCT manifest_digest FROM image_leases').all() as {
+          manifest_digest: string;
+        }[]
+      ).map((r) => r.manifest_digest),
     );
   }
 
   isLeased(manifestDigest: string): boolean {
-    return this.db.prepare('SELECT 1 FROM image_leases WHERE manifest_digest = ? LIMIT 1').get(manifestDigest) !== undefined;
+    return (
+      this.db.prepare('SELECT 1 FROM image_leases WHERE manifest_digest = ? LIMIT 1').get(manifestDigest) !==
+      undefined
+    );
   }
 }

@@ -36,7 +36,12 @@ describe('registry references', () => {
   });
 
   it('keeps tag and digest separately', () => {
-    expect(parseRegistryReference(`ghcr.io/x/y:v1@${D}`)).toEqual({ registry: 'ghcr.io', repository: 'x/y', tag: 'v1', digest: D });
+    expect(parseRegistryReference(`ghcr.io/x/y:v1@${D}`)).toEqual({
+      registry: 'ghcr.io',
+      repository: 'x/y',
+      tag: 'v1',
+      digest: D,
+    });
     expect(parseRegistryReference('ubuntu')).toEqual({ repository: 'ubuntu' });
   });
 
@@ -74,8 +79,15 @@ describe('registry references', () => {
 
 describe('local transports', () => {
   it('parses oci: with and without a tag', () => {
-    expect(parseLocalReference('oci:/srv/images/base')).toEqual({ transport: 'oci', path: '/srv/images/base' });
-    expect(parseLocalReference('oci:/srv/images/base/:latest')).toEqual({ transport: 'oci', path: '/srv/images/base', tag: 'latest' });
+    expect(parseLocalReference('oci:/srv/images/base')).toEqual({
+      transport: 'oci',
+      path: '/srv/images/base',
+    });
+    expect(parseLocalReference('oci:/srv/images/base/:latest')).toEqual({
+      transport: 'oci',
+      path: '/srv/images/base',
+      tag: 'latest',
+    });
     expect(parseLocalReference('oci:/a/../b:v1.0')).toEqual({ transport: 'oci', path: '/b', tag: 'v1.0' });
     expect(parseLocalReference('oci-archive:/tmp/x.tar:foo/bar:1')).toEqual({
       transport: 'oci-archive',
@@ -86,7 +98,10 @@ describe('local transports', () => {
     expect(formatReference({ transport: 'oci', path: '/x', tag: 't' })).toBe('oci:/x:t');
   });
 
-  it.each(['oci:', 'oci:relative/dir', 'oci:/x:bad tag', 'oci-archive:', 'oci:/x:-bad'])('rejects %j', (input) => {
-    expect(() => parseLocalReference(input)).toThrow(ImageError);
-  });
+  it.each(['oci:', 'oci:relative/dir', 'oci:/x:bad tag', 'oci-archive:', 'oci:/x:-bad'])(
+    'rejects %j',
+    (input) => {
+      expect(() => parseLocalReference(input)).toThrow(ImageError);
+    },
+  );
 });

@@ -55,7 +55,8 @@ const TAG = /^\w[\w.-]{0,127}$/;
 const HOST_LABEL = /^[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?$/;
 const IPV6_HOST = /^\[[0-9a-fA-F:.]+\]$/;
 // OCI "org.opencontainers.image.ref.name" values (image-spec annotations.md).
-const OCI_REF_NAME = /^[A-Za-z0-9]+(?:(?:[-._:@+]|--)[A-Za-z0-9]+)*(?:\/[A-Za-z0-9]+(?:(?:[-._:@+]|--)[A-Za-z0-9]+)*)*$/;
+const OCI_REF_NAME =
+  /^[A-Za-z0-9]+(?:(?:[-._:@+]|--)[A-Za-z0-9]+)*(?:\/[A-Za-z0-9]+(?:(?:[-._:@+]|--)[A-Za-z0-9]+)*)*$/;
 
 function invalid(ref: string, why: string): ImageError {
   return new ImageError('InvalidReference', `invalid image reference "${ref}": ${why}`);
@@ -76,7 +77,9 @@ export function isValidRegistryHost(s: string): boolean {
 }
 
 function looksLikeHost(component: string): boolean {
-  return component.includes('.') || component.includes(':') || component === 'localhost' || /[A-Z]/.test(component);
+  return (
+    component.includes('.') || component.includes(':') || component === 'localhost' || /[A-Z]/.test(component)
+  );
 }
 
 /** Parses a registry reference without applying any default registry. Throws InvalidReference. */
@@ -171,7 +174,8 @@ function parseLocal(transport: 'oci' | 'oci-archive', input: string, body: strin
 export function parseLocalReference(input: string): LocalReference | undefined {
   const ref = input.trim();
   if (ref.startsWith('oci:')) return parseLocal('oci', input, ref.slice('oci:'.length));
-  if (ref.startsWith('oci-archive:')) return parseLocal('oci-archive', input, ref.slice('oci-archive:'.length));
+  if (ref.startsWith('oci-archive:'))
+    return parseLocal('oci-archive', input, ref.slice('oci-archive:'.length));
   return undefined;
 }
 

@@ -7,7 +7,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ImageError } from './errors.js';
 import { startHarness, type Harness } from './testing/harness.js';
 import { buildImage } from './testing/oci-builder.js';
-import { basicAuthHeader, pushImage, startRegistry, TEST_PASSWORD, TEST_USER, type TestRegistry } from './testing/registry.js';
+import {
+  basicAuthHeader,
+  pushImage,
+  startRegistry,
+  TEST_PASSWORD,
+  TEST_USER,
+  type TestRegistry,
+} from './testing/registry.js';
 import { fetchToken, startTokenServer, type TokenServer } from './testing/token-server.js';
 
 const img = buildImage({ layers: [{ entries: [{ name: 'secret.txt', content: 'private image' }] }] });
@@ -24,7 +31,11 @@ function dockerConfig(dir: string, registry: string, password = TEST_PASSWORD): 
   mkdirSync(cfgDir, { recursive: true });
   writeFileSync(
     join(cfgDir, 'config.json'),
-    JSON.stringify({ auths: { [`http://${registry}/v2/`]: { auth: Buffer.from(`${TEST_USER}:${password}`).toString('base64') } } }),
+    JSON.stringify({
+      auths: {
+        [`http://${registry}/v2/`]: { auth: Buffer.from(`${TEST_USER}:${password}`).toString('base64') },
+      },
+    }),
   );
   return cfgDir;
 }
@@ -71,10 +82,16 @@ describe('htpasswd (Basic) registry', () => {
 
   it('per-pull credentials; a wrong password → Unauthorized', async () => {
     const h = await harness(reg.host);
-    const wrong = await pullError(h.service.pull(`${reg.host}/private/app:v1`, { credentials: { username: TEST_USER, password: 'nope' } }));
+    const wrong = await pullError(
+      h.service.pull(`${reg.host}/private/app:v1`, {
+        credentials: { username: TEST_USER, password: 'nope' },
+      }),
+    );
     expect(wrong.kind).toBe('Unauthorized');
     expect(wrong.message).toMatch(/with the given credentials/);
-    const ok = await h.service.pull(`${reg.host}/private/app:v1`, { credentials: { username: TEST_USER, password: TEST_PASSWORD } });
+    const ok = await h.service.pull(`${reg.host}/private/app:v1`, {
+      credentials: { username: TEST_USER, password: TEST_PASSWORD },
+    });
     expect(ok.manifestDigest).toBe(img.manifest.digest);
   });
 });

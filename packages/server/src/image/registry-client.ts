@@ -82,7 +82,11 @@ function headerValue(h: Dispatcher.ResponseData['headers'], name: string): strin
   return Array.isArray(v) ? v[0] : v;
 }
 
-async function readLimited(body: Readable & { dump?: () => Promise<void> }, limit: number, what: string): Promise<Buffer> {
+async function readLimited(
+  body: Readable & { dump?: () => Promise<void> },
+  limit: number,
+  what: string,
+): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let n = 0;
   for await (const c of body) {
@@ -134,7 +138,9 @@ export class RegistryClient {
   private readonly retry: RetryPolicy;
 
   constructor(private readonly opts: RegistryClientOptions = {}) {
-    this.insecure = new Set((opts.insecureRegistries ?? []).map((r) => r.trim().replace(/\/+$/, '').toLowerCase()));
+    this.insecure = new Set(
+      (opts.insecureRegistries ?? []).map((r) => r.trim().replace(/\/+$/, '').toLowerCase()),
+    );
     this.retry = opts.retry ?? DEFAULT_RETRY;
     this.agent = new Agent({
       connect: { timeout: opts.connectTimeoutMs ?? 10_000 },
@@ -158,10 +164,16 @@ export class RegistryClient {
     const override = this.opts.endpoints?.[registry];
     if (override) {
       if (!/^https?:\/\//.test(override)) {
-        throw new ImageError('Internal', `endpoint for ${registry} must be an http(s) URL, got "${override}"`);
+        throw new ImageError(
+          'Internal',
+          `endpoint for ${registry} must be an http(s) URL, got "${override}"`,
+        );
       }
       if (override.startsWith('http:') && !this.isInsecure(registry)) {
-        throw new ImageError('Internal', `endpoint for ${registry} is plain HTTP; list ${registry} in insecure_registries`);
+        throw new ImageError(
+          'Internal',
+          `endpoint for ${registry} is plain HTTP; list ${registry} in insecure_registries`,
+        );
       }
       return override.replace(/\/+$/, '');
     }
@@ -169,11 +181,22 @@ export class RegistryClient {
   }
 
   /** Fetches a manifest or index by tag or digest and checks it against the digest it claims or was asked for. */
-  async getManifest(ref: RepositoryRef, reference: string, ctx: RequestContext = {}): Promise<FetchedManifest> {
+  async getManifest(
+    ref: RepositoryRef,
+    reference: string,
+    ctx: RequestContext = {},
+  ): Promise<FetchedManifest> {
     const what = `manifest ${ref.registry}/${ref.repository}${reference.includes(':') ? '@' : ':'}${reference}`;
     return withRetry(
       async () => {
-        const res = await this.send(ref, 'GET', `/v2/${ref.repository}/manifests/${reference}`, { accept: MANIFEST_ACCEPT }, ctx, what);
+        const res = await this.send(
+          ref,
+          'GET',
+          `/v2/${ref.repository}/manifests/${reference}`,
+          { accept: MANIFEST_ACCEPT },
+          ctx,
+          what,
+        );
         const body = await readLimited(res.body, MAX_MANIFEST_BYTES, what);
         const contentType = headerValue(res.headers, 'content-type');
         let expected: string | undefined;
@@ -191,7 +214,10 @@ export class RegistryClient {
         const algorithm = expected ? parseDigest(expected).algorithm : 'sha256';
         const actual = digestOf(body, algorithm);
         if (expected && actual !== expected) {
-          throw new ImageError('DigestMismatch', `${what}: digest mismatch: expected ${expected}, got ${actual}`);
+          throw new ImageError(
+            'DigestMismatch',
+            `${what}: digest mismatch: expected ${expected}, got ${actual}`,
+          );
         }
         return { body, contentType, digest: actual };
       },
@@ -207,7 +233,10 @@ export class RegistryClient {
       async () => {
         const res = await this.send(ref, 'GET', `/v2/${ref.repository}/blobs/${digest}`, {}, ctx, what);
         const len = headerValue(res.headers, 'content-length');
-        return { body: res.body, contentLength: len !== undefined && /^\d+$/.test(len) ? Number(len) : undefined };
+        return {
+          body: res.body,
+          contentLength: len !== undefined && /^\d+$/.test(len) ? Number(len) : undefined,
+        };
       },
       this.retry,
       this.retryHooks(ctx, what),
@@ -226,7 +255,10 @@ export class RegistryClient {
     return `${ref.registry}/${ref.repository}`;
   }
 
-  private async credentialsFor(ref: RepositoryRef, ctx: RequestContext): Promise<BasicCredentials | undefined> {
+  private async credentialsFor(
+    ref: RepositoryRef,
+    ctx: RequestContext,
+  ): Promise<BasicCredentials | undefined> {
     if (ctx.credentials) return ctx.credentials;
     if (!this.opts.dockerConfigDir) return undefined;
     const aliases: string[] = [];
@@ -258,7 +290,15 @@ export class RegistryClient {
     for (;;) {
       const cached = this.auth.get(key);
       const auth = cached && cached.expiresAt > Date.now() ? cached.header : undefined;
-      const res = await this.requestFollowingRedirects(ref, method, `${this.baseUrl(ref.registry)}${path}`, headers, auth, ctx, what);
+      const res = await this.requestFollowingRedirects(
+        ref,
+        method,
+        `${this.baseUrl(ref.registry)}${path}`,
+        headers,
+        auth,
+        ctx,
+        what,
+      );
       if (res.statusCode >= 200 && res.statusCode < 300) return res;
       const text = await discard(res.body);
       const detail = registryErrorText(text);
@@ -283,7 +323,11 @@ export class RegistryClient {
     const suffix = detail ? ` (${detail})` : '';
     if (status === 404) return new ImageError('NotFound', `${what} not found${suffix}`);
     if (status === 401 || status === 403) {
-      const how = ctx.credentials ? 'with the given credentials' : authTried ? 'with the available credentials' : 'anonymously';
+      const how = ctx.credentials
+        ? 'with the given credentials'
+        : authTried
+          ? 'with the available credentials'
+          : 'anonymously';
       return new ImageError(
         'Unauthorized',
         `${what}: access denied ${how} (HTTP ${status})${suffix}; the image may not exist or may be private ` +
@@ -291,24 +335,37 @@ export class RegistryClient {
       );
     }
     if (status === 429 || status >= 500) {
-      return new ImageError('Unreachable', `${what}: registry answered HTTP ${status}${suffix}`, { transient: true });
+      return new ImageError('Unreachable', `${what}: registry answered HTTP ${status}${suffix}`, {
+        transient: true,
+      });
     }
     return new ImageError('Internal', `${what}: registry answered HTTP ${status}${suffix}`);
   }
 
-  private async authenticate(ref: RepositoryRef, challenge: Challenge | undefined, ctx: RequestContext, what: string): Promise<void> {
+  private async authenticate(
+    ref: RepositoryRef,
+    challenge: Challenge | undefined,
+    ctx: RequestContext,
+    what: string,
+  ): Promise<void> {
     const creds = await this.credentialsFor(ref, ctx);
     const key = this.cacheKey(ref);
     if (challenge?.scheme === 'basic') {
       if (!creds) {
-        throw new ImageError('Unauthorized', `${what}: ${ref.registry} requires a login and no credentials are configured for it`);
+        throw new ImageError(
+          'Unauthorized',
+          `${what}: ${ref.registry} requires a login and no credentials are configured for it`,
+        );
       }
       const header = `Basic ${Buffer.from(`${creds.username}:${creds.password}`).toString('base64')}`;
       this.auth.set(key, { header, expiresAt: Number.POSITIVE_INFINITY });
       return;
     }
     if (challenge?.scheme !== 'bearer' || !challenge.params.realm) {
-      throw new ImageError('Unauthorized', `${what}: ${ref.registry} answered 401 without a usable WWW-Authenticate challenge`);
+      throw new ImageError(
+        'Unauthorized',
+        `${what}: ${ref.registry} answered 401 without a usable WWW-Authenticate challenge`,
+      );
     }
     let realm: URL;
     try {
@@ -328,7 +385,8 @@ export class RegistryClient {
     scopes.add(scope);
     for (const s of scopes) realm.searchParams.append('scope', s);
     const headers: Record<string, string> = { 'user-agent': this.opts.userAgent ?? 'aenv' };
-    if (creds) headers.authorization = `Basic ${Buffer.from(`${creds.username}:${creds.password}`).toString('base64')}`;
+    if (creds)
+      headers.authorization = `Basic ${Buffer.from(`${creds.username}:${creds.password}`).toString('base64')}`;
 
     let res: Dispatcher.ResponseData;
     try {
@@ -340,30 +398,47 @@ export class RegistryClient {
       });
     } catch (e) {
       if (ctx.signal?.aborted) throw e;
-      throw new ImageError('Unreachable', `${what}: token endpoint ${realm.origin} unreachable: ${describeNetworkError(e)}`, {
-        cause: e,
-        transient: true,
-      });
+      throw new ImageError(
+        'Unreachable',
+        `${what}: token endpoint ${realm.origin} unreachable: ${describeNetworkError(e)}`,
+        {
+          cause: e,
+          transient: true,
+        },
+      );
     }
     const text = (await discard(res.body)) || '';
     if (res.statusCode === 401 || res.statusCode === 403) {
-      throw new ImageError('Unauthorized', `${what}: token endpoint refused ${creds ? 'the credentials' : 'anonymous access'} (HTTP ${res.statusCode})`);
+      throw new ImageError(
+        'Unauthorized',
+        `${what}: token endpoint refused ${creds ? 'the credentials' : 'anonymous access'} (HTTP ${res.statusCode})`,
+      );
     }
     if (res.statusCode < 200 || res.statusCode >= 300) {
-      throw new ImageError('Unreachable', `${what}: token endpoint answered HTTP ${res.statusCode}`, { transient: res.statusCode >= 500 });
+      throw new ImageError('Unreachable', `${what}: token endpoint answered HTTP ${res.statusCode}`, {
+        transient: res.statusCode >= 500,
+      });
     }
     let token: string | undefined;
     let expiresIn = 60;
     try {
       const doc = JSON.parse(text) as { token?: unknown; access_token?: unknown; expires_in?: unknown };
-      token = typeof doc.token === 'string' ? doc.token : typeof doc.access_token === 'string' ? doc.access_token : undefined;
+      token =
+        typeof doc.token === 'string'
+          ? doc.token
+          : typeof doc.access_token === 'string'
+            ? doc.access_token
+            : undefined;
       if (typeof doc.expires_in === 'number' && doc.expires_in > 0) expiresIn = doc.expires_in;
     } catch {
       token = undefined;
     }
     if (!token) throw new ImageError('Unauthorized', `${what}: token endpoint returned no token`);
     // Renew a little early so that a token does not expire between check and use.
-    this.auth.set(key, { header: `Bearer ${token}`, expiresAt: Date.now() + Math.max(expiresIn - 10, 1) * 1000 });
+    this.auth.set(key, {
+      header: `Bearer ${token}`,
+      expiresAt: Date.now() + Math.max(expiresIn - 10, 1) * 1000,
+    });
   }
 
   private async requestFollowingRedirects(
@@ -391,7 +466,8 @@ export class RegistryClient {
       } catch (e) {
         if (ctx.signal?.aborted) throw e;
         const tlsHint =
-          url.protocol === 'https:' && /EPROTO|SSL|TLS|wrong version|ECONNRESET/i.test(describeNetworkError(e))
+          url.protocol === 'https:' &&
+          /EPROTO|SSL|TLS|wrong version|ECONNRESET/i.test(describeNetworkError(e))
             ? `; if ${ref.registry} serves plain HTTP, list it in insecure_registries`
             : '';
         throw new ImageError(
@@ -410,7 +486,10 @@ export class RegistryClient {
           throw new ImageError('Internal', `${what}: redirect to unsupported URL scheme ${next.protocol}`);
         }
         if (url.protocol === 'https:' && next.protocol === 'http:') {
-          throw new ImageError('Internal', `${what}: refusing redirect from HTTPS to plain HTTP (${next.origin})`);
+          throw new ImageError(
+            'Internal',
+            `${what}: refusing redirect from HTTPS to plain HTTP (${next.origin})`,
+          );
         }
         url = next;
         continue;

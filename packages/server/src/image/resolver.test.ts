@@ -51,21 +51,31 @@ describe('resolver', () => {
       expect(e.kind).toBe('InvalidReference');
       expect(e.status).toBeGreaterThanOrEqual(400);
       expect(e.status).toBeLessThan(500);
-      expect(e.message).toContain(`search_registries = ${search.length ? `[${search.join(', ')}]` : '[] (empty)'}`);
-      if (allowed !== undefined && search.length > 0) expect(e.message).toContain(`not allowed: ${search.join(', ')}`);
+      expect(e.message).toContain(
+        `search_registries = ${search.length ? `[${search.join(', ')}]` : '[] (empty)'}`,
+      );
+      if (allowed !== undefined && search.length > 0)
+        expect(e.message).toContain(`not allowed: ${search.join(', ')}`);
       return;
     }
     expect(resolve(cfg, 'ubuntu:24.04').map((c) => c.split('/')[0])).toEqual(want);
   });
 
   it('gates fully-qualified references too ([] = none, unset = all)', () => {
-    expect(resolveError({ allowedRegistries: [] }, 'ghcr.io/x/y').message).toContain('allowed_registries = [] (none allowed)');
+    expect(resolveError({ allowedRegistries: [] }, 'ghcr.io/x/y').message).toContain(
+      'allowed_registries = [] (none allowed)',
+    );
     expect(resolve({ allowedRegistries: undefined }, 'ghcr.io/x/y')).toEqual(['ghcr.io/x/y:latest']);
-    expect(resolveError({ allowedRegistries: ['ghcr.io'] }, 'quay.io/x').message).toContain('registry quay.io is not allowed');
+    expect(resolveError({ allowedRegistries: ['ghcr.io'] }, 'quay.io/x').message).toContain(
+      'registry quay.io is not allowed',
+    );
   });
 
   it('trims registries, drops trailing slashes, lower-cases and dedupes', () => {
-    const n = normalizeResolverConfig({ searchRegistries: [' GHCR.io/ ', 'ghcr.io', '', 'docker.io//'], allowedRegistries: ['ghcr.io/'] });
+    const n = normalizeResolverConfig({
+      searchRegistries: [' GHCR.io/ ', 'ghcr.io', '', 'docker.io//'],
+      allowedRegistries: ['ghcr.io/'],
+    });
     expect(n.searchRegistries).toEqual(['ghcr.io', 'docker.io']);
     expect(n.allowedRegistries).toEqual(['ghcr.io']);
     expect(() => normalizeResolverConfig({ searchRegistries: ['not a host'] })).toThrow(/search_registries/);

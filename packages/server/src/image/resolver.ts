@@ -51,7 +51,10 @@ function normalizeRegistryList(list: readonly string[], key: string): string[] {
     const host = raw.trim().replace(/\/+$/, '').toLowerCase();
     if (host.length === 0) continue;
     if (!isValidRegistryHost(host)) {
-      throw new ImageError('InvalidReference', `image.resolver.${key}: "${raw}" is not a registry host[:port]`);
+      throw new ImageError(
+        'InvalidReference',
+        `image.resolver.${key}: "${raw}" is not a registry host[:port]`,
+      );
     }
     if (!out.includes(host)) out.push(host);
   }
@@ -63,7 +66,10 @@ export function normalizeResolverConfig(cfg: ResolverConfig = {}): NormalizedRes
   const defaultImage = cfg.defaultImage?.trim() || DEFAULT_IMAGE;
   return {
     defaultImage,
-    searchRegistries: normalizeRegistryList(cfg.searchRegistries ?? DEFAULT_SEARCH_REGISTRIES, 'search_registries'),
+    searchRegistries: normalizeRegistryList(
+      cfg.searchRegistries ?? DEFAULT_SEARCH_REGISTRIES,
+      'search_registries',
+    ),
     allowedRegistries:
       cfg.allowedRegistries === undefined || cfg.allowedRegistries === null
         ? undefined
@@ -95,7 +101,10 @@ export function resolveReference(cfg: NormalizedResolverConfig, input: string): 
   const local = parseLocalReference(input);
   if (local) {
     if (!cfg.allowLocalTransports) {
-      throw new ImageError('InvalidReference', `image reference "${input}": local ${local.transport}: references are disabled`);
+      throw new ImageError(
+        'InvalidReference',
+        `image reference "${input}": local ${local.transport}: references are disabled`,
+      );
     }
     return [{ reference: local, canonical: formatReference(local) }];
   }
@@ -113,7 +122,8 @@ export function resolveReference(cfg: NormalizedResolverConfig, input: string): 
   const allowed = cfg.searchRegistries.filter((r) => isRegistryAllowed(cfg, r));
   if (allowed.length === 0) {
     const notAllowed = cfg.searchRegistries.filter((r) => !isRegistryAllowed(cfg, r));
-    const searched = cfg.searchRegistries.length === 0 ? '[] (empty)' : `[${cfg.searchRegistries.join(', ')}]`;
+    const searched =
+      cfg.searchRegistries.length === 0 ? '[] (empty)' : `[${cfg.searchRegistries.join(', ')}]`;
     throw new ImageError(
       'InvalidReference',
       `short image name "${input}" cannot be resolved: search_registries = ${searched}` +

@@ -2,7 +2,10 @@
 // AbortSignal, aborted only when every caller that joined it has given up.
 
 export class SingleFlight<T> {
-  private readonly flights = new Map<string, { promise: Promise<T>; waiters: number; controller: AbortController }>();
+  private readonly flights = new Map<
+    string,
+    { promise: Promise<T>; waiters: number; controller: AbortController }
+  >();
 
   /** Number of operations currently running (for tests and metrics). */
   get size(): number {

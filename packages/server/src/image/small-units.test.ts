@@ -13,9 +13,17 @@ import { Readable, Writable } from 'node:stream';
 
 describe('WWW-Authenticate', () => {
   it('parses Bearer and Basic challenges', () => {
-    expect(parseWwwAuthenticate('Bearer realm="https://auth.example/token",service="registry.example",scope="repository:a/b:pull"')).toEqual({
+    expect(
+      parseWwwAuthenticate(
+        'Bearer realm="https://auth.example/token",service="registry.example",scope="repository:a/b:pull"',
+      ),
+    ).toEqual({
       scheme: 'bearer',
-      params: { realm: 'https://auth.example/token', service: 'registry.example', scope: 'repository:a/b:pull' },
+      params: {
+        realm: 'https://auth.example/token',
+        service: 'registry.example',
+        scope: 'repository:a/b:pull',
+      },
     });
     expect(parseWwwAuthenticate('Basic realm="x y"')).toEqual({ scheme: 'basic', params: { realm: 'x y' } });
     expect(parseWwwAuthenticate('Bearer realm=unquoted, error="insufficient_scope"')?.params).toEqual({
@@ -39,10 +47,16 @@ describe('docker config credentials', () => {
           },
         }),
       );
-      expect(await lookupDockerCredentials(dir, 'reg.example:5000')).toEqual({ username: 'u1', password: 'p:w' });
+      expect(await lookupDockerCredentials(dir, 'reg.example:5000')).toEqual({
+        username: 'u1',
+        password: 'p:w',
+      });
       expect(await lookupDockerCredentials(dir, 'other.example')).toEqual({ username: 'u2', password: 'p2' });
       expect(await lookupDockerCredentials(dir, 'empty.example')).toBeUndefined();
-      expect(await lookupDockerCredentials(dir, 'x.example', ['other.example'])).toEqual({ username: 'u2', password: 'p2' });
+      expect(await lookupDockerCredentials(dir, 'x.example', ['other.example'])).toEqual({
+        username: 'u2',
+        password: 'p2',
+      });
       expect(await lookupDockerCredentials(join(dir, 'missing'), 'reg.example:5000')).toBeUndefined();
       writeFileSync(join(dir, 'config.json'), '{broken');
       await expect(lookupDockerCredentials(dir, 'reg.example:5000')).rejects.toThrow(/not valid JSON/);
@@ -72,11 +86,19 @@ describe('file capabilities', () => {
 
 describe('GC config', () => {
   it('applies defaults and the reference rules', () => {
-    expect(normalizeGcConfig()).toEqual({ enabled: true, intervalSecs: 1800, minAgeSecs: 600, highWatermarkRatio: 0.95, lowWatermarkRatio: 0.7 });
+    expect(normalizeGcConfig()).toEqual({
+      enabled: true,
+      intervalSecs: 1800,
+      minAgeSecs: 600,
+      highWatermarkRatio: 0.95,
+      lowWatermarkRatio: 0.7,
+    });
     expect(normalizeGcConfig({ intervalSecs: 0 }).intervalSecs).toBe(1800);
     expect(() => normalizeGcConfig({ highWatermarkRatio: 0 })).toThrow(/high_watermark_ratio/);
     expect(() => normalizeGcConfig({ lowWatermarkRatio: 1.5 })).toThrow(/low_watermark_ratio/);
-    expect(() => normalizeGcConfig({ highWatermarkRatio: 0.5, lowWatermarkRatio: 0.6 })).toThrow(/must be <=/);
+    expect(() => normalizeGcConfig({ highWatermarkRatio: 0.5, lowWatermarkRatio: 0.6 })).toThrow(
+      /must be <=/,
+    );
     expect(() => normalizeGcConfig({ highWatermarkRatio: Number.NaN })).toThrow();
   });
 });
@@ -84,12 +106,22 @@ describe('GC config', () => {
 describe('VerifyingStream', () => {
   const data = Buffer.from('hello world');
   const run = (input: Buffer, expected: { digest: string; size?: number }) =>
-    pipeline(Readable.from([input]), new VerifyingStream(expected, 'blob'), new Writable({ write: (_c, _e, cb) => cb() }));
+    pipeline(
+      Readable.from([input]),
+      new VerifyingStream(expected, 'blob'),
+      new Writable({ write: (_c, _e, cb) => cb() }),
+    );
   it('passes matching data and rejects wrong digest, short and long data', async () => {
     await run(data, { digest: digestOf(data), size: data.length });
-    await expect(run(data, { digest: digestOf(Buffer.from('x')), size: data.length })).rejects.toMatchObject({ kind: 'DigestMismatch' });
-    await expect(run(data, { digest: digestOf(data), size: data.length + 1 })).rejects.toThrow(/size mismatch/);
-    await expect(run(data, { digest: digestOf(data), size: data.length - 1 })).rejects.toThrow(/more than the expected/);
+    await expect(run(data, { digest: digestOf(Buffer.from('x')), size: data.length })).rejects.toMatchObject({
+      kind: 'DigestMismatch',
+    });
+    await expect(run(data, { digest: digestOf(data), size: data.length + 1 })).rejects.toThrow(
+      /size mismatch/,
+    );
+    await expect(run(data, { digest: digestOf(data), size: data.length - 1 })).rejects.toThrow(
+      /more than the expected/,
+    );
   });
 });
 
@@ -119,7 +151,9 @@ describe('SingleFlight', () => {
     const sf = new SingleFlight<number>();
     let aborted = false;
     const fn = (signal: AbortSignal) =>
-      new Promise<number>((_r, reject) => signal.addEventListener('abort', () => ((aborted = true), reject(new Error('x')))));
+      new Promise<number>((_r, reject) =>
+        signal.addEventListener('abort', () => ((aborted = true), reject(new Error('x')))),
+      );
     const ac1 = new AbortController();
     const ac2 = new AbortController();
     const p1 = sf.run('k', fn, ac1.signal);

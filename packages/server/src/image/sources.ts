@@ -61,7 +61,8 @@ export class RegistrySource implements ImageSource {
   }
 
   async fetchBlob(d: Descriptor, limit: number, signal?: AbortSignal): Promise<Buffer> {
-    if (d.size > limit) throw new ImageError('UnsupportedImage', `blob ${d.digest} is ${d.size} bytes (limit ${limit})`);
+    if (d.size > limit)
+      throw new ImageError('UnsupportedImage', `blob ${d.digest} is ${d.size} bytes (limit ${limit})`);
     const blob = await this.client.openBlob(this.ref, d.digest, this.ctx(signal));
     const chunks: Buffer[] = [];
     let n = 0;
@@ -69,7 +70,10 @@ export class RegistrySource implements ImageSource {
       n += (c as Buffer).length;
       if (n > d.size) {
         blob.body.destroy();
-        throw new ImageError('DigestMismatch', `blob ${d.digest}: size mismatch: more than the expected ${d.size} bytes`);
+        throw new ImageError(
+          'DigestMismatch',
+          `blob ${d.digest}: size mismatch: more than the expected ${d.size} bytes`,
+        );
       }
       chunks.push(c as Buffer);
     }
@@ -103,7 +107,11 @@ export class OciLayoutSource implements ImageSource {
   }
 
   private async readBlob(d: Descriptor, limit: number): Promise<Buffer> {
-    if (d.size > limit) throw new ImageError('UnsupportedImage', `${this.name}: blob ${d.digest} is ${d.size} bytes (limit ${limit})`);
+    if (d.size > limit)
+      throw new ImageError(
+        'UnsupportedImage',
+        `${this.name}: blob ${d.digest} is ${d.size} bytes (limit ${limit})`,
+      );
     let data: Buffer;
     try {
       // O_NOFOLLOW on the last component only: the layout is the operator's own directory.
@@ -117,7 +125,9 @@ export class OciLayoutSource implements ImageSource {
       if ((e as NodeJS.ErrnoException).code === 'ENOENT') {
         throw new ImageError('NotFound', `${this.name}: blob ${d.digest} is missing from the layout`);
       }
-      throw new ImageError('Internal', `${this.name}: reading blob ${d.digest}: ${(e as Error).message}`, { cause: e });
+      throw new ImageError('Internal', `${this.name}: reading blob ${d.digest}: ${(e as Error).message}`, {
+        cause: e,
+      });
     }
     verifyBuffer(data, d, `${this.name}: blob ${d.digest}`);
     return data;
@@ -126,24 +136,35 @@ export class OciLayoutSource implements ImageSource {
   async fetchRoot(): Promise<RootManifest> {
     let indexBody: Buffer;
     try {
-      const layout = JSON.parse(await readFile(join(this.dir, 'oci-layout'), 'utf8')) as { imageLayoutVersion?: unknown };
+      const layout = JSON.parse(await readFile(join(this.dir, 'oci-layout'), 'utf8')) as {
+        imageLayoutVersion?: unknown;
+      };
       if (typeof layout.imageLayoutVersion !== 'string') throw new Error('no imageLayoutVersion');
       indexBody = await readFile(join(this.dir, 'index.json'));
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code;
       if (code === 'ENOENT' || code === 'ENOTDIR') {
-        throw new ImageError('NotFound', `${this.name}: ${this.dir} is not an OCI image layout (no oci-layout or index.json)`);
+        throw new ImageError(
+          'NotFound',
+          `${this.name}: ${this.dir} is not an OCI image layout (no oci-layout or index.json)`,
+        );
       }
-      throw new ImageError('UnsupportedImage', `${this.name}: invalid OCI layout: ${(e as Error).message}`, { cause: e });
+      throw new ImageError('UnsupportedImage', `${this.name}: invalid OCI layout: ${(e as Error).message}`, {
+        cause: e,
+      });
     }
     const index = parseManifestOrIndex(indexBody, undefined, `${this.name} index.json`);
-    if (index.kind !== 'index') throw new ImageError('UnsupportedImage', `${this.name}: index.json is not an image index`);
+    if (index.kind !== 'index')
+      throw new ImageError('UnsupportedImage', `${this.name}: index.json is not an image index`);
     let chosen: Descriptor | undefined;
     if (this.tag !== undefined) {
       chosen = index.manifests.find((m) => m.annotations?.[REF_NAME] === this.tag);
       if (!chosen) {
         const tags = index.manifests.map((m) => m.annotations?.[REF_NAME]).filter((t): t is string => !!t);
-        throw new ImageError('NotFound', `${this.name}: no image tagged "${this.tag}" in the layout (tags: ${tags.join(', ') || 'none'})`);
+        throw new ImageError(
+          'NotFound',
+          `${this.name}: no image tagged "${this.tag}" in the layout (tags: ${tags.join(', ') || 'none'})`,
+        );
       }
     } else if (index.manifests.length === 1) {
       chosen = index.manifests[0];
@@ -174,7 +195,9 @@ export class OciLayoutSource implements ImageSource {
       if ((e as NodeJS.ErrnoException).code === 'ENOENT') {
         throw new ImageError('NotFound', `${this.name}: blob ${d.digest} is missing from the layout`);
       }
-      throw new ImageError('Internal', `${this.name}: opening blob ${d.digest}: ${(e as Error).message}`, { cause: e });
+      throw new ImageError('Internal', `${this.name}: opening blob ${d.digest}: ${(e as Error).message}`, {
+        cause: e,
+      });
     }
   }
 }
@@ -185,7 +208,8 @@ export async function fileStamp(path: string): Promise<string> {
     const s = await stat(path);
     return `${s.dev}:${s.ino}:${s.size}:${s.mtimeMs}`;
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw new ImageError('NotFound', `${path} does not exist`);
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT')
+      throw new ImageError('NotFound', `${path} does not exist`);
     throw new ImageError('Internal', `stat ${path}: ${(e as Error).message}`, { cause: e });
   }
 }
@@ -204,7 +228,8 @@ export async function extractOciArchive(file: string, dir: string, signal?: Abor
     const fh = await open(file, C.O_RDONLY);
     source = fh.createReadStream({ highWaterMark: 1024 * 1024 });
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw new ImageError('NotFound', `oci-archive ${file} does not exist`);
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT')
+      throw new ImageError('NotFound', `oci-archive ${file} does not exist`);
     throw new ImageError('Internal', `opening ${file}: ${(e as Error).message}`, { cause: e });
   }
   try {

@@ -81,7 +81,8 @@ for line in sys.stdin.buffer:
 print('ok %d' % n)
 `;
 
-const b64 = (s: string | Buffer): string => (typeof s === 'string' ? Buffer.from(s, 'latin1') : s).toString('base64');
+const b64 = (s: string | Buffer): string =>
+  (typeof s === 'string' ? Buffer.from(s, 'latin1') : s).toString('base64');
 
 function encode(op: SpecialOp): string {
   switch (op.op) {
@@ -100,12 +101,17 @@ function encode(op: SpecialOp): string {
  * Applies `ops` under `root` (paths are byte strings relative to it). Fails the whole batch on the first
  * error: the caller throws the unpack directory away.
  */
-export async function applySpecialOps(root: string, ops: readonly SpecialOp[], python = '/usr/bin/python3'): Promise<void> {
+export async function applySpecialOps(
+  root: string,
+  ops: readonly SpecialOp[],
+  python = '/usr/bin/python3',
+): Promise<void> {
   if (ops.length === 0) return;
   const input = ops.map(encode).join('\n') + '\n';
   try {
     const res = await run(python, ['-I', '-S', '-c', SCRIPT, root], { input, timeoutMs: 300_000 });
-    if (res.stdout.trim() !== `ok ${ops.length}`) throw new Error(`unexpected helper output: ${res.stdout.trim()}`);
+    if (res.stdout.trim() !== `ok ${ops.length}`)
+      throw new Error(`unexpected helper output: ${res.stdout.trim()}`);
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') {
       throw new ImageError(
@@ -119,7 +125,11 @@ export async function applySpecialOps(root: string, ops: readonly SpecialOp[], p
 }
 
 /** Reads one xattr (for tests and diagnostics); undefined when absent. */
-export async function readXattr(path: string, name: string, python = '/usr/bin/python3'): Promise<Buffer | undefined> {
+export async function readXattr(
+  path: string,
+  name: string,
+  python = '/usr/bin/python3',
+): Promise<Buffer | undefined> {
   const script = String.raw`
 import os, sys, base64
 try:

@@ -12,14 +12,17 @@ async function* once(b: Buffer): AsyncGenerator<Buffer> {
 
 async function headers(tar: Buffer): Promise<(TarHeader & { body: string })[]> {
   const out: (TarHeader & { body: string })[] = [];
-  for await (const e of readTar(once(tar))) out.push({ ...e.header, body: (await e.readAll()).toString('latin1') });
+  for await (const e of readTar(once(tar)))
+    out.push({ ...e.header, body: (await e.readAll()).toString('latin1') });
   return out;
 }
 
 describe('readTar', () => {
   it('keeps binary PAX xattr values byte-exact (tar-stream would decode them as UTF-8)', async () => {
     const value = Buffer.from([0x01, 0x00, 0x00, 0x02, 0x80, 0xff, 0xfe, 0x0a, 0x3d, 0x20]);
-    const [h] = await headers(buildTar([{ name: 'f', content: 'x', xattrs: { 'security.capability': value, 'user.a': 'b' } }]));
+    const [h] = await headers(
+      buildTar([{ name: 'f', content: 'x', xattrs: { 'security.capability': value, 'user.a': 'b' } }]),
+    );
     expect(h!.xattrs.get('security.capability')!.equals(value)).toBe(true);
     expect(h!.xattrs.get('user.a')!.toString()).toBe('b');
   });
@@ -35,9 +38,22 @@ describe('readTar', () => {
       symlinkSync('t'.repeat(150), join(root, 'sym'));
       // uid 3000000 does not fit the octal field: gnu writes base-256, posix a PAX record.
       for (const format of ['gnu', 'posix']) {
-        const tar = execFileSync('tar', [`--format=${format}`, '--owner=3000000:3000000', '--group=3000000:3000000', '-C', root, '-cf', '-', '.'], {
-          maxBuffer: 1 << 24,
-        });
+        const tar = execFileSync(
+          'tar',
+          [
+            `--format=${format}`,
+            '--owner=3000000:3000000',
+            '--group=3000000:3000000',
+            '-C',
+            root,
+            '-cf',
+            '-',
+            '.',
+          ],
+          {
+            maxBuffer: 1 << 24,
+          },
+        );
         const list = await headers(tar);
         const byName = new Map(list.map((h) => [h.name.replace(/^\.\//, ''), h]));
         const longName = `${'d'.repeat(90)}/${'e'.repeat(90)}/file`;

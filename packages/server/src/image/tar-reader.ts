@@ -109,7 +109,8 @@ class ByteReader {
   async *stream(n: number): AsyncGenerator<Buffer> {
     let left = n;
     while (left > 0) {
-      if (this.buffered === 0 && !(await this.fill())) throw tarError('unexpected end of archive inside an entry');
+      if (this.buffered === 0 && !(await this.fill()))
+        throw tarError('unexpected end of archive inside an entry');
       const c = this.chunks[0];
       if (!c) continue;
       const k = Math.min(c.length, left);
@@ -152,7 +153,10 @@ function readNumber(buf: Buffer, off: number, len: number, field: string): numbe
     }
     return v;
   }
-  const s = buf.toString('latin1', off, off + len).replace(/\0.*$/s, '').trim();
+  const s = buf
+    .toString('latin1', off, off + len)
+    .replace(/\0.*$/s, '')
+    .trim();
   if (s === '') return 0;
   if (!/^[0-7]+$/.test(s)) throw tarError(`invalid octal ${field} "${s}"`);
   return parseInt(s, 8);
@@ -196,7 +200,8 @@ function parsePax(buf: Buffer): PaxRecords {
     if (!/^\d+$/.test(lenStr)) throw tarError(`malformed PAX record length "${lenStr}"`);
     const len = parseInt(lenStr, 10);
     const end = off + len;
-    if (len <= sp - off + 2 || end > buf.length || buf[end - 1] !== 0x0a) throw tarError('malformed PAX record');
+    if (len <= sp - off + 2 || end > buf.length || buf[end - 1] !== 0x0a)
+      throw tarError('malformed PAX record');
     const eq = buf.indexOf(0x3d, sp + 1);
     if (eq < 0 || eq >= end) throw tarError('malformed PAX record (no "=")');
     const key = buf.toString('utf8', sp + 1, eq);
@@ -212,7 +217,8 @@ function parsePax(buf: Buffer): PaxRecords {
     else if (key === 'uid') out.uid = num('uid');
     else if (key === 'gid') out.gid = num('gid');
     else if (key === 'mtime') out.mtime = num('mtime');
-    else if (key.startsWith('SCHILY.xattr.')) out.xattrs.set(key.slice('SCHILY.xattr.'.length), Buffer.from(value));
+    else if (key.startsWith('SCHILY.xattr.'))
+      out.xattrs.set(key.slice('SCHILY.xattr.'.length), Buffer.from(value));
     else if (key.startsWith('GNU.sparse.')) throw tarError('sparse files are not supported');
     off = end;
   }

@@ -30,12 +30,20 @@ export async function startCountingProxy(upstream: string): Promise<CountingProx
     const fault = faults.find((f) => f.times > 0 && f.match.test(key));
     if (fault) fault.times--;
     if (fault && fault.kind !== 'reset-mid-body') {
-      res.writeHead(fault.kind.status, { 'content-type': 'application/json' }).end('{"errors":[{"code":"UNAVAILABLE"}]}');
+      res
+        .writeHead(fault.kind.status, { 'content-type': 'application/json' })
+        .end('{"errors":[{"code":"UNAVAILABLE"}]}');
       req.resume();
       return;
     }
     const up = request(
-      { host: target.hostname, port: target.port, method: req.method, path: req.url, headers: { ...req.headers, host: target.host } },
+      {
+        host: target.hostname,
+        port: target.port,
+        method: req.method,
+        path: req.url,
+        headers: { ...req.headers, host: target.host },
+      },
       (upRes) => {
         res.writeHead(upRes.statusCode ?? 502, upRes.headers);
         if (fault) {

@@ -15,7 +15,10 @@ export interface LogLine {
   msg: string | undefined;
 }
 
-export function memoryLogger(lines: LogLine[] = [], bindings: Record<string, unknown> = {}): ImageLogger & { lines: LogLine[] } {
+export function memoryLogger(
+  lines: LogLine[] = [],
+  bindings: Record<string, unknown> = {},
+): ImageLogger & { lines: LogLine[] } {
   const at =
     (level: string) =>
     (obj: object, msg?: string): void => {
@@ -95,12 +98,18 @@ export async function startHarness(extra: Partial<ImageServiceOptions> = {}): Pr
 }
 
 /** Current value of a counter/gauge (summed over label sets matching `labels`). */
-export async function metricValue(reg: Registry, name: string, labels: Record<string, string> = {}): Promise<number> {
+export async function metricValue(
+  reg: Registry,
+  name: string,
+  labels: Record<string, string> = {},
+): Promise<number> {
   const m = reg.getSingleMetric(name);
   if (!m) return 0;
   const data = await m.get();
   return data.values
-    .filter((v) => Object.entries(labels).every(([k, val]) => (v.labels as Record<string, unknown>)[k] === val))
+    .filter((v) =>
+      Object.entries(labels).every(([k, val]) => (v.labels as Record<string, unknown>)[k] === val),
+    )
     .filter((v) => !('metricName' in v) || v.metricName === name || v.metricName === undefined)
     .reduce((s, v) => s + v.value, 0);
 }

@@ -81,7 +81,11 @@ export function buildImage(spec: ImageSpec): BuiltImage {
     const data = compress(tar, c);
     return { digest: sha256(data), data, mediaType: layerMediaType(c, docker), diffId: sha256(tar) };
   });
-  const platform = { os: spec.os ?? 'linux', architecture: spec.architecture ?? 'amd64', ...(spec.variant ? { variant: spec.variant } : {}) };
+  const platform = {
+    os: spec.os ?? 'linux',
+    architecture: spec.architecture ?? 'amd64',
+    ...(spec.variant ? { variant: spec.variant } : {}),
+  };
   const configDoc = {
     created: '2024-01-01T00:00:00Z',
     ...platform,
@@ -90,7 +94,11 @@ export function buildImage(spec: ImageSpec): BuiltImage {
     history: layers.map(() => ({ created: '2024-01-01T00:00:00Z', created_by: 'aenv test' })),
   };
   const configData = Buffer.from(JSON.stringify(configDoc));
-  const config = { digest: sha256(configData), data: configData, mediaType: docker ? MediaType.DockerConfig : MediaType.OciConfig };
+  const config = {
+    digest: sha256(configData),
+    data: configData,
+    mediaType: docker ? MediaType.DockerConfig : MediaType.OciConfig,
+  };
   const manifestDoc = {
     schemaVersion: 2,
     mediaType: docker ? MediaType.DockerManifest : MediaType.OciManifest,
@@ -108,7 +116,10 @@ export function buildImage(spec: ImageSpec): BuiltImage {
 }
 
 /** An image index over `images` (each with its platform), optionally with an attestation-like entry. */
-export function buildIndex(images: BuiltImage[], opts: { docker?: boolean; withUnknownPlatform?: boolean } = {}): BuiltIndex {
+export function buildIndex(
+  images: BuiltImage[],
+  opts: { docker?: boolean; withUnknownPlatform?: boolean } = {},
+): BuiltIndex {
   const manifests: object[] = images.map((i) => ({
     mediaType: i.manifest.mediaType,
     digest: i.manifest.digest,
@@ -151,7 +162,10 @@ export function writeLayout(dir: string, entries: { tag?: string; item: BuiltIma
       ...(tag ? { annotations: { 'org.opencontainers.image.ref.name': tag } } : {}),
     });
   }
-  writeFileSync(join(dir, 'index.json'), JSON.stringify({ schemaVersion: 2, mediaType: MediaType.OciIndex, manifests }));
+  writeFileSync(
+    join(dir, 'index.json'),
+    JSON.stringify({ schemaVersion: 2, mediaType: MediaType.OciIndex, manifests }),
+  );
 }
 
 /** Tars a layout directory into an oci-archive file (GNU tar, as skopeo's archives are plain tars). */

@@ -132,7 +132,13 @@ async function pushBlob(base: string, repo: string, b: Blob, headers: Record<str
   );
 }
 
-async function pushManifest(base: string, repo: string, ref: string, m: Blob, headers: Record<string, string>): Promise<void> {
+async function pushManifest(
+  base: string,
+  repo: string,
+  ref: string,
+  m: Blob,
+  headers: Record<string, string>,
+): Promise<void> {
   await check(
     await fetch(`${base}/v2/${repo}/manifests/${ref}`, {
       method: 'PUT',

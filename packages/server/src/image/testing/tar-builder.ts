@@ -75,13 +75,23 @@ export function buildTar(entries: readonly TarSpec[]): Buffer {
   for (const s of entries) {
     const type = s.type ?? 'file';
     const raw = Buffer.isBuffer(s.name) ? s.name : Buffer.from(s.name, 'utf8');
-    const name = type === 'dir' && raw[raw.length - 1] !== 0x2f ? Buffer.concat([raw, Buffer.from('/')]) : raw;
+    const name =
+      type === 'dir' && raw[raw.length - 1] !== 0x2f ? Buffer.concat([raw, Buffer.from('/')]) : raw;
     const linkname = Buffer.from(s.linkname ?? '', 'utf8');
-    const content = s.content === undefined ? Buffer.alloc(0) : Buffer.isBuffer(s.content) ? s.content : Buffer.from(s.content);
+    const content =
+      s.content === undefined
+        ? Buffer.alloc(0)
+        : Buffer.isBuffer(s.content)
+          ? s.content
+          : Buffer.from(s.content);
     const records: Buffer[] = [];
     if (s.gnuLongName) {
       const ln = Buffer.concat([name, Buffer.alloc(1)]);
-      parts.push(header(Buffer.from('././@LongLink'), 'L', ln.length, {} as TarSpec, Buffer.alloc(0)), ln, pad(ln.length));
+      parts.push(
+        header(Buffer.from('././@LongLink'), 'L', ln.length, {} as TarSpec, Buffer.alloc(0)),
+        ln,
+        pad(ln.length),
+      );
     } else if (name.length > 100) records.push(paxRecord('path', name));
     for (const [k, v] of Object.entries(s.pax ?? {})) records.push(paxRecord(k, Buffer.from(v)));
     if (linkname.length > 100) records.push(paxRecord('linkpath', linkname));
@@ -90,7 +100,11 @@ export function buildTar(entries: readonly TarSpec[]): Buffer {
     }
     if (records.length > 0) {
       const pax = Buffer.concat(records);
-      parts.push(header(Buffer.from('PaxHeaders/x'), 'x', pax.length, {} as TarSpec, Buffer.alloc(0)), pax, pad(pax.length));
+      parts.push(
+        header(Buffer.from('PaxHeaders/x'), 'x', pax.length, {} as TarSpec, Buffer.alloc(0)),
+        pax,
+        pad(pax.length),
+      );
     }
     const size = type === 'file' ? content.length : 0;
     const headerName = s.gnuLongName ? Buffer.from('placeholder') : name;

@@ -23,10 +23,27 @@ export async function startTokenServer(): Promise<TokenServer> {
   const dir = mkdtempSync(join(tmpdir(), 'aenv-token-'));
   const keyPath = join(dir, 'key.pem');
   const certPath = join(dir, 'cert.pem');
-  execFileSync('openssl', [
-    'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
-    '-keyout', keyPath, '-out', certPath, '-days', '2', '-subj', '/CN=aenv-test-token',
-  ], { stdio: 'ignore' });
+  execFileSync(
+    'openssl',
+    [
+      'req',
+      '-x509',
+      '-newkey',
+      'ec',
+      '-pkeyopt',
+      'ec_paramgen_curve:prime256v1',
+      '-nodes',
+      '-keyout',
+      keyPath,
+      '-out',
+      certPath,
+      '-days',
+      '2',
+      '-subj',
+      '/CN=aenv-test-token',
+    ],
+    { stdio: 'ignore' },
+  );
   const key = createPrivateKey(readFileSync(keyPath));
   const certDer = new X509Certificate(readFileSync(certPath)).raw;
   const service = 'aenv-test-registry';
@@ -47,11 +64,22 @@ export async function startTokenServer(): Promise<TokenServer> {
     });
     const now = Math.floor(Date.now() / 1000);
     const header = { typ: 'JWT', alg: 'ES256', x5c: [certDer.toString('base64')] };
-    const claims = { iss: issuer, sub: TEST_USER, aud: service, exp: now + 300, nbf: now - 10, iat: now, jti: randomUUID(), access };
+    const claims = {
+      iss: issuer,
+      sub: TEST_USER,
+      aud: service,
+      exp: now + 300,
+      nbf: now - 10,
+      iat: now,
+      jti: randomUUID(),
+      access,
+    };
     const input = `${b64url(JSON.stringify(header))}.${b64url(JSON.stringify(claims))}`;
     const sig = sign('sha256', Buffer.from(input), { key, dsaEncoding: 'ieee-p1363' });
     stats.issued++;
-    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ token: `${input}.${b64url(sig)}`, expires_in: 300 }));
+    res
+      .writeHead(200, { 'content-type': 'application/json' })
+      .end(JSON.stringify({ token: `${input}.${b64url(sig)}`, expires_in: 300 }));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const addr = server.address();
