@@ -3,7 +3,7 @@
 # sources) with the tools an agent expects and a passwordless-sudo user `user` (1000:1000).
 # Output: an OCI image layout (tag `latest` by default). Cached: rebuilt only when this script,
 # its helpers or the package list change, or with --force.
-# Usage: build-base-image.sh [--force] [--output DIR] [--tag TAG]
+# Usage: build-base-image.sh [--force] [--output DIR] [--tag TAG] [--deb-cache DIR]
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 
@@ -37,15 +37,18 @@ IMAGE_ENV=(
 
 usage() {
   cat <<EOF
-Usage: $(basename "$0") [--force] [--output DIR] [--tag TAG]
+Usage: $(basename "$0") [--force] [--output DIR] [--tag TAG] [--deb-cache DIR]
 
-  --output DIR   OCI layout to write (default: /var/cache/aenv/images/base)
-  --tag TAG      image tag in the layout (default: latest)
-  --force        rebuild even when the cached image is current
+  --output DIR     OCI layout to write (default: /var/cache/aenv/images/base)
+  --tag TAG        image tag in the layout (default: latest)
+  --deb-cache DIR  .debs kept between builds so a rebuild downloads only what changed
+                   (default: /var/cache/aenv/debs/$SUITE)
+  --force          rebuild even when the cached image is current
 EOF
 }
 
 out=/var/cache/aenv/images/base
+deb_cache=/var/cache/aenv/debs/$SUITE
 tag=latest
 force=0
 while [ $# -gt 0 ]; do
@@ -54,6 +57,10 @@ while [ $# -gt 0 ]; do
     --output)
       [ $# -ge 2 ] && [ -n "$2" ] || aenv_die "--output needs a directory"
       out=$2 && shift 2
+      ;;
+    --deb-cache)
+      [ $# -ge 2 ] && [ -n "$2" ] || aenv_die "--deb-cache needs a directory"
+      deb_cache=$2 && shift 2
       ;;
     --tag)
       [ $# -ge 2 ] && [[ $2 =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]] || aenv_die "--tag needs a valid OCI tag"
@@ -69,7 +76,8 @@ for tool in mmdebstrap umoci jq; do
   command -v "$tool" >/dev/null || aenv_die "$tool is missing; run scripts/setup-host.sh first"
 done
 case $out in /*) ;; *) out=$PWD/$out ;; esac
-mkdir -p "$(dirname "$out")"
+case $deb_cache in /*) ;; *) deb_cache=$PWD/$deb_cache ;; esac
+mkdir -p "$(dirname "$out")" "$deb_cache"
 
 key=$(aenv_image_cache_key "$0" "$SCRIPT_DIR/lib/oci-image.sh" -- "$SUITE" "${PACKAGES[*]}" "${DPKG_OPTS[*]}" "${IMAGE_ENV[*]}")
 
@@ -97,9 +105,15 @@ dpkgopt_args=()
 for o in "${DPKG_OPTS[@]}"; do dpkgopt_args+=("--dpkgopt=$o"); done
 
 log=$tmp/mmdebstrap.log
-if ! mmdebstrap --variant=minbase --mode=root --format=directory \
+# The .deb cache: synced in before apt runs, replaced by this build's set afterwards (so it holds
+# only current versions); --skip=essential/unlink keeps the essential set's .debs for that.
+if ! mmdebstrap --variant=minbase --mode=root --format=directory --skip=essential/unlink \
   --include="$(IFS=,; echo "${PACKAGES[*]}")" \
   "${dpkgopt_args[@]}" \
+  --setup-hook='mkdir -p "$1"/var/cache/apt/archives/' \
+  --setup-hook="sync-in '$deb_cache' /var/cache/apt/archives/" \
+  --customize-hook="find '$deb_cache' -maxdepth 1 -name '*.deb' -delete" \
+  --customize-hook="sync-out /var/cache/apt/archives '$deb_cache'" \
   --customize-hook='chroot "$1" groupadd --gid 1000 user' \
   --customize-hook='chroot "$1" useradd --uid 1000 --gid 1000 --create-home --home-dir /home/user --shell /bin/bash user' \
   --customize-hook='printf "user ALL=(ALL:ALL) NOPASSWD: ALL\n" > "$1/etc/sudoers.d/user" && chmod 0440 "$1/etc/sudoers.d/user"' \
