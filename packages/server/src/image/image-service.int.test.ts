@@ -306,6 +306,14 @@ describe('pull from a registry', () => {
     });
     expect(both.manifestDigest).toBe(single.manifest.digest);
     expect(h.service.get(single.manifest.digest)?.layers[0]!.dir).toBe(byDigest.layers[0]!.dir);
+
+    // Pinned to an index digest: the platform manifest is remembered, so the second pull needs no registry.
+    const pinned = `${proxy.host}/test/index@${index.index.digest}`;
+    const first = await h.service.pull(pinned);
+    expect(first.manifestDigest).toBe(index.images[1]!.manifest.digest);
+    proxy.reset();
+    await h.service.pull(pinned);
+    expect(proxy.count(/./)).toBe(0);
   });
 
   it('rejects a hostile layer and leaves nothing behind', async () => {

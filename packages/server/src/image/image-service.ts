@@ -295,7 +295,9 @@ export class ImageService {
     const ref = c.reference;
     if (ref.transport === 'registry') {
       if (!opts.refresh) {
-        const cached = ref.digest ? this.completeImage(ref.digest) : this.cachedByRef(c.canonical, null);
+        // A digest reference may name an index; its platform manifest was recorded under the reference.
+        const cached =
+          this.cachedByRef(c.canonical, null) ?? (ref.digest ? this.completeImage(ref.digest) : undefined);
         if (cached) return this.hit(cached, c.canonical);
       }
       const source = new RegistrySource(this.client, ref, opts.credentials, c.canonical);

@@ -274,7 +274,7 @@ export async function* readTar(source: AsyncIterable<Buffer>): AsyncGenerator<Ta
       continue;
     }
 
-    const type = TYPES[typeflag];
+    let type = TYPES[typeflag];
     if (type === undefined) {
       const what = typeflag === 'S' ? 'GNU sparse files are' : `entry type "${typeflag}" is`;
       throw tarError(`${what} not supported`);
@@ -286,6 +286,8 @@ export async function* readTar(source: AsyncIterable<Buffer>): AsyncGenerator<Ta
       const prefix = readString(block, 345, 155);
       if (prefix) name = `${prefix}/${name}`;
     }
+    // Pre-POSIX archives mark directories only by a trailing slash on a regular-file entry.
+    if (typeflag === '\0' && name.endsWith('/')) type = 'directory';
     const h: TarHeader = {
       name,
       type,
