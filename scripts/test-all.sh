@@ -58,6 +58,7 @@ trap stop_started_services EXIT
 
 step "test services (test/services/start.sh)"
 test/services/start.sh
+test/services/check.sh
 eval "$(test/services/env.sh)"
 step_done
 

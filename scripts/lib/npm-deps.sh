@@ -18,8 +18,11 @@ aenv_npm_ci_if_needed() {
     return 0
   fi
   log=$(mktemp /tmp/aenv-npm-ci.XXXXXX)
-  if ! (cd "$repo" && npm ci --no-audit --no-fund) 2>&1 | tee "$log"; then
+  if (cd "$repo" && npm ci --no-audit --no-fund) >"$log" 2>&1; then
+    grep -v '^npm warn' "$log" | tail -n 3
+  else
     if ! grep -q 'can only install packages when your package.json and package-lock.json' "$log"; then
+      cat "$log" >&2
       rm -f "$log"
       aenv_die "npm ci failed"
     fi
