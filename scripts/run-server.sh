@@ -33,5 +33,7 @@ printf '==> build\n'
 npm run build --silent
 printf '==> base image\n'
 scripts/build-base-image.sh
+[ -f "$REPO/packages/cli/dist/main.js" ] ||
+  aenv_die "packages/cli/dist/main.js was not built (the aenv CLI entry point is missing)"
 printf '==> aenv server %s\n' "$*"
 exec node "$REPO/packages/cli/dist/main.js" server "$@"
