@@ -19,7 +19,13 @@ import { RuntimeError } from '../driver.js';
 import { Cgroups, detectCgroupLayout } from './cgroups.js';
 import type { CowKind, CowVolumeMode } from './cow-volume.js';
 import { CowVolume } from './cow-volume.js';
-import { criuLogErrors, criuVersion, versionAtLeast, writeCriuConfig } from './criu.js';
+import {
+  CRIU_NO_BREAKPOINTS_ENV,
+  criuLogErrors,
+  criuVersion,
+  versionAtLeast,
+  writeCriuConfig,
+} from './criu.js';
 import { writeEtcFiles } from './etc-files.js';
 import { KeyedLock } from './keyed-lock.js';
 import { mountsUnder, readMounts } from './mountinfo.js';
@@ -31,7 +37,11 @@ import { loadSeccompProfile } from './seccomp.js';
 import { assertHostPath, assertSandboxId, isSandboxId, validateSpec } from './validate.js';
 
 export const CHECKPOINT_META_FILE = 'aenv-checkpoint.json';
-const MIN_CRIU_VERSION = '4.1';
+// 4.2: CRIU 4.1 fails to dump any TCP socket on recent kernels (getsockopt SO_PASSCRED -> EOPNOTSUPP).
+const MIN_CRIU_VERSION = '4.2';
+const MAX_DUMP_ATTEMPTS = 3;
+// compel loses a race with a signal (SIGCHLD of a child that exited as the dump began) while curing a task.
+const TRANSIENT_DUMP_ERROR_RE = /is in unexpected state|Task stopped with/;
 
 export interface Logger {
   info(obj: object | string, msg?: string): void;
@@ -60,6 +70,11 @@ export interface ContainerDriverOptions {
   cgroupParent?: string;
   /** Moby-format profile to derive the seccomp filter from; null: the built-in deny list. */
   seccompProfilePath?: string | null;
+  /**
+   * Let CRIU use hardware breakpoints (faster with many threads). Off by default: on hosts whose debug
+   * registers do not fire (PVM guests) every dump hangs with them. See CRIU_NO_BREAKPOINTS_ENV.
+   */
+  criuHardwareBreakpoints?: boolean;
   logger?: Logger;
 }
 
@@ -114,6 +129,24 @@ async function nofileHardLimit(): Promise<number> {
   const m = /^Max open files\s+\S+\s+(\S+)/m.exec(text);
   const hard = m && m[1] !== 'unlimited' ? Number(m[1]) : 1048576;
   return Math.min(hard, 1048576);
+}
+
+/**
+ * runc prepares the rootfs and bind mounts inside the sandbox's user namespace, as the mapped root (an
+ * unprivileged host uid): every directory above them must be searchable by "others".
+ */
+async function assertSearchable(what: string, path: string): Promise<void> {
+  const parts = path.split('/').filter(Boolean);
+  for (let i = 0; i <= parts.length; i++) {
+    const dir = '/' + parts.slice(0, i).join('/');
+    const st = await stat(dir);
+    if (st.isDirectory() && (st.mode & 0o001) === 0) {
+      throw new RuntimeError(
+        'HostSetup',
+        `${what} ${path}: ${dir} (mode ${(st.mode & 0o777).toString(8)}) is not searchable by the sandbox uid range; chmod o+x it`,
+      );
+    }
+  }
 }
 
 function describe(e: unknown): string {
@@ -173,6 +206,7 @@ export class ContainerDriver implements RuntimeDriver {
       runcPath: opts.runcPath,
       root: join(opts.runtimePath, 'runc'),
       criuPath: opts.criuPath,
+      criuEnv: opts.criuHardwareBreakpoints ? {} : { ...CRIU_NO_BREAKPOINTS_ENV },
     });
     this.cow = new CowVolume({
       homePath: opts.homePath,
@@ -226,6 +260,7 @@ export class ContainerDriver implements RuntimeDriver {
     await mkdir(join(this.opts.runtimePath, 'criu-work'), { recursive: true, mode: 0o700 });
     await writeCriuConfig(this.criuConfigPath);
     await this.cow.init();
+    await assertSearchable('sandbox dir', this.sandboxesDir);
     await mkdir(this.storeDir, { recursive: true, mode: 0o700 });
     if (this.opts.criuPath) {
       this.criuVersionValue = await criuVersion(this.opts.criuPath);
@@ -347,7 +382,7 @@ export class ContainerDriver implements RuntimeDriver {
     return pid;
   }
 
-  create(spec: SandboxSpec, opts: CreateOptions): Promise<SandboxHandle> {
+  async create(spec: SandboxSpec, opts: CreateOptions): Promise<SandboxHandle> {
     validateSpec(spec);
     return this.lock.run(spec.id, async () => {
       await this.checkTools(opts.tools);
@@ -390,7 +425,7 @@ export class ContainerDriver implements RuntimeDriver {
     }
   }
 
-  destroy(id: string): Promise<void> {
+  async destroy(id: string): Promise<void> {
     assertSandboxId(id);
     return this.lock.run(id, () => this.teardown(id));
   }
@@ -405,12 +440,12 @@ export class ContainerDriver implements RuntimeDriver {
     await rm(join(this.opts.runtimePath, 'criu-work', id), { recursive: true, force: true });
   }
 
-  freeze(id: string): Promise<void> {
+  async freeze(id: string): Promise<void> {
     assertSandboxId(id);
     return this.lock.run(id, () => this.cg().freeze(id));
   }
 
-  thaw(id: string): Promise<void> {
+  async thaw(id: string): Promise<void> {
     assertSandboxId(id);
     return this.lock.run(id, () => this.cg().thaw(id));
   }
@@ -428,7 +463,7 @@ export class ContainerDriver implements RuntimeDriver {
     }
   }
 
-  checkpoint(id: string, imagesDir: string, opts: CheckpointOptions = {}): Promise<CheckpointResult> {
+  async checkpoint(id: string, imagesDir: string, opts: CheckpointOptions = {}): Promise<CheckpointResult> {
     assertSandboxId(id);
     assertHostPath('imagesDir', imagesDir);
     if (opts.upperSnapshotDest !== undefined) assertHostPath('upperSnapshotDest', opts.upperSnapshotDest);
@@ -446,31 +481,47 @@ export class ContainerDriver implements RuntimeDriver {
       }
       const config = JSON.parse(await readFile(p.config, 'utf8')) as {
         hostname: string;
-        root: { path: string };
+        linux: { namespaces: { type: string; path?: string }[] };
       };
+      const netnsPath = config.linux.namespaces.find((n) => n.type === 'network')?.path;
+      if (!netnsPath) throw new RuntimeError('Internal', `sandbox ${id} has no netns path in its config`);
       const work = this.criuWorkDir(id, 'dump');
       await rm(work, { recursive: true, force: true });
       await mkdir(work, { recursive: true });
-      await mkdir(imagesDir, { recursive: true, mode: 0o700 });
+      // CRIU reads some images from inside the restored user namespace through its open dir fd: the dir
+      // itself must be searchable by the sandbox uid range (its parents need not be).
+      await mkdir(imagesDir, { recursive: true });
+      await chmod(imagesDir, 0o711);
       const wasFrozen = await this.cg().isFrozen(id);
       // Freeze first: CRIU leaves an already frozen cgroup frozen after a --leave-running dump, so the
       // disk can be captured at exactly the instant the memory was.
       if (!wasFrozen) await this.cg().freeze(id);
       const started = process.hrtime.bigint();
-      try {
-        await this.runc.checkpoint(id, imagesDir, work, opts.leaveRunning ?? false, p.runcLog);
-      } catch (e) {
-        await rm(imagesDir, { recursive: true, force: true });
-        if (!wasFrozen && opts.leaveRunning)
-          await this.cg()
-            .thaw(id)
-            .catch(() => {});
-        const criu = await criuLogErrors(join(work, 'dump.log'));
-        throw new RuntimeError(
-          'CheckpointFailed',
-          `checkpoint of ${id} failed: ${criu || describe(e)} (log: ${join(work, 'dump.log')})`,
-          { cause: e },
-        );
+      for (let attempt = 1; ; attempt++) {
+        try {
+          await this.runc.checkpoint(id, netnsPath, imagesDir, work, opts.leaveRunning ?? false, p.runcLog);
+          break;
+        } catch (e) {
+          const criu = await criuLogErrors(join(work, 'dump.log'));
+          // A failed dump leaves the sandbox as it was (CRIU lets go of every task), so it can be retried.
+          if (attempt < MAX_DUMP_ATTEMPTS && TRANSIENT_DUMP_ERROR_RE.test(criu)) {
+            this.log.warn({ id, attempt, criu }, 'CRIU dump hit a transient error; retrying');
+            await rm(imagesDir, { recursive: true, force: true });
+            await mkdir(imagesDir);
+            await chmod(imagesDir, 0o711);
+            continue;
+          }
+          await rm(imagesDir, { recursive: true, force: true });
+          if (!wasFrozen)
+            await this.cg()
+              .thaw(id)
+              .catch(() => {});
+          throw new RuntimeError(
+            'CheckpointFailed',
+            `checkpoint of ${id} failed: ${criu || describe(e)} (log: ${join(work, 'dump.log')})`,
+            { cause: e },
+          );
+        }
       }
       const dumpMs = Number(process.hrtime.bigint() - started) / 1e6;
       try {
@@ -516,7 +567,7 @@ export class ContainerDriver implements RuntimeDriver {
     return lower ? lower.slice('lowerdir='.length).split(':').reverse() : [];
   }
 
-  restore(spec: SandboxSpec, imagesDir: string, opts: RestoreOptions): Promise<SandboxHandle> {
+  async restore(spec: SandboxSpec, imagesDir: string, opts: RestoreOptions): Promise<SandboxHandle> {
     validateSpec(spec);
     assertHostPath('imagesDir', imagesDir);
     if (opts.diskSource !== undefined) assertHostPath('diskSource', opts.diskSource);
@@ -567,7 +618,7 @@ export class ContainerDriver implements RuntimeDriver {
         await rm(work, { recursive: true, force: true });
         await mkdir(work, { recursive: true });
         try {
-          await this.runc.restore(spec.id, p.bundle, imagesDir, work, p.pidFile, p.runcLog);
+          await this.runc.restore(spec.id, p.bundle, spec.netnsPath, imagesDir, work, p.pidFile, p.runcLog);
         } catch (e) {
           const criu = await criuLogErrors(join(work, 'restore.log'));
           throw new RuntimeError(
@@ -623,7 +674,7 @@ export class ContainerDriver implements RuntimeDriver {
     return meta;
   }
 
-  snapshotUpper(id: string, dest: string): Promise<void> {
+  async snapshotUpper(id: string, dest: string): Promise<void> {
     assertSandboxId(id);
     assertHostPath('snapshot dest', dest);
     return this.lock.run(id, async () => {
@@ -739,7 +790,7 @@ export class ContainerDriver implements RuntimeDriver {
     return report;
   }
 
-  stats(id: string): Promise<SandboxStats> {
+  async stats(id: string): Promise<SandboxStats> {
     assertSandboxId(id);
     return this.cg().stats(id);
   }

@@ -5,23 +5,26 @@ import { run } from '../../util/exec.js';
 /**
  * CRIU options for every dump and restore, handed to CRIU by runc (config-file settings override runc's
  * RPC settings):
- * - network-lock skip: aenv owns each sandbox's netns and nothing flows while it is frozen, so the
- *   iptables lock CRIU would install (and remove) is pure cost — it roughly halves restore time.
  * - tcp-close: established connections (e.g. the proxy's keep-alive connections to envd) are not
  *   dumped and come back closed; with them a dump would fail, and a fork lives at another address anyway.
  *   Listening sockets are unaffected.
  * - skip-in-flight: half-open connections in a listen queue are dropped instead of failing the dump.
  * - file-locks: flock/posix locks (package managers, sqlite) are dumped instead of failing the dump.
  * - ghost-limit: deleted-but-open files up to this size are carried in the image.
+ * No `network-lock`: CRIU runs inside the sandbox's netns (see Runc.checkpoint), so the netns is not part
+ * of the dump and CRIU neither locks nor restores it. (`network-lock skip` in a config file also makes
+ * CRIU 4.1 abort in runc's RPC mode.)
  */
-export const CRIU_CONFIG = [
-  'network-lock skip',
-  'tcp-close',
-  'skip-in-flight',
-  'file-locks',
-  'ghost-limit 67108864',
-  '',
-].join('\n');
+export const CRIU_CONFIG = ['tcp-close', 'skip-in-flight', 'file-locks', 'ghost-limit 67108864', ''].join(
+  '\n',
+);
+
+/**
+ * CRIU_FAULT=130 (FI_NO_BREAKPOINTS) makes CRIU leave the parasite by stepping syscalls instead of a
+ * hardware breakpoint. On virtualised hosts whose debug registers never fire (this project's PVM guests)
+ * a dump otherwise hangs forever right after "Sent msg to daemon 3"; elsewhere it costs a few ptrace stops.
+ */
+export const CRIU_NO_BREAKPOINTS_ENV = { CRIU_FAULT: '130' } as const;
 
 export function defaultCriuPath(depsPath: string): string {
   return join(depsPath, 'criu', 'current', 'bin', 'criu');

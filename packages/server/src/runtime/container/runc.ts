@@ -14,6 +14,8 @@ export interface RuncOptions {
   /** runc's state directory (`--root`); private to this server. */
   root: string;
   criuPath: string | null;
+  /** Extra environment for CRIU (runc passes its own environment on to `criu swrk`). */
+  criuEnv?: Record<string, string>;
 }
 
 /** A failed runc call, with runc's own error text (from its log file or stderr). */
@@ -57,9 +59,15 @@ export async function runcLogErrors(logFile: string, max = 3): Promise<string> {
  * host file outside the container's mounts makes CRIU fail ("Can't lookup mount for fd=2"). runc's own
  * errors go to its log file instead.
  */
-function spawnDetachedRunc(path: string, args: string[], cwd: string, timeoutMs: number): Promise<number> {
+function spawnDetachedRunc(
+  path: string,
+  args: string[],
+  cwd: string,
+  timeoutMs: number,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<number> {
   return new Promise((resolve, reject) => {
-    const child = spawn(path, args, { cwd, stdio: ['ignore', 'ignore', 'ignore'] });
+    const child = spawn(path, args, { cwd, env, stdio: ['ignore', 'ignore', 'ignore'] });
     const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
     child.on('error', (e) => {
       clearTimeout(timer);
@@ -86,6 +94,20 @@ export class Runc {
     return ['--criu', this.opts.criuPath];
   }
 
+  private criuEnv(): NodeJS.ProcessEnv {
+    return { ...process.env, ...this.opts.criuEnv };
+  }
+
+  /**
+   * CRIU runs inside the sandbox's netns: a namespace CRIU shares is neither dumped nor recreated, it is
+   * simply inherited. That is what lets a user-namespaced sandbox use a netns owned by the host (CRIU
+   * otherwise refuses: "namespaces doesn't belong to the target user namespace"), and it makes a restore
+   * land in whatever netns it is started in — the fork's new slot.
+   */
+  private inNetns(netnsPath: string, args: string[]): [string, string[]] {
+    return ['nsenter', [`--net=${netnsPath}`, '--', this.opts.runcPath, ...args]];
+  }
+
   async version(): Promise<string> {
     const { stdout } = await run(this.opts.runcPath, ['--version']);
     return /runc version (\S+)/.exec(stdout)?.[1] ?? stdout.split('\n')[0] ?? '';
@@ -104,41 +126,46 @@ export class Runc {
   async restore(
     id: string,
     bundle: string,
+    netnsPath: string,
     imagesDir: string,
     workDir: string,
     pidFile: string,
     logFile: string,
   ): Promise<void> {
-    const code = await spawnDetachedRunc(
-      this.opts.runcPath,
-      [
-        ...this.base(logFile),
-        ...this.criuArgs(),
-        'restore',
-        '--detach',
-        '--bundle',
-        bundle,
-        '--image-path',
-        imagesDir,
-        '--work-path',
-        workDir,
-        '--pid-file',
-        pidFile,
-        id,
-      ],
+    const [cmd, args] = this.inNetns(netnsPath, [
+      ...this.base(logFile),
+      ...this.criuArgs(),
+      'restore',
+      '--detach',
+      '--bundle',
       bundle,
-      300_000,
-    );
+      '--image-path',
+      imagesDir,
+      '--work-path',
+      workDir,
+      '--pid-file',
+      pidFile,
+      id,
+    ]);
+    const code = await spawnDetachedRunc(cmd, args, bundle, 300_000, this.criuEnv());
     if (code !== 0) throw new RuncError('restore', id, (await runcLogErrors(logFile)) || `exit code ${code}`);
   }
 
-  async checkpoint(id: string, imagesDir: string, workDir: string, leaveRunning: boolean, logFile: string) {
-    const args = [...this.base(logFile), ...this.criuArgs(), 'checkpoint', '--image-path', imagesDir];
-    args.push('--work-path', workDir);
-    if (leaveRunning) args.push('--leave-running');
-    args.push(id);
+  async checkpoint(
+    id: string,
+    netnsPath: string,
+    imagesDir: string,
+    workDir: string,
+    leaveRunning: boolean,
+    logFile: string,
+  ): Promise<void> {
+    const runcArgs = [...this.base(logFile), ...this.criuArgs(), 'checkpoint', '--image-path', imagesDir];
+    runcArgs.push('--work-path', workDir);
+    if (leaveRunning) runcArgs.push('--leave-running');
+    runcArgs.push(id);
+    const [cmd, args] = this.inNetns(netnsPath, runcArgs);
     try {
-      await run(this.opts.runcPath, args, { timeoutMs: 300_000 });
+      await run(cmd, args, { timeoutMs: 300_000, env: this.criuEnv() });
     } catch (e) {
       if (e instanceof CommandError) {
         throw new RuncError('checkpoint', id, (await runcLogErrors(logFile)) || e.stderr.trim());

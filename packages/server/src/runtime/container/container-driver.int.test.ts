@@ -1,0 +1,600 @@
+// Real runc, overlayfs, btrfs loop volume, cgroups and (when installed) CRIU. Root only.
+import { constants } from 'node:fs';
+import {
+  access,
+  chmod,
+  lstat,
+  mkdir,
+  mkdtemp,
+  readFile,
+  readdir,
+  rm,
+  rmdir,
+  writeFile,
+} from 'node:fs/promises';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { run } from '../../util/exec.js';
+import type { SandboxSpec } from '../driver.js';
+import { RuntimeError } from '../driver.js';
+import { ContainerDriver } from './container-driver.js';
+import { readMounts } from './mountinfo.js';
+import {
+  buildBusyboxLower,
+  buildTestTools,
+  createNetnsFile,
+  execInSandbox,
+  removeNetnsFile,
+  unpackOciLayout,
+} from './test-fixtures.js';
+
+const IS_ROOT = process.getuid?.() === 0;
+const UID_START = 100000;
+// CRIU >= 4.2 is needed on this kernel (see docs/runtime.md); AENV_CRIU_PATH picks another install.
+const CRIU = process.env.AENV_CRIU_PATH ?? '/var/lib/aenv/deps/criu/current/bin/criu';
+const BASE_IMAGE = '/var/cache/aenv/images/base';
+
+async function exists(p: string): Promise<boolean> {
+  try {
+    await access(p, constants.F_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+const hasCriu = IS_ROOT && (await exists(CRIU));
+const hasBase = IS_ROOT && (await exists(join(BASE_IMAGE, 'index.json')));
+if (IS_ROOT && !hasCriu) console.warn(`CRIU not found at ${CRIU}: checkpoint/restore/fork tests are skipped`);
+if (IS_ROOT && !hasBase)
+  console.warn(`${BASE_IMAGE} does not exist yet: the Debian base image test is skipped`);
+
+/** A killed process is gone once it is reaped, or a zombie until its new parent reaps it. */
+async function processGone(pid: number): Promise<boolean> {
+  try {
+    const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).startsWith('Z');
+  } catch {
+    return true;
+  }
+}
+
+/** Polls `read` until `ok` accepts its value (bounded), returning the last value. */
+async function waitFor<T>(
+  read: () => Promise<T>,
+  ok: (v: T) => boolean,
+  what: string,
+  ms = 20_000,
+): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await read().catch(() => undefined as T);
+    if (v !== undefined && ok(v)) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what} (last: ${String(v)})`);
+    await sleep(20);
+  }
+}
+
+describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
+  let base: string;
+  let driver: ContainerDriver;
+  let lower: string;
+  let tools: { dir: string; version: string };
+  let cgroupParent: string;
+  const netns: string[] = [];
+  let seq = 0;
+
+  const newNetns = async (): Promise<string> => {
+    const p = join(base, `netns-${netns.length}`);
+    await createNetnsFile(p);
+    netns.push(p);
+    return p;
+  };
+
+  const spec = async (patch: Partial<SandboxSpec> = {}, cmd = ''): Promise<SandboxSpec> => {
+    const id = `t${process.pid}-${++seq}`;
+    return {
+      id,
+      hostname: id,
+      lowerDirs: [lower],
+      resources: { cpuCount: 1, memoryMB: 128, pidsLimit: 128 },
+      netnsPath: patch.netnsPath ?? (await newNetns()),
+      nameservers: ['192.0.2.53'],
+      initEnv: { AENV_TEST_CMD: cmd },
+      ...patch,
+    };
+  };
+
+  const counterCmd = 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; usleep 50000; done';
+  const readCounter = async (upper: string) =>
+    Number((await readFile(join(upper, 'tmp/count'), 'utf8')).trim());
+
+  const newDriver = () =>
+    new ContainerDriver({
+      homePath: join(base, 'home'),
+      runtimePath: join(base, 'run'),
+      runcPath: 'runc',
+      criuPath: hasCriu ? CRIU : null,
+      uidMapHostStart: UID_START,
+      uidMapSize: 65536,
+      cowVolume: 'loop-btrfs',
+      cowVolumeSizeGb: 8,
+      cgroupParent,
+    });
+
+  beforeAll(async () => {
+    base = await mkdtemp('/var/tmp/aenv-runtime-test-');
+    await chmod(base, 0o755); // the sandbox uid range must be able to reach its rootfs and the tools dir
+    cgroupParent = `aenv-test-${process.pid}`;
+    lower = join(base, 'lower-busybox');
+    await buildBusyboxLower(lower, UID_START);
+    tools = await buildTestTools(join(base, 'tools'));
+    driver = newDriver();
+    await driver.init();
+  });
+
+  afterAll(async () => {
+    if (!base) return;
+    await driver?.reconcile([]).catch(() => {});
+    await run('umount', [join(base, 'home', 'sandboxes')], { allowFailure: true });
+    for (const p of netns) await removeNetnsFile(p);
+    for (const m of (await readMounts()).filter((x) => x.mountPoint.startsWith(base))) {
+      await run('umount', ['-l', m.mountPoint], { allowFailure: true });
+    }
+    await rm(base, { recursive: true, force: true });
+    for (const root of await cgroupRoots()) await rmdir(join(root, cgroupParent)).catch(() => {});
+  });
+
+  async function cgroupRoots(): Promise<string[]> {
+    return [
+      ...new Set(
+        (await readMounts())
+          .filter((m) => m.fsType === 'cgroup' || m.fsType === 'cgroup2')
+          .map((m) => m.mountPoint),
+      ),
+    ];
+  }
+
+  async function leftovers(id: string): Promise<string[]> {
+    const found: string[] = [];
+    const dir = join(base, 'home', 'sandboxes', id);
+    if (await exists(dir)) found.push(`dir ${dir}`);
+    for (const m of await readMounts())
+      if (m.mountPoint.startsWith(`${dir}/`)) found.push(`mount ${m.mountPoint}`);
+    for (const root of await cgroupRoots()) {
+      if (await exists(join(root, cgroupParent, id))) found.push(`cgroup ${join(root, cgroupParent, id)}`);
+    }
+    if (await exists(join(base, 'run', 'runc', id))) found.push(`runc state ${id}`);
+    return found;
+  }
+
+  it('starts the init with the sandbox identity and its isolation', async () => {
+    const s = await spec();
+    const h = await driver.create(s, { tools });
+    expect(h.pid).toBeGreaterThan(1);
+    const status = await readFile(`/proc/${h.pid}/status`, 'utf8');
+    expect(status).toMatch(/CapEff:\s+00000000a80425fb/); // Docker's default set
+    expect(status).toMatch(/CapInh:\s+0000000000000000/);
+    expect(status).toMatch(/Seccomp:\s+2/);
+    expect(status).toMatch(/NoNewPrivs:\s+0/);
+    expect((await readFile(`/proc/${h.pid}/uid_map`, 'utf8')).trim().split(/\s+/)).toEqual([
+      '0',
+      '100000',
+      '65536',
+    ]);
+    expect((await readFile(`/proc/${h.pid}/gid_map`, 'utf8')).trim().split(/\s+/)).toEqual([
+      '0',
+      '100000',
+      '65536',
+    ]);
+
+    const r = await execInSandbox(
+      h.upperDir,
+      'hostname; grep -E "^(CapEff|Seccomp):" /proc/self/status; id -u',
+    );
+    expect(r).toEqual({ code: 0, output: `${s.id}\nCapEff:\t00000000a80425fb\nSeccomp:\t2\n0\n` });
+    expect((await execInSandbox(h.upperDir, 'cat /etc/hostname /etc/hosts /etc/resolv.conf')).output).toBe(
+      `${s.id}\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t${s.id}\nnameserver 192.0.2.53\n`,
+    );
+    // The files are in the upper, owned by the mapped root, not bind mounts.
+    const hosts = await lstat(join(h.upperDir, 'etc/hosts'));
+    expect([hosts.uid, hosts.gid, hosts.mode & 0o777]).toEqual([UID_START, UID_START, 0o644]);
+    expect((await execInSandbox(h.upperDir, 'grep -c " /etc/" /proc/self/mounts')).output.trim()).toBe('0');
+
+    const dev = (await execInSandbox(h.upperDir, 'ls /dev')).output.split('\n').filter(Boolean).sort();
+    expect(dev).toEqual(
+      [
+        'fd',
+        'full',
+        'mqueue',
+        'null',
+        'ptmx',
+        'pts',
+        'random',
+        'shm',
+        'stderr',
+        'stdin',
+        'stdout',
+        'tty',
+        'urandom',
+        'zero',
+      ].sort(),
+    );
+    const ro = await execInSandbox(h.upperDir, 'touch /agentenv/x; echo rc=$?; ls /agentenv/bin/aenv-init');
+    expect(ro.output).toMatch(/Read-only file system/);
+    expect(ro.output).toMatch(/rc=1\n\/agentenv\/bin\/aenv-init/);
+    const mounts = (await execInSandbox(h.upperDir, 'grep -E " /(agentenv|sys) " /proc/self/mounts')).output;
+    expect(mounts).toMatch(/ \/agentenv \S+ ro,nosuid,nodev/);
+    expect(mounts).toMatch(/ \/sys sysfs ro,nosuid,nodev,noexec/);
+    // sysfs shows the sandbox's netns (only lo here), not the host's interfaces.
+    expect((await execInSandbox(h.upperDir, 'ls /sys/class/net')).output).toBe('lo\n');
+    const masked = await execInSandbox(
+      h.upperDir,
+      'wc -c < /proc/keys; ls /sys/firmware | wc -l; echo x > /proc/sysrq-trigger',
+    );
+    expect(masked.output).toMatch(/^0\n0\n/);
+    expect(masked.code).not.toBe(0);
+    // Nested user namespaces are refused by the seccomp filter.
+    expect((await execInSandbox(h.upperDir, 'unshare -U true; echo rc=$?')).output).toMatch(/rc=1/);
+    // /tmp is part of the overlay (it must survive a pause), so it lands in the upper.
+    await execInSandbox(h.upperDir, 'echo kept > /tmp/t1');
+    expect(await readFile(join(h.upperDir, 'tmp/t1'), 'utf8')).toBe('kept\n');
+
+    const listed = (await driver.list()).find((x) => x.id === s.id);
+    expect(listed).toMatchObject({
+      status: 'running',
+      pid: h.pid,
+      hasDir: true,
+      rootfsMounted: true,
+      hasCgroup: true,
+    });
+    const st = await driver.stats(s.id);
+    expect(st.memoryLimitBytes).toBe(128 * 1024 * 1024);
+    expect(st.pids).toBeGreaterThan(0);
+    expect(st.memoryUsageBytes).toBeGreaterThan(0);
+    expect(st.frozen).toBe(false);
+    await driver.destroy(s.id);
+  });
+
+  it('refuses bad specs and duplicate ids with clear errors, leaving nothing behind', async () => {
+    const s = await spec();
+    await expect(driver.create({ ...s, lowerDirs: [join(base, 'nope')] }, { tools })).rejects.toThrow(
+      /image layer dir .*nope does not exist/,
+    );
+    await expect(driver.create({ ...s, id: '../evil' }, { tools })).rejects.toThrow(/sandbox id/);
+    await expect(
+      driver.create(s, { tools: { dir: join(base, 'lower-busybox'), version: 'x' } }),
+    ).rejects.toThrow(/has no bin\/aenv-init/);
+    expect(await leftovers(s.id)).toEqual([]);
+    await driver.create(s, { tools });
+    const dup = await driver.create(s, { tools }).catch((e: unknown) => e);
+    expect(dup).toBeInstanceOf(RuntimeError);
+    expect((dup as RuntimeError).kind).toBe('AlreadyExists');
+    await driver.destroy(s.id);
+    // runc itself fails (the init is not executable): everything made so far is rolled back.
+    const brokenTools = join(base, 'tools-broken');
+    await buildTestTools(brokenTools);
+    await chmod(join(brokenTools, 'bin/aenv-init'), 0o644);
+    const broken = await spec();
+    const err = await driver
+      .create(broken, { tools: { dir: brokenTools, version: 'x' } })
+      .catch((e: unknown) => e);
+    expect(err).toMatchObject({ kind: 'StartFailed' });
+    expect((err as Error).message).toMatch(/runc run .* failed: .*permission denied/);
+    expect(await leftovers(broken.id)).toEqual([]);
+  });
+
+  it('keeps writes through .. and symlinks inside the upper; host-side rewrites never follow them', async () => {
+    const victim = join(base, 'victim.txt');
+    await writeFile(victim, 'host file\n');
+    const s = await spec();
+    const h = await driver.create(s, { tools });
+    const r = await execInSandbox(
+      h.upperDir,
+      `ln -s / /tmp/root; ln -s ../../../../../../../.. /tmp/up; echo a > /tmp/root/../../escape1; mkdir -p /tmp/up${base} && echo b > /tmp/up${base}/escape2; ` +
+        `rm -f /etc/hosts /etc/resolv.conf; ln -s ${victim} /etc/hosts; ln -s /tmp/up${victim} /etc/resolv.conf; echo done`,
+    );
+    expect(r.output).toBe('done\n');
+    expect(await exists('/escape1')).toBe(false);
+    expect(await exists(join(base, 'escape2'))).toBe(false);
+    expect(await readFile(join(h.upperDir, 'escape1'), 'utf8')).toBe('a\n');
+    expect(await readFile(join(h.upperDir, base.slice(1), 'escape2'), 'utf8')).toBe('b\n');
+    // Starting a second sandbox on this disk rewrites /etc files in the new upper: the links are replaced.
+    await driver.freeze(s.id);
+    const snap = join(driver.storeDir, `snap-${s.id}`);
+    await driver.snapshotUpper(s.id, snap);
+    await driver.thaw(s.id);
+    const s2 = await spec();
+    const h2 = await driver.create(s2, { tools, diskSource: snap });
+    expect(await readFile(victim, 'utf8')).toBe('host file\n');
+    expect((await lstat(join(h2.upperDir, 'etc/hosts'))).isFile()).toBe(true);
+    expect((await execInSandbox(h2.upperDir, 'cat /escape1 /etc/hostname')).output).toBe(`a\n${s2.id}\n`);
+    await driver.removeUpperSnapshot(snap);
+    expect(await exists(snap)).toBe(false);
+    await driver.destroy(s.id);
+    await driver.destroy(s2.id);
+  });
+
+  it('OOM-kills a process allocating past memoryMB, and only that process', async () => {
+    const s = await spec({ resources: { cpuCount: 1, memoryMB: 64, pidsLimit: 128 } }, counterCmd);
+    const h = await driver.create(s, { tools });
+    const r = await execInSandbox(h.upperDir, 'dd if=/dev/zero of=/dev/null bs=200M count=1; echo rc=$?');
+    expect(r.output).toMatch(/rc=137/);
+    expect((await driver.stats(s.id)).oomKills).toBeGreaterThanOrEqual(1);
+    // The init and the counter survived.
+    expect((await lstat(`/proc/${h.pid}`)).isDirectory()).toBe(true);
+    const c = await readCounter(h.upperDir);
+    await waitFor(
+      () => readCounter(h.upperDir),
+      (v) => v > c,
+      'counter to advance after the OOM kill',
+    );
+    const small = await execInSandbox(
+      h.upperDir,
+      'dd if=/dev/zero of=/dev/null bs=16M count=1 2>/dev/null; echo rc=$?',
+    );
+    expect(small.output).toBe('rc=0\n');
+    await driver.destroy(s.id);
+  });
+
+  it('stops a fork bomb at pidsLimit', async () => {
+    const s = await spec(
+      { resources: { cpuCount: 1, memoryMB: 128, pidsLimit: 32 } },
+      'bomb() { bomb | bomb & }; bomb',
+    );
+    const h = await driver.create(s, { tools });
+    const eventsFile = `/sys/fs/cgroup/pids/${cgroupParent}/${s.id}/pids.events`;
+    await waitFor(
+      async () => Number(/max (\d+)/.exec(await readFile(eventsFile, 'utf8'))?.[1]),
+      (n) => n > 0,
+      'the pids limit to be hit',
+    );
+    const st = await driver.stats(s.id);
+    expect(st.pids).toBeLessThanOrEqual(32);
+    expect((await lstat(`/proc/${h.pid}`)).isDirectory()).toBe(true);
+    // Tearing down a sandbox with a live fork bomb still works and leaves nothing.
+    await driver.destroy(s.id);
+    expect(await leftovers(s.id)).toEqual([]);
+  });
+
+  it('sets the cpu quota and memory+swap limits in the cgroup', async () => {
+    const s = await spec({ resources: { cpuCount: 0.5, memoryMB: 96, pidsLimit: 64 } });
+    await driver.create(s, { tools });
+    const cg = (ctrl: string, file: string) =>
+      readFile(`/sys/fs/cgroup/${ctrl}/${cgroupParent}/${s.id}/${file}`, 'utf8');
+    expect((await cg('cpu', 'cpu.cfs_quota_us')).trim()).toBe('50000');
+    expect((await cg('cpu', 'cpu.cfs_period_us')).trim()).toBe('100000');
+    expect((await cg('memory', 'memory.limit_in_bytes')).trim()).toBe(String(96 * 1024 * 1024));
+    expect((await cg('memory', 'memory.memsw.limit_in_bytes')).trim()).toBe(String(96 * 1024 * 1024));
+    expect((await cg('pids', 'pids.max')).trim()).toBe('64');
+    await driver.destroy(s.id);
+  });
+
+  it('freezes and thaws: a counter stops and then continues', async () => {
+    const s = await spec({}, counterCmd);
+    const h = await driver.create(s, { tools });
+    await waitFor(
+      () => readCounter(h.upperDir),
+      (v) => v > 2,
+      'counter to start',
+    );
+    await driver.freeze(s.id);
+    expect((await driver.stats(s.id)).frozen).toBe(true);
+    expect((await driver.list()).find((x) => x.id === s.id)?.status).toBe('paused');
+    const frozenAt = await readCounter(h.upperDir);
+    await sleep(300);
+    expect(await readCounter(h.upperDir)).toBe(frozenAt);
+    await driver.freeze(s.id); // idempotent
+    await driver.thaw(s.id);
+    await waitFor(
+      () => readCounter(h.upperDir),
+      (v) => v > frozenAt,
+      'counter to continue after thaw',
+    );
+    expect((await driver.stats(s.id)).frozen).toBe(false);
+    await driver.destroy(s.id);
+    await expect(driver.freeze(s.id)).rejects.toMatchObject({ kind: 'NotFound' });
+  });
+
+  it('destroy is idempotent and leaves no mounts, cgroups, runc state or dirs', async () => {
+    const s = await spec({}, counterCmd);
+    const h = await driver.create(s, { tools });
+    await driver.freeze(s.id); // a frozen sandbox must be destroyable too
+    await driver.destroy(s.id);
+    expect(await leftovers(s.id)).toEqual([]);
+    expect(await processGone(h.pid)).toBe(true);
+    await driver.destroy(s.id);
+    expect((await driver.list()).find((x) => x.id === s.id)).toBeUndefined();
+  });
+
+  it('reconcile after a crash removes everything not kept, including half-made sandboxes', async () => {
+    const keep = await driver.create(await spec({}, counterCmd), { tools });
+    const gone1 = await driver.create(await spec({}, counterCmd), { tools });
+    const gone2 = await driver.create(await spec(), { tools });
+    await driver.freeze(gone2.id);
+    // A create that died half-way: a dir with a mounted overlay and a cgroup with a process in it, no runc state.
+    const half = `t${process.pid}-half`;
+    const hd = join(base, 'home', 'sandboxes', half);
+    await mkdir(join(hd, 'upper'), { recursive: true });
+    await mkdir(join(hd, 'work'));
+    await mkdir(join(hd, 'rootfs'));
+    await run('mount', [
+      '-t',
+      'overlay',
+      'overlay',
+      '-o',
+      `lowerdir=${lower},upperdir=${hd}/upper,workdir=${hd}/work`,
+      `${hd}/rootfs`,
+    ]);
+    const cgDir = `/sys/fs/cgroup/pids/${cgroupParent}/${half}`;
+    await mkdir(cgDir, { recursive: true });
+    const { spawn } = await import('node:child_process');
+    const stray = spawn('sleep', ['600'], { stdio: 'ignore' });
+    await writeFile(join(cgDir, 'cgroup.procs'), String(stray.pid));
+
+    // The server "crashes": a new driver object on the same dirs starts up and reconciles.
+    const fresh = newDriver();
+    await fresh.init();
+    const report = await fresh.reconcile([keep.id]);
+    expect(report.containers).toEqual(expect.arrayContaining([gone1.id, gone2.id]));
+    expect(report.cgroups).toContain(half);
+    expect(report.dirs).toEqual(expect.arrayContaining([gone1.id, gone2.id, half]));
+    expect(report.containers).not.toContain(keep.id);
+    for (const id of [gone1.id, gone2.id, half]) expect(await leftovers(id)).toEqual([]);
+    await waitFor(
+      async () => stray.exitCode !== null || stray.signalCode !== null,
+      (v) => v,
+      'stray process to die',
+    );
+    expect((await fresh.list()).map((x) => x.id)).toEqual([keep.id]);
+    expect((await fresh.list())[0]).toMatchObject({ status: 'running', hasDir: true, rootfsMounted: true });
+    const c = await readCounter(keep.upperDir);
+    await waitFor(
+      () => readCounter(keep.upperDir),
+      (v) => v > c,
+      'kept sandbox to keep running',
+    );
+    await fresh.destroy(keep.id);
+    expect(await leftovers(keep.id)).toEqual([]);
+  });
+
+  describe.skipIf(!hasCriu)('checkpoint / restore / fork (CRIU)', () => {
+    // A process with state in memory (counter + a random secret) and a listening socket.
+    const statefulCmd =
+      'secret=$(head -c 8 /dev/urandom | od -An -tx1 | tr -d " "); echo $secret > /tmp/secret; ' +
+      'nc -ll -p 8080 -e echo hello & i=0; while :; do i=$((i+1)); echo $i > /tmp/count; usleep 50000; done';
+
+    it('checkpoint then restore under the same id: PIDs, counter and listener continue', async () => {
+      const s = await spec({}, statefulCmd);
+      const h = await driver.create(s, { tools });
+      await waitFor(
+        () => readCounter(h.upperDir),
+        (v) => v > 3,
+        'counter to start',
+      );
+      const pidsBefore = (await execInSandbox(h.upperDir, 'pidof nc')).output;
+      const images = join(driver.storeDir, `ckpt-${s.id}`);
+      const ck = await driver.checkpoint(s.id, images);
+      expect(ck.imageBytes).toBeGreaterThan(0);
+      const stopped = await readCounter(h.upperDir);
+      expect(await leftovers(s.id)).toEqual([`dir ${h.sandboxDir}`]); // memory and mounts released, disk kept
+      expect((await driver.list()).find((x) => x.id === s.id)).toMatchObject({
+        status: 'absent',
+        hasDir: true,
+      });
+
+      const r = await driver.restore(s, images, { tools });
+      expect(r.pid).not.toBe(h.pid); // a new host PID; inside, the PIDs are the same
+      const next = await waitFor(
+        () => readCounter(h.upperDir),
+        (v) => v > stopped,
+        'counter to continue',
+      );
+      expect(next).toBeLessThan(stopped + 40); // continued from where it stopped, not restarted from 1
+      const nc = (await execInSandbox(h.upperDir, 'pidof nc; nc 127.0.0.1 8080')).output;
+      expect(nc.split('\n')[0]).toBe(pidsBefore.split('\n')[0]);
+      expect(nc).toMatch(/hello/);
+      expect(await readFile(`/proc/${r.pid}/status`, 'utf8')).toMatch(/Seccomp:\s+2/);
+      expect((await readFile(`/proc/${r.pid}/uid_map`, 'utf8')).trim().split(/\s+/)).toEqual([
+        '0',
+        '100000',
+        '65536',
+      ]);
+      await rm(images, { recursive: true, force: true });
+      await driver.destroy(s.id);
+      expect(await leftovers(s.id)).toEqual([]);
+    });
+
+    it('fork: one leave-running dump restored into a second netns and dir; both run and diverge', async () => {
+      const s = await spec({}, statefulCmd);
+      const h = await driver.create(s, { tools });
+      await waitFor(
+        () => readCounter(h.upperDir),
+        (v) => v > 3,
+        'counter to start',
+      );
+      const secret = await readFile(join(h.upperDir, 'tmp/secret'), 'utf8');
+      const images = join(driver.storeDir, `fork-${s.id}`);
+      const snap = join(driver.storeDir, `fork-disk-${s.id}`);
+      await driver.checkpoint(s.id, images, { leaveRunning: true, upperSnapshotDest: snap });
+      const atFork = Number((await readFile(join(snap, 'upper/tmp/count'), 'utf8')).trim());
+      // The source keeps running.
+      await waitFor(
+        () => readCounter(h.upperDir),
+        (v) => v > atFork,
+        'source to keep running',
+      );
+
+      const child = await spec();
+      const c = await driver.restore(child, images, { tools, diskSource: snap });
+      expect(c.sandboxDir).not.toBe(h.sandboxDir);
+      await waitFor(
+        () => readCounter(c.upperDir),
+        (v) => v > atFork,
+        'fork counter to continue',
+      );
+      expect(await readFile(join(c.upperDir, 'tmp/secret'), 'utf8')).toBe(secret); // same memory/disk at the fork
+      expect((await execInSandbox(c.upperDir, 'hostname; cat /etc/hostname; nc 127.0.0.1 8080')).output).toBe(
+        `${child.id}\n${child.id}\nhello\n`,
+      );
+      // They diverge: writes in one are not seen in the other.
+      await execInSandbox(c.upperDir, 'echo child > /tmp/who');
+      await execInSandbox(h.upperDir, 'echo parent > /tmp/who');
+      expect(await readFile(join(c.upperDir, 'tmp/who'), 'utf8')).toBe('child\n');
+      expect(await readFile(join(h.upperDir, 'tmp/who'), 'utf8')).toBe('parent\n');
+      const [pc, cc] = [await driver.stats(s.id), await driver.stats(child.id)];
+      expect(pc.pids).toBeGreaterThan(0);
+      expect(cc.pids).toBeGreaterThan(0);
+      await driver.removeUpperSnapshot(snap);
+      await rm(images, { recursive: true, force: true });
+      await driver.destroy(child.id);
+      await driver.destroy(s.id);
+      expect(await leftovers(child.id)).toEqual([]);
+    });
+
+    it('refuses a restore with another tools version and reports CRIU failures clearly', async () => {
+      const s = await spec({}, counterCmd);
+      await driver.create(s, { tools });
+      const images = join(driver.storeDir, `ckpt-tools-${s.id}`);
+      await driver.checkpoint(s.id, images);
+      await expect(driver.restore(s, images, { tools: { ...tools, version: 'other' } })).rejects.toThrow(
+        /taken with tools test-tools-1, not other/,
+      );
+      // The disk survives the refused restore, and a correct restore still works.
+      await driver.restore(s, images, { tools });
+      await driver.destroy(s.id);
+      // A damaged image: restore fails with CRIU's own error text, and leaves no half sandbox.
+      const child = await spec();
+      const snapDir = join(driver.storeDir, `empty-disk-${s.id}`);
+      await mkdir(join(snapDir, 'upper'), { recursive: true });
+      for (const f of await readdir(images)) if (f.startsWith('pstree')) await rm(join(images, f));
+      const err = await driver
+        .restore(child, images, { tools, diskSource: snapDir })
+        .catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(RuntimeError);
+      expect((err as RuntimeError).kind).toBe('RestoreFailed');
+      expect((err as Error).message).toMatch(/restore of .* failed: .*Error|restore of .* failed/);
+      expect(await leftovers(child.id)).toEqual([]);
+      await rm(images, { recursive: true, force: true });
+      await rm(snapDir, { recursive: true, force: true });
+    });
+  });
+
+  describe.skipIf(!hasBase)('Debian base image', () => {
+    it('runs with the base image: sudo works for user 1000, package files owned by root inside', async () => {
+      const layers = await unpackOciLayout(BASE_IMAGE, 'latest', join(base, 'base-layers'), UID_START);
+      const s = await spec({ lowerDirs: layers });
+      const h = await driver.create(s, { tools });
+      const r = await execInSandbox(
+        h.upperDir,
+        'stat -c %U /usr/bin/sudo; su user -c "id -u; sudo -n id -u"; useradd -m bob && su bob -c "touch ~/f" && echo ok',
+        60_000,
+      );
+      expect(r.output).toBe('root\n1000\n0\nok\n');
+      const bobFile = await lstat(join(h.upperDir, 'home/bob/f'));
+      expect(bobFile.uid).toBeGreaterThan(UID_START);
+      await driver.destroy(s.id);
+    });
+  });
+});
