@@ -2,7 +2,7 @@
 // namespace, chrooted into a small rootfs (busybox + the host's bash), the tools dir at /agentenv.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
   AuthenticationError,
   CommandExitError,
@@ -39,6 +39,10 @@ beforeAll(async () => {
   });
   expect(res.status).toBe(204);
   sbx = sdkSandbox(envd.url);
+});
+
+afterEach((ctx) => {
+  if (ctx.task.result?.state === 'fail') console.error(`envd log tail:\n${envd?.logs().slice(-6000)}`);
 });
 
 afterAll(async () => {

@@ -4,7 +4,16 @@ import { isTokenExempt, safeEqual, UNAUTHORIZED_MESSAGE, checkFileSigning } from
 import { resolveUser, UnknownUserError, type EnvdContext } from './context.js';
 import { filesystemService } from './fs/service.js';
 import { listenHttp } from './http/listen.js';
-import { HttpError, readBody, sendEmpty, sendError, sendJson, type Req, type Res } from './http/respond.js';
+import {
+  drainRequest,
+  HttpError,
+  readBody,
+  sendEmpty,
+  sendError,
+  sendJson,
+  type Req,
+  type Res,
+} from './http/respond.js';
 import type { Logger } from './logger.js';
 import type { NativeApi } from './native.js';
 import { ProcessManager } from './process/manager.js';
@@ -168,11 +177,13 @@ export async function startEnvd(opts: EnvdOptions): Promise<RunningEnvd> {
 
   const listener = await listenHttp(
     (req, res) => {
-      route(req, res).catch((err: unknown) => {
-        if (err instanceof HttpError) return sendError(res, err.status, err.message);
-        logger.error('request failed', { err, path: req.url });
-        if (!res.headersSent) sendError(res, 500, (err as Error)?.message ?? String(err));
-        else res.destroy();
+      route(req, res).catch(async (err: unknown) => {
+        if (res.headersSent) return res.destroy();
+        const status = err instanceof HttpError ? err.status : 500;
+        if (!(err instanceof HttpError)) logger.error('request failed', { err, path: req.url });
+        // Let the client finish sending its upload, or it sees a reset instead of this answer.
+        if (!(await drainRequest(req))) res.setHeader('connection', 'close');
+        sendError(res, status, (err as Error)?.message ?? String(err));
       });
     },
     opts.port,

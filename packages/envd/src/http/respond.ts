@@ -52,3 +52,33 @@ export async function readBody(req: Req, limit: number): Promise<Buffer> {
   }
   return Buffer.concat(chunks);
 }
+
+/**
+ * Reads and discards what is left of a request body (up to maxBytes), so an error response sent before
+ * the client finished uploading reaches it instead of a reset connection. Resolves false when the body
+ * was larger than that and the connection should be closed instead.
+ */
+export function drainRequest(req: Req, maxBytes = 64 * 1024 * 1024): Promise<boolean> {
+  if (req.readableEnded || req.destroyed) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    let seen = 0;
+    const done = (ok: boolean) => {
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('error', onEnd);
+      resolve(ok);
+    };
+    const onData = (chunk: Buffer) => {
+      seen += chunk.length;
+      if (seen > maxBytes) done(false);
+    };
+    const onEnd = () => done(true);
+    // An abandoned async iterator or pipe would keep the stream paused: take it over.
+    req.removeAllListeners('readable');
+    req.unpipe();
+    req.on('data', onData);
+    req.once('end', onEnd);
+    req.once('error', onEnd);
+    req.resume();
+  });
+}

@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { closeSync, constants, openSync } from 'node:fs';
 import { once } from 'node:events';
 import type * as NodePty from 'node-pty';
 import type { Logger } from '../logger.js';
@@ -39,6 +40,16 @@ export interface RecentExit {
 }
 
 type PtyModule = typeof NodePty;
+
+function holdPtySlave(term: NodePty.IPty): number | undefined {
+  const name = (term as unknown as { ptsName?: string }).ptsName;
+  if (!name) return undefined;
+  try {
+    return openSync(name, constants.O_RDWR | constants.O_NOCTTY);
+  } catch {
+    return undefined;
+  }
+}
 
 export class ProcessStartError extends Error {}
 
@@ -81,10 +92,16 @@ export class ProcessManager {
         throw new ProcessStartError(`error starting process: ${(err as Error).message}`);
       }
       proc = new ManagedProcess(term.pid, o.config, o.tag, { pty: term });
+      // Hold the slave open ourselves: otherwise, when the last process on the terminal exits, the master
+      // can report EOF before node-pty read what the process wrote last, and that output is lost.
+      const slave = holdPtySlave(term);
       term.onData((data: string | Buffer) =>
         proc.emitData('pty', typeof data === 'string' ? Buffer.from(data) : data),
       );
-      term.onExit(({ exitCode, signal }) => this.finish(proc, exitStatus(exitCode, signal)));
+      term.onExit(({ exitCode, signal }) => {
+        if (slave !== undefined) closeSync(slave);
+        this.finish(proc, exitStatus(exitCode, signal));
+      });
     } else {
       const child = spawn(this.opts.initPath, argv, {
         cwd: o.cwd,

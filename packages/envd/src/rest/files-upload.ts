@@ -1,5 +1,6 @@
 import { closeSync, constants, mkdirSync, openSync, statSync, write as fsWrite } from 'node:fs';
 import { promisify } from 'node:util';
+import type { Readable } from 'node:stream';
 import { createGunzip } from 'node:zlib';
 import { posix } from 'node:path';
 import type { IncomingHttpHeaders } from 'node:http';
@@ -140,16 +141,19 @@ async function writeOne(
   return entry;
 }
 
+/** The upload body, decompressed when needed. Iterating it never destroys the request, so an error
+ * response can still be sent after a failed write. */
 function requestBody(req: Req): AsyncIterable<Buffer> {
   const encoding = String(req.headers['content-encoding'] ?? 'identity')
     .trim()
     .toLowerCase();
-  if (encoding === 'identity' || encoding === '') return req as AsyncIterable<Buffer>;
+  if (encoding === 'identity' || encoding === '')
+    return (req as Readable).iterator({ destroyOnReturn: false });
   if (encoding === 'gzip' || encoding === 'x-gzip') {
     const gunzip = createGunzip();
     req.on('error', (err) => gunzip.destroy(err));
     (req as NodeJS.ReadableStream).pipe(gunzip);
-    return gunzip;
+    return gunzip.iterator({ destroyOnReturn: false });
   }
   throw new HttpError(400, `unsupported Content-Encoding '${encoding}' (supported: gzip, identity)`);
 }

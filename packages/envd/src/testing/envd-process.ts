@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -70,13 +71,28 @@ const baseEnv = (env: Record<string, string>) => ({
   ...env,
 });
 
+/** A loopback port that was free a moment ago (envd must keep its port across restarts). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
 /** Runs aenv-init → envd as PID 1 of a mount+PID namespace chrooted into rootfs (see run-in-sandbox.sh). */
 export async function startSandboxEnvd(
   rootfs: string,
   toolsDir: string,
   env: Record<string, string> = {},
 ): Promise<RunningTestEnvd> {
-  const child = spawn(SCRIPT, [rootfs, toolsDir], { env: baseEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(SCRIPT, [rootfs, toolsDir], {
+    env: baseEnv({ ENVD_PORT: String(await freePort()), ...env }),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   const out = { text: '' };
   child.stdout?.on('data', (b: Buffer) => (out.text += b.toString()));
   const port = await waitForPort(child, out);

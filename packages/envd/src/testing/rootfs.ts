@@ -30,6 +30,7 @@ export function buildTestRootfs(dir: string, opts: TestRootfsOptions): void {
     'run',
     'agentenv',
     'var/tmp',
+    'small',
   ]) {
     mkdirSync(join(dir, d), { recursive: true, mode: 0o755 });
   }
