@@ -21,7 +21,9 @@ import {
 function sdkDescriptor(fileName: string): FileDescriptorProto {
   const require = createRequire(import.meta.url);
   const bundle = readFileSync(require.resolve('e2b'), 'utf8');
-  const prefix = Buffer.from(`\n${String.fromCharCode(fileName.length)}${fileName}`).toString('base64').slice(0, 24);
+  const prefix = Buffer.from(`\n${String.fromCharCode(fileName.length)}${fileName}`)
+    .toString('base64')
+    .slice(0, 24);
   const match = new RegExp(`"(${prefix.replace(/[+/]/g, '\\$&')}[A-Za-z0-9+/=]*)"`).exec(bundle);
   if (!match?.[1]) throw new Error(`descriptor for ${fileName} not found in the e2b bundle`);
   return fromBinary(FileDescriptorProtoSchema, Buffer.from(match[1], 'base64'));
@@ -58,14 +60,22 @@ function shapeOfFile(f: FileDescriptorProto) {
     enums: f.enumType.map(shapeOfEnum),
     services: f.service.map((s) => ({
       name: s.name,
-      methods: s.method.map((m) => [m.name, m.inputType, m.outputType, !!m.clientStreaming, !!m.serverStreaming]),
+      methods: s.method.map((m) => [
+        m.name,
+        m.inputType,
+        m.outputType,
+        !!m.clientStreaming,
+        !!m.serverStreaming,
+      ]),
     })),
   };
 }
 
 describe('envd protocol descriptors', () => {
   it('process.proto matches the e2b SDK descriptor', () => {
-    expect(shapeOfFile(file_process_process.proto)).toEqual(shapeOfFile(sdkDescriptor('process/process.proto')));
+    expect(shapeOfFile(file_process_process.proto)).toEqual(
+      shapeOfFile(sdkDescriptor('process/process.proto')),
+    );
   });
 
   it('filesystem.proto matches the e2b SDK descriptor', () => {
@@ -76,16 +86,25 @@ describe('envd protocol descriptors', () => {
 
   it('encodes events as proto3 JSON the SDK expects', () => {
     const end = create(StartResponseSchema, {
-      event: { event: { case: 'end', value: { exitCode: -1, exited: false, status: 'signal: killed', error: 'x' } } },
+      event: {
+        event: { case: 'end', value: { exitCode: -1, exited: false, status: 'signal: killed', error: 'x' } },
+      },
     });
     expect(toJson(StartResponseSchema, end)).toEqual({
       event: { end: { exitCode: -1, status: 'signal: killed', error: 'x' } },
     });
     const data = create(StartResponseSchema, {
-      event: { event: { case: 'data', value: { output: { case: 'stdout', value: Buffer.from('hello\n') } } } },
+      event: {
+        event: { case: 'data', value: { output: { case: 'stdout', value: Buffer.from('hello\n') } } },
+      },
     });
     expect(toJson(StartResponseSchema, data)).toEqual({ event: { data: { stdout: 'aGVsbG8K' } } });
-    const entry = fromJson(EntryInfoSchema, { name: 'a', type: 'FILE_TYPE_FILE', size: '5', symlink_target: '/x' });
+    const entry = fromJson(EntryInfoSchema, {
+      name: 'a',
+      type: 'FILE_TYPE_FILE',
+      size: '5',
+      symlink_target: '/x',
+    });
     expect(entry.type).toBe(FileType.FILE);
     expect(entry.size).toBe(5n);
     expect(entry.symlinkTarget).toBe('/x');
