@@ -7,14 +7,14 @@
 // layer. Every parent of an entry must be a directory this unpack created: the unpacker keeps an exact model of
 // what it has written (the directory is private to it), so a symlink or file in a parent position rejects the
 // layer instead of being followed. Final components are created with O_EXCL|O_NOFOLLOW (files) or with calls that
-// never follow symlinks (mkdir, symlink, link, lchown, the python helper's *at calls).
+// never follow symlinks (mkdir, symlink, link, lchown, the python helper's *at calls). The syscalls themselves
+// run in order on a worker thread (fs-writer.ts); every decision is made here.
 
-import { constants as C } from 'node:fs';
-import { chmod, link, lchown, lutimes, mkdir, open, rm, symlink, unlink, utimes } from 'node:fs/promises';
 import { ImageError } from './errors.js';
+import { FsWriter } from './fs-writer.js';
 import { shiftFileCapability } from './file-caps.js';
 import { applySpecialOps, type SpecialOp } from './special-files.js';
-import { bytesOf, displayName, readTar, type TarEntry, type TarHeader } from './tar-reader.js';
+import { displayName, readTar, type TarEntry, type TarHeader } from './tar-reader.js';
 
 /** Container ids [0, size) map to host ids [hostStart, hostStart + size). */
 export interface IdMap {
@@ -45,8 +45,6 @@ type Kind = 'dir' | 'file' | 'symlink' | 'special';
 
 interface ModelNode {
   kind: Kind;
-  /** Write still in flight for this path. */
-  pending?: Promise<void>;
 }
 
 interface DirAttrs {
@@ -57,11 +55,20 @@ interface DirAttrs {
 }
 
 const SMALL_FILE = 1024 * 1024;
-const MAX_INFLIGHT = 32;
-const MAX_INFLIGHT_BYTES = 64 * 1024 * 1024;
 const BLOCK = 4096;
 const NOBODY = 65534;
-const FILE_FLAGS = C.O_WRONLY | C.O_CREAT | C.O_EXCL | C.O_NOFOLLOW;
+
+/** Exact-size copy: structured clone copies a view's whole ArrayBuffer, and Buffers share pooled ones. */
+function exact(b: Uint8Array): Uint8Array {
+  return new Uint8Array(b);
+}
+
+/** A byte string (one char per byte) as an exact-size byte array. */
+function raw(s: string): Uint8Array {
+  const u = new Uint8Array(s.length);
+  for (let i = 0; i < s.length; i++) u[i] = s.charCodeAt(i);
+  return u;
+}
 
 function reject(message: string): ImageError {
   return new ImageError('UnsupportedImage', `unsafe or invalid layer: ${message}`);
@@ -97,10 +104,8 @@ class LayerWriter {
   private readonly specials = new Map<string, SpecialOp>();
   private readonly opaque = new Set<string>();
   private readonly xattrs = new Map<string, { name: string; value: Buffer }[]>();
-  private readonly inflight = new Set<Promise<void>>();
-  private inflightBytes = 0;
-  private failure: unknown;
   private readonly umask = process.umask();
+  private readonly rootBytes: Uint8Array;
   readonly stats: UnpackStats = {
     entries: 0,
     diskBytes: 0,
@@ -114,12 +119,19 @@ class LayerWriter {
   constructor(
     private readonly root: string,
     private readonly opts: UnpackOptions,
+    private readonly fs: FsWriter,
   ) {
     this.dirAttrs.set('', { mode: 0o755, uid: 0, gid: 0 });
+    this.rootBytes = Buffer.from(`${root.replace(/\/+$/, '')}/`, 'utf8');
   }
 
-  private abs(rel: string): Buffer {
-    return rel === '' ? bytesOf(this.root) : bytesOf(`${this.root}/${rel}`);
+  /** Absolute path as bytes: the root (a normal UTF-8 string) joined with a byte-string entry path. */
+  private abs(rel: string): Uint8Array {
+    if (rel === '') return exact(this.rootBytes.subarray(0, this.rootBytes.length - 1));
+    const out = new Uint8Array(this.rootBytes.length + rel.length);
+    out.set(this.rootBytes, 0);
+    for (let i = 0; i < rel.length; i++) out[this.rootBytes.length + i] = rel.charCodeAt(i);
+    return out;
   }
 
   private shift(id: number): number {
@@ -127,31 +139,6 @@ class LayerWriter {
     if (id < size) return hostStart + id;
     this.stats.clampedIds++;
     return hostStart + Math.min(NOBODY, size - 1);
-  }
-
-  private async track(task: Promise<void>, bytes: number): Promise<void> {
-    this.inflightBytes += bytes;
-    const p = task.then(
-      () => {
-        this.inflight.delete(p);
-        this.inflightBytes -= bytes;
-      },
-      (e: unknown) => {
-        this.inflight.delete(p);
-        this.inflightBytes -= bytes;
-        this.failure ??= e;
-      },
-    );
-    this.inflight.add(p);
-    while (this.inflight.size >= MAX_INFLIGHT || this.inflightBytes >= MAX_INFLIGHT_BYTES) {
-      await Promise.race(this.inflight);
-    }
-    if (this.failure) throw this.failure;
-  }
-
-  async settle(): Promise<void> {
-    while (this.inflight.size > 0) await Promise.allSettled([...this.inflight]);
-    if (this.failure) throw this.failure;
   }
 
   /** Creates missing parents of `rel` and proves every existing one is a directory this unpack made. */
@@ -167,7 +154,7 @@ class LayerWriter {
           this.specials.delete(dir);
           this.opaque.add(dir);
         }
-        await mkdir(this.abs(dir), 0o700);
+        await this.fs.push({ t: 'mkdir', p: this.abs(dir) });
         this.model.set(dir, { kind: 'dir' });
         this.dirAttrs.set(dir, { mode: 0o755, uid: 0, gid: 0 });
         this.stats.diskBytes += BLOCK;
@@ -187,8 +174,7 @@ class LayerWriter {
     this.xattrs.delete(rel);
     if (node === undefined) return;
     if (node.kind === 'dir') {
-      await this.settle();
-      await rm(this.abs(rel), { recursive: true, force: true });
+      await this.fs.push({ t: 'rmrf', p: this.abs(rel) });
       const prefix = `${rel}/`;
       for (const map of [this.model, this.dirAttrs, this.specials, this.xattrs] as Map<string, unknown>[]) {
         for (const k of map.keys()) if (k.startsWith(prefix)) map.delete(k);
@@ -196,8 +182,7 @@ class LayerWriter {
       for (const k of [...this.opaque]) if (k === rel || k.startsWith(prefix)) this.opaque.delete(k);
       this.dirAttrs.delete(rel);
     } else if (node.kind !== 'special') {
-      if (node.pending) await node.pending.catch(() => {});
-      await unlink(this.abs(rel));
+      await this.fs.push({ t: 'unlink', p: this.abs(rel) });
     }
     this.model.delete(rel);
   }
@@ -221,7 +206,6 @@ class LayerWriter {
   }
 
   async entry(e: TarEntry): Promise<void> {
-    if (this.failure) throw this.failure;
     const h = e.header;
     this.stats.entries++;
     const rel = cleanEntryPath(h.name);
@@ -307,7 +291,7 @@ class LayerWriter {
     // A whiteout earlier in this layer followed by a new directory: overlay expresses "replace" as opaque.
     const wasWhiteout = this.specials.get(rel)?.op === 'whiteout';
     await this.removeExisting(rel);
-    await mkdir(this.abs(rel), 0o700);
+    await this.fs.push({ t: 'mkdir', p: this.abs(rel) });
     this.model.set(rel, { kind: 'dir' });
     this.dirAttrs.set(rel, attrs);
     if (wasWhiteout) this.opaque.add(rel);
@@ -329,60 +313,33 @@ class LayerWriter {
     this.stats.diskBytes += blocks(h.size);
 
     if (h.size > SMALL_FILE) {
-      const fh = await open(path, FILE_FLAGS, mode & 0o777);
-      try {
-        let pos = 0;
-        for await (const chunk of e.body()) {
-          let off = 0;
-          while (off < chunk.length) {
-            const { bytesWritten } = await fh.write(chunk, off, chunk.length - off, pos);
-            off += bytesWritten;
-            pos += bytesWritten;
-          }
-        }
-        await fh.chown(uid, gid);
-        if (needChmod) await fh.chmod(mode);
-        await fh.utimes(mtime, mtime);
-      } finally {
-        await fh.close();
-      }
+      await this.fs.push({ t: 'open', p: path, m: mode });
+      for await (const chunk of e.body()) await this.fs.push({ t: 'chunk', d: exact(chunk) }, chunk.length);
+      await this.fs.push({ t: 'close', u: uid, g: gid, mt: mtime, m: mode, chmod: needChmod });
       this.model.set(rel, { kind: 'file' });
       return;
     }
-
     const data = await e.readAll();
-    const node: ModelNode = { kind: 'file' };
-    const task = (async () => {
-      const fh = await open(path, FILE_FLAGS, mode & 0o777);
-      try {
-        let off = 0;
-        while (off < data.length) off += (await fh.write(data, off, data.length - off, off)).bytesWritten;
-        await fh.chown(uid, gid);
-        if (needChmod) await fh.chmod(mode);
-        await fh.utimes(mtime, mtime);
-      } finally {
-        await fh.close();
-      }
-    })();
-    node.pending = task;
-    this.model.set(rel, node);
-    await this.track(task, data.length);
+    await this.fs.push(
+      { t: 'file', p: path, d: exact(data), m: mode, u: uid, g: gid, mt: mtime, chmod: needChmod },
+      data.length,
+    );
+    this.model.set(rel, { kind: 'file' });
   }
 
   private async symlink(rel: string, h: TarHeader): Promise<void> {
     if (h.linkname === '') throw reject(`symlink ${displayName(h.name)} has an empty target`);
     await this.removeExisting(rel);
-    const path = this.abs(rel);
-    const uid = this.shift(h.uid);
-    const gid = this.shift(h.gid);
-    const task = (async () => {
-      await symlink(bytesOf(h.linkname), path);
-      await lchown(path, uid, gid);
-      await lutimes(path, h.mtime, h.mtime);
-    })();
-    this.model.set(rel, { kind: 'symlink', pending: task });
+    await this.fs.push({
+      t: 'symlink',
+      p: this.abs(rel),
+      target: raw(h.linkname),
+      u: this.shift(h.uid),
+      g: this.shift(h.gid),
+      mt: h.mtime,
+    });
+    this.model.set(rel, { kind: 'symlink' });
     if (h.linkname.length > 60) this.stats.diskBytes += BLOCK;
-    await this.track(task, 0);
   }
 
   private async hardlink(rel: string, h: TarHeader): Promise<void> {
@@ -398,13 +355,12 @@ class LayerWriter {
       throw reject(`hardlink ${displayName(h.name)} points to a whiteout, device or fifo`);
     if (target === rel) return;
     await this.removeExisting(rel);
-    if (t.pending) await t.pending;
-    await link(this.abs(target), this.abs(rel));
+    await this.fs.push({ t: 'link', from: this.abs(target), p: this.abs(rel) });
     this.model.set(rel, { kind: t.kind });
   }
 
   async finish(): Promise<void> {
-    await this.settle();
+    await this.fs.drain();
     const ops: SpecialOp[] = [...this.specials.values()];
     for (const dir of this.opaque)
       if (this.model.get(dir)?.kind === 'dir') ops.push({ op: 'opaque', path: dir });
@@ -418,18 +374,17 @@ class LayerWriter {
     }
     // Before directory times: creating whiteouts and fifos touches their parents' mtime.
     await applySpecialOps(this.root, ops, this.opts.python);
-
-    const entries = [...this.dirAttrs];
-    for (let i = 0; i < entries.length; i += MAX_INFLIGHT) {
-      await Promise.all(
-        entries.slice(i, i + MAX_INFLIGHT).map(async ([rel, a]) => {
-          const p = this.abs(rel);
-          await lchown(p, this.shift(a.uid), this.shift(a.gid));
-          await chmod(p, a.mode);
-          if (a.mtime !== undefined) await utimes(p, a.mtime, a.mtime);
-        }),
-      );
+    for (const [rel, a] of this.dirAttrs) {
+      await this.fs.push({
+        t: 'dir',
+        p: this.abs(rel),
+        u: this.shift(a.uid),
+        g: this.shift(a.gid),
+        m: a.mode,
+        mt: a.mtime ?? null,
+      });
     }
+    await this.fs.drain();
   }
 }
 
@@ -442,16 +397,17 @@ export async function unpackLayer(
   dir: string,
   opts: UnpackOptions,
 ): Promise<UnpackStats> {
-  const w = new LayerWriter(dir, opts);
+  const fs = new FsWriter();
+  const w = new LayerWriter(dir, opts, fs);
   try {
     for await (const entry of readTar(source)) {
       opts.signal?.throwIfAborted();
       await w.entry(entry);
     }
     await w.finish();
-  } catch (e) {
-    await w.settle().catch(() => {});
-    throw e;
+  } finally {
+    // On failure this abandons queued operations; the caller removes the directory afterwards.
+    await fs.close();
   }
   const s = w.stats;
   if (s.skippedDevices > 0)

@@ -193,3 +193,38 @@ describe('SyncCoalescer', () => {
     expect(starts).toHaveLength(2);
   });
 });
+
+describe('FsWriter', () => {
+  it('runs operations in order and reports the first failure with its path', async () => {
+    const { FsWriter } = await import('./fs-writer.js');
+    const { existsSync, readFileSync } = await import('node:fs');
+    const dir = mkdtempSync(join(tmpdir(), 'aenv-fsw-'));
+    const p = (s: string) => new Uint8Array(Buffer.from(join(dir, s)));
+    const w = new FsWriter();
+    try {
+      await w.push({ t: 'mkdir', p: p('d') });
+      const uid = process.getuid!();
+      await w.push({
+        t: 'file',
+        p: p('d/f'),
+        d: new Uint8Array(Buffer.from('hi')),
+        m: 0o644,
+        u: uid,
+        g: uid,
+        mt: 1,
+        chmod: false,
+      });
+      await w.push({ t: 'link', from: p('d/f'), p: p('d/g') });
+      await w.drain();
+      expect(readFileSync(join(dir, 'd/g'), 'utf8')).toBe('hi');
+      await w.push({ t: 'mkdir', p: p('missing/x') });
+      await w.push({ t: 'mkdir', p: p('after') });
+      await expect(w.drain()).rejects.toThrow(/mkdir ".*missing\/x": ENOENT/);
+      expect(existsSync(join(dir, 'after'))).toBe(false);
+      await expect(w.push({ t: 'mkdir', p: p('later') })).rejects.toThrow(/ENOENT/);
+    } finally {
+      await w.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
