@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepares this host for aenv: Debian packages, and CRIU >= 4.1 from Debian trixie in a private
 # prefix. Idempotent and quiet: on a ready host it only checks, then prints a short summary.
-# Usage: setup-host.sh [--deps-path DIR] [--refresh-criu]
+# Usage: setup-host.sh [--deps-path DIR] [--refresh-criu] [--criu-suite SUITE]
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 
@@ -22,12 +22,14 @@ HOST_PACKAGES=(
 
 usage() {
   cat <<EOF
-Usage: $(basename "$0") [--deps-path DIR] [--refresh-criu]
+Usage: $(basename "$0") [--deps-path DIR] [--refresh-criu] [--criu-suite SUITE]
 
   --deps-path DIR   where runtime dependencies go (default: \$AENV_DEPS_PATH, else
                     \${AENV_HOME_PATH:-/var/lib/aenv}/deps, like the server config);
                     CRIU lands in DIR/criu/<version>, DIR/criu/current, DIR/criu/criu.conf
-  --refresh-criu    look up the newest trixie CRIU even if a working one is installed
+  --refresh-criu    look up the newest CRIU of the suite even if a working one is installed
+  --criu-suite S    Debian suite CRIU comes from (default: \${AENV_CRIU_SUITE:-trixie}, CRIU 4.1.1;
+                    forky has 4.2.x); switching suites implies --refresh-criu
 EOF
 }
 
@@ -48,6 +50,11 @@ while [ $# -gt 0 ]; do
     --refresh-criu)
       refresh_criu=1
       shift
+      ;;
+    --criu-suite)
+      [ $# -ge 2 ] && [[ $2 =~ ^[a-z]+$ ]] || aenv_die "--criu-suite needs a Debian suite name (e.g. trixie)"
+      AENV_CRIU_SUITE=$2
+      shift 2
       ;;
     -h | --help)
       usage
@@ -80,6 +87,9 @@ installed=$(aenv_ensure_debs "${HOST_PACKAGES[@]}")
 
 aenv_criu_reconcile "$criu_root"
 criu_note=present
+if [ -f "$criu_root/current/.aenv/suite" ] && [ "$(cat "$criu_root/current/.aenv/suite")" != "$AENV_CRIU_SUITE" ]; then
+  refresh_criu=1
+fi
 if [ "$refresh_criu" = 1 ] || ! aenv_criu_ready "$criu_root"; then
   aenv_log "installing CRIU from Debian $AENV_CRIU_SUITE into $criu_root ..."
   aenv_criu_install "$criu_root" >/dev/null

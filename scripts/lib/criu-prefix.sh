@@ -177,6 +177,7 @@ aenv_criu_install() {
     patchelf --set-interpreter "$loader" --force-rpath --set-rpath "$rpath" "$stage/usr/sbin/criu"
     mkdir -p "$stage/bin"
     ln -sfn ../usr/sbin/criu "$stage/bin/criu"
+    printf '%s\n' "$AENV_CRIU_SUITE" >"$stage/.aenv/suite"
     date -u +%Y-%m-%dT%H:%M:%SZ >"$stage/.aenv/complete"
     rm -rf "$final"
     mv -T "$stage" "$final"
