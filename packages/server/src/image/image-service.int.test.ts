@@ -458,6 +458,12 @@ describe('errors', () => {
       // The first registry is down, the second has the image.
       const img = await s.service.pull('test/single:v1');
       expect(img.reference).toBe(ref('test/single'));
+      // Once cached, the later candidate is served without asking the earlier (down) registry again.
+      const triedBefore = s.log.lines.filter((l) => l.msg?.includes('trying the next registry')).length;
+      proxy.reset();
+      await s.service.pull('test/single:v1');
+      expect(s.log.lines.filter((l) => l.msg?.includes('trying the next registry')).length).toBe(triedBefore);
+      expect(proxy.count(/./)).toBe(0);
     } finally {
       await s.close();
     }

@@ -263,6 +263,13 @@ export class ImageService {
 
   private async pullResolved(ref: string, opts: PullOptions): Promise<PulledImage> {
     const candidates = this.resolve(ref);
+    if (!opts.refresh) {
+      // Any candidate already in the cache wins before a registry is asked about an earlier one.
+      for (const c of candidates) {
+        const cached = this.cachedRegistryCandidate(c);
+        if (cached) return this.hit(cached, c.canonical);
+      }
+    }
     if (candidates.length === 1) return this.pullCandidate(candidates[0]!, opts);
     const failures: { registry: string; error: ImageError }[] = [];
     for (const c of candidates) {
@@ -294,12 +301,6 @@ export class ImageService {
   private async pullCandidate(c: ResolvedReference, opts: PullOptions): Promise<PulledImage> {
     const ref = c.reference;
     if (ref.transport === 'registry') {
-      if (!opts.refresh) {
-        // A digest reference may name an index; its platform manifest was recorded under the reference.
-        const cached =
-          this.cachedByRef(c.canonical, null) ?? (ref.digest ? this.completeImage(ref.digest) : undefined);
-        if (cached) return this.hit(cached, c.canonical);
-      }
       const source = new RegistrySource(this.client, ref, opts.credentials, c.canonical);
       return this.pullFromSource(source, c.canonical, null, opts);
     }
@@ -330,6 +331,13 @@ export class ImageService {
     } finally {
       await this.layers.removeTmp(tmp);
     }
+  }
+
+  private cachedRegistryCandidate(c: ResolvedReference): StoredImage | undefined {
+    const ref = c.reference;
+    if (ref.transport !== 'registry') return undefined;
+    // A digest reference may name an index; its platform manifest was recorded under the reference.
+    return this.cachedByRef(c.canonical, null) ?? (ref.digest ? this.completeImage(ref.digest) : undefined);
   }
 
   private hit(img: StoredImage, reference: string): PulledImage {
