@@ -9,6 +9,11 @@ const listenAddrOrEmpty = {
 };
 const httpUrl = { test: isHttpUrl, rule: 'must be an http:// or https:// URL', label: 'http(s) URL' };
 const ALIAS_RE = /^[A-Za-z0-9_-]+$/;
+const resourcePrefix = {
+  test: (v: string) => /^[a-z][a-z0-9]{0,7}$/.test(v),
+  rule: 'must be 1-8 characters [a-z0-9] starting with a letter (it prefixes 15-character interface names)',
+  label: 'prefix',
+};
 
 export const DEFAULT_BOOT_ARGS =
   'console=ttyS0 reboot=k panic=1 pci=off mitigations=off init=/init damon_reclaim.enabled=Y ' +
@@ -73,6 +78,16 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
     env: 'AENV_LOG_LEVEL',
     aenv: true,
     doc: 'Lowest log level written.',
+  }),
+
+  resource_prefix: str({
+    default: 'aenv',
+    env: 'AENV_RESOURCE_PREFIX',
+    aenv: true,
+    trim: true,
+    check: resourcePrefix,
+    doc:
+      'Prefix of the host objects this node creates (netns files, veths, nft table, cgroups). Nodes sharing a host need distinct values (and distinct network.internal CIDRs).',
   }),
 
   api: section(

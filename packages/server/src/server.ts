@@ -168,6 +168,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       enabled: config.pool.network.enabled,
     },
     controlPlanePort: config.tools.control_plane_port,
+    namePrefix: config.resource_prefix,
     logger: logger.child({ component: 'network' }),
     metricsRegistry: metrics.registry,
   });
@@ -181,6 +182,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     uidMapSize: config.runtime.uid_map_size,
     cowVolume: config.runtime.cow_volume,
     cowVolumeSizeGb: config.runtime.cow_volume_size_gb,
+    cgroupParent: config.resource_prefix,
     logger: logger.child({ component: 'runtime' }),
   });
   await runtime.init();
