@@ -184,12 +184,6 @@ export class ImageService {
   constructor(private readonly opts: ImageServiceOptions) {
     this.resolverConfig = normalizeResolverConfig(opts.resolver);
     this.gcConfig = normalizeGcConfig(opts.gc);
-    if (opts.resolver?.convertStandardOci === false) {
-      throw new ImageError(
-        'Internal',
-        'image.resolver.convert_standard_oci = false requires overlaybd-native images, which the container driver cannot use',
-      );
-    }
     this.uidShift = opts.uidShift ?? DEFAULT_UID_SHIFT;
     this.uidRange = opts.uidRangeSize ?? DEFAULT_UID_RANGE;
     if (!Number.isSafeInteger(this.uidShift) || this.uidShift < 0)
@@ -199,6 +193,12 @@ export class ImageService {
     if (opts.capacityGb !== undefined && !(opts.capacityGb > 0))
       throw new Error(`image.cache.capacity_gb must be > 0`);
     this.log = opts.logger;
+    if (opts.resolver?.convertStandardOci === false) {
+      this.log.warn(
+        {},
+        'image.resolver.convert_standard_oci = false is ignored: the container driver always unpacks standard OCI layers',
+      );
+    }
     this.now = opts.now ?? Date.now;
     this.platform = opts.platform ?? hostPlatform();
     this.retry = opts.retry ?? DEFAULT_RETRY;

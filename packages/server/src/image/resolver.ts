@@ -24,7 +24,7 @@ export interface ResolverConfig {
   searchRegistries?: readonly string[];
   /** `allowed_registries`: undefined = every registry is allowed; [] = none is. */
   allowedRegistries?: readonly string[] | undefined;
-  /** `convert_standard_oci`: the container driver always unpacks standard OCI layers; false is rejected at use. */
+  /** `convert_standard_oci`: the container driver always unpacks standard OCI layers; false is ignored (warned). */
   convertStandardOci?: boolean;
   /** `try_referrers_overlaybd_prefixes`: parsed for compatibility; the container driver never uses referrers. */
   tryReferrersOverlaybdPrefixes?: readonly string[];
