@@ -9,6 +9,11 @@
  *   setXattr(path, name, value) / removeXattr(path, name)
  *   watchStart(cb)                 start the inotify reader thread; cb(events) gets [[wd, mask, cookie, name], ...]
  *   watchAdd(path, mask) -> wd / watchRemove(wd)
+ *   spawn(file, argv[], envp[], cwd, pipeStdin, onExit) -> {pid, stdin, stdout, stderr}
+ *                                  posix_spawn (vfork: no page-table copy of the big envd process, which
+ *                                  Node's fork-based spawn pays on every command) in a new session, with
+ *                                  pipes for stdout/stderr and stdin (or /dev/null); onExit(code, signal)
+ *                                  comes from a waitpid thread. All fds are close-on-exec in envd.
  *
  * Linux credentials are per thread in the kernel; glibc's setgroups() broadcasts to all threads, so the raw
  * syscall is used. Only synchronous fs calls made inside fn run on this thread; async fs calls run on libuv's
@@ -23,7 +28,11 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/fsuid.h>
+#include <sys/wait.h>
 #include <sys/inotify.h>
 #include <sys/syscall.h>
 #include <sys/xattr.h>
@@ -335,6 +344,162 @@ static napi_value watch_remove(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+
+/* ---- spawn ------------------------------------------------------------------------------------ */
+
+typedef struct {
+  pid_t pid;
+  napi_threadsafe_function tsfn;
+} exit_watch;
+
+typedef struct {
+  int code;
+  int signal;
+} exit_info;
+
+static void deliver_exit(napi_env env, napi_value cb, void *context, void *data) {
+  (void)context;
+  exit_info *info = data;
+  if (env) {
+    napi_value args[2], global;
+    napi_create_int32(env, info->code, &args[0]);
+    napi_create_int32(env, info->signal, &args[1]);
+    napi_get_global(env, &global);
+    napi_call_function(env, global, cb, 2, args, NULL);
+  }
+  free(info);
+}
+
+static void *exit_waiter(void *arg) {
+  exit_watch *w = arg;
+  int status = 0;
+  while (waitpid(w->pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  exit_info *info = malloc(sizeof(exit_info));
+  if (info) {
+    info->code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    info->signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    if (napi_call_threadsafe_function(w->tsfn, info, napi_tsfn_blocking) != napi_ok) free(info);
+  }
+  napi_release_threadsafe_function(w->tsfn, napi_tsfn_release);
+  free(w);
+  return NULL;
+}
+
+static char **string_array(napi_env env, napi_value arr) {
+  uint32_t n = 0;
+  if (napi_get_array_length(env, arr, &n) != napi_ok) return NULL;
+  char **out = calloc(n + 1, sizeof(char *));
+  if (!out) return NULL;
+  for (uint32_t i = 0; i < n; i++) {
+    napi_value el;
+    napi_get_element(env, arr, i, &el);
+    out[i] = get_string(env, el);
+    if (!out[i]) {
+      for (uint32_t j = 0; j < i; j++) free(out[j]);
+      free(out);
+      return NULL;
+    }
+  }
+  return out;
+}
+
+static void free_array(char **a) {
+  if (!a) return;
+  for (char **p = a; *p; p++) free(*p);
+  free(a);
+}
+
+static napi_value spawn_process(napi_env env, napi_callback_info info) {
+  size_t argc = 6;
+  napi_value argv[6];
+  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  if (argc < 6) {
+    napi_throw_type_error(env, NULL, "spawn(file, argv, envp, cwd, pipeStdin, onExit)");
+    return NULL;
+  }
+  bool pipe_stdin;
+  CHECK(napi_get_value_bool(env, argv[4], &pipe_stdin));
+  char *file = get_string(env, argv[0]), *cwd = get_string(env, argv[3]);
+  char **args = string_array(env, argv[1]), **envp = string_array(env, argv[2]);
+  int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+  napi_value result = NULL;
+  int rc = 0;
+  const char *what = "spawn";
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t at;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&at);
+  if (!file || !cwd || !args || !envp) {
+    rc = ENOMEM;
+    goto done;
+  }
+  if ((pipe_stdin && pipe2(in, O_CLOEXEC)) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) {
+    rc = errno;
+    what = "pipe2";
+    goto done;
+  }
+  if (pipe_stdin) posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+  else posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+  posix_spawn_file_actions_addchdir_np(&fa, cwd);
+  sigset_t all, none;
+  sigfillset(&all);
+  sigemptyset(&none);
+  posix_spawnattr_setsigdefault(&at, &all);
+  posix_spawnattr_setsigmask(&at, &none);
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSID);
+  pid_t pid;
+  rc = posix_spawn(&pid, file, &fa, &at, args, envp);
+  if (rc) goto done;
+
+  exit_watch *w = malloc(sizeof(exit_watch));
+  napi_value name;
+  napi_create_string_utf8(env, "aenv-exit", NAPI_AUTO_LENGTH, &name);
+  pthread_t th;
+  if (!w || napi_create_threadsafe_function(env, argv[5], NULL, name, 0, 1, NULL, NULL, NULL, deliver_exit, &w->tsfn) != napi_ok ||
+      (w->pid = pid, pthread_create(&th, NULL, exit_waiter, w)) != 0) {
+    /* Cannot watch it: do not leave an unreaped, unobserved child behind. */
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    free(w);
+    rc = EAGAIN;
+    what = "pthread_create";
+    goto done;
+  }
+  pthread_detach(th);
+
+  napi_value obj, v;
+  napi_create_object(env, &obj);
+  napi_create_int32(env, pid, &v);
+  napi_set_named_property(env, obj, "pid", v);
+  napi_create_int32(env, pipe_stdin ? in[1] : -1, &v);
+  napi_set_named_property(env, obj, "stdin", v);
+  napi_create_int32(env, out[0], &v);
+  napi_set_named_property(env, obj, "stdout", v);
+  napi_create_int32(env, err[0], &v);
+  napi_set_named_property(env, obj, "stderr", v);
+  if (pipe_stdin) in[1] = -1;
+  out[0] = err[0] = -1;
+  result = obj;
+
+done:
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&at);
+  for (int i = 0; i < 2; i++) {
+    if (in[i] >= 0) close(in[i]);
+    if (out[i] >= 0) close(out[i]);
+    if (err[i] >= 0) close(err[i]);
+  }
+  free_array(args);
+  free_array(envp);
+  free(cwd);
+  if (rc) result = throw_errno(env, rc, what, file);
+  free(file);
+  return result;
+}
+
 NAPI_MODULE_INIT() {
   struct {
     const char *name;
@@ -342,7 +507,7 @@ NAPI_MODULE_INIT() {
   } fns[] = {
       {"runAs", run_as},           {"getXattrs", get_xattrs},   {"setXattr", set_xattr},
       {"removeXattr", remove_xattr}, {"watchStart", watch_start}, {"watchAdd", watch_add},
-      {"watchRemove", watch_remove},
+      {"watchRemove", watch_remove},   {"spawn", spawn_process},
   };
   for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
     napi_value f;

@@ -12,6 +12,15 @@ export interface NativeApi {
   watchStart(onEvents: (events: [number, number, number, string][]) => void): void;
   watchAdd(path: string, mask: number): number;
   watchRemove(wd: number): void;
+  /** posix_spawn in a new session; fds are envd's ends of the pipes (stdin -1 when /dev/null). */
+  spawn(
+    file: string,
+    argv: string[],
+    envp: string[],
+    cwd: string,
+    pipeStdin: boolean,
+    onExit: (code: number, signal: number) => void,
+  ): { pid: number; stdin: number; stdout: number; stderr: number };
 }
 
 /** Loads the addon from an absolute path (it ships in the tools dir next to envd.cjs). */

@@ -77,7 +77,7 @@ export async function startEnvd(opts: EnvdOptions): Promise<RunningEnvd> {
     logger,
     basePath: opts.basePath || DEFAULT_PATH,
   };
-  const processes = new ProcessManager({ initPath: opts.initPath, logger });
+  const processes = new ProcessManager({ initPath: opts.initPath, native: opts.native, logger });
   const metrics = new MetricsReader();
 
   const rpc = connectNodeAdapter({

@@ -1,7 +1,7 @@
-import type { ChildProcess } from 'node:child_process';
 import type { IPty } from 'node-pty';
 import { EventQueue } from '../event-queue.js';
 import type { ExitStatus } from './exit-status.js';
+import type { PipedChild } from './spawn-piped.js';
 
 export interface ProcessConfigData {
   cmd: string;
@@ -41,7 +41,7 @@ export class ManagedProcess {
     readonly pid: number,
     readonly config: ProcessConfigData,
     readonly tag: string | undefined,
-    private readonly io: { child: ChildProcess; pty?: undefined } | { pty: IPty; child?: undefined },
+    private readonly io: { child: PipedChild; pty?: undefined } | { pty: IPty; child?: undefined },
   ) {
     this.stdinOpen = io.pty !== undefined || !!io.child?.stdin;
     this.finished = new Promise((resolve) => (this.resolveFinished = resolve));

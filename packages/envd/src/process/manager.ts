@@ -1,11 +1,11 @@
-import { spawn } from 'node:child_process';
 import { closeSync, constants, openSync } from 'node:fs';
-import { once } from 'node:events';
 import type * as NodePty from 'node-pty';
 import type { Logger } from '../logger.js';
 import type { SandboxUser } from '../users/user-db.js';
 import { exitStatus, type ExitStatus } from './exit-status.js';
 import { ManagedProcess, type ProcessConfigData, type ProcessOutput } from './managed-process.js';
+import { spawnPiped, type PipedChild } from './spawn-piped.js';
+import type { NativeApi } from '../native.js';
 import type { EventQueue } from '../event-queue.js';
 
 export interface StartOptions {
@@ -26,6 +26,8 @@ export interface StartOptions {
 export interface ProcessManagerOptions {
   /** Path of aenv-init, used as `aenv-init exec-as` to apply uid, gid and supplementary groups. */
   initPath: string;
+  /** Spawns through posix_spawn when available (see spawn-piped.ts). */
+  native?: NativeApi;
   logger: Logger;
   /** How long to wait for output pipes after the process exited before ending the stream anyway. */
   pipeDrainGraceMs?: number;
@@ -103,25 +105,36 @@ export class ProcessManager {
         this.finish(proc, exitStatus(exitCode, signal));
       });
     } else {
-      const child = spawn(this.opts.initPath, argv, {
-        cwd: o.cwd,
-        env: o.env,
-        stdio: [o.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
-        detached: true,
-      });
-      if (child.pid === undefined) {
-        const [err] = (await once(child, 'error')) as [Error];
-        throw new ProcessStartError(`error starting process: ${err.message}`);
+      let child: PipedChild;
+      try {
+        child = await spawnPiped(this.opts.native, this.opts.initPath, argv, {
+          cwd: o.cwd,
+          env: o.env,
+          stdin: o.stdin,
+        });
+      } catch (err) {
+        throw new ProcessStartError(`error starting process: ${(err as Error).message}`);
       }
       const { stdout, stderr } = child;
-      if (!stdout || !stderr) throw new ProcessStartError('error starting process: no output pipes');
       proc = new ManagedProcess(child.pid, o.config, o.tag, { child });
       child.stdin?.on('error', () => {});
       stdout.on('data', (b: Buffer) => proc.emitData('stdout', b));
       stderr.on('data', (b: Buffer) => proc.emitData('stderr', b));
+      let open = 2;
       let exited: ExitStatus | undefined;
       let grace: NodeJS.Timeout | undefined;
-      child.on('exit', (code, signal) => {
+      const maybeFinish = () => {
+        if (!exited || open > 0) return;
+        if (grace) clearTimeout(grace);
+        this.finish(proc, exited);
+      };
+      for (const s of [stdout, stderr]) {
+        s.once('close', () => {
+          open--;
+          maybeFinish();
+        });
+      }
+      void child.exited.then(({ code, signal }) => {
         exited = exitStatus(code, signal);
         // A background grandchild can keep the pipes open forever; do not wait for it.
         grace = setTimeout(() => {
@@ -129,10 +142,7 @@ export class ProcessManager {
           stderr.destroy();
           this.finish(proc, exited!);
         }, this.opts.pipeDrainGraceMs ?? 250);
-      });
-      child.on('close', (code, signal) => {
-        if (grace) clearTimeout(grace);
-        this.finish(proc, exited ?? exitStatus(code, signal));
+        maybeFinish();
       });
     }
     const events = proc.subscribe();
