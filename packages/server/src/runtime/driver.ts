@@ -145,6 +145,8 @@ export interface RuntimeDriver {
   /** Deletes every sandbox resource on the host whose id is not in `keepIds` (startup after a crash). */
   reconcile(keepIds: Iterable<string>): Promise<ReconcileReport>;
   stats(id: string): Promise<SandboxStats>;
+  /** Waits for the driver's background work to finish (graceful shutdown, tests). Sandboxes keep running. */
+  close(): Promise<void>;
 }
 
 export type RuntimeErrorKind =

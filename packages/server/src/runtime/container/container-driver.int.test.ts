@@ -137,6 +137,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
   afterAll(async () => {
     if (!base) return;
     await driver?.reconcile([]).catch(() => {});
+    await driver?.close();
     await run('umount', [join(base, 'home', 'sandboxes')], { allowFailure: true });
     for (const p of netns) await removeNetnsFile(p);
     for (const m of (await readMounts()).filter((x) => x.mountPoint.startsWith(base))) {
@@ -434,6 +435,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     await writeFile(join(cgDir, 'cgroup.procs'), String(stray.pid));
 
     // The server "crashes": a new driver object on the same dirs starts up and reconciles.
+    await driver.close(); // the old driver object is gone; its background work must not race the new one
     const fresh = newDriver();
     await fresh.init();
     const report = await fresh.reconcile([keep.id]);
@@ -457,6 +459,9 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     );
     await fresh.destroy(keep.id);
     expect(await leftovers(keep.id)).toEqual([]);
+    await fresh.close();
+    driver = newDriver();
+    await driver.init();
   });
 
   describe.skipIf(!hasCriu)('checkpoint / restore / fork (CRIU)', () => {

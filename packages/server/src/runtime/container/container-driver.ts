@@ -1,5 +1,16 @@
 import { constants } from 'node:fs';
-import { access, chmod, chown, mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import {
+  access,
+  chmod,
+  chown,
+  mkdir,
+  readFile,
+  readdir,
+  rename,
+  rm,
+  stat,
+  writeFile,
+} from 'node:fs/promises';
 import { join } from 'node:path';
 import { run } from '../../util/exec.js';
 import type {
@@ -29,9 +40,10 @@ import {
 import { writeEtcFiles } from './etc-files.js';
 import { KeyedLock } from './keyed-lock.js';
 import { mountsUnder, readMounts } from './mountinfo.js';
-import { mountOverlay, mountSysfs, unmountTree } from './mounts.js';
+import { mountSandbox, sandboxFstab, unmountTree } from './mounts.js';
 import { buildOciConfig, DEFAULT_CAPABILITIES, INIT_PATH } from './oci-config.js';
 import { Runc, RuncError } from './runc.js';
+import { SpareDirs, Trash } from './spare-dirs.js';
 import type { OciSeccomp, SeccompSource } from './seccomp.js';
 import { loadSeccompProfile } from './seccomp.js';
 import { assertHostPath, assertSandboxId, isSandboxId, validateSpec } from './validate.js';
@@ -75,6 +87,8 @@ export interface ContainerDriverOptions {
    * registers do not fire (PVM guests) every dump hangs with them. See CRIU_NO_BREAKPOINTS_ENV.
    */
   criuHardwareBreakpoints?: boolean;
+  /** Empty sandbox dirs kept ready so a create only renames one (default 2; 0 = none). */
+  spareDirs?: number;
   logger?: Logger;
 }
 
@@ -99,6 +113,7 @@ interface SandboxPaths {
   sys: string;
   bundle: string;
   config: string;
+  fstab: string;
   pidFile: string;
   runcLog: string;
 }
@@ -173,6 +188,8 @@ export class ContainerDriver implements RuntimeDriver {
   private swapAccounting = false;
   private nofile = 1024;
   private criuVersionValue: string | null = null;
+  private spares: SpareDirs | null = null;
+  private trash: Trash | null = null;
 
   constructor(readonly opts: ContainerDriverOptions) {
     assertHostPath('homePath', opts.homePath);
@@ -262,6 +279,17 @@ export class ContainerDriver implements RuntimeDriver {
     await this.cow.init();
     await assertSearchable('sandbox dir', this.sandboxesDir);
     await mkdir(this.storeDir, { recursive: true, mode: 0o700 });
+    const remove = (path: string) => this.cow.removeDir(path);
+    this.trash = new Trash({ dir: this.sandboxesDir, remove, log: this.log });
+    await this.trash.init();
+    this.spares = new SpareDirs({
+      dir: this.sandboxesDir,
+      count: this.opts.spareDirs ?? 2,
+      make: (path) => this.makeEmptySandboxDir(path),
+      remove,
+      log: this.log,
+    });
+    await this.spares.init();
     if (this.opts.criuPath) {
       this.criuVersionValue = await criuVersion(this.opts.criuPath);
       if (!this.criuVersionValue) {
@@ -270,7 +298,7 @@ export class ContainerDriver implements RuntimeDriver {
         );
       } else if (!versionAtLeast(this.criuVersionValue, MIN_CRIU_VERSION)) {
         this.log.warn(
-          `CRIU ${this.criuVersionValue} is older than ${MIN_CRIU_VERSION}; dumps fail on kernels >= 6.13`,
+          `CRIU ${this.criuVersionValue} is older than ${MIN_CRIU_VERSION}: on recent kernels it cannot dump TCP sockets (envd), so checkpoints fail`,
         );
       }
     }
@@ -294,7 +322,10 @@ export class ContainerDriver implements RuntimeDriver {
 
   paths(id: string): SandboxPaths {
     assertSandboxId(id);
-    const dir = join(this.sandboxesDir, id);
+    return this.pathsIn(join(this.sandboxesDir, id));
+  }
+
+  private pathsIn(dir: string): SandboxPaths {
     return {
       dir,
       upper: join(dir, 'upper'),
@@ -303,6 +334,7 @@ export class ContainerDriver implements RuntimeDriver {
       sys: join(dir, 'sys'),
       bundle: join(dir, 'bundle'),
       config: join(dir, 'bundle', 'config.json'),
+      fstab: join(dir, 'bundle', 'fstab'),
       pidFile: join(dir, 'init.pid'),
       runcLog: join(dir, 'runc.log'),
     };
@@ -333,8 +365,21 @@ export class ContainerDriver implements RuntimeDriver {
     }
   }
 
+  /** Waits for background work (spare dirs being made, discarded dirs being removed). */
+  async close(): Promise<void> {
+    await this.spares?.close();
+    await this.trash?.drain();
+  }
+
+  private async makeEmptySandboxDir(path: string): Promise<void> {
+    await this.cow.createDir(path);
+    await this.prepareDirs(this.pathsIn(path));
+  }
+
   /** Directory layout below an existing sandbox dir (upper kept if present). */
-  private async prepareDirs(p: SandboxPaths): Promise<void> {
+  private async prepareDirs(
+    p: Pick<SandboxPaths, 'upper' | 'work' | 'rootfs' | 'sys' | 'bundle'>,
+  ): Promise<void> {
     const root = this.opts.uidMapHostStart;
     if (!(await exists(p.upper))) await mkdir(p.upper);
     // The merged root takes its owner and mode from the upper dir; work must belong to the same owner.
@@ -354,8 +399,15 @@ export class ContainerDriver implements RuntimeDriver {
       nameservers: spec.nameservers ?? [],
       rootUid: this.opts.uidMapHostStart,
     });
-    await mountOverlay(spec.lowerDirs, p.upper, p.work, p.rootfs);
-    await mountSysfs(spec.netnsPath, p.sys);
+    const fstab = sandboxFstab({
+      lowerDirsBottomFirst: spec.lowerDirs,
+      upperDir: p.upper,
+      workDir: p.work,
+      rootfsDir: p.rootfs,
+      sysDir: p.sys,
+    });
+    await writeFile(p.fstab, fstab.text);
+    await mountSandbox(spec.netnsPath, p.fstab, fstab.cwd);
     const config = buildOciConfig({
       hostname: spec.hostname,
       rootfsDir: p.rootfs,
@@ -389,13 +441,18 @@ export class ContainerDriver implements RuntimeDriver {
       await this.checkLowerDirs(spec);
       if (opts.diskSource !== undefined) assertHostPath('diskSource', opts.diskSource);
       const p = this.paths(spec.id);
-      if ((await exists(p.dir)) || (await this.runc.state(spec.id))) {
+      if ((await exists(p.dir)) || (await exists(join(this.opts.runtimePath, 'runc', spec.id)))) {
         throw new RuntimeError('AlreadyExists', `sandbox ${spec.id} already exists`);
       }
       try {
-        if (opts.diskSource) await this.cloneDisk(opts.diskSource, p);
-        else await this.cow.createDir(p.dir);
-        await this.prepareDirs(p);
+        const spare = opts.diskSource ? null : this.spares?.take();
+        if (spare) {
+          await rename(spare, p.dir);
+        } else {
+          if (opts.diskSource) await this.cloneDisk(opts.diskSource, p);
+          else await this.cow.createDir(p.dir);
+          await this.prepareDirs(p);
+        }
         await this.mountAndConfigure(spec, p, opts.tools);
         await this.runc.run(spec.id, p.bundle, p.pidFile, p.runcLog);
         return { id: spec.id, pid: await this.readPid(p), sandboxDir: p.dir, upperDir: p.upper };
@@ -436,7 +493,8 @@ export class ContainerDriver implements RuntimeDriver {
     await this.runc.forceDelete(id);
     await this.cg().remove(id);
     await unmountTree(p.dir);
-    await this.cow.removeDir(p.dir);
+    if (this.trash) await this.trash.discard(p.dir);
+    else await this.cow.removeDir(p.dir);
     await rm(join(this.opts.runtimePath, 'criu-work', id), { recursive: true, force: true });
   }
 

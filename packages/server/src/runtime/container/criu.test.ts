@@ -2,7 +2,13 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { CRIU_CONFIG, criuLogErrors, defaultCriuPath, versionAtLeast } from './criu.js';
+import {
+  CRIU_CONFIG,
+  CRIU_NO_BREAKPOINTS_ENV,
+  criuLogErrors,
+  defaultCriuPath,
+  versionAtLeast,
+} from './criu.js';
 import { KeyedLock } from './keyed-lock.js';
 
 const dirs: string[] = [];
@@ -18,9 +24,10 @@ describe('criu helpers', () => {
     expect(versionAtLeast('10.0', '4.1')).toBe(true);
   });
 
-  it('skips the network lock and closes established TCP connections', () => {
-    expect(CRIU_CONFIG.split('\n')).toContain('network-lock skip');
+  it('closes established TCP connections and never sets network-lock (it aborts CRIU 4.1 in RPC mode)', () => {
     expect(CRIU_CONFIG.split('\n')).toContain('tcp-close');
+    expect(CRIU_CONFIG).not.toMatch(/network-lock/);
+    expect(CRIU_NO_BREAKPOINTS_ENV).toEqual({ CRIU_FAULT: '130' });
     expect(defaultCriuPath('/var/lib/aenv/deps')).toBe('/var/lib/aenv/deps/criu/current/bin/criu');
   });
 

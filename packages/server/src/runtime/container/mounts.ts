@@ -1,5 +1,5 @@
 import { dirname, relative, sep } from 'node:path';
-import { CommandError, run } from '../../util/exec.js';
+import { run } from '../../util/exec.js';
 import { RuntimeError } from '../driver.js';
 import { mountsUnder, readMounts } from './mountinfo.js';
 
@@ -37,46 +37,56 @@ export function overlayOptions(
   return { options: rel, cwd };
 }
 
-export async function mountOverlay(
-  lowerDirsBottomFirst: readonly string[],
-  upperDir: string,
-  workDir: string,
-  target: string,
-): Promise<void> {
-  const { options, cwd } = overlayOptions(lowerDirsBottomFirst, upperDir, workDir);
-  await run('mount', ['-t', 'overlay', 'overlay', '-o', options, target], cwd ? { cwd } : {});
+export interface SandboxMounts {
+  lowerDirsBottomFirst: readonly string[];
+  upperDir: string;
+  workDir: string;
+  /** Mount point of the overlay (the sandbox's root). */
+  rootfsDir: string;
+  /** Mount point of the sandbox's sysfs. */
+  sysDir: string;
 }
 
-/** Mounts a read-only sysfs whose network view is the given netns (the mount itself lands in our mount ns). */
-export async function mountSysfs(netnsPath: string, target: string): Promise<void> {
-  await run('nsenter', [
-    `--net=${netnsPath}`,
-    'mount',
-    '-t',
-    'sysfs',
-    '-o',
-    'ro,nosuid,nodev,noexec',
-    'sysfs',
-    target,
-  ]);
+/**
+ * The sandbox's two host mounts as an fstab, so one `mount --all` (one process) makes both. Paths are
+ * validated to hold no whitespace, so no fstab escaping is needed.
+ */
+export function sandboxFstab(m: SandboxMounts): { text: string; cwd?: string } {
+  const { options, cwd } = overlayOptions(m.lowerDirsBottomFirst, m.upperDir, m.workDir);
+  const text =
+    `overlay ${m.rootfsDir} overlay ${options} 0 0\n` +
+    `sysfs ${m.sysDir} sysfs ro,nosuid,nodev,noexec 0 0\n`;
+  return cwd ? { text, cwd } : { text };
+}
+
+/**
+ * Mounts the overlay and a read-only sysfs whose network view is the sandbox's netns (sysfs shows the
+ * interfaces of the netns of the process that mounts it; the mounts themselves land in our mount ns).
+ */
+export async function mountSandbox(netnsPath: string, fstabPath: string, cwd?: string): Promise<void> {
+  await run(
+    'nsenter',
+    [`--net=${netnsPath}`, '--', 'mount', '--fstab', fstabPath, '--all'],
+    cwd ? { cwd } : {},
+  );
 }
 
 /** Unmounts everything at or below `dir`, deepest first. Returns the mount points it removed. */
 export async function unmountTree(dir: string): Promise<string[]> {
   const removed: string[] = [];
   for (let round = 0; round < 5; round++) {
-    const mounts = mountsUnder(await readMounts(), dir);
+    const mounts = mountsUnder(await readMounts(), dir).map((m) => m.mountPoint);
     if (mounts.length === 0) return removed;
-    for (const m of mounts) {
-      try {
-        await run('umount', [m.mountPoint]);
-      } catch (e) {
+    // One umount(8) for all of them (deepest first); only when that fails, one by one.
+    const all = await run('umount', mounts, { allowFailure: true });
+    if (all.code !== 0) {
+      for (const mp of mounts) {
+        const one = await run('umount', [mp], { allowFailure: true });
         // A stuck reference (a late process exit) must not block cleanup: detach lazily instead.
-        if (!(e instanceof CommandError)) throw e;
-        await run('umount', ['-l', m.mountPoint], { allowFailure: true });
+        if (one.code !== 0) await run('umount', ['-l', mp], { allowFailure: true });
       }
-      removed.push(m.mountPoint);
     }
+    removed.push(...mounts);
   }
   const left = mountsUnder(await readMounts(), dir);
   if (left.length) {

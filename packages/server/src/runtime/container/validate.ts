@@ -5,8 +5,9 @@ import { RuntimeError } from '../driver.js';
 
 const ID_RE = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 const HOSTNAME_RE = /^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$/;
-// Overlay option strings use ',' and ':' as separators and '\' as escape; paths with them cannot be passed safely.
-const OVERLAY_UNSAFE_RE = /[,:\\\n]/;
+// Overlay option strings use ',' and ':' as separators and '\' as escape, and fstab lines split on
+// whitespace: paths with any of them cannot be passed safely.
+const OVERLAY_UNSAFE_RE = /[,:\\\s]/;
 const ENV_KEY_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 export function assertSandboxId(id: string): void {
@@ -29,7 +30,7 @@ export function assertHostPath(what: string, path: string): void {
   if (OVERLAY_UNSAFE_RE.test(path)) {
     throw new RuntimeError(
       'InvalidSpec',
-      `${what} ${JSON.stringify(path)} must not contain ',', ':', '\\' or newlines`,
+      `${what} ${JSON.stringify(path)} must not contain ',', ':', '\\' or whitespace`,
     );
   }
 }
