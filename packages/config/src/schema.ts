@@ -299,6 +299,11 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
         aenv: true,
         doc: 'Registries reached over plain HTTP, e.g. "127.0.0.1:5000".',
       }),
+      registry_endpoints: strList({
+        default: [],
+        aenv: true,
+        doc: 'API base URL of registries whose API is not served at their name, or mirrors: "<registry>=<http(s) URL>" entries. Docker Hub needs one for docker.io references.',
+      }),
     }),
     cache: section('Local image cache.', {
       root_dir: path({ default: '$AENV_HOME/image-cache', commented: true, doc: 'Root of the image cache.' }),

@@ -75,6 +75,12 @@ const rules: { name: string; bad: string; message: string; good: string }[] = [
     good: '[image.cache.gc]\nlow_watermark_ratio = 0.95',
   },
   {
+    name: 'registry_endpoints are registry=URL pairs',
+    bad: '[image.resolver]\nregistry_endpoints = ["127.0.0.1:5000=http://127.0.0.1:5000", "mirror.test"]',
+    message: 'image.resolver.registry_endpoints[1] = "mirror.test": must be "<registry>=<http(s) URL>"',
+    good: '[image.resolver]\nregistry_endpoints = ["127.0.0.1:5000=http://127.0.0.1:5000"]',
+  },
+  {
     name: 'always_denied_cidrs are IPv4 CIDRs',
     bad: '[network.egress]\nalways_denied_cidrs = ["10.0.0.0/8", "fd00::/8"]',
     message: 'network.egress.always_denied_cidrs[1] = "fd00::/8": is not an IPv4 CIDR (a.b.c.d/n)',

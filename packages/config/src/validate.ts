@@ -56,6 +56,13 @@ export function validateConfig(
   }
 
   // Network: egress denies and internal pools.
+  c.image.resolver.registry_endpoints.forEach((text, i) => {
+    const eq = text.indexOf('=');
+    const url = eq > 0 ? text.slice(eq + 1) : '';
+    if (eq <= 0 || !/^https?:\/\/[^\s/]+/.test(url)) {
+      bad(`image.resolver.registry_endpoints[${i}]`, text, 'must be "<registry>=<http(s) URL>"');
+    }
+  });
   c.network.egress.always_denied_cidrs.forEach((text, i) => {
     const parsed = parseIpv4Cidr(text);
     if ('error' in parsed) bad(`network.egress.always_denied_cidrs[${i}]`, text, parsed.error);

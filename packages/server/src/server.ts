@@ -146,6 +146,9 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     },
     capacityGb: config.image.cache.capacity_gb,
     insecureRegistries: config.image.resolver.insecure_registries,
+    registryEndpoints: Object.fromEntries(
+      config.image.resolver.registry_endpoints.map((e) => [e.slice(0, e.indexOf('=')), e.slice(e.indexOf('=') + 1)]),
+    ),
     uidShift: config.runtime.uid_map_host_start,
     uidRangeSize: config.runtime.uid_map_size,
     logger: logger.child({ component: 'images' }),
