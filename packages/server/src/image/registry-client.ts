@@ -177,6 +177,13 @@ export class RegistryClient {
       }
       return override.replace(/\/+$/, '');
     }
+    if (registry === 'docker.io') {
+      // Docker Hub serves its registry API on another host; aenv ships no registry host names.
+      throw new ImageError(
+        'Unreachable',
+        'docker.io references need an API endpoint: add "docker.io=<Docker Hub registry API URL>" to [image.resolver].registry_endpoints (or use a mirror, a local registry, or oci: references)',
+      );
+    }
     return `${this.isInsecure(registry) ? 'http' : 'https'}://${registry}`;
   }
 

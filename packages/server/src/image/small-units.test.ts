@@ -228,3 +228,18 @@ describe('FsWriter', () => {
     }
   });
 });
+
+describe('registry endpoints', () => {
+  it('asks for an endpoint for docker.io instead of guessing a host', async () => {
+    const { RegistryClient } = await import('./registry-client.js');
+    const client = new RegistryClient({});
+    expect(() => client.baseUrl('docker.io')).toThrow(/registry_endpoints/);
+    const configured = new RegistryClient({ endpoints: { 'docker.io': 'https://hub.example.test/' } });
+    expect(configured.baseUrl('docker.io')).toBe('https://hub.example.test');
+    expect(new RegistryClient({ insecureRegistries: ['127.0.0.1:5000'] }).baseUrl('127.0.0.1:5000')).toBe(
+      'http://127.0.0.1:5000',
+    );
+    await client.close();
+    await configured.close();
+  });
+});
