@@ -1,25 +1,45 @@
 // Starts real `aenv server` processes for end-to-end tests and points the e2b SDK at them.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync, existsSync, readdirSync } from 'node:fs';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createServer } from 'node:net';
+import { execFileSync } from 'node:child_process';
 
 export const REPO = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const CLI = join(REPO, 'packages', 'cli', 'dist', 'main.js');
 
+/** The port envd listens on inside every sandbox. */
+export const ENVD_PORT = 49983;
+
 export interface TestServerOptions {
-  /** Names the node's state dir and host objects; keep it short ([a-z0-9], ≤ 8). */
+  /** Names the node's state dir and host objects; keep it short ([a-z0-9], ≤ 7). */
   name: string;
   /** Extra TOML appended to the test config. */
   toml?: string;
   env?: Record<string, string>;
+  /** Address the server listens on (default 127.0.0.1); the tests always talk to it over loopback. */
+  listenHost?: string;
+}
+
+export interface ApiAnswer {
+  status: number;
+  // Parsed JSON (or the raw text when it is not JSON): tests assert on its shape.
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  body: any;
+  headers: Headers;
 }
 
 export interface TestServer {
   url: string;
+  port: number;
   apiKey: string;
   home: string;
+  /** `$AENV_RUNTIME` of this node (runc state, netns files). */
+  runtimePath: string;
+  /** `resource_prefix`: names the node's veths, netns files, nft table and cgroup parent. */
+  prefix: string;
+  cidrs: { hi: string; veth: string };
   logs(): string;
   /** Graceful stop (SIGTERM); resolves with the exit code. */
   stop(): Promise<number | null>;
@@ -28,7 +48,11 @@ export interface TestServer {
   /** Starts the same node again on the same state. */
   restart(): Promise<TestServer>;
   /** Calls the control plane with the API key. */
-  api(method: string, path: string, body?: unknown): Promise<{ status: number; body: any; headers: Headers }>;
+  api(method: string, path: string, body?: unknown): Promise<ApiAnswer>;
+  /** Kills every sandbox the node knows (test cleanup); returns how many. */
+  killAll(): Promise<number>;
+  /** Kills every sandbox, then stops the node gracefully; resolves with the exit code. */
+  shutdown(): Promise<number | null>;
 }
 
 async function freePort(): Promise<number> {
@@ -43,7 +67,7 @@ async function freePort(): Promise<number> {
 }
 
 /** Each test node gets its own internal CIDRs so it never overlaps a dev node on 10.11/10.12. */
-function cidrsFor(name: string): { hi: string; veth: string } {
+export function cidrsFor(name: string): { hi: string; veth: string } {
   let h = 0;
   for (const c of name) h = (h * 31 + c.charCodeAt(0)) % 40;
   const base = 100 + h * 2;
@@ -53,6 +77,8 @@ function cidrsFor(name: string): { hi: string; veth: string } {
 export async function startServer(opts: TestServerOptions, port?: number): Promise<TestServer> {
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run \`npm run build\` first`);
   const home = `/var/lib/aenv-e2e/${opts.name}`;
+  const runtimePath = `/run/aenv-e2e-${opts.name}`;
+  const prefix = `e${opts.name}`;
   // Sandbox uids must be able to traverse to their dirs under home: o+x, no read.
   mkdirSync('/var/lib/aenv-e2e', { recursive: true, mode: 0o711 });
   mkdirSync(home, { recursive: true, mode: 0o711 });
@@ -62,9 +88,9 @@ export async function startServer(opts: TestServerOptions, port?: number): Promi
     configPath,
     [
       `home_path = "${home}"`,
-      `runtime_path = "/run/aenv-e2e-${opts.name}"`,
+      `runtime_path = "${runtimePath}"`,
       `deps_path = "/var/lib/aenv/deps"`,
-      `resource_prefix = "e${opts.name}"`,
+      `resource_prefix = "${prefix}"`,
       `log_format = "json"`,
       `log_level = "debug"`,
       `[network.internal]`,
@@ -82,7 +108,7 @@ export async function startServer(opts: TestServerOptions, port?: number): Promi
   const url = `http://127.0.0.1:${listenPort}`;
   let output = '';
   const child: ChildProcess = spawn(process.execPath, [CLI, 'server', '--config', configPath], {
-    env: { ...process.env, API_ADDR: `127.0.0.1:${listenPort}`, ...opts.env },
+    env: { ...process.env, API_ADDR: `${opts.listenHost ?? '127.0.0.1'}:${listenPort}`, ...opts.env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   child.stdout!.on('data', (d: Buffer) => (output += d.toString()));
@@ -91,7 +117,8 @@ export async function startServer(opts: TestServerOptions, port?: number): Promi
 
   const deadline = Date.now() + 180_000;
   for (;;) {
-    if (child.exitCode !== null) throw new Error(`aenv server exited with ${child.exitCode}:\n${output.slice(-4000)}`);
+    if (child.exitCode !== null)
+      throw new Error(`aenv server exited with ${child.exitCode}:\n${output.slice(-4000)}`);
     try {
       const r = await fetch(`${url}/health`);
       if (r.status === 204) break;
@@ -105,12 +132,40 @@ export async function startServer(opts: TestServerOptions, port?: number): Promi
     await new Promise((r) => setTimeout(r, 100));
   }
   const apiKey = readFileSync(join(home, 'secrets', 'api-key'), 'utf8').trim();
+  const api: TestServer['api'] = async (method, path, body) => {
+    const r = await fetch(`${url}${path}`, {
+      method,
+      headers: { 'x-api-key': apiKey, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await r.text();
+    let parsed: unknown = text;
+    try {
+      parsed = text ? JSON.parse(text) : undefined;
+    } catch {
+      // plain text body
+    }
+    return { status: r.status, body: parsed, headers: r.headers };
+  };
+  const killAll = async () => {
+    if (child.exitCode !== null) return 0;
+    const listed = await api('GET', '/v2/sandboxes');
+    if (listed.status !== 200) return 0;
+    const ids = (listed.body as { sandboxID: string }[]).map((s) => s.sandboxID);
+    await Promise.all(ids.map((id) => api('DELETE', `/sandboxes/${id}`)));
+    return ids.length;
+  };
   const server: TestServer = {
     url,
+    port: listenPort,
     apiKey,
     home,
+    runtimePath,
+    prefix,
+    cidrs,
     logs: () => output,
     async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
       child.kill('SIGTERM');
       return exited;
     },
@@ -119,20 +174,11 @@ export async function startServer(opts: TestServerOptions, port?: number): Promi
       await exited;
     },
     restart: () => startServer(opts, listenPort),
-    async api(method, path, body) {
-      const r = await fetch(`${url}${path}`, {
-        method,
-        headers: { 'x-api-key': apiKey, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
-        body: body === undefined ? undefined : JSON.stringify(body),
-      });
-      const text = await r.text();
-      let parsed: unknown = text;
-      try {
-        parsed = text ? JSON.parse(text) : undefined;
-      } catch {
-        // plain text body
-      }
-      return { status: r.status, body: parsed, headers: r.headers };
+    api,
+    killAll,
+    async shutdown() {
+      await killAll().catch(() => 0);
+      return server.stop();
     },
   };
   return server;
@@ -144,4 +190,98 @@ export function useSdk(server: TestServer): void {
   process.env.E2B_SANDBOX_URL = server.url;
   process.env.E2B_API_KEY = server.apiKey;
   delete process.env.E2B_DEBUG;
+}
+
+/**
+ * A data-plane request through the server's proxy to `port` of a sandbox, routed by headers; `prefix`
+ * puts `/proxy` in front of the path (the other routing form of reference §2.7).
+ */
+export function proxyFetch(
+  server: TestServer,
+  sandboxId: string,
+  port: number,
+  path: string,
+  init: RequestInit & { prefix?: boolean } = {},
+): Promise<Response> {
+  const { prefix, headers, ...rest } = init;
+  return fetch(`${server.url}${prefix ? '/proxy' : ''}${path}`, {
+    ...rest,
+    headers: {
+      'e2b-sandbox-id': sandboxId,
+      'e2b-sandbox-port': String(port),
+      ...(headers as Record<string, string>),
+    },
+  });
+}
+
+/** Host objects of a node that belong to sandboxes or slots, found by the node's names. */
+export interface HostObjects {
+  links: string[];
+  netnsFiles: string[];
+  runcContainers: string[];
+  cgroups: string[];
+  slotChains: string[];
+  mounts: string[];
+}
+
+function sh(cmd: string, args: string[]): string {
+  try {
+    return execFileSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+  } catch {
+    return '';
+  }
+}
+
+function dirEntries(path: string): string[] {
+  try {
+    return readdirSync(path);
+  } catch {
+    return [];
+  }
+}
+
+export function hostObjects(server: Pick<TestServer, 'prefix' | 'runtimePath' | 'home'>): HostObjects {
+  const links = (JSON.parse(sh('ip', ['-j', 'link', 'show']) || '[]') as { ifname: string }[])
+    .map((l) => l.ifname)
+    .filter((n) => n.startsWith(`${server.prefix}-`));
+  const netnsFiles = dirEntries(join(server.runtimePath, 'netns'));
+  const runcContainers = dirEntries(join(server.runtimePath, 'runc'));
+  const cgroups: string[] = [];
+  for (const ctrl of dirEntries('/sys/fs/cgroup')) {
+    const parent = join('/sys/fs/cgroup', ctrl, server.prefix);
+    for (const e of dirEntries(parent)) {
+      if (existsSync(join(parent, e, 'cgroup.procs'))) cgroups.push(`${ctrl}/${server.prefix}/${e}`);
+    }
+  }
+  const table = sh('nft', ['-j', 'list', 'table', 'inet', server.prefix]);
+  const nft = table ? (JSON.parse(table) as { nftables: Record<string, { name?: string }>[] }).nftables : [];
+  const slotChains = nft.flatMap((o) => (o.chain?.name?.startsWith('slot') ? [o.chain.name] : []));
+  const mounts = readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .map((l) => l.split(' ')[4] ?? '')
+    .filter((m) => m.startsWith(`${server.runtimePath}/`) || m.startsWith(`${server.home}/sandboxes/`));
+  return { links, netnsFiles, runcContainers, cgroups, slotChains, mounts };
+}
+
+export const NO_HOST_OBJECTS: HostObjects = {
+  links: [],
+  netnsFiles: [],
+  runcContainers: [],
+  cgroups: [],
+  slotChains: [],
+  mounts: [],
+};
+
+/** Polls `check` (bounded by `tries` × `everyMs`) until it returns true; throws naming `what` otherwise. */
+export async function eventually(
+  check: () => boolean | Promise<boolean>,
+  what: string,
+  tries = 200,
+  everyMs = 50,
+): Promise<void> {
+  for (let i = 0; i < tries; i++) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+  throw new Error(`timed out waiting for ${what}`);
 }
