@@ -8,7 +8,7 @@
 // "First process runs" = the sandbox's init has written into a FIFO the benchmark waits on.
 // Traffic: none (each sandbox gets an empty netns with only lo). Everything made is removed at the end.
 //
-//   node scripts/bench/runtime-bench.mjs [--n 20] [--cr-n 10] [--json]
+//   node scripts/bench/runtime-bench.mjs [--n 20] [--cr-n 10] [--spares 2] [--only-create] [--json]
 //   AENV_CRIU_PATH=/path/to/criu  (default /var/lib/aenv/deps/criu/current/bin/criu; CRIU >= 4.2)
 
 import { spawn } from 'node:child_process';
@@ -169,6 +169,7 @@ try {
     cowVolume: 'loop-btrfs',
     cowVolumeSizeGb: 8,
     cgroupParent,
+    spareDirs: opt('--spares', 2),
   });
   await driver.init();
 
@@ -195,11 +196,18 @@ try {
     initEnv: { AENV_READY: `/agentenv/ready/${id}` },
   });
 
-  // ---- create / destroy: driver
+  // ---- create / destroy, driver and raw interleaved so both see the same host load. Between
+  // iterations the driver's background work (spare dirs, deferred removals) is let to finish.
   const ns = await newNetns();
+  const { profile } = await loadSeccompProfile(DEFAULT_CAPABILITIES);
+  const rawRoot = join(base, 'raw-runc');
+  const rawDir = join(base, 'raw');
+  await mkdir(rawDir);
   const create = [];
   const destroy = [];
-  for (let i = 0; i < N + 2; i++) {
+  const rawCreate = [];
+  const rawDestroy = [];
+  const driverOnce = async (keep) => {
     const id = `b${++seq}`;
     const fifo = await newFifo(id);
     const t0 = performance.now();
@@ -210,20 +218,13 @@ try {
     await driver.destroy(id);
     const t2 = performance.now();
     await rm(fifo, { force: true });
-    if (i >= 2) {
+    await driver.whenIdle();
+    if (keep) {
       create.push(t1 - t0);
       destroy.push(t2 - t1);
     }
-  }
-
-  // ---- create / destroy: raw runc with the same config
-  const { profile } = await loadSeccompProfile(DEFAULT_CAPABILITIES);
-  const rawRoot = join(base, 'raw-runc');
-  const rawDir = join(base, 'raw');
-  await mkdir(rawDir);
-  const rawCreate = [];
-  const rawDestroy = [];
-  for (let i = 0; i < N + 2; i++) {
+  };
+  const rawOnce = async (keep) => {
     const id = `r${++seq}`;
     const fifo = await newFifo(id);
     const d = join(rawDir, id);
@@ -276,16 +277,26 @@ try {
     await rm(d, { recursive: true, force: true });
     const t2 = performance.now();
     await rm(fifo, { force: true });
-    if (i >= 2) {
+    if (keep) {
       rawCreate.push(t1 - t0);
       rawDestroy.push(t2 - t1);
+    }
+  };
+  for (let i = 0; i < N + 2; i++) {
+    // Alternate which goes first, and drop two warm-up rounds.
+    if (i % 2) {
+      await rawOnce(i >= 2);
+      await driverOnce(i >= 2);
+    } else {
+      await driverOnce(i >= 2);
+      await rawOnce(i >= 2);
     }
   }
   results.create = { driver: summary(create), raw: summary(rawCreate) };
   results.destroy = { driver: summary(destroy), raw: summary(rawDestroy) };
 
   // ---- checkpoint / restore
-  if (hasCriu) {
+  if (hasCriu && !args.includes('--only-create')) {
     const criuEnv = { ...process.env, CRIU_FAULT: '130' };
     const store = driver.storeDir;
     const dump = [];

@@ -371,6 +371,12 @@ export class ContainerDriver implements RuntimeDriver {
     await this.trash?.drain();
   }
 
+  /** Resolves when the driver's background work (spare dirs, removals) has caught up. */
+  async whenIdle(): Promise<void> {
+    await this.spares?.idle();
+    await this.trash?.drain();
+  }
+
   private async makeEmptySandboxDir(path: string): Promise<void> {
     await this.cow.createDir(path);
     await this.prepareDirs(this.pathsIn(path));
@@ -455,8 +461,11 @@ export class ContainerDriver implements RuntimeDriver {
         }
         await this.mountAndConfigure(spec, p, opts.tools);
         await this.runc.run(spec.id, p.bundle, p.pidFile, p.runcLog);
-        return { id: spec.id, pid: await this.readPid(p), sandboxDir: p.dir, upperDir: p.upper };
+        const handle = { id: spec.id, pid: await this.readPid(p), sandboxDir: p.dir, upperDir: p.upper };
+        this.spares?.fill();
+        return handle;
       } catch (e) {
+        this.spares?.fill();
         await this.teardown(spec.id).catch((err) =>
           this.log.warn({ err: describe(err), id: spec.id }, 'cleanup after failed create left something'),
         );

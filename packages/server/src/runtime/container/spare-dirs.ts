@@ -41,14 +41,13 @@ export class SpareDirs {
     this.fill();
   }
 
-  /** A ready spare dir (the caller renames it), or null when none is ready. */
+  /** A ready spare dir (the caller renames it, then calls `fill` once its own work is done), or null. */
   take(): string | null {
-    const path = this.ready.shift() ?? null;
-    this.fill();
-    return path;
+    return this.ready.shift() ?? null;
   }
 
-  private fill(): void {
+  /** Tops the spares up in the background (after a create, so the refill does not slow that create). */
+  fill(): void {
     if (this.filling || this.closed || this.ready.length >= this.opts.count) return;
     this.filling = (async () => {
       while (!this.closed && this.ready.length < this.opts.count) {
@@ -68,6 +67,11 @@ export class SpareDirs {
     })().finally(() => {
       this.filling = null;
     });
+  }
+
+  /** Resolves when no refill is running. */
+  async idle(): Promise<void> {
+    await this.filling;
   }
 
   async close(): Promise<void> {
