@@ -1,0 +1,128 @@
+// The sandbox volume: loop-file btrfs creation and re-mounting, subvolume snapshots, and the copy
+// fallback on a filesystem without reflink. Root only.
+import { lstat, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { run } from '../../util/exec.js';
+import { CowVolume } from './cow-volume.js';
+import { readMounts } from './mountinfo.js';
+
+const IS_ROOT = process.getuid?.() === 0;
+
+async function isMounted(dir: string): Promise<boolean> {
+  return (await readMounts()).some((m) => m.mountPoint === dir);
+}
+
+describe.skipIf(!IS_ROOT)('CowVolume on this host', () => {
+  let base: string;
+
+  beforeAll(async () => {
+    base = await mkdtemp('/var/tmp/aenv-cow-test-');
+  });
+
+  afterAll(async () => {
+    for (const m of (await readMounts()).filter((x) => x.mountPoint.startsWith(base)).reverse()) {
+      await run('umount', [m.mountPoint], { allowFailure: true });
+    }
+    await rm(base, { recursive: true, force: true });
+  });
+
+  it('creates a sparse loop btrfs once, mounts it again after a restart, never formats it again', async () => {
+    const home = join(base, 'home1');
+    const sandboxes = join(home, 'sandboxes');
+    const vol = new CowVolume({ homePath: home, sandboxesDir: sandboxes, mode: 'loop-btrfs', sizeGb: 2 });
+    await vol.init();
+    expect(vol.kind).toBe('btrfs');
+    expect(await isMounted(sandboxes)).toBe(true);
+    const img = await stat(vol.imagePath);
+    expect(img.size).toBe(2 * 1024 ** 3);
+    expect(img.blocks * 512).toBeLessThan(256 * 1024 ** 2); // sparse
+    await writeFile(join(sandboxes, 'marker'), 'kept');
+
+    // Second start while mounted: nothing changes.
+    await new CowVolume({ homePath: home, sandboxesDir: sandboxes, mode: 'loop-btrfs', sizeGb: 2 }).init();
+    // After a reboot (unmounted): mounted again, same filesystem, data intact.
+    await run('umount', [sandboxes]);
+    expect(await isMounted(sandboxes)).toBe(false);
+    const again = new CowVolume({ homePath: home, sandboxesDir: sandboxes, mode: 'auto', sizeGb: 5 });
+    await again.init();
+    expect(again.kind).toBe('btrfs');
+    expect(await readFile(join(sandboxes, 'marker'), 'utf8')).toBe('kept');
+    expect((await stat(vol.imagePath)).size).toBe(2 * 1024 ** 3); // a new size does not re-format
+  });
+
+  it('refuses to mount over a non-empty dir and to use a damaged image, touching neither', async () => {
+    const home = join(base, 'home2');
+    const sandboxes = join(home, 'sandboxes');
+    await mkdir(sandboxes, { recursive: true });
+    await writeFile(join(sandboxes, 'stray'), 'x');
+    const vol = new CowVolume({ homePath: home, sandboxesDir: sandboxes, mode: 'loop-btrfs', sizeGb: 1 });
+    await expect(vol.init()).rejects.toThrow(/not empty and not mounted/);
+    await rm(join(sandboxes, 'stray'));
+    await writeFile(vol.imagePath, Buffer.alloc(1024 * 1024)); // not a filesystem
+    await expect(vol.init()).rejects.toThrow(/cannot mount the CoW volume .* kept as is/);
+    expect((await stat(vol.imagePath)).size).toBe(1024 * 1024);
+    await expect(
+      new CowVolume({ homePath: home, sandboxesDir: sandboxes, mode: 'loop-btrfs', sizeGb: 0 }).init(),
+    ).rejects.toThrow(/cow_volume_size_gb/);
+  });
+
+  it('snapshots subvolumes with whiteouts, opaque dirs and owners intact; removes them', async () => {
+    const sandboxes = join(base, 'home1', 'sandboxes');
+    const vol = new CowVolume({
+      homePath: join(base, 'home1'),
+      sandboxesDir: sandboxes,
+      mode: 'auto',
+      sizeGb: 2,
+    });
+    await vol.init();
+    const src = join(sandboxes, 'src');
+    await vol.createDir(src);
+    expect(await vol.isSubvolume(src)).toBe(true);
+    await mkdir(join(src, 'upper/etc'), { recursive: true });
+    await writeFile(join(src, 'upper/etc/file'), 'data');
+    await run('chown', ['-R', '100000:100000', join(src, 'upper')]);
+    await run('mknod', [join(src, 'upper/gone'), 'c', '0', '0']); // an overlay whiteout
+    await run('python3', [
+      '-c',
+      `import os; os.setxattr('${join(src, 'upper/etc')}', 'trusted.overlay.opaque', b'y')`,
+    ]);
+    const dest = join(sandboxes, 'dest');
+    await vol.cloneDir(src, dest);
+    expect(await vol.isSubvolume(dest)).toBe(true);
+    expect(await readFile(join(dest, 'upper/etc/file'), 'utf8')).toBe('data');
+    expect((await lstat(join(dest, 'upper/etc/file'))).uid).toBe(100000);
+    const wh = await lstat(join(dest, 'upper/gone'));
+    expect(wh.isCharacterDevice() && wh.rdev === 0).toBe(true);
+    const { stdout } = await run('python3', [
+      '-c',
+      `import os; print(os.getxattr('${join(dest, 'upper/etc')}', 'trusted.overlay.opaque'))`,
+    ]);
+    expect(stdout.trim()).toBe("b'y'");
+    // Copies are independent.
+    await writeFile(join(dest, 'upper/etc/file'), 'changed');
+    expect(await readFile(join(src, 'upper/etc/file'), 'utf8')).toBe('data');
+    await vol.removeDir(dest);
+    await vol.removeDir(src);
+    await vol.removeDir(src); // idempotent
+    expect((await run('btrfs', ['subvolume', 'list', '-o', sandboxes])).stdout.trim()).toBe('');
+  });
+
+  it('falls back to full copies in host mode on a filesystem without reflink', async () => {
+    const home = join(base, 'home3');
+    const sandboxes = join(home, 'sandboxes');
+    const fsType = (await run('stat', ['-f', '-c', '%T', base])).stdout.trim();
+    const vol = new CowVolume({ homePath: home, sandboxesDir: sandboxes, mode: 'host', sizeGb: 1 });
+    await vol.init();
+    expect(await isMounted(sandboxes)).toBe(false);
+    if (fsType === 'ext2/ext3') expect(vol.kind).toBe('copy');
+    const src = join(sandboxes, 'a');
+    await vol.createDir(src);
+    await mkdir(join(src, 'upper'));
+    await writeFile(join(src, 'upper/f'), 'x');
+    await vol.cloneDir(src, join(sandboxes, 'b'));
+    expect(await readFile(join(sandboxes, 'b/upper/f'), 'utf8')).toBe('x');
+    await vol.removeDir(join(sandboxes, 'b'));
+    await vol.removeDir(src);
+  });
+});
