@@ -41,7 +41,7 @@ import { writeEtcFiles } from './etc-files.js';
 import { KeyedLock } from './keyed-lock.js';
 import { mountsUnder, readMounts } from './mountinfo.js';
 import { mountSandbox, sandboxFstab, unmountTree } from './mounts.js';
-import { buildOciConfig, DEFAULT_CAPABILITIES, INIT_PATH } from './oci-config.js';
+import { buildOciConfig, DEFAULT_CAPABILITIES, INIT_PATH, TOOLS_MOUNT_POINT } from './oci-config.js';
 import { Runc, RuncError } from './runc.js';
 import { SpareDirs, Trash } from './spare-dirs.js';
 import type { OciSeccomp, SeccompSource } from './seccomp.js';
@@ -340,14 +340,17 @@ export class ContainerDriver implements RuntimeDriver {
     };
   }
 
+  private readonly checkedTools = new Set<string>();
+
   private async checkTools(tools: ToolsMount): Promise<void> {
     assertHostPath('tools dir', tools?.dir);
-    if (!(await exists(join(tools.dir, INIT_PATH.replace('/agentenv/', ''))))) {
-      throw new RuntimeError(
-        'InvalidSpec',
-        `tools dir ${tools.dir} has no ${INIT_PATH.replace('/agentenv/', '')}`,
-      );
+    if (this.checkedTools.has(tools.dir)) return;
+    const init = INIT_PATH.slice(TOOLS_MOUNT_POINT.length + 1);
+    if (!(await exists(join(tools.dir, init)))) {
+      throw new RuntimeError('InvalidSpec', `tools dir ${tools.dir} has no ${init}`);
     }
+    await assertSearchable('tools dir', tools.dir);
+    this.checkedTools.add(tools.dir);
   }
 
   private async checkLowerDirs(spec: SandboxSpec): Promise<void> {

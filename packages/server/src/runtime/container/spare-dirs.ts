@@ -36,7 +36,10 @@ export class SpareDirs {
   /** Drops spares a previous run left (their layout may be outdated) and starts filling. */
   async init(): Promise<void> {
     for (const name of await readdir(this.opts.dir)) {
-      if (name.startsWith(SPARE_PREFIX)) await this.opts.remove(join(this.opts.dir, name));
+      // Half-made ones (.spare-tmp-*) are the Trash's to remove.
+      if (name.startsWith(SPARE_PREFIX) && !name.startsWith(SPARE_TMP_PREFIX)) {
+        await this.opts.remove(join(this.opts.dir, name));
+      }
     }
     this.fill();
   }
