@@ -480,6 +480,8 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       );
       const pidsBefore = (await execInSandbox(h.upperDir, 'pidof nc')).output;
       const images = join(driver.storeDir, `ckpt-${s.id}`);
+      // The pause flow: CPU is released at once by the freezer, then the dump.
+      await driver.freeze(s.id);
       const ck = await driver.checkpoint(s.id, images);
       expect(ck.imageBytes).toBeGreaterThan(0);
       const stopped = await readCounter(h.upperDir);
