@@ -109,6 +109,10 @@ if [ "$criu_check" != "Looks good." ]; then
 fi
 
 printf 'setup-host: ok in %s\n' "$(aenv_elapsed "$started" "$(aenv_now_ms)")"
-printf '  packages: %s\n' "${installed:+installed $installed}${installed:-all ${#HOST_PACKAGES[@]} present}"
+if [ -n "$installed" ]; then
+  printf '  packages: installed %s\n' "$installed"
+else
+  printf '  packages: all %d present\n' "${#HOST_PACKAGES[@]}"
+fi
 printf '  criu %s (%s): %s  %s\n' "$criu_version" "$criu_note" "$criu_check" "$criu_bin"
 printf '  criu config: %s\n' "$criu_root/criu.conf"
