@@ -20,7 +20,11 @@ const HOST_WAN_IP = '198.51.100.1';
 const WAN_A = '198.51.100.10';
 const WAN_B = '198.51.100.200';
 const WAN_DNS = '198.51.100.53';
-const WAN_FAR = '203.0.113.5';
+// Only 198.51.100.0/24 is usable here: 192.0.2.0/24 is this host's own LAN and the package mirror answers
+// in 203.0.113.0/24, so the test must never route either. The host link is .0/26; .64/26 and .128/25 are
+// "far" upstream ranges the host routes through WAN_A.
+const WAN_FAR = '198.51.100.100';
+const FAR_CIDR = '198.51.100.64/26';
 const HTTP_PORT = 8080;
 const ENVD_PORT = 49983;
 const PREFIX = `aet${PID % 100_000}`;
@@ -167,7 +171,7 @@ function options(overrides: Partial<NetworkManagerOptions>): NetworkManagerOptio
     internal: { hostInteractionCidr: '10.211.0.0/24', vethCidr: '10.212.0.0/24' },
     // 198.51.100.48/28 holds the fake resolver: DNS must still pass, other ports must not.
     // No 10.0.0.0/8 here, so only the internal-CIDR rule keeps sandboxes apart.
-    egress: { alwaysDeniedCidrs: ['203.0.113.0/24', '198.51.100.48/28'] },
+    egress: { alwaysDeniedCidrs: [FAR_CIDR, '198.51.100.48/28'] },
     pool: { lowWatermark: 2, highWatermark: 8, maintenanceEnabled: true, startupPrewarm: true },
     controlPlanePort: ENVD_PORT,
     resolvConfPaths: [join(scratch, 'missing.conf'), join(scratch, 'resolv.conf')],
@@ -190,7 +194,7 @@ beforeAll(async () => {
   await run('unshare', [`--net=${wanNetns}`, 'true']);
   const host = [
     `link add ${WAN_HOST_IF} type veth peer name wan0 netns ${wanNetns}`,
-    `addr add ${HOST_WAN_IP}/24 dev ${WAN_HOST_IF}`,
+    `addr add ${HOST_WAN_IP}/26 dev ${WAN_HOST_IF}`,
     `link set ${WAN_HOST_IF} up`,
   ];
   await run('ip', ['-batch', '-'], { input: host.join('\n') + '\n' });
@@ -203,7 +207,8 @@ beforeAll(async () => {
     `route add 10.211.0.0/16 via ${HOST_WAN_IP}`,
   ];
   await run('nsenter', [`--net=${wanNetns}`, 'ip', '-batch', '-'], { input: wan.join('\n') + '\n' });
-  await run('ip', ['route', 'add', '203.0.113.0/24', 'via', WAN_A, 'dev', WAN_HOST_IF]);
+  await run('ip', ['route', 'add', FAR_CIDR, 'via', WAN_A, 'dev', WAN_HOST_IF]);
+  await run('ip', ['route', 'add', '198.51.100.128/25', 'via', WAN_A, 'dev', WAN_HOST_IF]);
   await startServer(inWan(), WAN_SERVER, [
     JSON.stringify([
       [WAN_A, WAN_B, WAN_DNS, WAN_FAR],
@@ -318,7 +323,7 @@ describe('network slots against a fake upstream namespace', () => {
   it('keeps always_denied_cidrs closed even when allowOut names them', async () => {
     // Reachable from the host itself, so the path works and only the policy stops the sandbox.
     expect((await probe([], [http(WAN_FAR)]))[0]?.ok).toBe(true);
-    await nm.applyPolicy(a, parseNetworkPolicy({ allowOut: ['203.0.113.0/24', WAN_FAR] }));
+    await nm.applyPolicy(a, parseNetworkPolicy({ allowOut: [FAR_CIDR, WAN_FAR] }));
     expect(await probe(inSlot(a), [http(WAN_FAR)])).toEqual([refused]);
   });
 
