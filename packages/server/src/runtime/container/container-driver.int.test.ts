@@ -10,6 +10,7 @@ import {
   readdir,
   rm,
   rmdir,
+  stat,
   writeFile,
 } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -485,10 +486,16 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       const ck = await driver.checkpoint(s.id, images);
       expect(ck.imageBytes).toBeGreaterThan(0);
       const stopped = await readCounter(h.upperDir);
-      expect(await leftovers(s.id)).toEqual([`dir ${h.sandboxDir}`]); // memory and mounts released, disk kept
+      // Processes, cgroups and runc state are gone; the disk and its mounts stay for the restore.
+      expect(await leftovers(s.id)).toEqual([
+        `dir ${h.sandboxDir}`,
+        `mount ${h.sandboxDir}/rootfs`,
+        `mount ${h.sandboxDir}/sys`,
+      ]);
       expect((await driver.list()).find((x) => x.id === s.id)).toMatchObject({
         status: 'absent',
         hasDir: true,
+        hasCgroup: false,
       });
 
       const r = await driver.restore(s, images, { tools });
@@ -568,8 +575,12 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       await expect(driver.restore(s, images, { tools: { ...tools, version: 'other' } })).rejects.toThrow(
         /taken with tools test-tools-1, not other/,
       );
-      // The disk survives the refused restore, and a correct restore still works.
-      await driver.restore(s, images, { tools });
+      // The disk survives the refused restore, and a correct one still works — here into another netns
+      // (a resume into a different slot): the process lands in it and /sys is remounted from it.
+      const otherNs = await newNetns();
+      const r = await driver.restore({ ...s, netnsPath: otherNs }, images, { tools });
+      expect((await stat(`/proc/${r.pid}/ns/net`)).ino).toBe((await stat(otherNs)).ino);
+      expect((await readFile(join(r.sandboxDir, 'bundle/config.json'), 'utf8')).includes(otherNs)).toBe(true);
       await driver.destroy(s.id);
       // A damaged image: restore fails with CRIU's own error text, and leaves no half sandbox.
       const child = await spec();

@@ -400,7 +400,45 @@ export class ContainerDriver implements RuntimeDriver {
     for (const d of [p.rootfs, p.sys, p.bundle]) await mkdir(d, { recursive: true });
   }
 
-  private async mountAndConfigure(spec: SandboxSpec, p: SandboxPaths, tools: ToolsMount): Promise<void> {
+  private runcStateDir(id: string): string {
+    return join(this.opts.runtimePath, 'runc', id);
+  }
+
+  private fstabFor(spec: SandboxSpec, p: SandboxPaths) {
+    return sandboxFstab({
+      lowerDirsBottomFirst: spec.lowerDirs,
+      upperDir: p.upper,
+      workDir: p.work,
+      rootfsDir: p.rootfs,
+      sysDir: p.sys,
+    });
+  }
+
+  /**
+   * After a stopping checkpoint the sandbox's overlay and sysfs stay mounted. They can serve the restore
+   * when they were made for the same layers and the same netns (sysfs shows the netns it was mounted in).
+   */
+  private async mountsReusable(spec: SandboxSpec, p: SandboxPaths): Promise<boolean> {
+    const mounted = new Set(mountsUnder(await readMounts(), p.dir).map((m) => m.mountPoint));
+    if (!mounted.has(p.rootfs) || !mounted.has(p.sys) || mounted.size !== 2) return false;
+    try {
+      const fstab = await readFile(p.fstab, 'utf8');
+      const config = JSON.parse(await readFile(p.config, 'utf8')) as {
+        linux: { namespaces: { type: string; path?: string }[] };
+      };
+      const netns = config.linux.namespaces.find((n) => n.type === 'network')?.path;
+      return fstab === this.fstabFor(spec, p).text && netns === spec.netnsPath;
+    } catch {
+      return false;
+    }
+  }
+
+  private async mountAndConfigure(
+    spec: SandboxSpec,
+    p: SandboxPaths,
+    tools: ToolsMount,
+    mount = true,
+  ): Promise<void> {
     await writeEtcFiles({
       upperDir: p.upper,
       lowerDirs: spec.lowerDirs,
@@ -408,15 +446,11 @@ export class ContainerDriver implements RuntimeDriver {
       nameservers: spec.nameservers ?? [],
       rootUid: this.opts.uidMapHostStart,
     });
-    const fstab = sandboxFstab({
-      lowerDirsBottomFirst: spec.lowerDirs,
-      upperDir: p.upper,
-      workDir: p.work,
-      rootfsDir: p.rootfs,
-      sysDir: p.sys,
-    });
-    await writeFile(p.fstab, fstab.text);
-    await mountSandbox(spec.netnsPath, p.fstab, fstab.cwd);
+    if (mount) {
+      const fstab = this.fstabFor(spec, p);
+      await writeFile(p.fstab, fstab.text);
+      await mountSandbox(spec.netnsPath, p.fstab, fstab.cwd);
+    }
     const config = buildOciConfig({
       hostname: spec.hostname,
       rootfsDir: p.rootfs,
@@ -450,7 +484,7 @@ export class ContainerDriver implements RuntimeDriver {
       await this.checkLowerDirs(spec);
       if (opts.diskSource !== undefined) assertHostPath('diskSource', opts.diskSource);
       const p = this.paths(spec.id);
-      if ((await exists(p.dir)) || (await exists(join(this.opts.runtimePath, 'runc', spec.id)))) {
+      if ((await exists(p.dir)) || (await exists(this.runcStateDir(spec.id)))) {
         throw new RuntimeError('AlreadyExists', `sandbox ${spec.id} already exists`);
       }
       try {
@@ -540,9 +574,9 @@ export class ContainerDriver implements RuntimeDriver {
     this.requireCriu('checkpoint');
     return this.lock.run(id, async () => {
       const p = this.paths(id);
-      const state = await this.runc.state(id);
-      if (!state || (state.status !== 'running' && state.status !== 'paused')) {
-        throw new RuntimeError('NotFound', `sandbox ${id} is not running (${state?.status ?? 'absent'})`);
+      // runc itself refuses a stopped container; its state dir tells whether there is one at all.
+      if (!(await exists(this.runcStateDir(id))) || !(await this.cg().exists(id))) {
+        throw new RuntimeError('NotFound', `sandbox ${id} is not running`);
       }
       if (await exists(imagesDir))
         throw new RuntimeError('AlreadyExists', `checkpoint dir ${imagesDir} already exists`);
@@ -613,10 +647,10 @@ export class ContainerDriver implements RuntimeDriver {
       };
       await writeFile(join(imagesDir, CHECKPOINT_META_FILE), JSON.stringify(meta, null, 2));
       if (!opts.leaveRunning) {
-        // The processes are gone: release the container's cgroups and mounts; the dir (the disk) stays.
+        // The processes are gone (runc has dropped the container); release the cgroups. The dir (the
+        // disk) stays, and so do its two mounts: a restore in place into the same netns reuses them.
         await this.runc.forceDelete(id);
         await this.cg().remove(id);
-        await unmountTree(p.dir);
       }
       return { imagesDir, dumpMs, imageBytes: await dirBytes(imagesDir) };
     });
@@ -659,7 +693,7 @@ export class ContainerDriver implements RuntimeDriver {
         );
       }
       const p = this.paths(spec.id);
-      const state = await this.runc.state(spec.id);
+      const state = (await exists(this.runcStateDir(spec.id))) ? await this.runc.state(spec.id) : null;
       if (state && state.status !== 'stopped') {
         throw new RuntimeError(
           'AlreadyExists',
@@ -676,14 +710,15 @@ export class ContainerDriver implements RuntimeDriver {
         }
         if (state) await this.runc.forceDelete(spec.id);
         await this.cg().remove(spec.id);
-        await unmountTree(p.dir);
       } else if (await exists(p.dir)) {
         throw new RuntimeError('AlreadyExists', `sandbox ${spec.id} already exists`);
       }
       try {
+        const reuseMounts = inPlace && (await this.mountsReusable(spec, p));
+        if (inPlace && !reuseMounts) await unmountTree(p.dir);
         if (!inPlace) await this.cloneDisk(opts.diskSource as string, p);
-        await this.prepareDirs(p);
-        await this.mountAndConfigure(spec, p, opts.tools);
+        if (!reuseMounts) await this.prepareDirs(p);
+        await this.mountAndConfigure(spec, p, opts.tools, !reuseMounts);
         const work = this.criuWorkDir(spec.id, 'restore');
         await rm(work, { recursive: true, force: true });
         await mkdir(work, { recursive: true });
