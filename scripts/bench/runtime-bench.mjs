@@ -309,7 +309,7 @@ try {
     await driver.create(specFor(id, ns), { tools: toolsMount });
     await ready;
     await sleep(300);
-    for (let i = 0; i < CR_N; i++) {
+    const driverRound = async (i) => {
       const img = join(store, `img-${i}`);
       let t0 = performance.now();
       await driver.checkpoint(id, img);
@@ -331,7 +331,8 @@ try {
       await driver.destroy(child);
       await driver.removeUpperSnapshot(snap);
       await rm(img2, { recursive: true, force: true });
-    }
+      await driver.whenIdle();
+    };
     // raw: the same container, checkpointed and restored by hand with the same CRIU and config.
     const rawDump = [];
     const rawRestore = [];
@@ -346,7 +347,7 @@ try {
           detached: argv[0] === 'restore',
         },
       );
-    for (let i = 0; i < CR_N; i++) {
+    const rawRound = async (i) => {
       const img = join(store, `raw-${i}`);
       await mkdir(img, { mode: 0o711 });
       await chmod(img, 0o711);
@@ -384,6 +385,16 @@ try {
       rawDumpLeave.push(performance.now() - t0);
       for (const d of [img, img2, `raw-w-${i}`, `raw-rw-${i}`, `raw-lw-${i}`])
         await rm(join(store, d), { recursive: true, force: true });
+    };
+    // Interleaved, alternating which goes first, like the create rounds.
+    for (let i = 0; i < CR_N; i++) {
+      if (i % 2) {
+        await rawRound(i);
+        await driverRound(i);
+      } else {
+        await driverRound(i);
+        await rawRound(i);
+      }
     }
     const st = await driver.stats(id);
     await driver.destroy(id);
