@@ -20,6 +20,7 @@ import { run } from '../../util/exec.js';
 import type { SandboxSpec } from '../driver.js';
 import { RuntimeError } from '../driver.js';
 import { ContainerDriver } from './container-driver.js';
+import { versionAtLeast } from './criu.js';
 import { readMounts } from './mountinfo.js';
 import {
   buildBusyboxLower,
@@ -470,6 +471,14 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     const statefulCmd =
       'secret=$(head -c 8 /dev/urandom | od -An -tx1 | tr -d " "); echo $secret > /tmp/secret; ' +
       'nc -ll -p 8080 -e echo hello & i=0; while :; do i=$((i+1)); echo $i > /tmp/count; usleep 50000; done';
+
+    it('uses a CRIU that can dump TCP sockets on this kernel (>= 4.2)', () => {
+      // CRIU 4.1 fails every dump of a sandbox with a TCP socket (envd) here: SO_PASSCRED -> EOPNOTSUPP.
+      expect(
+        versionAtLeast(driver.criuVersion ?? '0', '4.2'),
+        `CRIU ${driver.criuVersion} at ${CRIU} is too old; install CRIU >= 4.2 (Debian sid) or set AENV_CRIU_PATH`,
+      ).toBe(true);
+    });
 
     it('checkpoint then restore under the same id: PIDs, counter and listener continue', async () => {
       const s = await spec({}, statefulCmd);
