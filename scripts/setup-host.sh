@@ -16,6 +16,8 @@ SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 HOST_PACKAGES=(
   runc nftables iproute2 patchelf btrfs-progs xfsprogs mmdebstrap docker-registry redis-server
   skopeo umoci busybox-static zstd jq uidmap e2fsprogs util-linux ca-certificates gcc libc6-dev
+  # the image cache writes whiteouts, fifos and xattrs through python3 (Node has no API for them)
+  python3-minimal
   # used by this script itself
   binutils dpkg
 )
