@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepares this host for aenv: Debian packages, and CRIU >= 4.1 from Debian trixie in a private
+# Prepares this host for aenv: Debian packages, and CRIU >= 4.2 from Debian packages in a private
 # prefix. Idempotent and quiet: on a ready host it only checks, then prints a short summary.
 # Usage: setup-host.sh [--deps-path DIR] [--refresh-criu] [--criu-suite SUITE]
 # shellcheck source-path=SCRIPTDIR
@@ -30,8 +30,9 @@ Usage: $(basename "$0") [--deps-path DIR] [--refresh-criu] [--criu-suite SUITE]
                     \${AENV_HOME_PATH:-/var/lib/aenv}/deps, like the server config);
                     CRIU lands in DIR/criu/<version>, DIR/criu/current, DIR/criu/criu.conf
   --refresh-criu    look up the newest CRIU of the suite even if a working one is installed
-  --criu-suite S    Debian suite CRIU comes from (default: \${AENV_CRIU_SUITE:-trixie}, CRIU 4.1.1;
-                    forky has 4.2.x); switching suites implies --refresh-criu
+  --criu-suite S    Debian suite CRIU comes from (default: \${AENV_CRIU_SUITE:-forky}, CRIU 4.2.x;
+                    trixie's 4.1.1 cannot dump TCP sockets on kernels >= 6.13); switching suites
+                    implies --refresh-criu
 EOF
 }
 

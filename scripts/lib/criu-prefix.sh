@@ -1,11 +1,13 @@
-# CRIU >= 4.1 from Debian trixie packages, unpacked into a private prefix
+# CRIU >= 4.2 from Debian packages (forky by default), unpacked into a private prefix
 # <criu-root>/<version>/ with <criu-root>/current -> <version> (host-facts.md §3).
-# Bookworm's CRIU 3.17 fails on kernels >= 6.13 and trixie's binary needs trixie's glibc, so the
-# binary is patched to use the prefix's own loader and libraries. Never built from source.
+# Bookworm's CRIU 3.17 fails on kernels >= 6.13 (vDSO). Trixie's 4.1.1 fixes that but cannot dump
+# any TCP socket on these kernels (getsockopt SO_PASSCRED -> EOPNOTSUPP), and every sandbox has one
+# (envd), so 4.2 is the floor. Newer suites' binaries need their own glibc, so the binary is patched
+# to use the prefix's own loader and libraries. Never built from source.
 # shellcheck shell=bash
 
-AENV_CRIU_SUITE=${AENV_CRIU_SUITE:-trixie}
-AENV_CRIU_MIN_VERSION=4.1
+AENV_CRIU_SUITE=${AENV_CRIU_SUITE:-forky}
+AENV_CRIU_MIN_VERSION=4.2
 AENV_CRIU_MAX_ROUNDS=25
 AENV_ARCH_TRIPLET=x86_64-linux-gnu
 

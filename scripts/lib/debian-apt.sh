@@ -102,8 +102,13 @@ aenv_papt_init() {
     "$root/preferences.d" "$root/debs"
   {
     printf 'deb [signed-by=%s] %s %s main\n' "$keyring" "$mirror" "$suite"
-    printf 'deb [signed-by=%s] %s %s-updates main\n' "$keyring" "$mirror" "$suite"
-    [ -z "$security" ] || printf 'deb [signed-by=%s] %s %s-security main\n' "$keyring" "$security" "$suite"
+    # Only released suites have -updates and -security; testing/unstable would fail `apt-get update` on them.
+    case $suite in
+      bookworm | trixie)
+        printf 'deb [signed-by=%s] %s %s-updates main\n' "$keyring" "$mirror" "$suite"
+        [ -z "$security" ] || printf 'deb [signed-by=%s] %s %s-security main\n' "$keyring" "$security" "$suite"
+        ;;
+    esac
   } >"$root/sources.list.new"
   mv -f "$root/sources.list.new" "$root/sources.list"
 }
