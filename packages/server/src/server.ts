@@ -35,6 +35,13 @@ import { createHttpServer } from './api/http-server.js';
 import { registerHealthRoutes } from './api/routes/health.js';
 import { registerNodeRoutes } from './api/routes/nodes.js';
 import { registerSandboxRoutes } from './api/routes/sandboxes.js';
+import { registerTemplateRoutes } from './api/routes/templates.js';
+import {
+  createTemplateLayerStore,
+  createTemplateService,
+  TemplateUploadEndpoint,
+  uploadSecretFromApiKey,
+} from './template/index.js';
 
 export interface RunServerOptions {
   configPath?: string;
@@ -203,6 +210,13 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     logger: logger.child({ component: 'repository' }),
   });
   await repository.reconcile();
+  const idMap = { hostStart: config.runtime.uid_map_host_start, size: config.runtime.uid_map_size };
+  const templateLayers = await createTemplateLayerStore({
+    homePath: config.home_path,
+    repository,
+    idMap,
+    logger: logger.child({ component: 'template-layers' }),
+  });
 
   // The proxy is built after the orchestrator, which must still be able to tell it when an instance stops.
   const proxyRef: { current?: SandboxProxy } = {};
@@ -247,6 +261,29 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     logger,
   }).catch((err: unknown) => logger.error({ err }, 'could not register the base template'));
 
+  const templates = await createTemplateService({
+    homePath: config.home_path,
+    sandboxesDir: runtime.sandboxesDir,
+    runtime,
+    network,
+    images,
+    repository,
+    tools,
+    envdPort: config.tools.control_plane_port,
+    envdPollMs: config.envd.poll_ms,
+    envdInitTimeoutMs: config.envd.init_timeout_secs * 1000,
+    pidsLimit: config.runtime.pids_limit,
+    idMap,
+    layers: templateLayers,
+    maxConcurrentBuilds: config.template_build.max_concurrent_builds,
+    defaultImage: config.image.resolver.default_image,
+    runtimeVersions: { envd: ENVD_VERSION, tools: tools.version },
+    virtualizationMode: runtime.virtualizationMode,
+    nodeName: identity.nodeId,
+    uploadSecret: uploadSecretFromApiKey(apiKey.key),
+    logger: logger.child({ component: 'templates' }),
+  });
+
   const domains = config.sandbox_proxy.domains;
   const proxy = new SandboxProxy({
     domains,
@@ -262,7 +299,11 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     bodyLimitBytes: config.api.body_limit_bytes,
     logger,
     metrics,
-    dataPlane: proxy,
+    dataPlane: new TemplateUploadEndpoint(
+      templates.files,
+      logger.child({ component: 'template-uploads' }),
+      proxy,
+    ),
   });
   registerHealthRoutes(app, metrics.registry);
   registerNodeRoutes(app, {
@@ -277,6 +318,20 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     parsePolicy: parseNetworkPolicy,
     ...(domains[0] ? { domain: domains[0] } : {}),
     customExtensionConfigured: Boolean(config.custom_extension.url),
+  });
+  registerTemplateRoutes(app, {
+    repository,
+    builder: templates.builder,
+    files: templates.files,
+    logs: templates.logs,
+    sandboxesUsing: (id) => orchestrator.all().filter((r) => r.templateId === id).length,
+    defaults: {
+      cpuCount: config.machine.vcpu_count,
+      memoryMB: config.machine.mem_size_mib,
+      diskSizeMB: config.runtime.default_disk_size_mb,
+    },
+    envdVersion: ENVD_VERSION,
+    onDeleted: () => templates.gcLayers(),
   });
 
   const [host, portText] = splitAddr(config.api_addr);
@@ -297,6 +352,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     async close() {
       logger.info('shutting down: pausing sandboxes');
       server.closeIdleConnections();
+      await templates.close();
       await orchestrator.shutdown();
       proxy.closeAll();
       await app.close();

@@ -1,0 +1,132 @@
+// Temporary sandboxes that template builds run their steps in. They are made from the same parts as the
+// container backend's sandboxes (network slot, image layers, runc via the runtime driver, envd from the tools
+// mount), with what builds need on top: extra lower dirs (a parent template's layers), a start on a saved disk
+// (the layer cache) and disk snapshots between steps. They are not orchestrator sandboxes: the API never lists
+// them, and after a crash the backend's startup reconcile removes them with everything else it does not know.
+import type { ImageService, PulledImage } from '../image/index.js';
+import type { NetworkManager } from '../network/index.js';
+import type { NetworkSlot } from '../network/types.js';
+import type { RuntimeDriver, ToolsMount } from '../runtime/driver.js';
+import type { Logger } from '../util/log.js';
+import { initEnvd, waitForEnvd } from '../envd/client.js';
+import { EnvdRpcClient } from '../envd/rpc-client.js';
+
+export interface BuildSandboxesOptions {
+  runtime: RuntimeDriver;
+  network: NetworkManager;
+  images: ImageService;
+  tools: ToolsMount;
+  envdPort: number;
+  envdPollMs: number;
+  envdInitTimeoutMs: number;
+  pidsLimit: number;
+  logger: Logger;
+}
+
+export interface BuildSandboxSpec {
+  id: string;
+  templateId: string;
+  image: PulledImage;
+  /** Above the image's layers, bottom first. */
+  extraLowerDirs: readonly string[];
+  /** A directory holding `upper/` (a cache entry) to start on instead of an empty disk. */
+  diskSource?: string;
+  resources: { cpuCount: number; memoryMB: number };
+  /** PATH envd starts with. */
+  path?: string;
+}
+
+export interface BuildSandbox {
+  id: string;
+  slot: NetworkSlot;
+  envd: EnvdRpcClient;
+  lowerDirs: string[];
+}
+
+export const BUILD_LEASE_PREFIX = 'build:';
+const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+export class BuildSandboxes {
+  constructor(private readonly opts: BuildSandboxesOptions) {}
+
+  /** Releases image leases of build sandboxes a crash left behind (the sandboxes themselves are gone). */
+  reconcile(): void {
+    for (const lease of this.opts.images.listLeases()) {
+      if (lease.holder.startsWith(BUILD_LEASE_PREFIX)) this.opts.images.releaseLease(lease.holder);
+    }
+  }
+
+  async start(spec: BuildSandboxSpec): Promise<BuildSandbox> {
+    const undo: (() => Promise<void>)[] = [];
+    try {
+      const slot = await this.opts.network.acquire();
+      undo.push(() => this.opts.network.release(slot));
+      this.opts.images.acquireLease(BUILD_LEASE_PREFIX + spec.id, spec.image.manifestDigest);
+      undo.push(async () => this.opts.images.releaseLease(BUILD_LEASE_PREFIX + spec.id));
+      await this.opts.network.applyPolicy(slot, { allowOut: [], denyOut: [], allowInternetAccess: null });
+      const lowerDirs = [...spec.image.layers.map((l) => l.dir), ...spec.extraLowerDirs];
+      await this.opts.runtime.create(
+        {
+          id: spec.id,
+          hostname: spec.id,
+          lowerDirs,
+          resources: { ...spec.resources, pidsLimit: this.opts.pidsLimit },
+          netnsPath: slot.netnsPath,
+          nameservers: slot.dnsServer ? [slot.dnsServer] : [],
+          initEnv: {
+            PATH: spec.path ?? DEFAULT_PATH,
+            ENVD_PORT: String(this.opts.envdPort),
+            E2B_SANDBOX_ID: spec.id,
+            E2B_TEMPLATE_ID: spec.templateId,
+          },
+        },
+        { tools: this.opts.tools, ...(spec.diskSource ? { diskSource: spec.diskSource } : {}) },
+      );
+      undo.push(() => this.opts.runtime.destroy(spec.id));
+      await waitForEnvd(slot.hostInteractionIp, this.opts.envdPort, {
+        pollMs: this.opts.envdPollMs,
+        timeoutMs: this.opts.envdInitTimeoutMs,
+        isAlive: async () =>
+          (await this.opts.runtime.list()).some((s) => s.id === spec.id && s.status === 'running'),
+      });
+      await initEnvd(slot.hostInteractionIp, this.opts.envdPort, {
+        envVars: {},
+        defaultUser: 'root',
+        timestamp: new Date().toISOString(),
+      });
+      return {
+        id: spec.id,
+        slot,
+        envd: new EnvdRpcClient({ baseUrl: `http://${slot.hostInteractionIp}:${this.opts.envdPort}` }),
+        lowerDirs,
+      };
+    } catch (e) {
+      for (const step of undo.reverse()) {
+        await step().catch((err: unknown) =>
+          this.opts.logger.error({ err, buildSandbox: spec.id }, 'build sandbox rollback step failed'),
+        );
+      }
+      throw e;
+    }
+  }
+
+  /** Saves the sandbox's disk into `dest` (`dest/upper`), with its processes frozen for a consistent copy. */
+  async snapshotDisk(sb: BuildSandbox, dest: string): Promise<void> {
+    await this.opts.runtime.freeze(sb.id);
+    try {
+      await this.opts.runtime.snapshotUpper(sb.id, dest);
+    } finally {
+      await this.opts.runtime.thaw(sb.id);
+    }
+  }
+
+  removeDisk(path: string): Promise<void> {
+    return this.opts.runtime.removeUpperSnapshot(path);
+  }
+
+  async destroy(sb: BuildSandbox): Promise<void> {
+    await this.opts.runtime.destroy(sb.id);
+    await this.opts.network.release(sb.slot);
+    this.opts.images.releaseLease(BUILD_LEASE_PREFIX + sb.id);
+  }
+}

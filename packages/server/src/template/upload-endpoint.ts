@@ -1,0 +1,93 @@
+// `PUT /templates/{templateID}/files/{hash}/upload?token=…`: where the SDK uploads COPY files. The SDK sends no
+// API key here (the link stands in for E2B's presigned storage URL), so the request is served before the
+// control plane's API-key check, authorised by the signed, expiring token in the link; and the body streams to
+// disk instead of being parsed by the control plane.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { DataPlane } from '../api/http-server.js';
+import type { Logger } from '../util/log.js';
+import { isFilesHash, UploadError, type TemplateFileStore } from './file-store.js';
+
+const PATH_RE = /^\/templates\/([^/?#]+)\/files\/([^/?#]+)\/upload$/;
+
+export function isUploadPath(url: string | undefined): boolean {
+  const path = (url ?? '').split('?', 1)[0]!;
+  return PATH_RE.test(path);
+}
+
+function answer(res: ServerResponse, status: number, message?: string, close = false): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const body = message === undefined ? '' : JSON.stringify({ code: status, message });
+  res.writeHead(status, {
+    'content-length': String(Buffer.byteLength(body)),
+    ...(body ? { 'content-type': 'application/json' } : {}),
+    ...(close ? { connection: 'close' } : {}),
+  });
+  res.end(body);
+}
+
+/** Handles upload requests; everything else goes to `next` (the sandbox proxy) or the control plane. */
+export class TemplateUploadEndpoint implements DataPlane {
+  constructor(
+    private readonly files: TemplateFileStore,
+    private readonly logger: Logger,
+    private readonly next?: DataPlane,
+  ) {}
+
+  claims(req: IncomingMessage): boolean {
+    if (this.next?.claims(req)) return true;
+    return isUploadPath(req.url);
+  }
+
+  upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    if (this.next?.claims(req)) return this.next.upgrade(req, socket, head);
+    socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+  }
+
+  handle(req: IncomingMessage, res: ServerResponse): void {
+    if (this.next?.claims(req)) return this.next.handle(req, res);
+    void this.upload(req, res);
+  }
+
+  private async upload(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://upload');
+    const m = PATH_RE.exec(url.pathname)!;
+    const templateId = decodeURIComponent(m[1]!);
+    const hash = m[2]!;
+    // Errors before the body was read close the connection: the unread body must not be parsed as a request.
+    if (req.method !== 'PUT')
+      return answer(res, 405, `method ${req.method} not allowed: upload with PUT`, true);
+    if (!isFilesHash(hash)) return answer(res, 400, `invalid files hash ${JSON.stringify(hash)}`, true);
+    const verdict = this.files.verifyToken(templateId, hash, url.searchParams.get('token') ?? '');
+    if (verdict !== 'ok') {
+      return answer(
+        res,
+        403,
+        verdict === 'expired' ? 'the upload link has expired' : 'invalid upload link',
+        true,
+      );
+    }
+    const lengthHeader = req.headers['content-length'];
+    const declared = lengthHeader === undefined ? undefined : Number(lengthHeader);
+    if (declared !== undefined && !(Number.isSafeInteger(declared) && declared >= 0)) {
+      return answer(res, 400, 'invalid Content-Length', true);
+    }
+    const started = Date.now();
+    try {
+      const stored = await this.files.store(hash, req, declared);
+      this.logger.info(
+        { templateId, hash, bytes: stored.size, gzip: stored.gzip, ms: Date.now() - started },
+        'template files uploaded',
+      );
+      answer(res, 200);
+    } catch (e) {
+      const status = e instanceof UploadError ? e.status : 500;
+      if (status >= 500) this.logger.error({ err: e, templateId, hash }, 'template file upload failed');
+      answer(res, status, e instanceof Error ? e.message : String(e), !req.readableEnded);
+      if (!req.readableEnded) req.resume();
+    }
+  }
+}
