@@ -35,6 +35,7 @@ import { createHttpServer } from './api/http-server.js';
 import { registerHealthRoutes } from './api/routes/health.js';
 import { registerNodeRoutes } from './api/routes/nodes.js';
 import { registerSandboxRoutes } from './api/routes/sandboxes.js';
+import { registerSnapshotRoutes } from './api/routes/snapshots.js';
 import { registerTemplateRoutes } from './api/routes/templates.js';
 import {
   createTemplateLayerStore,
@@ -104,6 +105,7 @@ interface Node {
   images: ImageService;
   network: NetworkManager;
   repository: SnapshotRepository;
+  backend: ContainerBackend;
   orchestrator: Orchestrator;
   proxy: SandboxProxy;
   close(): Promise<void>;
@@ -224,7 +226,14 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     runtime,
     network,
     images,
+    repository,
     tools,
+    toolsRoot: join(config.deps_path, 'tools'),
+    residentPauseGraceMs: config.orchestrator.resident_pause_grace_secs * 1000,
+    runtimeVersions: {
+      envd: ENVD_VERSION,
+      ...(runtime.criuVersion ? { criu: runtime.criuVersion } : {}),
+    },
     envdPort: config.tools.control_plane_port,
     envdPollMs: config.envd.poll_ms,
     envdInitTimeoutMs: config.envd.init_timeout_secs * 1000,
@@ -334,6 +343,8 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     onDeleted: () => templates.gcLayers(),
   });
 
+  registerSnapshotRoutes(app, { orchestrator, repository });
+
   const [host, portText] = splitAddr(config.api_addr);
   await app.listen({ host, port: Number(portText) });
   logger.info({ addr: config.api_addr, node: identity.nodeId }, 'aenv server listening');
@@ -347,6 +358,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     images,
     network,
     repository,
+    backend,
     orchestrator,
     proxy,
     async close() {
@@ -357,6 +369,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       proxy.closeAll();
       await app.close();
       await network.shutdown();
+      await runtime.close();
       await images.stop();
       await repository.close();
       db.close();

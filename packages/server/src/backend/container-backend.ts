@@ -1,24 +1,48 @@
 import { randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import type { Logger } from '../util/log.js';
 import type { ImageService } from '../image/index.js';
+import type { PulledImage } from '../image/types.js';
 import type { NetworkManager } from '../network/index.js';
 import type { EgressPolicy, NetworkSlot } from '../network/types.js';
-import type { RuntimeDriver, ToolsMount } from '../runtime/driver.js';
-import type { LaunchSource, RecoveryOutcome, SandboxBackend, StartResult } from '../orchestrator/backend.js';
+import type { RuntimeDriver, SandboxSpec, ToolsMount } from '../runtime/driver.js';
+import type {
+  CaptureTarget,
+  ForkChildResult,
+  LaunchSource,
+  RecoveryOutcome,
+  SandboxBackend,
+  StartResult,
+} from '../orchestrator/backend.js';
 import type { PausedState, SandboxRecord } from '../orchestrator/types.js';
-import type { SnapshotRecord } from '../snapshot/index.js';
+import type { SnapshotRecord, SnapshotRepository } from '../snapshot/index.js';
+import { SingleFlight } from '../image/single-flight.js';
 import { initEnvd, waitForEnvd } from '../envd/client.js';
+import { archiveDir, extractArchive, syncFilesystem } from './disk-archive.js';
+import { availableMemoryRatio } from './memory-pressure.js';
 
 export interface ContainerBackendOptions {
   runtime: RuntimeDriver;
   network: NetworkManager;
   images: ImageService;
+  repository: SnapshotRepository;
+  /** The tools mount new sandboxes get. */
   tools: ToolsMount;
+  /** Where tools dirs of every version live (`<deps>/tools/<version>`): a checkpoint restores with its own. */
+  toolsRoot: string;
   envdPort: number;
   envdPollMs: number;
   envdInitTimeoutMs: number;
   pidsLimit: number;
-  /** envd access token for a secure sandbox. */
+  /** `[orchestrator].resident_pause_grace_secs` in ms: how long a paused sandbox stays frozen in memory. */
+  residentPauseGraceMs: number;
+  /** Below this share of available RAM, paused sandboxes release their memory at once. */
+  memoryPressureRatio?: number;
+  /** Versions recorded with every capture (envd, tools, runc, criu, ...). */
+  runtimeVersions: Record<string, string>;
+  /** envd access token of a sandbox (secure sandboxes). */
   envdToken(sandboxId: string): string;
   logger: Logger;
 }
@@ -30,90 +54,222 @@ interface BackendState {
   lowerDirs: string[];
   toolsVersion: string;
   envdEnv: Record<string, string>;
+  /** Paused but still frozen in memory (resume = thaw); the slot is kept meanwhile. */
+  resident?: boolean;
+  residentSlot?: number;
+  /** Start command of the template, re-run when the sandbox boots fresh on its saved disk. */
+  startCmd?: string;
 }
 
+/** What a capture records about the sandbox it was taken from (in `committed.extra`). */
+interface CaptureExtra {
+  sourceSandboxId: string;
+  sourceSecure: boolean;
+  toolsVersion: string;
+  envdEnv: Record<string, string>;
+  lowerDirs: string[];
+}
+
+const DISK_MEDIA_TYPE = 'application/vnd.aenv.disk.tar';
+const MEMORY_MEDIA_TYPE = 'application/vnd.aenv.criu-images.tar';
+const COMPLETE = 'complete';
+
 const leaseHolder = (id: string) => `sandbox:${id}`;
+const stateOf = (r: SandboxRecord) => r.backend as unknown as BackendState;
 
 /**
  * The container backend: a sandbox = a netns slot + an overlay over cached image layers + a runc container whose
- * init runs envd from the tools mount. Each step is undone in reverse when a later one fails.
+ * init runs envd from the tools mount. Pause, fork and snapshots are CRIU checkpoints plus copy-on-write disk
+ * snapshots kept on the sandbox volume. Each step is undone in reverse when a later one fails.
  */
 export class ContainerBackend implements SandboxBackend {
+  private readonly localSnapshots = new SingleFlight<void>();
+
   constructor(private readonly opts: ContainerBackendOptions) {}
 
   private get log(): Logger {
     return this.opts.logger;
   }
 
-  async start(record: SandboxRecord, source: LaunchSource, policy: EgressPolicy): Promise<StartResult> {
-    const snapshot = source.record as SnapshotRecord;
-    const committed = snapshot.committed;
-    if (!committed?.baseImage) {
-      throw new Error(`template ${source.templateId} has no base image to start from`);
+  private get store(): string {
+    return this.opts.runtime.storeDir;
+  }
+
+  pausedDir(id: string): string {
+    return join(this.store, 'paused', id);
+  }
+
+  private snapshotCacheDir(snapshotId: string): string {
+    return join(this.store, 'snapshots', snapshotId);
+  }
+
+  private toolsFor(version: string): ToolsMount {
+    if (version === this.opts.tools.version) return this.opts.tools;
+    const dir = join(this.opts.toolsRoot, version);
+    if (!existsSync(join(dir, 'VERSION'))) {
+      throw new Error(`tools ${version} (needed to restore this checkpoint) are no longer on this node`);
     }
+    return { dir, version };
+  }
+
+  private spec(record: SandboxRecord, slot: NetworkSlot, state: BackendState): SandboxSpec {
+    return {
+      id: record.id,
+      hostname: record.id,
+      lowerDirs: state.lowerDirs,
+      resources: {
+        cpuCount: record.resources.cpuCount,
+        memoryMB: record.resources.memoryMB,
+        pidsLimit: this.opts.pidsLimit,
+      },
+      netnsPath: slot.netnsPath,
+      nameservers: slot.dnsServer ? [slot.dnsServer] : [],
+      initEnv: { ...state.envdEnv, E2B_SANDBOX_ID: record.id, E2B_TEMPLATE_ID: record.templateId },
+    };
+  }
+
+  /** The image a sandbox (or capture) was made from, with the exact layers it was made on. */
+  private async imageFor(reference: string, manifestDigest?: string): Promise<PulledImage> {
+    const cached = manifestDigest ? this.opts.images.get(manifestDigest) : undefined;
+    if (cached) return cached;
+    const image = await this.opts.images.pull(reference);
+    if (manifestDigest && image.manifestDigest !== manifestDigest) {
+      throw new Error(
+        `image ${reference} is now ${image.manifestDigest}; this sandbox was made on ${manifestDigest}, which is no longer cached`,
+      );
+    }
+    return image;
+  }
+
+  /** Runs `steps` in order; if one fails, the undo actions registered so far run in reverse. */
+  private async transaction<T>(sandboxId: string, steps: (undo: (fn: () => Promise<void>) => void) => Promise<T>) {
     const undo: (() => Promise<void>)[] = [];
     try {
-      const [pulled, acquired] = await Promise.allSettled([
-        this.opts.images.pull(committed.baseImage.reference),
-        this.opts.network.acquire(),
-      ]);
-      if (acquired.status === 'fulfilled') undo.push(() => this.opts.network.release(acquired.value));
-      if (pulled.status === 'rejected') throw pulled.reason;
-      if (acquired.status === 'rejected') throw acquired.reason;
-      const image = pulled.value;
-      const slot = acquired.value;
-      this.opts.images.acquireLease(leaseHolder(record.id), image.manifestDigest);
-      undo.push(async () => this.opts.images.releaseLease(leaseHolder(record.id)));
-      const policyApplied = this.opts.network.applyPolicy(slot, policy);
-
-      const envdEnv = {
-        PATH: committed.context.envVars.PATH ?? '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
-        ENVD_PORT: String(this.opts.envdPort),
-        E2B_SANDBOX_ID: record.id,
-        E2B_TEMPLATE_ID: record.templateId,
-      };
-      const lowerDirs = image.layers.map((l) => l.dir);
-      await this.opts.runtime.create(
-        {
-          id: record.id,
-          hostname: record.id,
-          lowerDirs,
-          resources: {
-            cpuCount: record.resources.cpuCount,
-            memoryMB: record.resources.memoryMB,
-            pidsLimit: this.opts.pidsLimit,
-          },
-          netnsPath: slot.netnsPath,
-          nameservers: slot.dnsServer ? [slot.dnsServer] : [],
-          initEnv: envdEnv,
-        },
-        { tools: this.opts.tools },
-      );
-      undo.push(() => this.opts.runtime.destroy(record.id));
-      await policyApplied;
-      await this.envdReady(record, slot);
-      const state: BackendState = {
-        imageRef: committed.baseImage.reference,
-        manifestDigest: image.manifestDigest,
-        lowerDirs,
-        toolsVersion: this.opts.tools.version,
-        envdEnv,
-      };
-      return {
-        binding: { slotIndex: slot.index, hostInteractionIp: slot.hostInteractionIp, instanceId: randomUUID() },
-        backend: state as unknown as Record<string, unknown>,
-      };
+      return await steps((fn) => undo.push(fn));
     } catch (e) {
       for (const step of undo.reverse()) {
-        await step().catch((err: unknown) => this.log.error({ err, sandboxId: record.id }, 'rollback step failed'));
+        await step().catch((err: unknown) => this.log.error({ err, sandboxId }, 'rollback step failed'));
       }
       throw e;
     }
   }
 
-  /** Waits for envd and hands it the sandbox's env, user, workdir and token (every start and resume). */
-  private async envdReady(record: SandboxRecord, slot: NetworkSlot): Promise<void> {
-    await waitForEnvd(slot.hostInteractionIp, this.opts.envdPort, {
+  private binding(slot: NetworkSlot) {
+    return { slotIndex: slot.index, hostInteractionIp: slot.hostInteractionIp, instanceId: randomUUID() };
+  }
+
+  // ---- start ----
+
+  async start(record: SandboxRecord, source: LaunchSource, policy: EgressPolicy): Promise<StartResult> {
+    const snapshot = source.record as SnapshotRecord;
+    const committed = snapshot.committed;
+    if (!committed?.baseImage) throw new Error(`template ${source.templateId} has no base image to start from`);
+    if (committed.artifacts.memory || committed.layers.length > 0) return this.startFromCapture(record, snapshot, policy);
+
+    const baseImage = committed.baseImage;
+    return this.transaction(record.id, async (undo) => {
+      const [pulled, acquired] = await Promise.allSettled([
+        this.opts.images.pull(baseImage.reference),
+        this.opts.network.acquire(),
+      ]);
+      if (acquired.status === 'fulfilled') undo(() => this.opts.network.release(acquired.value));
+      if (pulled.status === 'rejected') throw pulled.reason;
+      if (acquired.status === 'rejected') throw acquired.reason;
+      const image = pulled.value;
+      const slot = acquired.value;
+      this.opts.images.acquireLease(leaseHolder(record.id), image.manifestDigest);
+      undo(async () => this.opts.images.releaseLease(leaseHolder(record.id)));
+      const policyApplied = this.opts.network.applyPolicy(slot, policy);
+      const state: BackendState = {
+        imageRef: baseImage.reference,
+        manifestDigest: image.manifestDigest,
+        lowerDirs: image.layers.map((l) => l.dir),
+        toolsVersion: this.opts.tools.version,
+        envdEnv: {
+          PATH: committed.context.envVars.PATH ?? '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+          ENVD_PORT: String(this.opts.envdPort),
+        },
+        ...(committed.startup ? { startCmd: committed.startup.startCmd } : {}),
+      };
+      await this.opts.runtime.create(this.spec(record, slot, state), { tools: this.opts.tools });
+      undo(() => this.opts.runtime.destroy(record.id));
+      await policyApplied;
+      await this.envdReady(record, slot.hostInteractionIp);
+      return { binding: this.binding(slot), backend: state as unknown as Record<string, unknown> };
+    });
+  }
+
+  /** Launches a sandbox from a capture (snapshot or template): restores its memory, or boots its disk. */
+  private async startFromCapture(record: SandboxRecord, snapshot: SnapshotRecord, policy: EgressPolicy) {
+    const committed = snapshot.committed!;
+    const extra = committed.extra as unknown as CaptureExtra;
+    const image = await this.imageFor(committed.baseImage!.reference, committed.baseImage!.manifestDigest);
+    const local = await this.ensureLocalSnapshot(snapshot);
+    const state: BackendState = {
+      imageRef: committed.baseImage!.reference,
+      manifestDigest: image.manifestDigest,
+      lowerDirs: image.layers.map((l) => l.dir),
+      toolsVersion: extra.toolsVersion,
+      envdEnv: extra.envdEnv,
+      ...(committed.startup ? { startCmd: committed.startup.startCmd } : {}),
+    };
+    const memory = committed.artifacts.memory ? join(local, 'memory') : undefined;
+    const currentToken = extra.sourceSecure ? this.opts.envdToken(extra.sourceSandboxId) : undefined;
+    return this.launch(record, state, policy, { memory, disk: join(local, 'disk'), currentToken });
+  }
+
+  /**
+   * Brings `record` up from saved state in a fresh slot: memory restore when `memory` is given (falling back to
+   * booting the saved disk when the restore fails), else a fresh boot on the disk.
+   */
+  private async launch(
+    record: SandboxRecord,
+    state: BackendState,
+    policy: EgressPolicy,
+    from: { memory?: string; disk: string; currentToken?: string; leaseHeld?: boolean },
+  ): Promise<StartResult> {
+    return this.transaction(record.id, async (undo) => {
+      const slot = await this.opts.network.acquire();
+      undo(() => this.opts.network.release(slot));
+      // A paused sandbox already holds its image lease, and keeps it if this resume fails.
+      if (!from.leaseHeld) {
+        this.opts.images.acquireLease(leaseHolder(record.id), state.manifestDigest);
+        undo(async () => this.opts.images.releaseLease(leaseHolder(record.id)));
+      }
+      const policyApplied = this.opts.network.applyPolicy(slot, policy);
+      const spec = this.spec(record, slot, state);
+      let restored = false;
+      if (from.memory) {
+        try {
+          await this.opts.runtime.restore(spec, from.memory, { tools: this.toolsFor(state.toolsVersion), diskSource: from.disk });
+          restored = true;
+        } catch (err) {
+          this.log.warn({ err, sandboxId: record.id }, 'memory restore failed; booting the saved disk instead');
+        }
+      }
+      if (!restored) {
+        state.toolsVersion = this.opts.tools.version;
+        await this.opts.runtime.create(spec, { tools: this.opts.tools, diskSource: from.disk });
+      }
+      undo(() => this.opts.runtime.destroy(record.id));
+      await policyApplied;
+      await this.envdReady(record, slot.hostInteractionIp, restored ? from.currentToken : undefined);
+      if (!restored && state.startCmd) {
+        this.log.warn(
+          { sandboxId: record.id, startCmd: state.startCmd },
+          'the sandbox booted fresh on its saved disk; its template start command is not running',
+        );
+      }
+      return {
+        binding: this.binding(slot),
+        backend: { ...state, resident: false, residentSlot: undefined } as unknown as Record<string, unknown>,
+      };
+    });
+  }
+
+  /** Waits for envd and hands it the sandbox's identity, env, user, workdir and token (every start and resume). */
+  private async envdReady(record: SandboxRecord, host: string, currentToken?: string): Promise<void> {
+    await waitForEnvd(host, this.opts.envdPort, {
       pollMs: this.opts.envdPollMs,
       timeoutMs: this.opts.envdInitTimeoutMs,
       isAlive: async () => {
@@ -121,29 +277,265 @@ export class ContainerBackend implements SandboxBackend {
         return listed.some((s) => s.id === record.id && s.status === 'running');
       },
     });
-    await initEnvd(slot.hostInteractionIp, this.opts.envdPort, {
-      envVars: record.envVars,
-      ...(record.secure ? { accessToken: this.opts.envdToken(record.id) } : {}),
-      defaultUser: record.defaultUser,
-      ...(record.defaultWorkdir ? { defaultWorkdir: record.defaultWorkdir } : {}),
-      timestamp: new Date().toISOString(),
-    });
+    await initEnvd(
+      host,
+      this.opts.envdPort,
+      {
+        envVars: record.envVars,
+        accessToken: record.secure ? this.opts.envdToken(record.id) : '',
+        sandboxId: record.id,
+        templateId: record.templateId,
+        defaultUser: record.defaultUser,
+        ...(record.defaultWorkdir ? { defaultWorkdir: record.defaultWorkdir } : {}),
+        timestamp: new Date().toISOString(),
+      },
+      currentToken,
+    );
   }
 
+  // ---- stop ----
+
   async destroy(record: SandboxRecord): Promise<void> {
+    const state = stateOf(record);
     await this.opts.runtime.destroy(record.id);
-    if (record.runtime) {
-      await this.opts.network.release(this.opts.network.attach(record.runtime.slotIndex));
-    }
+    const slotIndex = record.runtime?.slotIndex ?? state.residentSlot;
+    if (slotIndex !== undefined) await this.opts.network.release(this.opts.network.attach(slotIndex));
+    await this.removePauseArtifacts(record.id);
     this.opts.images.releaseLease(leaseHolder(record.id));
   }
 
-  async pause(_record: SandboxRecord): Promise<PausedState> {
-    throw Object.assign(new Error('pause is not implemented by this backend yet'), { status: 501 });
+  private async removePauseArtifacts(id: string): Promise<void> {
+    const dir = this.pausedDir(id);
+    if (!existsSync(dir)) return;
+    if (existsSync(join(dir, 'disk'))) await this.opts.runtime.removeUpperSnapshot(join(dir, 'disk'));
+    await rm(dir, { recursive: true, force: true });
   }
 
-  async resume(_record: SandboxRecord): Promise<StartResult> {
-    throw Object.assign(new Error('resume is not implemented by this backend yet'), { status: 501 });
+  // ---- pause / resume ----
+
+  async pause(record: SandboxRecord): Promise<PausedState> {
+    const id = record.id;
+    const dir = this.pausedDir(id);
+    await this.removePauseArtifacts(id);
+    await mkdir(dir, { recursive: true, mode: 0o711 });
+    await this.opts.runtime.freeze(id);
+    let kind: PausedState['kind'] = 'memory';
+    let reason: string | undefined;
+    try {
+      try {
+        await this.opts.runtime.checkpoint(id, join(dir, 'memory'), {
+          leaveRunning: true,
+          upperSnapshotDest: join(dir, 'disk'),
+        });
+      } catch (err) {
+        // CRIU refused this workload: keep the disk, and say the processes will restart on resume.
+        kind = 'filesystem';
+        reason = err instanceof Error ? err.message : String(err);
+        this.log.warn({ sandboxId: id, reason }, 'memory checkpoint failed; pausing with the filesystem only');
+        await rm(join(dir, 'memory'), { recursive: true, force: true });
+        await rm(join(dir, 'disk'), { recursive: true, force: true });
+        await this.opts.runtime.snapshotUpper(id, join(dir, 'disk'));
+      }
+      await writeFile(join(dir, COMPLETE), JSON.stringify({ kind, pausedAt: new Date().toISOString() }));
+      await syncFilesystem(dir);
+    } catch (err) {
+      await this.removePauseArtifacts(id).catch(() => {});
+      await this.opts.runtime.thaw(id).catch(() => {});
+      throw err;
+    }
+    const state = stateOf(record);
+    const keepResident = this.opts.residentPauseGraceMs > 0 && !this.underMemoryPressure();
+    if (keepResident && record.runtime) {
+      state.resident = true;
+      state.residentSlot = record.runtime.slotIndex;
+    } else {
+      await this.releaseMemory(record);
+    }
+    return { kind, pausedAt: new Date().toISOString(), artifactDir: dir, ...(reason ? { reason } : {}) };
+  }
+
+  private underMemoryPressure(): boolean {
+    return availableMemoryRatio() < (this.opts.memoryPressureRatio ?? 0.15);
+  }
+
+  /** Drops the frozen processes and the slot of a paused sandbox; its artifacts stay. */
+  private async releaseMemory(record: SandboxRecord): Promise<void> {
+    const state = stateOf(record);
+    await this.opts.runtime.destroy(record.id);
+    const slotIndex = state.residentSlot ?? record.runtime?.slotIndex;
+    if (slotIndex !== undefined) await this.opts.network.release(this.opts.network.attach(slotIndex));
+    state.resident = false;
+    delete state.residentSlot;
+  }
+
+  async resume(record: SandboxRecord, policy: EgressPolicy): Promise<StartResult> {
+    const state = stateOf(record);
+    const dir = this.pausedDir(record.id);
+    if (state.resident && state.residentSlot !== undefined) {
+      const slot = this.opts.network.attach(state.residentSlot);
+      await this.opts.runtime.thaw(record.id);
+      await this.envdReady(record, slot.hostInteractionIp, record.secure ? this.opts.envdToken(record.id) : undefined);
+      await this.removePauseArtifacts(record.id);
+      return {
+        binding: this.binding(slot),
+        backend: { ...state, resident: false, residentSlot: undefined } as unknown as Record<string, unknown>,
+      };
+    }
+    if (!existsSync(join(dir, COMPLETE))) throw new Error(`the pause artifacts of ${record.id} are missing (${dir})`);
+    const memory = record.paused?.kind === 'memory' ? join(dir, 'memory') : undefined;
+    const result = await this.launch(record, state, policy, {
+      memory,
+      disk: join(dir, 'disk'),
+      currentToken: record.secure ? this.opts.envdToken(record.id) : undefined,
+      leaseHeld: true,
+    });
+    await this.removePauseArtifacts(record.id).catch((err: unknown) =>
+      this.log.warn({ err, sandboxId: record.id }, 'could not remove pause artifacts after resume'),
+    );
+    return result;
+  }
+
+  async maintain(paused: readonly SandboxRecord[]): Promise<void> {
+    const now = Date.now();
+    const pressure = this.underMemoryPressure();
+    for (const r of paused) {
+      const state = stateOf(r);
+      if (!state.resident || !r.paused) continue;
+      if (!pressure && now - Date.parse(r.paused.pausedAt) < this.opts.residentPauseGraceMs) continue;
+      try {
+        await this.releaseMemory(r);
+        this.log.info({ sandboxId: r.id, pressure }, 'released the memory of a paused sandbox');
+      } catch (err) {
+        this.log.warn({ err, sandboxId: r.id }, 'could not release the memory of a paused sandbox');
+      }
+    }
+  }
+
+  // ---- fork / capture ----
+
+  async fork(source: SandboxRecord, children: readonly SandboxRecord[]): Promise<ForkChildResult[]> {
+    const state = stateOf(source);
+    const work = join(this.store, 'forks', randomUUID());
+    await mkdir(work, { recursive: true, mode: 0o711 });
+    try {
+      await this.opts.runtime.checkpoint(source.id, join(work, 'memory'), {
+        leaveRunning: true,
+        upperSnapshotDest: join(work, 'disk'),
+      });
+      const currentToken = source.secure ? this.opts.envdToken(source.id) : undefined;
+      return await Promise.all(
+        children.map(async (child): Promise<ForkChildResult> => {
+          try {
+            const start = await this.launch(child, { ...state }, this.policyOf(child), {
+              memory: join(work, 'memory'),
+              disk: join(work, 'disk'),
+              currentToken,
+            });
+            return { ok: true, start };
+          } catch (err) {
+            return { ok: false, error: err instanceof Error ? err : new Error(String(err)) };
+          }
+        }),
+      );
+    } finally {
+      if (existsSync(join(work, 'disk'))) await this.opts.runtime.removeUpperSnapshot(join(work, 'disk')).catch(() => {});
+      await rm(work, { recursive: true, force: true });
+    }
+  }
+
+  private policyOf(r: SandboxRecord): EgressPolicy {
+    return { allowOut: r.network.allowOut, denyOut: r.network.denyOut, allowInternetAccess: r.network.allowInternetAccess };
+  }
+
+  async capture(record: SandboxRecord, target: CaptureTarget): Promise<void> {
+    const state = stateOf(record);
+    const work = join(this.store, 'captures', target.recordId);
+    await rm(work, { recursive: true, force: true });
+    await mkdir(work, { recursive: true, mode: 0o711 });
+    try {
+      await this.opts.runtime.checkpoint(record.id, join(work, 'memory'), {
+        leaveRunning: true,
+        upperSnapshotDest: join(work, 'disk'),
+      });
+      await Promise.all([
+        archiveDir(join(work, 'memory'), join(work, 'memory.tar')),
+        archiveDir(join(work, 'disk', 'upper'), join(work, 'disk.tar')),
+      ]);
+      const extra: CaptureExtra = {
+        sourceSandboxId: record.id,
+        sourceSecure: record.secure,
+        toolsVersion: state.toolsVersion,
+        envdEnv: state.envdEnv,
+        lowerDirs: state.lowerDirs,
+      };
+      const context = target.context ?? {
+        envVars: {},
+        workdir: record.defaultWorkdir ?? '/',
+        user: record.defaultUser,
+        exposedPorts: [],
+        volumes: [],
+        labels: {},
+      };
+      await this.opts.repository.publish(target.recordId, {
+        layers: [{ path: join(work, 'disk.tar'), mediaType: DISK_MEDIA_TYPE }],
+        artifacts: { memory: { path: join(work, 'memory.tar'), mediaType: MEMORY_MEDIA_TYPE } },
+        committed: {
+          context,
+          ...(target.startup ? { startup: { ...target.startup, context } } : {}),
+          runtimeVersions: { ...this.opts.runtimeVersions, tools: state.toolsVersion },
+          virtualizationMode: this.opts.runtime.virtualizationMode,
+          baseImage: { reference: state.imageRef, manifestDigest: state.manifestDigest },
+          extra: extra as unknown as Record<string, unknown>,
+        },
+      });
+      // What was just captured becomes this node's local copy of the snapshot: launches need no download.
+      await rm(join(work, 'memory.tar'), { force: true });
+      await rm(join(work, 'disk.tar'), { force: true });
+      await writeFile(join(work, COMPLETE), '');
+      const cache = this.snapshotCacheDir(target.recordId);
+      await mkdir(join(this.store, 'snapshots'), { recursive: true, mode: 0o711 });
+      await this.removeLocalSnapshot(target.recordId);
+      await rename(work, cache);
+    } catch (err) {
+      if (existsSync(join(work, 'disk'))) await this.opts.runtime.removeUpperSnapshot(join(work, 'disk')).catch(() => {});
+      await rm(work, { recursive: true, force: true });
+      throw err;
+    }
+  }
+
+  /** The snapshot's memory and disk on this node, downloaded from the repository when missing. */
+  private async ensureLocalSnapshot(snapshot: SnapshotRecord): Promise<string> {
+    const dir = this.snapshotCacheDir(snapshot.id);
+    if (existsSync(join(dir, COMPLETE))) return dir;
+    await this.localSnapshots.run(snapshot.id, async () => {
+      if (existsSync(join(dir, COMPLETE))) return;
+      const committed = snapshot.committed!;
+      const tmp = `${dir}.tmp-${randomUUID()}`;
+      await mkdir(tmp, { recursive: true, mode: 0o711 });
+      try {
+        if (committed.artifacts.memory) {
+          await extractArchive(await this.opts.repository.fetchArtifact(snapshot.id, 'memory'), join(tmp, 'memory'));
+        }
+        const disk = committed.layers[0];
+        if (disk) await extractArchive(await this.opts.repository.fetch(disk), join(tmp, 'disk', 'upper'));
+        else await mkdir(join(tmp, 'disk', 'upper'), { recursive: true });
+        await writeFile(join(tmp, COMPLETE), '');
+        await this.removeLocalSnapshot(snapshot.id);
+        await rename(tmp, dir);
+      } catch (err) {
+        await rm(tmp, { recursive: true, force: true });
+        throw err;
+      }
+    });
+    return dir;
+  }
+
+  /** Drops this node's local copy of a snapshot (it is fetched again from the repository when needed). */
+  async removeLocalSnapshot(snapshotId: string): Promise<void> {
+    const dir = this.snapshotCacheDir(snapshotId);
+    if (!existsSync(dir)) return;
+    if (existsSync(join(dir, 'disk'))) await this.opts.runtime.removeUpperSnapshot(join(dir, 'disk')).catch(() => {});
+    await rm(dir, { recursive: true, force: true });
   }
 
   async applyPolicy(record: SandboxRecord, policy: EgressPolicy): Promise<void> {
@@ -151,30 +543,41 @@ export class ContainerBackend implements SandboxBackend {
     await this.opts.network.applyPolicy(this.opts.network.attach(record.runtime.slotIndex), policy);
   }
 
+  // ---- restart ----
+
   async recover(records: readonly SandboxRecord[]): Promise<Map<string, RecoveryOutcome>> {
     const outcomes = new Map<string, RecoveryOutcome>();
     const listed = new Map((await this.opts.runtime.list()).map((s) => [s.id, s]));
     const keepSlots: number[] = [];
     const keepIds: string[] = [];
     for (const r of records) {
-      if (r.state === 'paused' && r.paused) {
-        outcomes.set(r.id, { kind: 'paused' });
+      const live = listed.get(r.id);
+      const artifactsComplete = existsSync(join(this.pausedDir(r.id), COMPLETE));
+      if (r.state === 'paused') {
+        // A resident pause does not survive a restart: its frozen container is removed below, the artifacts stay.
+        const state = stateOf(r);
+        state.resident = false;
+        delete state.residentSlot;
+        outcomes.set(r.id, artifactsComplete ? { kind: 'paused' } : { kind: 'gone' });
+        if (!artifactsComplete) this.log.error({ sandboxId: r.id }, 'paused sandbox has no complete artifacts');
         continue;
       }
-      const live = listed.get(r.id);
-      if (r.runtime && live && live.status === 'running') {
+      if (r.runtime && live && (live.status === 'running' || live.status === 'paused')) {
+        // Running, or caught in the middle of a pause: a frozen container whose pause never completed runs on.
+        if (live.status === 'paused') await this.opts.runtime.thaw(r.id);
+        await this.removePauseArtifacts(r.id);
         keepSlots.push(r.runtime.slotIndex);
         keepIds.push(r.id);
-        outcomes.set(r.id, {
-          kind: 'running',
-          binding: { ...r.runtime, instanceId: randomUUID() },
-        });
+        outcomes.set(r.id, { kind: 'running', binding: { ...r.runtime, instanceId: randomUUID() } });
+      } else if (r.state === 'pausing' && artifactsComplete) {
+        outcomes.set(r.id, { kind: 'paused' });
       } else {
         outcomes.set(r.id, { kind: 'gone' });
       }
     }
     const runtimeReport = await this.opts.runtime.reconcile(keepIds);
     const networkReport = await this.opts.network.init(keepSlots);
+    await this.removeOrphanStoreDirs(outcomes);
     for (const [id, outcome] of outcomes) {
       if (outcome.kind === 'gone') this.opts.images.releaseLease(leaseHolder(id));
     }
@@ -196,5 +599,22 @@ export class ContainerBackend implements SandboxBackend {
       }
     }
     return outcomes;
+  }
+
+  /** Pause artifacts without a paused sandbox, and fork/capture work dirs of a crashed run. */
+  private async removeOrphanStoreDirs(outcomes: Map<string, RecoveryOutcome>): Promise<void> {
+    for (const id of await readdir(join(this.store, 'paused')).catch(() => [] as string[])) {
+      if (outcomes.get(id)?.kind !== 'paused') await this.removePauseArtifacts(id);
+    }
+    for (const sub of ['forks', 'captures']) {
+      for (const name of await readdir(join(this.store, sub)).catch(() => [] as string[])) {
+        const dir = join(this.store, sub, name);
+        if (existsSync(join(dir, 'disk'))) await this.opts.runtime.removeUpperSnapshot(join(dir, 'disk')).catch(() => {});
+        await rm(dir, { recursive: true, force: true });
+      }
+    }
+    for (const name of await readdir(join(this.store, 'snapshots')).catch(() => [] as string[])) {
+      if (name.includes('.tmp-')) await rm(join(this.store, 'snapshots', name), { recursive: true, force: true });
+    }
   }
 }

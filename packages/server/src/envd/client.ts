@@ -2,7 +2,11 @@ import { request } from 'node:http';
 
 export interface EnvdInit {
   envVars: Record<string, string>;
+  /** The sandbox's token, or '' to clear one the restored envd still holds. */
   accessToken?: string;
+  /** aenv extensions: identity of the sandbox (a fork or snapshot launch changes it). */
+  sandboxId?: string;
+  templateId?: string;
   defaultUser: string;
   defaultWorkdir?: string;
   timestamp: string;
@@ -76,9 +80,18 @@ export async function waitForEnvd(
   }
 }
 
-/** `POST /init` (called after every start and resume). */
-export async function initEnvd(host: string, port: number, init: EnvdInit, timeoutMs = 10_000): Promise<void> {
-  const headers: Record<string, string> = init.accessToken ? { 'x-access-token': init.accessToken } : {};
+/**
+ * `POST /init` (called after every start and resume). Once envd holds a token, only a caller presenting it may
+ * re-init: `currentToken` is the token envd holds now (a restored fork or snapshot holds its source's).
+ */
+export async function initEnvd(
+  host: string,
+  port: number,
+  init: EnvdInit,
+  currentToken?: string,
+  timeoutMs = 10_000,
+): Promise<void> {
+  const headers: Record<string, string> = currentToken ? { 'x-access-token': currentToken } : {};
   const r = await call(host, port, 'POST', '/init', timeoutMs, init, headers);
   if (r.status !== 204 && r.status !== 200) {
     throw new Error(`envd /init answered ${r.status}: ${r.body.slice(0, 200)}`);

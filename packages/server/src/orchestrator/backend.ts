@@ -18,9 +18,22 @@ export interface StartResult {
 /** What recover() found for a sandbox record after a server restart. */
 export type RecoveryOutcome = { kind: 'running'; binding: RuntimeBinding } | { kind: 'paused' } | { kind: 'gone' };
 
-export interface ForkChildResult {
-  id: string;
-  result: { ok: true; start: StartResult } | { ok: false; error: Error };
+export type ForkChildResult = { ok: true; start: StartResult } | { ok: false; error: Error };
+
+/** Where a capture of a running sandbox goes: an existing, uncommitted record of the snapshot repository. */
+export interface CaptureTarget {
+  recordId: string;
+  /** Start command recorded with a template capture (it is running in the captured memory). */
+  startup?: { startCmd: string; readyCmd: string };
+  /** Command context (env, workdir, user, ...) recorded instead of the sandbox's own. */
+  context?: {
+    envVars: Record<string, string>;
+    workdir: string;
+    user?: string;
+    exposedPorts: string[];
+    volumes: string[];
+    labels: Record<string, string>;
+  };
 }
 
 /**
@@ -40,4 +53,10 @@ export interface SandboxBackend {
   applyPolicy(record: SandboxRecord, policy: EgressPolicy): Promise<void>;
   /** Called once at startup with every stored record; cleans up everything else on the host. */
   recover(records: readonly SandboxRecord[]): Promise<Map<string, RecoveryOutcome>>;
+  /** Captures memory and disk of a running sandbox (it keeps running) and publishes them into `target`. */
+  capture(record: SandboxRecord, target: CaptureTarget): Promise<void>;
+  /** One checkpoint of `source`, restored into every child (each with its own slot, id and tokens). */
+  fork(source: SandboxRecord, children: readonly SandboxRecord[]): Promise<ForkChildResult[]>;
+  /** Periodic housekeeping (e.g. releasing the memory of sandboxes paused long enough ago). */
+  maintain(paused: readonly SandboxRecord[]): Promise<void>;
 }

@@ -50,6 +50,21 @@ class MapBackend implements SandboxBackend {
     return this.started(r);
   }
   async applyPolicy() {}
+  captured: string[] = [];
+  async capture(r: SandboxRecord, target: { recordId: string }) {
+    await this.step('capture');
+    this.captured.push(`${r.id}->${target.recordId}`);
+  }
+  async fork(_src: SandboxRecord, children: readonly SandboxRecord[]) {
+    await this.step('fork');
+    return children.map((c, i) =>
+      i === 1 && this.failSecondChild
+        ? { ok: false as const, error: new Error('no slot left') }
+        : { ok: true as const, start: this.started(c) },
+    );
+  }
+  failSecondChild = false;
+  async maintain() {}
   async recover(records: readonly SandboxRecord[]) {
     return new Map(
       records.map((r) => [
@@ -222,6 +237,38 @@ describe('Orchestrator state machine', () => {
     expect(restarted.get(alive.id).state).toBe('running');
     expect(restarted.find(lost.id)).toBeUndefined();
     expect(store.loadAll().records.map((x) => x.id).sort()).toEqual([paused.id, alive.id].sort());
+  });
+
+  it('forks into independent children and reports per-child failures', async () => {
+    const src = await orch.create(input({ timeoutSecs: 600, metadata: { a: 'b' } }));
+    const end = src.expiresAt;
+    backend.failSecondChild = true;
+    const results = await orch.fork(src.id, { count: 3, timeoutSecs: 30 });
+    expect(results.map((r) => r.ok)).toEqual([true, false, true]);
+    const kids = results.flatMap((r) => (r.ok ? [r.record] : []));
+    expect(new Set(kids.map((k) => k.id)).size).toBe(2);
+    for (const k of kids) {
+      expect(k.id).not.toBe(src.id);
+      expect(k.metadata).toEqual({ a: 'b' });
+      expect(k.state).toBe('running');
+      expect(Date.parse(k.expiresAt!)).toBeLessThan(Date.parse(end!));
+    }
+    expect(orch.get(src.id)).toMatchObject({ state: 'running', expiresAt: end });
+    expect(orch.counters()).toMatchObject({ sandboxCount: 3, createSuccesses: 3, createFails: 1 });
+    await orch.pause(src.id);
+    await expect(orch.fork(src.id, { count: 1 })).rejects.toMatchObject({ status: 409 });
+  });
+
+  it('snapshots a running sandbox and leaves it running', async () => {
+    const r = await orch.create(input());
+    await orch.snapshot(r.id, { recordId: 'snap-1' });
+    expect(backend.captured).toEqual([`${r.id}->snap-1`]);
+    expect(orch.get(r.id).state).toBe('running');
+    backend.failNext = 'capture';
+    await expect(orch.snapshot(r.id, { recordId: 'snap-2' })).rejects.toThrow('capture failed');
+    expect(orch.get(r.id).state).toBe('running');
+    await orch.pause(r.id);
+    await expect(orch.snapshot(r.id, { recordId: 'snap-3' })).rejects.toMatchObject({ status: 400 });
   });
 
   it('pauses everything on graceful shutdown and refuses new work', async () => {

@@ -1,7 +1,7 @@
 import { ApiError } from '../api/errors.js';
 import type { Logger } from '../util/log.js';
 import type { EgressPolicy } from '../network/types.js';
-import type { LaunchSource, SandboxBackend } from './backend.js';
+import type { CaptureTarget, LaunchSource, SandboxBackend } from './backend.js';
 import { KeyedMutex, LockTimeoutError } from './keyed-mutex.js';
 import type { SandboxStore } from './store.js';
 import { TRANSITIONAL_STATES, type SandboxRecord, type SandboxState, type TimeoutAction } from './types.js';
@@ -110,7 +110,7 @@ export class Orchestrator {
 
   startEviction(): void {
     const tick = () => {
-      void this.evictExpired().finally(() => {
+      void Promise.all([this.evictExpired(), this.maintainPaused()]).finally(() => {
         if (!this.shuttingDown) this.evictTimer = setTimeout(tick, this.opts.autoEvictIntervalMs);
       });
     };
@@ -446,6 +446,97 @@ export class Orchestrator {
       r.network = { ...r.network, ...policy };
       this.opts.store.save(r);
     });
+  }
+
+  /**
+   * `POST /fork`: one checkpoint of the running source, restored into `count` children, each with its own id,
+   * tokens and timeout (`timeoutSecs`, or the source's duration re-based at now). The source keeps its id and
+   * expiry. Per-child failures come back in the array.
+   */
+  async fork(
+    id: string,
+    opts: { count: number; timeoutSecs?: number },
+  ): Promise<({ ok: true; record: SandboxRecord } | { ok: false; error: ApiError })[]> {
+    this.assertOpen();
+    const current = this.sandboxes.get(id);
+    if (!current || current.state === 'killing') throw notFound(id);
+    if (current.state !== 'running') throw new ApiError(409, `sandbox cannot be forked from ${current.state} state`);
+    return this.withLock(id, async (src) => {
+      if (src.state !== 'running') throw new ApiError(409, `sandbox cannot be forked from ${src.state} state`);
+      const now = new Date().toISOString();
+      const children: SandboxRecord[] = Array.from({ length: opts.count }, () => ({
+        ...structuredClone({ ...src, runtime: undefined, paused: undefined }),
+        id: this.opts.newId(),
+        state: 'creating' as const,
+        createdAt: now,
+        expiresAt: null,
+        timeoutSecs: opts.timeoutSecs ?? src.timeoutSecs,
+      }));
+      for (const c of children) this.sandboxes.set(c.id, c);
+      this.setState(src, 'forking');
+      let results;
+      try {
+        results = await this.opts.backend.fork(src, children);
+      } catch (e) {
+        for (const c of children) this.sandboxes.delete(c.id);
+        this.createFails += children.length;
+        throw e;
+      } finally {
+        this.setState(src, 'running');
+      }
+      return children.map((child, i) => {
+        const r = results[i]!;
+        if (r.ok) {
+          child.runtime = r.start.binding;
+          child.backend = r.start.backend;
+          this.applyTimeout(child, { kind: 'set', secs: child.timeoutSecs });
+          this.setState(child, 'running');
+          this.createSuccesses++;
+          return { ok: true as const, record: child };
+        }
+        this.sandboxes.delete(child.id);
+        this.notifySettled(child.id);
+        this.createFails++;
+        this.opts.logger.warn({ err: r.error, sandboxId: child.id, source: id }, 'fork child failed');
+        return { ok: false as const, error: new ApiError(500, `fork child failed: ${r.error.message}`) };
+      });
+    });
+  }
+
+  /** `POST /snapshots`: captures the running sandbox into `target` (it keeps running). */
+  async snapshot(id: string, target: CaptureTarget): Promise<SandboxRecord> {
+    this.assertOpen();
+    const current = this.sandboxes.get(id);
+    if (!current || current.state === 'killing') throw notFound(id);
+    if (current.state !== 'running') throw new ApiError(400, `sandbox cannot be snapshotted from ${current.state} state`);
+    return this.withLock(id, async (r) => {
+      if (r.state !== 'running') throw new ApiError(400, `sandbox cannot be snapshotted from ${r.state} state`);
+      this.setState(r, 'snapshotting');
+      try {
+        await this.opts.backend.capture(r, target);
+      } finally {
+        this.setState(r, 'running');
+      }
+      return r;
+    });
+  }
+
+  /** Lets the backend release what paused sandboxes still hold (resident memory) when it is time. */
+  async maintainPaused(): Promise<void> {
+    const paused = [...this.sandboxes.values()].filter((r) => r.state === 'paused' && !this.locks.isLocked(r.id));
+    await Promise.all(
+      paused.map((p) =>
+        this.locks
+          .run(p.id, this.opts.transitionWaitMs, async () => {
+            const r = this.sandboxes.get(p.id);
+            if (r?.state !== 'paused') return;
+            const before = JSON.stringify(r.backend);
+            await this.opts.backend.maintain([r]);
+            if (JSON.stringify(r.backend) !== before) this.opts.store.save(r);
+          })
+          .catch((err: unknown) => this.opts.logger.warn({ err, sandboxId: p.id }, 'paused-sandbox maintenance failed')),
+      ),
+    );
   }
 
   /** Applies each expired running sandbox's timeout action; failures are retried on the next tick. */

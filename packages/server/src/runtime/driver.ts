@@ -124,6 +124,11 @@ export interface RuntimeInfo {
 export interface RuntimeDriver {
   /** e.g. "container". Checkpoints restore only into the same mode. */
   readonly virtualizationMode: string;
+  /**
+   * A directory on the sandbox volume for callers' checkpoint images and disk snapshots (same filesystem, so
+   * `snapshotUpper`/`diskSource` stay copy-on-write). `reconcile` never touches it.
+   */
+  readonly storeDir: string;
   /** Checks host prerequisites and prepares storage; idempotent, safe to call on every start. */
   init(): Promise<void>;
   /** Makes the sandbox's disk and starts its init process. On failure nothing of it is left behind. */

@@ -6,6 +6,7 @@ import { ApiError } from '../errors.js';
 import { paginate, parseLimit } from '../pagination.js';
 import { matchesMetadata, parseMetadataFilter } from '../metadata-filter.js';
 import {
+  forkSchema,
   networkUpdateSchema,
   newSandboxSchema,
   optionalTimeoutSchema,
@@ -193,6 +194,17 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
   app.post<{ Params: { id: string } }>('/sandboxes/:id/pause', async (req, reply) => {
     await orch.pause(sandboxId(req.params.id));
     return reply.code(204).send();
+  });
+
+  app.post<{ Params: { id: string } }>('/sandboxes/:id/fork', async (req, reply) => {
+    const body = parseBody(forkSchema, req.body, 'fork request');
+    const results = await orch.fork(sandboxId(req.params.id), {
+      count: body.count ?? 1,
+      ...(body.timeout !== undefined ? { timeoutSecs: body.timeout } : {}),
+    });
+    return reply
+      .code(201)
+      .send(results.map((r) => (r.ok ? { sandbox: sandboxView(r.record) } : { error: r.error.toJSON() })));
   });
 
   app.put<{ Params: { id: string } }>('/sandboxes/:id/network', async (req, reply) => {
