@@ -15,6 +15,7 @@ export const newSandboxSchema = z.object({
   templateID: z.string().min(1, 'templateID must not be empty'),
   timeout: int32.optional(),
   autoPause: z.boolean().optional(),
+  autoPauseMemory: z.boolean().optional(),
   autoResume: z.object({ enabled: z.boolean() }).optional(),
   lifecycle: z
     .object({ onTimeout: z.enum(['pause', 'kill']).optional(), autoResume: z.boolean().optional() })
@@ -30,6 +31,7 @@ export const newSandboxSchema = z.object({
 
 export const timeoutSchema = z.object({ timeout: int32 });
 export const optionalTimeoutSchema = z.object({ timeout: int32.optional() });
+export const connectV2Schema = z.object({ timeout: int32.optional(), memory: z.boolean().optional() });
 export const refreshSchema = z.object({ duration: z.number().int().min(0).max(3600).optional() });
 export const networkUpdateSchema = z.object({
   allowOut: z.array(z.string()).optional(),

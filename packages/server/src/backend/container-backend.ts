@@ -22,6 +22,7 @@ import { SingleFlight } from '../image/single-flight.js';
 import { initEnvd, waitForEnvd } from '../envd/client.js';
 import { archiveDir, extractArchive, syncFilesystem } from './disk-archive.js';
 import { availableMemoryRatio } from './memory-pressure.js';
+import { crashPoint } from '../util/crash-point.js';
 
 export interface ContainerBackendOptions {
   runtime: RuntimeDriver;
@@ -313,16 +314,18 @@ export class ContainerBackend implements SandboxBackend {
 
   // ---- pause / resume ----
 
-  async pause(record: SandboxRecord): Promise<PausedState> {
+  async pause(record: SandboxRecord, opts: { memory: boolean }): Promise<PausedState> {
     const id = record.id;
     const dir = this.pausedDir(id);
     await this.removePauseArtifacts(id);
     await mkdir(dir, { recursive: true, mode: 0o711 });
     await this.opts.runtime.freeze(id);
+    crashPoint('pause:frozen');
     let kind: PausedState['kind'] = 'memory';
     let reason: string | undefined;
     try {
       try {
+        if (!opts.memory) throw new Error('a filesystem-only pause was asked for (memory: false)');
         await this.opts.runtime.checkpoint(id, join(dir, 'memory'), {
           leaveRunning: true,
           upperSnapshotDest: join(dir, 'disk'),
@@ -331,20 +334,23 @@ export class ContainerBackend implements SandboxBackend {
         // CRIU refused this workload: keep the disk, and say the processes will restart on resume.
         kind = 'filesystem';
         reason = err instanceof Error ? err.message : String(err);
-        this.log.warn({ sandboxId: id, reason }, 'memory checkpoint failed; pausing with the filesystem only');
+        if (opts.memory) this.log.warn({ sandboxId: id, reason }, 'memory checkpoint failed; pausing with the filesystem only');
         await rm(join(dir, 'memory'), { recursive: true, force: true });
         await rm(join(dir, 'disk'), { recursive: true, force: true });
         await this.opts.runtime.snapshotUpper(id, join(dir, 'disk'));
       }
+      crashPoint('pause:captured');
       await writeFile(join(dir, COMPLETE), JSON.stringify({ kind, pausedAt: new Date().toISOString() }));
       await syncFilesystem(dir);
+      crashPoint('pause:synced');
     } catch (err) {
       await this.removePauseArtifacts(id).catch(() => {});
       await this.opts.runtime.thaw(id).catch(() => {});
       throw err;
     }
     const state = stateOf(record);
-    const keepResident = this.opts.residentPauseGraceMs > 0 && !this.underMemoryPressure();
+    // A filesystem-only pause asked for by the caller means "restart the processes": never resume it by thawing.
+    const keepResident = opts.memory && this.opts.residentPauseGraceMs > 0 && !this.underMemoryPressure();
     if (keepResident && record.runtime) {
       state.resident = true;
       state.residentSlot = record.runtime.slotIndex;
@@ -368,9 +374,10 @@ export class ContainerBackend implements SandboxBackend {
     delete state.residentSlot;
   }
 
-  async resume(record: SandboxRecord, policy: EgressPolicy): Promise<StartResult> {
+  async resume(record: SandboxRecord, policy: EgressPolicy, opts: { memory: boolean }): Promise<StartResult> {
     const state = stateOf(record);
     const dir = this.pausedDir(record.id);
+    if (!opts.memory && state.resident) await this.releaseMemory(record);
     if (state.resident && state.residentSlot !== undefined) {
       const slot = this.opts.network.attach(state.residentSlot);
       await this.opts.runtime.thaw(record.id);
@@ -382,7 +389,7 @@ export class ContainerBackend implements SandboxBackend {
       };
     }
     if (!existsSync(join(dir, COMPLETE))) throw new Error(`the pause artifacts of ${record.id} are missing (${dir})`);
-    const memory = record.paused?.kind === 'memory' ? join(dir, 'memory') : undefined;
+    const memory = opts.memory && record.paused?.kind === 'memory' ? join(dir, 'memory') : undefined;
     const result = await this.launch(record, state, policy, {
       memory,
       disk: join(dir, 'disk'),

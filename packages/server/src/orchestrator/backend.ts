@@ -45,10 +45,16 @@ export interface SandboxBackend {
   start(record: SandboxRecord, source: LaunchSource, policy: EgressPolicy): Promise<StartResult>;
   /** Removes everything of the sandbox on this node (idempotent). */
   destroy(record: SandboxRecord): Promise<void>;
-  /** Pauses (freeze + checkpoint + disk capture); the artifacts are durable when it resolves. */
-  pause(record: SandboxRecord): Promise<PausedState>;
-  /** Resumes a paused sandbox; resolves when envd is healthy and `/init` is done. */
-  resume(record: SandboxRecord, policy: EgressPolicy): Promise<StartResult>;
+  /**
+   * Pauses (freeze + checkpoint + disk capture); the artifacts are durable when it resolves.
+   * `memory: false` keeps the disk only: processes start afresh on resume.
+   */
+  pause(record: SandboxRecord, opts: { memory: boolean }): Promise<PausedState>;
+  /**
+   * Resumes a paused sandbox; resolves when envd is healthy and `/init` is done.
+   * `memory: false` boots the saved disk even when memory was kept.
+   */
+  resume(record: SandboxRecord, policy: EgressPolicy, opts: { memory: boolean }): Promise<StartResult>;
   /** Replaces the sandbox's egress rules. */
   applyPolicy(record: SandboxRecord, policy: EgressPolicy): Promise<void>;
   /** Called once at startup with every stored record; cleans up everything else on the host. */

@@ -40,7 +40,7 @@ class MapBackend implements SandboxBackend {
     await this.step('destroy');
     this.live.delete(r.id);
   }
-  async pause(r: SandboxRecord) {
+  async pause(r: SandboxRecord, _opts: { memory: boolean }) {
     await this.step('pause');
     this.live.delete(r.id);
     return { kind: 'memory' as const, pausedAt: new Date().toISOString(), artifactDir: `/x/${r.id}` };

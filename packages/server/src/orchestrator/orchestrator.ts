@@ -4,12 +4,14 @@ import type { EgressPolicy } from '../network/types.js';
 import type { CaptureTarget, LaunchSource, SandboxBackend } from './backend.js';
 import { KeyedMutex, LockTimeoutError } from './keyed-mutex.js';
 import type { SandboxStore } from './store.js';
+import { crashPoint } from '../util/crash-point.js';
 import { TRANSITIONAL_STATES, type SandboxRecord, type SandboxState, type TimeoutAction } from './types.js';
 
 export interface CreateSandboxInput {
   templateId: string;
   timeoutSecs?: number;
   onTimeout: TimeoutAction;
+  autoPauseMemory?: boolean;
   autoResume: boolean;
   secure: boolean;
   metadata: Record<string, string>;
@@ -237,6 +239,7 @@ export class Orchestrator {
         allowInternetAccess: input.policy.allowInternetAccess,
       },
       onTimeout: input.onTimeout,
+      ...(input.autoPauseMemory === false ? { autoPauseMemory: false } : {}),
       autoResume: input.autoResume,
       envdVersion: template.envdVersion,
       defaultUser: template.defaultUser,
@@ -337,7 +340,11 @@ export class Orchestrator {
   }
 
   /** `POST /connect`: running → keep-alive (200); paused → resume (201). */
-  async connect(id: string, timeoutSecs: number): Promise<{ record: SandboxRecord; resumed: boolean }> {
+  async connect(
+    id: string,
+    timeoutSecs: number,
+    opts: { memory?: boolean } = {},
+  ): Promise<{ record: SandboxRecord; resumed: boolean }> {
     const current = this.sandboxes.get(id);
     if (!current || current.state === 'killing') throw notFound(id);
     if (current.state === 'pausing') throw new ApiError(400, 'sandbox cannot be resumed from pausing state');
@@ -347,7 +354,7 @@ export class Orchestrator {
         return { record: r, resumed: false };
       }
       if (r.state === 'paused') {
-        await this.doResume(r, { kind: 'set', secs: timeoutSecs });
+        await this.doResume(r, { kind: 'set', secs: timeoutSecs }, opts.memory ?? true);
         return { record: r, resumed: true };
       }
       throw new ApiError(409, `sandbox cannot be resumed from ${r.state} state`);
@@ -382,11 +389,11 @@ export class Orchestrator {
     });
   }
 
-  private async doResume(r: SandboxRecord, timeout: NewTimeout): Promise<void> {
+  private async doResume(r: SandboxRecord, timeout: NewTimeout, memory = true): Promise<void> {
     this.assertOpen();
     this.setState(r, 'resuming');
     try {
-      const started = await this.opts.backend.resume(r, this.policyOf(r));
+      const started = await this.opts.backend.resume(r, this.policyOf(r), { memory });
       r.runtime = started.binding;
       r.backend = started.backend;
       delete r.paused;
@@ -408,7 +415,7 @@ export class Orchestrator {
   }
 
   /** `POST /pause`: idempotent on paused; 409 from other non-running states (reference §2.4). */
-  async pause(id: string): Promise<void> {
+  async pause(id: string, opts: { memory?: boolean } = {}): Promise<void> {
     const current = this.sandboxes.get(id);
     if (!current || current.state === 'killing') throw notFound(id);
     if (current.state === 'paused') return;
@@ -418,17 +425,18 @@ export class Orchestrator {
     await this.withLock(id, async (r) => {
       if (r.state === 'paused') return;
       if (r.state !== 'running') throw new ApiError(409, `sandbox cannot be paused from ${r.state} state`);
-      await this.doPause(r);
+      await this.doPause(r, opts.memory ?? true);
     });
   }
 
-  private async doPause(r: SandboxRecord): Promise<void> {
+  private async doPause(r: SandboxRecord, memory = true): Promise<void> {
     this.stopServing(r);
     this.setState(r, 'pausing');
     try {
-      r.paused = await this.opts.backend.pause(r);
+      r.paused = await this.opts.backend.pause(r, { memory });
       delete r.runtime;
       this.setState(r, 'paused', true);
+      crashPoint('pause:recorded');
       this.opts.logger.info({ sandboxId: r.id, kind: r.paused.kind, reason: r.paused.reason }, 'sandbox paused');
     } catch (e) {
       this.opts.logger.error({ err: e, sandboxId: r.id }, 'pause failed; the sandbox keeps running');
@@ -548,7 +556,7 @@ export class Orchestrator {
     await Promise.all(
       due.map(async (r) => {
         try {
-          if (r.onTimeout === 'pause') await this.pause(r.id);
+          if (r.onTimeout === 'pause') await this.pause(r.id, { memory: r.autoPauseMemory ?? true });
           else await this.kill(r.id);
           this.opts.logger.info({ sandboxId: r.id, action: r.onTimeout }, 'sandbox timed out');
         } catch (e) {

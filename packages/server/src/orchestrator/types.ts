@@ -79,6 +79,8 @@ export interface SandboxRecord {
   secure: boolean;
   network: SandboxNetworkSettings;
   onTimeout: TimeoutAction;
+  /** Whether a timeout pause keeps memory (false: filesystem only; E2B `autoPauseMemory`). */
+  autoPauseMemory?: boolean;
   autoResume: boolean;
   envdVersion: string;
   /** Default user and workdir given to envd's /init. */

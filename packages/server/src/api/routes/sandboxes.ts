@@ -6,11 +6,13 @@ import { ApiError } from '../errors.js';
 import { paginate, parseLimit } from '../pagination.js';
 import { matchesMetadata, parseMetadataFilter } from '../metadata-filter.js';
 import {
+  connectV2Schema,
   forkSchema,
   networkUpdateSchema,
   newSandboxSchema,
   optionalTimeoutSchema,
   parseBody,
+  pauseSchema,
   parseRequiredBody,
   refreshSchema,
   timeoutSchema,
@@ -109,6 +111,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
       templateId: req.templateID,
       timeoutSecs: req.timeout,
       onTimeout,
+      ...(req.autoPauseMemory === false ? { autoPauseMemory: false } : {}),
       autoResume: req.autoResume?.enabled ?? req.lifecycle?.autoResume ?? false,
       secure: req.secure ?? false,
       metadata: req.metadata ?? {},
@@ -172,8 +175,8 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
     return reply.code(204).send();
   });
 
-  const connect = async (id: string, timeout: number, reply: FastifyReply) => {
-    const { record, resumed } = await orch.connect(sandboxId(id), timeout);
+  const connect = async (id: string, timeout: number, reply: FastifyReply, memory?: boolean) => {
+    const { record, resumed } = await orch.connect(sandboxId(id), timeout, { memory });
     return created(reply, record, resumed ? 201 : 200);
   };
   app.post<{ Params: { id: string } }>('/sandboxes/:id/connect', async (req, reply) => {
@@ -181,8 +184,8 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
     return connect(req.params.id, body.timeout, reply);
   });
   app.post<{ Params: { id: string } }>('/v2/sandboxes/:id/connect', async (req, reply) => {
-    const body = parseBody(optionalTimeoutSchema, req.body, 'connect request');
-    return connect(req.params.id, body.timeout ?? 300, reply);
+    const body = parseBody(connectV2Schema, req.body, 'connect request');
+    return connect(req.params.id, body.timeout ?? 300, reply, body.memory);
   });
 
   app.post<{ Params: { id: string } }>('/sandboxes/:id/resume', async (req, reply) => {
@@ -192,7 +195,8 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
   });
 
   app.post<{ Params: { id: string } }>('/sandboxes/:id/pause', async (req, reply) => {
-    await orch.pause(sandboxId(req.params.id));
+    const body = parseBody(pauseSchema, req.body, 'pause request');
+    await orch.pause(sandboxId(req.params.id), { memory: body.memory ?? true });
     return reply.code(204).send();
   });
 
