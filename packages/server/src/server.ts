@@ -227,6 +227,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     network,
     images,
     repository,
+    sharePaused: config.snapshot.repository_backend === 'oss',
     tools,
     toolsRoot: join(config.deps_path, 'tools'),
     residentPauseGraceMs: config.orchestrator.resident_pause_grace_secs * 1000,

@@ -23,6 +23,7 @@ import { initEnvd, waitForEnvd } from '../envd/client.js';
 import { archiveDir, extractArchive, syncFilesystem } from './disk-archive.js';
 import { availableMemoryRatio } from './memory-pressure.js';
 import { crashPoint } from '../util/crash-point.js';
+import { PausedSharing } from './paused-sharing.js';
 
 export interface ContainerBackendOptions {
   runtime: RuntimeDriver;
@@ -43,6 +44,8 @@ export interface ContainerBackendOptions {
   memoryPressureRatio?: number;
   /** Versions recorded with every capture (envd, tools, runc, criu, ...). */
   runtimeVersions: Record<string, string>;
+  /** Copy paused sandboxes into the repository (a shared one lets other nodes resume them). */
+  sharePaused: boolean;
   /** envd access token of a sandbox (secure sandboxes). */
   envdToken(sandboxId: string): string;
   logger: Logger;
@@ -85,8 +88,11 @@ const stateOf = (r: SandboxRecord) => r.backend as unknown as BackendState;
  */
 export class ContainerBackend implements SandboxBackend {
   private readonly localSnapshots = new SingleFlight<void>();
+  private readonly sharing: PausedSharing | undefined;
 
-  constructor(private readonly opts: ContainerBackendOptions) {}
+  constructor(private readonly opts: ContainerBackendOptions) {
+    if (opts.sharePaused) this.sharing = new PausedSharing(opts.repository, opts.logger);
+  }
 
   private get log(): Logger {
     return this.opts.logger;
@@ -301,6 +307,7 @@ export class ContainerBackend implements SandboxBackend {
     await this.opts.runtime.destroy(record.id);
     const slotIndex = record.runtime?.slotIndex ?? state.residentSlot;
     if (slotIndex !== undefined) await this.opts.network.release(this.opts.network.attach(slotIndex));
+    await this.sharing?.forget(record.id);
     await this.removePauseArtifacts(record.id);
     this.opts.images.releaseLease(leaseHolder(record.id));
   }
@@ -357,7 +364,14 @@ export class ContainerBackend implements SandboxBackend {
     } else {
       await this.releaseMemory(record);
     }
-    return { kind, pausedAt: new Date().toISOString(), artifactDir: dir, ...(reason ? { reason } : {}) };
+    const paused = { kind, pausedAt: new Date().toISOString(), artifactDir: dir, ...(reason ? { reason } : {}) };
+    this.sharing?.share(
+      { ...record, state: 'paused', paused },
+      dir,
+      { ...this.opts.runtimeVersions, tools: state.toolsVersion },
+      this.opts.runtime.virtualizationMode,
+    );
+    return paused;
   }
 
   private underMemoryPressure(): boolean {
@@ -377,6 +391,8 @@ export class ContainerBackend implements SandboxBackend {
   async resume(record: SandboxRecord, policy: EgressPolicy, opts: { memory: boolean }): Promise<StartResult> {
     const state = stateOf(record);
     const dir = this.pausedDir(record.id);
+    // The shared copy must be gone before the sandbox runs again: nobody may resume it elsewhere meanwhile.
+    await this.sharing?.forget(record.id);
     if (!opts.memory && state.resident) await this.releaseMemory(record);
     if (state.resident && state.residentSlot !== undefined) {
       const slot = this.opts.network.attach(state.residentSlot);
