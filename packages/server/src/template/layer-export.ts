@@ -127,8 +127,6 @@ export async function exportUpperAsLayer(
       const name = clean(h.name);
       if (name === '') continue;
       const { dir, base } = baseOf(name);
-      const uid = unshift(h.uid, stats);
-      const gid = unshift(h.gid, stats);
       if (h.type === 'chardev' || h.type === 'blockdev') {
         if (h.type === 'chardev' && h.devmajor === 0 && h.devminor === 0) {
           await w.write(
@@ -149,6 +147,9 @@ export async function exportUpperAsLayer(
         }
         continue;
       }
+      // (after whiteouts: the kernel makes those as the mounter, host root, which is no sandbox id)
+      const uid = unshift(h.uid, stats);
+      const gid = unshift(h.gid, stats);
       const xattrs = new Map<string, Buffer>();
       const cap = h.xattrs.get('security.capability');
       if (cap && h.type === 'file') {

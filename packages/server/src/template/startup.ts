@@ -1,6 +1,6 @@
 // A template's start command and ready check (reference §2.5): the start command runs in the background as a
-// login shell; the ready command is run every 2 s until it exits 0 (10 min at most). The start command must
-// still be running, or have exited 0, for the template to count as ready.
+// login shell; the ready command is run until it exits 0 — after 0.1, 0.2, 0.4, 0.8, 1.6 s, then every 2 s, for
+// 10 min at most. The start command must still be running, or have exited 0, for the template to count as ready.
 import type { CommandContext } from '../snapshot/index.js';
 import type { BackgroundProcess, CommandOutput, EnvdRpcClient } from '../envd/rpc-client.js';
 
@@ -100,12 +100,14 @@ export async function runStartup(o: StartupOptions): Promise<BackgroundProcess |
         o.onProgress?.(`ready after ${attempt} check${attempt === 1 ? '' : 's'}`);
         return proc;
       }
-      if (Date.now() + interval > deadline) {
+      // Quick first checks (most start commands are up within a second), then every `interval`.
+      const wait = Math.min(interval, 100 * 2 ** (attempt - 1));
+      if (Date.now() + wait > deadline) {
         throw new StartupError(
           `the ready command did not succeed within ${Math.round((o.readyTimeoutMs ?? 600_000) / 1000)} s (last exit code ${r.exitCode})`,
         );
       }
-      await sleep(interval, o.signal);
+      await sleep(wait, o.signal);
     }
   } catch (e) {
     proc?.detach();

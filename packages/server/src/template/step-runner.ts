@@ -142,7 +142,7 @@ export class StepRunner {
       });
     out.flush();
     if (r.exitCode !== 0) {
-      const why = r.error ? ` (${r.error})` : '';
+      const why = r.error && !/^exit status \d+$/.test(r.error) ? ` (${r.error})` : '';
       const last = tail.length ? `: ${tail[tail.length - 1]!.trim().slice(0, 300)}` : '';
       throw new StepError(`${label} failed with exit code ${r.exitCode}${why}${last}`, step);
     }

@@ -62,7 +62,7 @@ describe('parseBuildSpec', () => {
       cmd: 'id',
       user: 'root',
       index: 2,
-      label: 'RUN id root',
+      label: 'RUN id',
     });
     expect(spec.steps[2]).toMatchObject({
       vars: [

@@ -103,7 +103,10 @@ function parseStep(raw: RawStep, index: number, uploaded: (hash: string) => bool
   const args = raw.args ?? [];
   const base = {
     index,
-    label: shortLabel(type, args),
+    label: shortLabel(
+      type,
+      type === 'RUN' ? args.slice(0, 1) : type === 'COPY' || type === 'ADD' ? args.slice(0, 2) : args,
+    ),
     force: raw.force === true,
     keyText: JSON.stringify([type, args, raw.filesHash ?? null]),
   };
