@@ -253,7 +253,9 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     transitionWaitMs: config.orchestrator.max_transition_wait_secs * 1000,
     logger: logger.child({ component: 'orchestrator' }),
     onInstanceStopped: (instanceId) => proxyRef.current?.closeInstance(instanceId),
+    observe: (operation, fn) => metrics.observe(operation, fn),
   });
+  metrics.trackSandboxStates(() => orchestrator.stateCounts());
   await orchestrator.init();
 
   await ensureBaseTemplate({

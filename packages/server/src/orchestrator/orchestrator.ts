@@ -42,6 +42,8 @@ export interface OrchestratorOptions {
   autoResumeMinTimeoutSecs: number;
   transitionWaitMs: number;
   logger: Logger;
+  /** Times an operation for metrics (default: just runs it). */
+  observe?: <T>(operation: string, fn: () => Promise<T>) => Promise<T>;
   /** Told when a sandbox instance stops serving traffic (so the proxy cuts its streams). */
   onInstanceStopped?: (instanceId: string) => void;
 }
@@ -118,6 +120,17 @@ export class Orchestrator {
     };
     this.evictTimer = setTimeout(tick, this.opts.autoEvictIntervalMs);
     this.evictTimer.unref();
+  }
+
+  private timed<T>(operation: string, fn: () => Promise<T>): Promise<T> {
+    return this.opts.observe ? this.opts.observe(operation, fn) : fn();
+  }
+
+  /** Number of sandboxes in each state (for metrics). */
+  stateCounts(): Record<string, number> {
+    const out: Record<string, number> = {};
+    for (const r of this.sandboxes.values()) out[r.state] = (out[r.state] ?? 0) + 1;
+    return out;
   }
 
   private count(state: SandboxState): number {
@@ -249,7 +262,7 @@ export class Orchestrator {
     this.sandboxes.set(id, record);
     return this.locks.run(id, this.opts.transitionWaitMs, async () => {
       try {
-        const started = await this.opts.backend.start(record, template, input.policy);
+        const started = await this.timed('create', () => this.opts.backend.start(record, template, input.policy));
         record.runtime = started.binding;
         record.backend = started.backend;
         this.applyTimeout(record, { kind: 'set', secs: record.timeoutSecs });
@@ -294,7 +307,7 @@ export class Orchestrator {
       this.stopServing(r);
       this.setState(r, 'killing');
       try {
-        await this.opts.backend.destroy(r);
+        await this.timed('kill', () => this.opts.backend.destroy(r));
       } catch (e) {
         this.opts.logger.error({ err: e, sandboxId: id }, 'kill failed; the sandbox is left as it was');
         this.setState(r, r.paused ? 'paused' : 'running');
@@ -393,7 +406,7 @@ export class Orchestrator {
     this.assertOpen();
     this.setState(r, 'resuming');
     try {
-      const started = await this.opts.backend.resume(r, this.policyOf(r), { memory });
+      const started = await this.timed('resume', () => this.opts.backend.resume(r, this.policyOf(r), { memory }));
       r.runtime = started.binding;
       r.backend = started.backend;
       delete r.paused;
@@ -433,7 +446,7 @@ export class Orchestrator {
     this.stopServing(r);
     this.setState(r, 'pausing');
     try {
-      r.paused = await this.opts.backend.pause(r, { memory });
+      r.paused = await this.timed('pause', () => this.opts.backend.pause(r, { memory }));
       delete r.runtime;
       this.setState(r, 'paused', true);
       crashPoint('pause:recorded');
@@ -484,7 +497,7 @@ export class Orchestrator {
       this.setState(src, 'forking');
       let results;
       try {
-        results = await this.opts.backend.fork(src, children);
+        results = await this.timed('fork', () => this.opts.backend.fork(src, children));
       } catch (e) {
         for (const c of children) this.sandboxes.delete(c.id);
         this.createFails += children.length;
@@ -521,7 +534,7 @@ export class Orchestrator {
       if (r.state !== 'running') throw new ApiError(400, `sandbox cannot be snapshotted from ${r.state} state`);
       this.setState(r, 'snapshotting');
       try {
-        await this.opts.backend.capture(r, target);
+        await this.timed('snapshot', () => this.opts.backend.capture(r, target));
       } finally {
         this.setState(r, 'running');
       }
