@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -184,7 +185,36 @@ static char **envd_command(void) {
   return argv;
 }
 
+// The sandbox's stdio is /dev/null (CRIU cannot dump host files). With AENV_INIT_LOG set, aenv-init and envd
+// write to that file inside the sandbox instead (root only), cut back to empty when it grows past LOG_MAX.
+#define LOG_MAX (4L * 1024 * 1024)
+static int log_fd = -1;
+
+static void open_log(void) {
+  const char *path = getenv("AENV_INIT_LOG");
+  if (!path || !*path) return;
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash && slash != dir) {
+    *slash = 0;
+    mkdir(dir, 0700);
+  }
+  log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (log_fd < 0) return;
+  dup2(log_fd, STDOUT_FILENO);
+  dup2(log_fd, STDERR_FILENO);
+}
+
+static void trim_log(void) {
+  struct stat st;
+  if (log_fd >= 0 && fstat(log_fd, &st) == 0 && st.st_size > LOG_MAX) {
+    if (ftruncate(log_fd, 0) != 0) return;
+  }
+}
+
 static pid_t start_child(char **cmd, const sigset_t *orig_mask) {
+  trim_log();
   pid_t pid = fork();
   if (pid < 0) {
     fprintf(stderr, "aenv-init: fork: %s\n", strerror(errno));
@@ -200,6 +230,7 @@ static pid_t start_child(char **cmd, const sigset_t *orig_mask) {
 }
 
 static int supervise(char **cmd) {
+  open_log();
   sigset_t all, orig;
   sigfillset(&all);
   sigprocmask(SIG_BLOCK, &all, &orig);

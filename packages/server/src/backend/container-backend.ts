@@ -195,6 +195,7 @@ export class ContainerBackend implements SandboxBackend {
         envdEnv: {
           PATH: committed.context.envVars.PATH ?? '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
           ENVD_PORT: String(this.opts.envdPort),
+          AENV_INIT_LOG: '/run/agentenv/envd.log',
         },
         ...(committed.startup ? { startCmd: committed.startup.startCmd } : {}),
       };
