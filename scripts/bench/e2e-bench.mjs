@@ -1,0 +1,86 @@
+// The end-to-end benchmark suites of `npm run bench`: each measures an operation through a real aenv node
+// (driven with the e2b SDK or its HTTP API) and the same operation done raw, in the same run.
+// Entry point: scripts/bench/run.mjs (options, load check, table). This module holds the shared context:
+// the nodes (started on first use), the raw-twin lab, and their cleanup.
+import { MAIN_NODE, DISK_NODE, removeNode, startNode } from './lib/nodes.mjs';
+import { RawLab, removeRawLeftovers } from './lib/raw.mjs';
+import { sandboxLowerDirs, sandboxOciConfig } from './lib/sandbox-facts.mjs';
+import { createSuite } from './lib/suites/create.mjs';
+import { execSuite } from './lib/suites/exec.mjs';
+import { memorySuite } from './lib/suites/memory.mjs';
+import { pauseSuite } from './lib/suites/pause.mjs';
+import { templateSuite } from './lib/suites/template.mjs';
+import { Sandbox } from 'e2b';
+
+export const SUITES = {
+  create: createSuite,
+  exec: execSuite,
+  memory: memorySuite,
+  pause: pauseSuite,
+  template: templateSuite,
+};
+
+// The main node keeps paused sandboxes resident (resume = thaw); the disk node releases their memory at
+// once (resume = restore from the checkpoint on disk).
+const MAIN_TOML = '[orchestrator]\nresident_pause_grace_secs = 86400\n';
+const DISK_TOML = '[orchestrator]\nresident_pause_grace_secs = 0\n';
+
+/** Shared state of one benchmark run; nodes and the raw lab are made on first use. */
+export function createContext(opts, report, log) {
+  const started = new Map();
+  let lab = null;
+  const node = (name, toml) => {
+    if (!started.has(name)) {
+      log(`starting aenv node "${name}"`);
+      started.set(name, startNode(name, toml));
+    }
+    return started.get(name);
+  };
+  const ctx = {
+    opts,
+    report,
+    /** Samples one suite hands to another (e.g. resume from disk, for the template comparison). */
+    shared: {},
+    mainNode: () => node(MAIN_NODE, MAIN_TOML),
+    diskNode: () => node(DISK_NODE, DISK_TOML),
+    /** The raw twins' lab, set up from a live `base` sandbox's OCI config and overlay layers. */
+    rawLab() {
+      lab ??= (async () => {
+        const main = await ctx.mainNode();
+        const ref = await Sandbox.create({ ...main.sdk, timeoutMs: 300_000 });
+        try {
+          const l = new RawLab({
+            criuPath: opts.criuPath,
+            template: sandboxOciConfig(main, ref.sandboxId),
+            lowerDirs: sandboxLowerDirs(main, ref.sandboxId),
+          });
+          await l.init();
+          return l;
+        } finally {
+          await ref.kill().catch(() => {});
+        }
+      })();
+      return lab;
+    },
+    /**
+     * Stops the nodes and removes everything of theirs and of the raw lab. With `keep`, the nodes are
+     * killed (their sandboxes keep running) and nothing is removed. Returns what is still on the host.
+     */
+    async close({ keep }) {
+      const left = {};
+      for (const [name, p] of started) {
+        const n = await p.catch(() => null);
+        if (keep) {
+          await n?.server.crash().catch(() => {});
+          continue;
+        }
+        if (n) await n.server.shutdown().catch((e) => log(`node ${name}: shutdown failed: ${e.message}`));
+        left[name] = await removeNode(name);
+      }
+      const l = lab ? await lab.catch(() => null) : null;
+      if (!keep && lab) left.raw = l ? await l.close() : await removeRawLeftovers();
+      return left;
+    },
+  };
+  return ctx;
+}
