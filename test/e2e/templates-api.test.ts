@@ -205,10 +205,10 @@ describe('template build API', () => {
     );
     const done = await Promise.all(builds.map((b) => waitDone(b.templateId)));
     expect(done.map((d) => d.status)).toEqual(['ready', 'ready', 'ready']);
-    // Server-side timestamps: from the first step to "ready", never more than two builds overlap.
+    // Server-side timestamps: from the first step to the capture, never more than two builds overlap.
     const spans = done.map((d) => {
       const at = (re: RegExp) => Date.parse(d.logEntries.find((e) => re.test(e.message))!.timestamp);
-      return [at(/^\[1\/1\] RUN/), at(/is ready/)] as const;
+      return [at(/^\[1\/1\] RUN/), at(/^capturing the template/)] as const;
     });
     for (const [start] of spans)
       expect(spans.filter(([s, e]) => s <= start && start < e).length).toBeLessThanOrEqual(2);
@@ -306,6 +306,22 @@ describe('template build API', () => {
     } finally {
       await sbx.kill();
     }
+  });
+
+  it('deleting a template stops its build and removes the build sandbox', async () => {
+    const info = await Template.buildInBackground(
+      Template().fromImage(BASE).runCmd(`echo ${RUN}-del; sleep 120`),
+      name('del'),
+    );
+    await untilLog(info.templateId, `${RUN}-del`);
+    expect(buildSandboxDirs()).toHaveLength(1);
+    expect((await server.api('DELETE', `/templates/${info.templateId}`)).status).toBe(204);
+    expect(buildSandboxDirs()).toEqual([]);
+    expect((await server.api('GET', `/templates/${info.templateId}`)).status).toBe(404);
+    expect(
+      (await server.api('GET', `/templates/${info.templateId}/builds/${info.templateId}/status`)).status,
+    ).toBe(404);
+    expect(await Template.exists(name('del'))).toBe(false);
   });
 
   it('ends a build cut short by a crash or a shutdown in error, leaving no build sandbox', async () => {

@@ -109,7 +109,11 @@ export class BuildCache {
     try {
       await snapshot(tmp);
       const dest = join(this.opts.dir, key);
-      if (existsSync(dest)) await this.opts.removeDisk(dest);
+      if (existsSync(dest)) {
+        // Another build of the same steps got there first (or is writing its meta): keep its entry.
+        await this.opts.removeDisk(tmp);
+        return;
+      }
       await rename(tmp, dest);
       const meta: EntryMeta = { version: 1, key, steps, state, createdAt: new Date().toISOString() };
       await writeFile(`${this.metaPath(key)}.tmp`, JSON.stringify(meta), { mode: 0o600 });
