@@ -189,18 +189,25 @@ export class TemplateBuilder {
       if (!parent.committed) throw new ApiError(400, `fromTemplate '${spec.base.ref}' is not ready`);
       if (parent.id === templateId) throw new ApiError(400, 'a template cannot be built from itself');
     }
-    await this.o.repository.update(templateId, (r) => {
-      if (r.source.kind !== 'template')
-        throw new ApiError(400, `${templateId} is a snapshot, not a template build`);
-      if (r.committed || r.source.build.status !== 'waiting') {
-        throw new ApiError(
-          400,
-          `template ${templateId} was already built (build status: ${r.committed ? 'ready' : r.source.build.status})`,
-        );
-      }
-      r.source.build = { status: 'building', startedAt: new Date().toISOString() };
-    });
+    // The marker first: a crash right after the status change must still find this build at startup.
     await writeFile(this.marker(templateId), `${new Date().toISOString()}\n`, { mode: 0o600 });
+    try {
+      await this.o.repository.update(templateId, (r) => {
+        if (r.source.kind !== 'template')
+          throw new ApiError(400, `${templateId} is a snapshot, not a template build`);
+        if (r.committed || r.source.build.status !== 'waiting') {
+          throw new ApiError(
+            400,
+            `template ${templateId} was already built (build status: ${r.committed ? 'ready' : r.source.build.status})`,
+          );
+        }
+        r.source.build = { status: 'building', startedAt: new Date().toISOString() };
+      });
+    } catch (e) {
+      // (a running build of the same template keeps its marker)
+      if (!this.jobs.has(templateId)) await rm(this.marker(templateId), { force: true });
+      throw e;
+    }
     const abort = new AbortController();
     const job: Job = { id: templateId, spec, abort, done: Promise.resolve() };
     this.jobs.set(templateId, job);
