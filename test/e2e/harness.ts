@@ -285,3 +285,166 @@ export async function eventually(
   }
   throw new Error(`timed out waiting for ${what}`);
 }
+
+// ---- A workload whose survival across pause, resume, fork and snapshots can be checked ----
+
+/** Port of the workload's HTTP server inside the sandbox. */
+export const WORKLOAD_PORT = 8000;
+
+// python3's http.server serving ~/wl/www, plus /secret: a random value that only this process's memory holds,
+// so the same secret after a resume or in a fork proves the memory (not the disk) came back.
+const WORKLOAD_SERVER = `import http.server, secrets, sys
+SECRET = secrets.token_hex(16).encode()
+class Handler(http.server.SimpleHTTPRequestHandler):
+    def __init__(self, *a, **k):
+        super().__init__(*a, directory='/home/user/wl/www', **k)
+    def do_GET(self):
+        if self.path != '/secret':
+            return super().do_GET()
+        self.send_response(200)
+        self.send_header('content-length', str(len(SECRET)))
+        self.end_headers()
+        self.wfile.write(SECRET)
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(('0.0.0.0', int(sys.argv[1])), Handler).serve_forever()
+`;
+
+// The count lives in the shell's memory; the file only mirrors it (written whole, then renamed).
+const COUNTER_LOOP =
+  'i=0; while :; do i=$((i+1)); echo $i > wl/counter.tmp && mv wl/counter.tmp wl/counter; sleep 0.2; done';
+
+export interface Workload {
+  /** PID (inside the sandbox) of the counting shell loop. */
+  counterPid: number;
+  /** PID of the HTTP server. */
+  serverPid: number;
+  /** What the server answers at /secret. */
+  secret: string;
+  /** Content of ~/wl/www/index.txt (on disk). */
+  file: string;
+}
+
+export interface WorkloadView {
+  /** The counting loop still runs under its PID. */
+  counterAlive: boolean;
+  /** Last value the loop wrote (0 when there is none). */
+  counter: number;
+  /** The HTTP server still runs under its PID. */
+  serverAlive: boolean;
+  /** ~/wl/www/index.txt ('' when missing). */
+  file: string;
+}
+
+/** The subset of the SDK's `Sandbox` the workload helpers use. */
+interface WorkloadSandbox {
+  sandboxId: string;
+  files: { write(path: string, data: string): Promise<unknown> };
+  commands: {
+    run(cmd: string, opts: { background: true }): Promise<{ pid: number; disconnect(): Promise<void> }>;
+    run(cmd: string): Promise<{ stdout: string }>;
+  };
+}
+
+/** GET of `path` on the workload's port through the proxy: status and body. */
+export async function workloadFetch(
+  server: TestServer,
+  sandboxId: string,
+  path: string,
+): Promise<{ status: number; body: string }> {
+  const r = await proxyFetch(server, sandboxId, WORKLOAD_PORT, path);
+  return { status: r.status, body: await r.text() };
+}
+
+/** Starts the counter and the HTTP server in `sbx` (as background commands) and waits until both work. */
+export async function startWorkload(server: TestServer, sbx: WorkloadSandbox): Promise<Workload> {
+  const file = `file-${Math.random().toString(36).slice(2)}`;
+  await sbx.files.write('wl/www/index.txt', file);
+  await sbx.files.write('wl/server.py', WORKLOAD_SERVER);
+  const counter = await sbx.commands.run(COUNTER_LOOP, { background: true });
+  const httpd = await sbx.commands.run(`exec python3 wl/server.py ${WORKLOAD_PORT}`, { background: true });
+  // No stream may stay open to envd: a pause cuts it, and the SDK would report that as a failure.
+  await counter.disconnect();
+  await httpd.disconnect();
+  let secret = '';
+  await eventually(async () => {
+    const r = await workloadFetch(server, sbx.sandboxId, '/secret').catch(() => undefined);
+    if (r?.status === 200) secret = r.body;
+    return secret !== '';
+  }, 'the workload HTTP server to answer through the proxy');
+  await eventually(
+    async () => (await readWorkload(sbx, { counterPid: counter.pid, serverPid: httpd.pid })).counter >= 3,
+    'the counter to count',
+  );
+  return { counterPid: counter.pid, serverPid: httpd.pid, secret, file };
+}
+
+/** Looks at the workload's processes and files from inside the sandbox. */
+export async function readWorkload(
+  sbx: WorkloadSandbox,
+  w: Pick<Workload, 'counterPid' | 'serverPid'>,
+): Promise<WorkloadView> {
+  const cmdline = (pid: number) => `"$(tr '\\0' ' ' < /proc/${pid}/cmdline 2>/dev/null)"`;
+  const r = await sbx.commands.run(
+    `printf '%s\\n' "$(cat wl/counter 2>/dev/null)" ${cmdline(w.counterPid)} ${cmdline(w.serverPid)} "$(cat wl/www/index.txt 2>/dev/null)"`,
+  );
+  const [counter = '', counterCmd = '', serverCmd = '', file = ''] = r.stdout.split('\n');
+  return {
+    counter: Number(counter.trim() || '0'),
+    counterAlive: counterCmd.includes('wl/counter'),
+    serverAlive: serverCmd.includes('wl/server.py'),
+    file,
+  };
+}
+
+/** Resolves once the workload's counter is past `value` (the loop runs); throws after ~10 s. */
+export async function counterPasses(sbx: WorkloadSandbox, w: Workload, value: number): Promise<void> {
+  await eventually(async () => (await readWorkload(sbx, w)).counter > value, `the counter to pass ${value}`);
+}
+
+/** Sandbox store dir of a node (pause artifacts, fork and capture work dirs), on its CoW volume. */
+export function storeDir(server: Pick<TestServer, 'home'>): string {
+  return join(server.home, 'sandboxes', '.store');
+}
+
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/**
+ * Host objects of `server` that belong to no sandbox it lists: runc containers, cgroups, sandbox dirs and mounts
+ * of unknown ids, pause artifacts of sandboxes that are not paused, leftover fork/capture work dirs, slots beyond
+ * the listed sandboxes plus the spare pool (`poolMax`), veths or chains without a netns. Empty = nothing leaked.
+ */
+export async function strayHostObjects(server: TestServer, poolMax = 4): Promise<string[]> {
+  const listed = await server.api('GET', '/v2/sandboxes');
+  if (listed.status !== 200) throw new Error(`GET /v2/sandboxes answered ${listed.status}`);
+  const sandboxes = listed.body as { sandboxID: string; state: string }[];
+  const live = new Set(sandboxes.map((s) => s.sandboxID));
+  const paused = new Set(sandboxes.filter((s) => s.state === 'paused').map((s) => s.sandboxID));
+  const o = hostObjects(server);
+  const stray: string[] = [];
+  for (const c of o.runcContainers) if (!live.has(c)) stray.push(`runc container ${c}`);
+  for (const c of o.cgroups) if (!live.has(c.split('/')[2] ?? '')) stray.push(`cgroup ${c}`);
+  const sandboxesDir = join(server.home, 'sandboxes');
+  for (const e of dirEntries(sandboxesDir))
+    if (UUID_RE.test(e) && !live.has(e)) stray.push(`sandbox dir ${e}`);
+  for (const m of o.mounts) {
+    const id = m.startsWith(`${sandboxesDir}/`) ? m.slice(sandboxesDir.length + 1).split('/')[0]! : '';
+    if (UUID_RE.test(id) && !live.has(id)) stray.push(`mount ${m}`);
+  }
+  for (const id of dirEntries(join(storeDir(server), 'paused')))
+    if (!paused.has(id)) stray.push(`pause artifacts of ${id}`);
+  for (const sub of ['forks', 'captures'])
+    for (const e of dirEntries(join(storeDir(server), sub))) stray.push(`${sub}/${e}`);
+  const slotOf = (name: string, head: string) =>
+    name.startsWith(head) ? name.slice(head.length) : undefined;
+  const slots = new Set(o.netnsFiles.flatMap((f) => slotOf(f, `${server.prefix}-ns-`) ?? []));
+  for (const l of o.links) {
+    const slot = slotOf(l, `${server.prefix}-v`);
+    if (slot !== undefined && !slots.has(slot)) stray.push(`veth ${l} without its netns`);
+  }
+  for (const c of o.slotChains)
+    if (!slots.has(c.slice('slot'.length))) stray.push(`nft chain ${c} without its netns`);
+  if (slots.size > live.size + poolMax)
+    stray.push(`${slots.size} slots for ${live.size} sandboxes (+ at most ${poolMax} spare)`);
+  return stray;
+}

@@ -1,0 +1,304 @@
+// Pause and resume through the real e2b SDK against a real server with the default resident grace: a paused
+// sandbox stays frozen in memory, so these resumes are thaws (pause-disk.test.ts covers the restore from disk).
+// Also filesystem-only pauses, timeouts that pause or kill, and auto-resume through the proxy.
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { Sandbox, SandboxNotFoundError } from 'e2b';
+import {
+  ENVD_PORT,
+  counterPasses,
+  eventually,
+  hostObjects,
+  proxyFetch,
+  readWorkload,
+  startServer,
+  startWorkload,
+  useSdk,
+  workloadFetch,
+  type TestServer,
+  type Workload,
+} from './harness.js';
+
+describe('pause and resume (resident) through the e2b SDK', () => {
+  let server: TestServer;
+  const created: string[] = [];
+
+  const track = <T extends { sandboxId: string }>(s: T): T => {
+    created.push(s.sandboxId);
+    return s;
+  };
+  const info = async (id: string) => (await server.api('GET', `/sandboxes/${id}`)).body;
+  const nodeCounters = async () => {
+    const nodes = await server.api('GET', '/nodes');
+    expect(nodes.status).toBe(200);
+    return nodes.body[0];
+  };
+  /** Waits for a pause that something else started (a timeout) to complete: `pauseKind` appears once it is durable. */
+  const waitPaused = (id: string) =>
+    eventually(async () => (await info(id)).pauseKind !== undefined, `${id} to be paused`, 150, 100);
+  const listIds = async (query: string) =>
+    ((await server.api('GET', `/v2/sandboxes${query}`)).body as { sandboxID: string }[]).map(
+      (s) => s.sandboxID,
+    );
+
+  /** Everything the workload had before the pause is there after the resume, and its processes run on. */
+  const expectWorkloadKept = async (sbx: Sandbox, w: Workload, counterBefore: number) => {
+    const view = await readWorkload(sbx, w);
+    expect(view).toMatchObject({ counterAlive: true, serverAlive: true, file: w.file });
+    // Not restarted: the count goes on from where it was (a restarted loop would begin at 1).
+    expect(view.counter).toBeGreaterThanOrEqual(counterBefore);
+    await counterPasses(sbx, w, view.counter);
+    expect(await workloadFetch(server, sbx.sandboxId, '/secret')).toEqual({ status: 200, body: w.secret });
+    expect(await workloadFetch(server, sbx.sandboxId, '/index.txt')).toEqual({ status: 200, body: w.file });
+    // The envd that started the background commands is the same one: it still lists them.
+    const pids = (await sbx.commands.list()).map((p) => p.pid);
+    expect(pids).toEqual(expect.arrayContaining([w.counterPid, w.serverPid]));
+  };
+
+  beforeAll(async () => {
+    server = await startServer({ name: 'pause' });
+    useSdk(server);
+  });
+  afterEach(async () => {
+    await Promise.all(created.splice(0).map((id) => server.api('DELETE', `/sandboxes/${id}`)));
+  });
+  afterAll(async () => {
+    expect(await server?.shutdown()).toBe(0);
+  });
+
+  it('keeps files, env, the background process and its listening socket across betaPause and connect', async () => {
+    const sbx = track(await Sandbox.create({ timeoutMs: 300_000, envs: { FROM_CREATE: 'kept-env' } }));
+    const w = await startWorkload(server, sbx);
+    const before = await nodeCounters();
+    expect(before).toMatchObject({ sandboxCount: 1, sandboxPausedCount: 0 });
+    expect(before.metrics).toMatchObject({ pausedAllocatedCPU: 0, pausedAllocatedMemoryBytes: 0 });
+
+    const counterBefore = (await readWorkload(sbx, w)).counter;
+    expect(await sbx.betaPause()).toBe(true);
+
+    const paused = await info(sbx.sandboxId);
+    expect(paused).toMatchObject({ state: 'paused', pauseKind: 'memory' });
+    // Resident: the frozen container is still on the host.
+    expect(hostObjects(server).runcContainers).toContain(sbx.sandboxId);
+    expect(await listIds('?state=paused')).toEqual([sbx.sandboxId]);
+    expect(await listIds('?state=running')).toEqual([]);
+    const sdkListed = await Sandbox.list({ query: { state: ['paused'] } }).nextItems();
+    expect(sdkListed.map((s) => [s.sandboxId, s.state])).toEqual([[sbx.sandboxId, 'paused']]);
+    const during = await nodeCounters();
+    expect(during).toMatchObject({ sandboxCount: 0, sandboxPausedCount: 1, sandboxStartingCount: 0 });
+    expect(during.metrics).toMatchObject({
+      pausedAllocatedCPU: paused.cpuCount,
+      pausedAllocatedMemoryBytes: paused.memoryMB * 1024 * 1024,
+      allocatedCPU: 0,
+    });
+    // Without autoResume the data plane does not wake it up.
+    expect((await workloadFetch(server, sbx.sandboxId, '/secret')).status).toBe(410);
+
+    const resumed = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 300_000 });
+    expect(resumed.sandboxId).toBe(sbx.sandboxId);
+    expect(await info(sbx.sandboxId)).toMatchObject({ state: 'running', startedAt: paused.startedAt });
+    expect((await resumed.commands.run('echo "$FROM_CREATE"; hostname')).stdout).toBe(
+      `kept-env\n${sbx.sandboxId}\n`,
+    );
+    await expectWorkloadKept(resumed, w, counterBefore);
+    // The old handle works again too (same id and tokens).
+    expect(await sbx.isRunning()).toBe(true);
+    expect(await nodeCounters()).toMatchObject({ sandboxCount: 1, sandboxPausedCount: 0 });
+  });
+
+  it('pauses again with the static Sandbox.pause, and the counter keeps going over several cycles', async () => {
+    const sbx = track(await Sandbox.create({ timeoutMs: 300_000 }));
+    const w = await startWorkload(server, sbx);
+    for (let cycle = 0; cycle < 3; cycle++) {
+      const counterBefore = (await readWorkload(sbx, w)).counter;
+      expect(await Sandbox.pause(sbx.sandboxId)).toBe(true);
+      expect(await info(sbx.sandboxId)).toMatchObject({ state: 'paused', pauseKind: 'memory' });
+      await sbx.connect();
+      await expectWorkloadKept(sbx, w, counterBefore);
+    }
+  });
+
+  it('is idempotent on a paused sandbox; other operations on it answer 409/400; gone ones 404', async () => {
+    const sbx = track(await Sandbox.create({ timeoutMs: 300_000 }));
+    const id = sbx.sandboxId;
+    expect((await server.api('POST', `/sandboxes/${id}/pause`)).status).toBe(204);
+    // A second pause changes nothing: 204 (reference §2.4), and the sandbox stays paused with its memory.
+    expect((await server.api('POST', `/sandboxes/${id}/pause`, {})).status).toBe(204);
+    expect(await info(id)).toMatchObject({ state: 'paused', pauseKind: 'memory' });
+    // The SDK sees a 204 as "paused" and does not throw.
+    await expect(Sandbox.pause(id)).resolves.toBeTypeOf('boolean');
+    expect(await info(id)).toMatchObject({ state: 'paused', pauseKind: 'memory' });
+
+    const fork = await server.api('POST', `/sandboxes/${id}/fork`, { count: 1 });
+    expect(fork.status).toBe(409);
+    expect(fork.body).toEqual({ code: 409, message: 'sandbox cannot be forked from paused state' });
+    const net = await server.api('PUT', `/sandboxes/${id}/network`, {});
+    expect(net.status).toBe(409);
+    const snap = await server.api('POST', `/sandboxes/${id}/snapshots`, {});
+    expect(snap.status).toBe(400);
+    expect(snap.body.message).toMatch(/cannot be snapshotted from paused state/);
+    const timeout = await server.api('POST', `/sandboxes/${id}/timeout`, { timeout: 60 });
+    expect(timeout.body.code).toBe(400);
+
+    // The deprecated /resume resumes it (201), and answers 201 on a running one too.
+    const resumed = await server.api('POST', `/sandboxes/${id}/resume`, { timeout: 120 });
+    expect(resumed.status).toBe(201);
+    expect(resumed.body.sandboxID).toBe(id);
+    expect((await server.api('POST', `/sandboxes/${id}/resume`, { timeout: 120 })).status).toBe(201);
+    // Connect on a running sandbox is a keep-alive: 200.
+    expect((await server.api('POST', `/v2/sandboxes/${id}/connect`, { timeout: 60 })).status).toBe(200);
+
+    // Pause while a fork of it is in progress: 409 (the fork holds it in the forking state).
+    let conflict: number | undefined;
+    for (let attempt = 0; attempt < 3 && conflict === undefined; attempt++) {
+      const forking = server.api('POST', `/sandboxes/${id}/fork`, { count: 1, timeout: 60 });
+      await eventually(async () => (await info(id)).state === 'paused', 'the fork to start', 400, 10).catch(
+        () => {},
+      );
+      const p = await server.api('POST', `/sandboxes/${id}/pause`);
+      const forked = await forking;
+      expect(forked.status).toBe(201);
+      for (const child of forked.body as { sandbox?: { sandboxID: string } }[]) {
+        if (child.sandbox) created.push(child.sandbox.sandboxID);
+      }
+      if (p.status === 409) conflict = p.status;
+      else {
+        // The fork had already finished: the pause went through; resume and try again.
+        expect(p.status).toBe(204);
+        await sbx.connect();
+      }
+    }
+    expect(conflict).toBe(409);
+    expect(await info(id)).toMatchObject({ state: 'running' });
+
+    await sbx.kill();
+    expect((await server.api('POST', `/sandboxes/${id}/pause`)).status).toBe(404);
+    await expect(Sandbox.pause(id)).rejects.toBeInstanceOf(SandboxNotFoundError);
+    await expect(Sandbox.connect(id)).rejects.toBeInstanceOf(SandboxNotFoundError);
+  });
+
+  it('a filesystem-only pause keeps files and env but restarts the processes', async () => {
+    const sbx = track(await Sandbox.create({ timeoutMs: 300_000, envs: { FROM_CREATE: 'kept-env' } }));
+    const w = await startWorkload(server, sbx);
+    await sbx.files.write('notes/kept.txt', 'on disk');
+    expect(await sbx.pause({ keepMemory: false })).toBe(true);
+    expect(await info(sbx.sandboxId)).toMatchObject({ state: 'paused', pauseKind: 'filesystem' });
+    // Nothing stays frozen in memory for a filesystem-only pause.
+    expect(hostObjects(server).runcContainers).not.toContain(sbx.sandboxId);
+
+    await sbx.connect();
+    expect(await sbx.files.read('notes/kept.txt')).toBe('on disk');
+    expect((await sbx.commands.run('echo "$FROM_CREATE"; hostname')).stdout).toBe(
+      `kept-env\n${sbx.sandboxId}\n`,
+    );
+    const view = await readWorkload(sbx, w);
+    expect(view.file).toBe(w.file);
+    expect(view.counterAlive).toBe(false);
+    expect(view.serverAlive).toBe(false);
+    expect((await sbx.commands.run('ps -eo args')).stdout).not.toMatch(/wl\/counter|wl\/server\.py/);
+    expect((await workloadFetch(server, sbx.sandboxId, '/secret')).status).toBe(502);
+    // The counter stopped for good: its file no longer changes.
+    const last = view.counter;
+    await new Promise((r) => setTimeout(r, 600));
+    expect((await readWorkload(sbx, w)).counter).toBe(last);
+  });
+
+  it('connect with onResume reboot boots the saved disk of a memory pause', async () => {
+    const sbx = track(await Sandbox.create({ timeoutMs: 300_000 }));
+    const w = await startWorkload(server, sbx);
+    await sbx.pause();
+    expect(await info(sbx.sandboxId)).toMatchObject({ state: 'paused', pauseKind: 'memory' });
+    const rebooted = await Sandbox.connect(sbx.sandboxId, { onResume: 'reboot' });
+    const view = await readWorkload(rebooted, w);
+    expect(view).toMatchObject({ counterAlive: false, serverAlive: false, file: w.file });
+    expect(view.counter).toBeGreaterThanOrEqual(3);
+    // Started again, the server holds a new secret.
+    const again = await startWorkload(server, rebooted);
+    expect(again.secret).not.toBe(w.secret);
+  });
+
+  it('onTimeout pause: paused at expiry, never expires while paused, connect resumes it', async () => {
+    const sbx = track(await Sandbox.create({ timeoutMs: 8_000, lifecycle: { onTimeout: 'pause' } }));
+    const w = await startWorkload(server, sbx);
+    const counterBefore = (await readWorkload(sbx, w)).counter;
+    expect(await info(sbx.sandboxId)).toMatchObject({ lifecycle: { onTimeout: 'pause', autoResume: false } });
+    await waitPaused(sbx.sandboxId);
+    expect((await info(sbx.sandboxId)).pauseKind).toBe('memory');
+    // Well past its expiry it is still there, paused.
+    await new Promise((r) => setTimeout(r, 5_000));
+    expect(await info(sbx.sandboxId)).toMatchObject({ state: 'paused' });
+    expect(await listIds('?state=paused')).toContain(sbx.sandboxId);
+
+    const resumed = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 120_000 });
+    const end = Date.parse((await info(sbx.sandboxId)).endAt);
+    expect(end).toBeGreaterThan(Date.now() + 60_000);
+    await expectWorkloadKept(resumed, w, counterBefore);
+  });
+
+  it('onTimeout pause with keepMemory false pauses filesystem-only at expiry', async () => {
+    const sbx = track(
+      await Sandbox.create({
+        timeoutMs: 3_000,
+        lifecycle: { onTimeout: { action: 'pause', keepMemory: false } },
+      }),
+    );
+    await sbx.files.write('kept.txt', 'yes');
+    await waitPaused(sbx.sandboxId);
+    expect((await info(sbx.sandboxId)).pauseKind).toBe('filesystem');
+    await sbx.connect();
+    expect(await sbx.files.read('kept.txt')).toBe('yes');
+  });
+
+  it('onTimeout kill and autoPause false remove the sandbox at expiry', async () => {
+    const killed = track(await Sandbox.create({ timeoutMs: 2_000, lifecycle: { onTimeout: 'kill' } }));
+    const raw = await server.api('POST', '/sandboxes', { templateID: 'base', timeout: 2, autoPause: false });
+    expect(raw.status).toBe(201);
+    created.push(raw.body.sandboxID);
+    expect(await info(raw.body.sandboxID)).toMatchObject({ lifecycle: { onTimeout: 'kill' } });
+    for (const id of [killed.sandboxId, raw.body.sandboxID as string]) {
+      await eventually(
+        async () => (await server.api('GET', `/sandboxes/${id}`)).status === 404,
+        'the timeout to kill it',
+        150,
+        100,
+      );
+    }
+    expect(hostObjects(server).runcContainers).not.toContain(killed.sandboxId);
+  });
+
+  it('auto-resume: a data-plane request through the proxy resumes a paused sandbox that enables it', async () => {
+    const sbx = track(
+      await Sandbox.create({ timeoutMs: 60_000, lifecycle: { onTimeout: 'pause', autoResume: true } }),
+    );
+    const w = await startWorkload(server, sbx);
+    expect(await info(sbx.sandboxId)).toMatchObject({ lifecycle: { onTimeout: 'pause', autoResume: true } });
+
+    let counterBefore = (await readWorkload(sbx, w)).counter;
+    await sbx.pause();
+    expect((await info(sbx.sandboxId)).state).toBe('paused');
+    // envd's /health through the proxy wakes it.
+    const health = await proxyFetch(server, sbx.sandboxId, ENVD_PORT, '/health');
+    expect(health.status).toBe(204);
+    const resumed = await info(sbx.sandboxId);
+    expect(resumed.state).toBe('running');
+    // Resumed with at least auto_resume_min_sandbox_timeout_secs (300 s).
+    expect(Date.parse(resumed.endAt)).toBeGreaterThan(Date.now() + 250_000);
+    await expectWorkloadKept(sbx, w, counterBefore);
+
+    // A request to the workload's own port does it as well, and reaches the same process.
+    counterBefore = (await readWorkload(sbx, w)).counter;
+    await sbx.pause();
+    expect(await workloadFetch(server, sbx.sandboxId, '/secret')).toEqual({ status: 200, body: w.secret });
+    expect((await info(sbx.sandboxId)).state).toBe('running');
+    await expectWorkloadKept(sbx, w, counterBefore);
+  });
+
+  it('without autoResume a data-plane request to a paused sandbox answers 410 and leaves it paused', async () => {
+    const sbx = track(await Sandbox.create({ timeoutMs: 60_000, lifecycle: { onTimeout: 'pause' } }));
+    await sbx.pause();
+    const health = await proxyFetch(server, sbx.sandboxId, ENVD_PORT, '/health');
+    expect(health.status).toBe(410);
+    expect(await health.text()).toBe('sandbox is not proxyable in its current state');
+    expect((await proxyFetch(server, sbx.sandboxId, 8000, '/', { prefix: true })).status).toBe(410);
+    expect((await info(sbx.sandboxId)).state).toBe('paused');
+  });
+});
