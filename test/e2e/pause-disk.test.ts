@@ -1,0 +1,166 @@
+// Pause and resume from disk: a server with `resident_pause_grace_secs = 0` releases a paused sandbox's memory at
+// once, so every resume is a CRIU restore into a fresh slot (pause.test.ts covers the resident thaw).
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { Sandbox } from 'e2b';
+import {
+  ENVD_PORT,
+  counterPasses,
+  hostObjects,
+  proxyFetch,
+  readWorkload,
+  startServer,
+  startWorkload,
+  storeDir,
+  strayHostObjects,
+  useSdk,
+  workloadFetch,
+  type TestServer,
+  type Workload,
+} from './harness.js';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+
+describe('pause and resume from disk (no resident grace)', () => {
+  let server: TestServer;
+  const created: string[] = [];
+
+  const track = <T extends { sandboxId: string }>(s: T): T => {
+    created.push(s.sandboxId);
+    return s;
+  };
+  const info = async (id: string) => (await server.api('GET', `/sandboxes/${id}`)).body;
+
+  const expectWorkloadKept = async (sbx: Sandbox, w: Workload, counterBefore: number) => {
+    const view = await readWorkload(sbx, w);
+    expect(view).toMatchObject({ counterAlive: true, serverAlive: true, file: w.file });
+    expect(view.counter).toBeGreaterThanOrEqual(counterBefore);
+    await counterPasses(sbx, w, view.counter);
+    expect(await workloadFetch(server, sbx.sandboxId, '/secret')).toEqual({ status: 200, body: w.secret });
+    expect(await workloadFetch(server, sbx.sandboxId, '/index.txt')).toEqual({ status: 200, body: w.file });
+    expect((await sbx.commands.list()).map((p) => p.pid)).toEqual(
+      expect.arrayContaining([w.counterPid, w.serverPid]),
+    );
+  };
+
+  /** While paused from disk, nothing of the sandbox runs on the host: no container, cgroup, sandbox dir. */
+  const expectReleased = (id: string) => {
+    const o = hostObjects(server);
+    expect(o.runcContainers).not.toContain(id);
+    expect(o.cgroups.filter((c) => c.endsWith(`/${id}`))).toEqual([]);
+    expect(o.mounts.filter((m) => m.includes(id))).toEqual([]);
+    expect(existsSync(join(storeDir(server), 'paused', id, 'complete'))).toBe(true);
+  };
+
+  beforeAll(async () => {
+    server = await startServer({ name: 'pdisk', toml: '[orchestrator]\nresident_pause_grace_secs = 0' });
+    useSdk(server);
+  });
+  afterEach(async () => {
+    await Promise.all(created.splice(0).map((id) => server.api('DELETE', `/sandboxes/${id}`)));
+  });
+  afterAll(async () => {
+    if (server) expect(await strayHostObjects(server)).toEqual([]);
+    expect(await server?.shutdown()).toBe(0);
+  });
+
+  it('restores files, env, the background process (same PID) and its listening socket', async () => {
+    const sbx = track(await Sandbox.create({ timeoutMs: 300_000, envs: { FROM_CREATE: 'kept-env' } }));
+    const w = await startWorkload(server, sbx);
+    await sbx.files.write('notes/a.txt', 'written before the pause');
+    const counterBefore = (await readWorkload(sbx, w)).counter;
+
+    expect(await sbx.betaPause()).toBe(true);
+    expect(await info(sbx.sandboxId)).toMatchObject({ state: 'paused', pauseKind: 'memory' });
+    expectReleased(sbx.sandboxId);
+    expect((await workloadFetch(server, sbx.sandboxId, '/secret')).status).toBe(410);
+
+    const resumed = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 300_000 });
+    expect(await info(sbx.sandboxId)).toMatchObject({ state: 'running' });
+    expect(hostObjects(server).runcContainers).toContain(sbx.sandboxId);
+    // The artifacts are consumed by the resume.
+    expect(existsSync(join(storeDir(server), 'paused', sbx.sandboxId))).toBe(false);
+    expect(await resumed.files.read('notes/a.txt')).toBe('written before the pause');
+    expect((await resumed.commands.run('echo "$FROM_CREATE"; hostname')).stdout).toBe(
+      `kept-env\n${sbx.sandboxId}\n`,
+    );
+    await expectWorkloadKept(resumed, w, counterBefore);
+    // Files written after the resume land on the restored disk.
+    await resumed.files.write('notes/b.txt', 'after');
+    expect((await resumed.commands.run('cat notes/a.txt notes/b.txt')).stdout).toBe(
+      'written before the pauseafter',
+    );
+  });
+
+  it('restores a restored sandbox again: three pause/connect cycles, the count goes on', async () => {
+    const sbx = track(await Sandbox.create({ timeoutMs: 300_000 }));
+    const w = await startWorkload(server, sbx);
+    for (let cycle = 0; cycle < 3; cycle++) {
+      await sbx.files.write(`cycles/${cycle}`, String(cycle));
+      const counterBefore = (await readWorkload(sbx, w)).counter;
+      expect(await Sandbox.pause(sbx.sandboxId)).toBe(true);
+      expectReleased(sbx.sandboxId);
+      await sbx.connect();
+      await expectWorkloadKept(sbx, w, counterBefore);
+    }
+    expect((await sbx.commands.run('cat cycles/0 cycles/1 cycles/2')).stdout).toBe('012');
+  });
+
+  it('a secure sandbox keeps its envd token across the restore (connect and deprecated /resume)', async () => {
+    const raw = await server.api('POST', '/sandboxes', { templateID: 'base', secure: true, timeout: 300 });
+    expect(raw.status).toBe(201);
+    const id = raw.body.sandboxID as string;
+    created.push(id);
+    const token = raw.body.envdAccessToken as string;
+    expect(token).toMatch(/.+/);
+    const sbx = await Sandbox.connect(id);
+    const w = await startWorkload(server, sbx);
+    const authed = (t: string) =>
+      proxyFetch(server, id, ENVD_PORT, '/files?path=/home/user/wl/www/index.txt', {
+        headers: { 'X-Access-Token': t },
+      });
+    expect((await authed(token)).status).toBe(200);
+    expect((await authed('wrong')).status).toBe(401);
+
+    expect((await server.api('POST', `/sandboxes/${id}/pause`)).status).toBe(204);
+    expectReleased(id);
+    const connected = await server.api('POST', `/sandboxes/${id}/connect`, { timeout: 300 });
+    expect(connected.status).toBe(201);
+    expect(connected.body).toMatchObject({ sandboxID: id, envdAccessToken: token });
+    const file = await authed(token);
+    expect(file.status).toBe(200);
+    expect(await file.text()).toBe(w.file);
+    expect((await authed('wrong')).status).toBe(401);
+    await expectWorkloadKept(sbx, w, 0);
+
+    expect((await server.api('POST', `/sandboxes/${id}/pause`)).status).toBe(204);
+    const resumed = await server.api('POST', `/sandboxes/${id}/resume`, { timeout: 300 });
+    expect(resumed.status).toBe(201);
+    expect(resumed.body).toMatchObject({ sandboxID: id, envdAccessToken: token });
+    expect((await authed(token)).status).toBe(200);
+    await expectWorkloadKept(sbx, w, 0);
+  });
+
+  it('a filesystem-only pause and a reboot connect both boot the saved disk', async () => {
+    const sbx = track(await Sandbox.create({ timeoutMs: 300_000 }));
+    const w = await startWorkload(server, sbx);
+    await sbx.pause({ keepMemory: false });
+    expect(await info(sbx.sandboxId)).toMatchObject({ state: 'paused', pauseKind: 'filesystem' });
+    expectReleased(sbx.sandboxId);
+    await sbx.connect();
+    expect(await readWorkload(sbx, w)).toMatchObject({
+      counterAlive: false,
+      serverAlive: false,
+      file: w.file,
+    });
+
+    const again = await startWorkload(server, sbx);
+    await sbx.pause();
+    expect(await info(sbx.sandboxId)).toMatchObject({ state: 'paused', pauseKind: 'memory' });
+    await Sandbox.connect(sbx.sandboxId, { onResume: 'reboot' });
+    expect(await readWorkload(sbx, again)).toMatchObject({
+      counterAlive: false,
+      serverAlive: false,
+      file: again.file,
+    });
+  });
+});
