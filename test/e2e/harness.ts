@@ -259,7 +259,7 @@ export function hostObjects(server: Pick<TestServer, 'prefix' | 'runtimePath' | 
   const mounts = readFileSync('/proc/self/mountinfo', 'utf8')
     .split('\n')
     .map((l) => l.split(' ')[4] ?? '')
-    .filter((m) => m.startsWith(`${server.runtimePath}/`) || m.startsWith(`${server.home}/sandboxes/`));
+    .filter((m) => m.startsWith(`${server.runtimePath}/netns/`) || m.startsWith(`${server.home}/sandboxes/`));
   return { links, netnsFiles, runcContainers, cgroups, slotChains, mounts };
 }
 
