@@ -25,9 +25,17 @@ describe('templates built with the SDK', () => {
     writeFileSync(join(ctx, 'tree', 'a.txt'), 'a\n');
     writeFileSync(join(ctx, 'tree', '.hidden'), 'h\n');
     writeFileSync(join(ctx, 'tree', 'sub', 'b.txt'), 'b\n');
+    // The start command: a process with a nonce of its own in its environment, which it also writes to a file,
+    // unless the file exists already (a second start would leave the first one's nonce there).
     writeFileSync(
       join(ctx, 'serve.sh'),
-      '#!/bin/sh\necho "up $GREETING" > /tmp/started\nexec sleep 100000\n',
+      [
+        '#!/bin/sh',
+        'nonce=$(cat /proc/sys/kernel/random/uuid)',
+        '[ -e /tmp/started ] || echo "up $GREETING $nonce" > /tmp/started',
+        'NONCE=$nonce exec sleep 100000',
+        '',
+      ].join('\n'),
     );
     chmodSync(join(ctx, 'serve.sh'), 0o700);
   });
@@ -96,9 +104,14 @@ describe('templates built with the SDK', () => {
       ].join('\n'),
     );
     expect(await run(sbx, 'stat -c "%U %a" /usr/local/bin/serve')).toBe('root 755');
-    // The start command runs in the sandbox (started again on launch: the capture is filesystem-only for now).
-    expect(await run(sbx, 'cat /tmp/started')).toBe('up hello');
+    // The start process is running, and it is the one started during the build (restored from the template's
+    // memory snapshot), not a second start: its nonce is the one it wrote then.
     expect(await run(sbx, 'pgrep -u alice -x sleep | wc -l')).toBe('1');
+    const started = await run(sbx, 'cat /tmp/started');
+    expect(started).toMatch(/^up hello [0-9a-f-]{36}$/);
+    const nonceOf = (s: Sandbox) =>
+      run(s, 'tr "\\0" "\\n" < /proc/$(pgrep -u alice -x sleep)/environ | grep "^NONCE="');
+    expect(await nonceOf(sbx)).toBe(`NONCE=${started.split(' ')[2]}`);
     // Per-sandbox files are the sandbox's own, not the build sandbox's.
     expect(await run(sbx, 'cat /etc/hostname')).toBe(sbx.sandboxId);
 
@@ -108,8 +121,8 @@ describe('templates built with the SDK', () => {
     });
     sandboxes.push(envOverride);
     expect(await run(envOverride, 'echo "$GREETING|$DERIVED"')).toBe('override|hello-world');
-    // Like E2B's start process (captured at build time), it runs with the template's environment.
-    expect(await run(envOverride, 'cat /tmp/started')).toBe('up hello');
+    // The same captured process, with the environment it had at build time.
+    expect(await nonceOf(envOverride)).toBe(`NONCE=${started.split(' ')[2]}`);
 
     const refused = await server.api('DELETE', `/templates/${name('full')}`);
     expect(refused.status).toBe(409);
@@ -127,7 +140,8 @@ describe('templates built with the SDK', () => {
     expect(await run(sbx, 'cat /srv/marker')).toBe(RUN);
     expect(await run(sbx, 'cat /tmp/more')).toBe('more\nhello');
     expect(await run(sbx, 'echo "$GREETING $EXTRA"; id -un; pwd')).toBe('hello x\nalice\n/app');
-    expect(await run(sbx, 'cat /tmp/started')).toBe('up hello');
+    expect(await run(sbx, 'cat /tmp/started')).toMatch(/^up hello /);
+    expect(await run(sbx, 'pgrep -u alice -x sleep | wc -l')).toBe('1');
 
     const parent = await server.api('GET', `/templates/${name('full')}`);
     const child = await server.api('GET', `/templates/${name('child')}`);

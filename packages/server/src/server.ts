@@ -37,12 +37,7 @@ import { registerNodeRoutes } from './api/routes/nodes.js';
 import { registerSandboxRoutes } from './api/routes/sandboxes.js';
 import { registerSnapshotRoutes } from './api/routes/snapshots.js';
 import { registerTemplateRoutes } from './api/routes/templates.js';
-import {
-  createTemplateLayerStore,
-  createTemplateService,
-  TemplateUploadEndpoint,
-  uploadSecretFromApiKey,
-} from './template/index.js';
+import { createTemplateService, TemplateUploadEndpoint, uploadSecretFromApiKey } from './template/index.js';
 
 export interface RunServerOptions {
   configPath?: string;
@@ -212,13 +207,6 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     logger: logger.child({ component: 'repository' }),
   });
   await repository.reconcile();
-  const idMap = { hostStart: config.runtime.uid_map_host_start, size: config.runtime.uid_map_size };
-  const templateLayers = await createTemplateLayerStore({
-    homePath: config.home_path,
-    repository,
-    idMap,
-    logger: logger.child({ component: 'template-layers' }),
-  });
 
   // The proxy is built after the orchestrator, which must still be able to tell it when an instance stops.
   const proxyRef: { current?: SandboxProxy } = {};
@@ -285,8 +273,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     envdPollMs: config.envd.poll_ms,
     envdInitTimeoutMs: config.envd.init_timeout_secs * 1000,
     pidsLimit: config.runtime.pids_limit,
-    idMap,
-    layers: templateLayers,
+    backend,
     maxConcurrentBuilds: config.template_build.max_concurrent_builds,
     defaultImage: config.image.resolver.default_image,
     runtimeVersions: { envd: ENVD_VERSION, tools: tools.version },
@@ -343,7 +330,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       diskSizeMB: config.runtime.default_disk_size_mb,
     },
     envdVersion: ENVD_VERSION,
-    onDeleted: () => templates.gcLayers(),
+    onDeleted: (id) => backend.removeLocalSnapshot(id),
   });
 
   registerSnapshotRoutes(app, { orchestrator, repository });

@@ -1,12 +1,13 @@
 // Temporary sandboxes that template builds run their steps in. They are made from the same parts as the
 // container backend's sandboxes (network slot, image layers, runc via the runtime driver, envd from the tools
-// mount), with what builds need on top: extra lower dirs (a parent template's layers), a start on a saved disk
-// (the layer cache) and disk snapshots between steps. They are not orchestrator sandboxes: the API never lists
+// mount), with what builds need on top: a start on a saved disk (the layer cache, a parent template's disk) and
+// disk snapshots between steps. They are not orchestrator sandboxes: the API never lists
 // them, and after a crash the backend's startup reconcile removes them with everything else it does not know.
 import type { ImageService, PulledImage } from '../image/index.js';
 import type { NetworkManager } from '../network/index.js';
 import type { NetworkSlot } from '../network/types.js';
 import type { RuntimeDriver, ToolsMount } from '../runtime/driver.js';
+import type { CommandContext } from '../snapshot/index.js';
 import type { Logger } from '../util/log.js';
 import { initEnvd, waitForEnvd } from '../envd/client.js';
 import { EnvdRpcClient } from '../envd/rpc-client.js';
@@ -27,13 +28,11 @@ export interface BuildSandboxSpec {
   id: string;
   templateId: string;
   image: PulledImage;
-  /** Above the image's layers, bottom first. */
-  extraLowerDirs: readonly string[];
-  /** A directory holding `upper/` (a cache entry) to start on instead of an empty disk. */
+  /** A directory holding `upper/` (a cache entry, a parent template's disk) to start on instead of an empty disk. */
   diskSource?: string;
   resources: { cpuCount: number; memoryMB: number };
-  /** PATH envd starts with. */
-  path?: string;
+  /** The init's environment (see `envdEnv`). */
+  envdEnv: Record<string, string>;
 }
 
 export interface BuildSandbox {
@@ -48,6 +47,29 @@ const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/b
 
 export class BuildSandboxes {
   constructor(private readonly opts: BuildSandboxesOptions) {}
+
+  get toolsVersion(): string {
+    return this.opts.tools.version;
+  }
+
+  /** The init's environment, as the container backend gives it (a capture records it for launches). */
+  envdEnv(path: string | undefined): Record<string, string> {
+    return {
+      PATH: path ?? DEFAULT_PATH,
+      ENVD_PORT: String(this.opts.envdPort),
+      AENV_INIT_LOG: '/run/agentenv/envd.log',
+    };
+  }
+
+  /** `/init` with the template's env, user and workdir (what launches from a memory capture start with). */
+  async init(sb: BuildSandbox, ctx: CommandContext): Promise<void> {
+    await initEnvd(sb.slot.hostInteractionIp, this.opts.envdPort, {
+      envVars: ctx.envVars,
+      defaultUser: ctx.user ?? 'root',
+      ...(ctx.workdir && ctx.workdir !== '/' ? { defaultWorkdir: ctx.workdir } : {}),
+      timestamp: new Date().toISOString(),
+    });
+  }
 
   /** Releases image leases of build sandboxes a crash left behind (the sandboxes themselves are gone). */
   reconcile(): void {
@@ -64,7 +86,7 @@ export class BuildSandboxes {
       this.opts.images.acquireLease(BUILD_LEASE_PREFIX + spec.id, spec.image.manifestDigest);
       undo.push(async () => this.opts.images.releaseLease(BUILD_LEASE_PREFIX + spec.id));
       await this.opts.network.applyPolicy(slot, { allowOut: [], denyOut: [], allowInternetAccess: null });
-      const lowerDirs = [...spec.image.layers.map((l) => l.dir), ...spec.extraLowerDirs];
+      const lowerDirs = spec.image.layers.map((l) => l.dir);
       await this.opts.runtime.create(
         {
           id: spec.id,
@@ -73,12 +95,7 @@ export class BuildSandboxes {
           resources: { ...spec.resources, pidsLimit: this.opts.pidsLimit },
           netnsPath: slot.netnsPath,
           nameservers: slot.dnsServer ? [slot.dnsServer] : [],
-          initEnv: {
-            PATH: spec.path ?? DEFAULT_PATH,
-            ENVD_PORT: String(this.opts.envdPort),
-            E2B_SANDBOX_ID: spec.id,
-            E2B_TEMPLATE_ID: spec.templateId,
-          },
+          initEnv: { ...spec.envdEnv, E2B_SANDBOX_ID: spec.id, E2B_TEMPLATE_ID: spec.templateId },
         },
         { tools: this.opts.tools, ...(spec.diskSource ? { diskSource: spec.diskSource } : {}) },
       );

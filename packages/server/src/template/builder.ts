@@ -12,8 +12,6 @@ import { ApiError } from '../api/errors.js';
 import type { ImageService, PulledImage } from '../image/index.js';
 import {
   isRepositoryError,
-  type CommittedSnapshotDraft,
-  type LayerRef,
   type SnapshotRecord,
   type SnapshotRepository,
   type StartupCommand,
@@ -32,10 +30,10 @@ import {
   stateFromImage,
   type BuildState,
 } from './build-state.js';
-import type { TemplateCapture } from './capture.js';
+import { DISK_MEDIA_TYPE, type CapturedSandbox, type TemplateCapture } from './capture.js';
+import { extractArchive } from '../backend/disk-archive.js';
 import { candidateNames } from './catalog.js';
 import type { TemplateFileStore } from './file-store.js';
-import type { TemplateLayerStore } from './layer-store.js';
 import { runStartup, StartupError } from './startup.js';
 import { StepError, StepRunner } from './step-runner.js';
 import { changesDisk, firstForcedStep, parseBuildSpec, type BuildSpec } from './steps.js';
@@ -50,8 +48,10 @@ export interface TemplateBuilderOptions {
   repository: SnapshotRepository;
   images: ImageService;
   sandboxes: BuildSandboxes;
-  capture: TemplateCapture;
-  layers: TemplateLayerStore;
+  /** Captures templates that have a start command (its processes keep running in launched sandboxes). */
+  memoryCapture: TemplateCapture;
+  /** Captures templates without a start command, and those whose memory capture failed. */
+  filesystemCapture: TemplateCapture;
   files: TemplateFileStore;
   logs: BuildLogStore;
   cache: BuildCache;
@@ -89,9 +89,8 @@ interface Job {
 /** The base a build starts from, resolved. */
 interface ResolvedBase {
   image: PulledImage;
-  baseImage: { reference: string; manifestDigest: string };
-  layers: LayerRef[];
-  extraLowerDirs: string[];
+  /** The parent template's disk (a directory holding `upper/`), for builds from a template that has one. */
+  disk?: string;
   state: BuildState;
   key: string;
   startup?: StartupCommand;
@@ -256,10 +255,11 @@ export class TemplateBuilder {
     let sandbox: BuildSandbox | undefined;
     let stage = 'base';
     const disk = join(this.o.workDir, `${id}-disk`);
+    const parentDisk = join(this.o.workDir, `${id}-parent`);
     try {
       signal.throwIfAborted();
       log.add('info', `building template ${id} on node ${this.o.nodeName}`, 'base');
-      const base = await this.resolveBase(spec, log, signal);
+      const base = await this.resolveBase(spec, log, signal, parentDisk);
       const n = spec.steps.length;
       const keys = cacheKeys(
         base.key,
@@ -277,25 +277,43 @@ export class TemplateBuilder {
       if (hit)
         log.add('info', `cache: reused the result of ${from} of ${n} step${n === 1 ? '' : 's'}`, 'base');
 
-      const needsSandbox =
-        from < n ||
-        spec.startCmd !== undefined ||
-        spec.readyCmd !== undefined ||
-        this.o.capture.kind === 'memory' ||
-        !hit;
-      let diskBeforeStart = hit?.dir;
-      if (needsSandbox) {
+      const startCmd = spec.startCmd ?? base.startup?.startCmd;
+      const readyCmd = spec.startCmd
+        ? spec.readyCmd
+        : (spec.readyCmd ?? (base.startup?.readyCmd || undefined));
+      const rec = await this.o.repository.get(id);
+      const resources = { cpuCount: rec.resources.cpuCount, memoryMB: rec.resources.memoryMB };
+      const envdEnv = this.o.sandboxes.envdEnv(state.env.PATH);
+      let captured: CapturedSandbox = {
+        id: '',
+        slotIndex: -1,
+        hostInteractionIp: '',
+        lowerDirs: base.image.layers.map((l) => l.dir),
+        imageRef: base.image.reference,
+        manifestDigest: base.image.manifestDigest,
+        toolsVersion: this.o.sandboxes.toolsVersion,
+        envdEnv,
+        resources: rec.resources,
+      };
+      // Every step cached and nothing to start: the cached disk is the template, no sandbox needed.
+      let diskBeforeStart = hit && from === n && !startCmd && !readyCmd ? hit.dir : undefined;
+      if (!diskBeforeStart) {
         const sbId = this.o.newSandboxId();
-        const rec = await this.o.repository.get(id);
+        const diskSource = hit?.dir ?? base.disk;
         sandbox = await this.o.sandboxes.start({
           id: sbId,
           templateId: id,
           image: base.image,
-          extraLowerDirs: base.extraLowerDirs,
-          ...(hit ? { diskSource: hit.dir } : {}),
-          resources: { cpuCount: rec.resources.cpuCount, memoryMB: rec.resources.memoryMB },
-          ...(state.env.PATH ? { path: state.env.PATH } : {}),
+          ...(diskSource ? { diskSource } : {}),
+          resources,
+          envdEnv,
         });
+        captured = {
+          ...captured,
+          id: sbId,
+          slotIndex: sandbox.slot.index,
+          hostInteractionIp: sandbox.slot.hostInteractionIp,
+        };
         log.add('debug', `build sandbox ${sbId} started${hit ? ' on the cached disk' : ''}`, 'base');
         const shell = (await sandbox.envd.stat('/bin/bash')) ? '/bin/bash' : '/bin/sh';
         if (shell !== '/bin/bash')
@@ -331,10 +349,6 @@ export class TemplateBuilder {
       }
       stage = 'finalize';
 
-      const startCmd = spec.startCmd ?? base.startup?.startCmd;
-      const readyCmd = spec.startCmd
-        ? spec.readyCmd
-        : (spec.readyCmd ?? (base.startup?.readyCmd || undefined));
       const context = contextOf(state);
       if ((startCmd || readyCmd) && sandbox) {
         log.add('info', startCmd ? `start command: ${startCmd}` : `ready command: ${readyCmd}`, 'finalize');
@@ -354,22 +368,33 @@ export class TemplateBuilder {
         out.ready.flush();
       }
 
-      const committed: CommittedSnapshotDraft = {
-        context,
-        ...(startCmd ? { startup: { startCmd, readyCmd: readyCmd ?? '', context } } : {}),
-        runtimeVersions: this.o.runtimeVersions,
-        virtualizationMode: this.o.virtualizationMode,
-        baseImage: base.baseImage,
-      };
-      log.add('info', `capturing the template (${this.o.capture.kind})`, 'finalize');
       signal.throwIfAborted();
-      await this.o.capture.capture({
-        buildSandboxId: sandbox?.id ?? '',
+      const req = {
+        sandbox: captured,
         templateRecordId: id,
-        committed,
-        baseLayers: base.layers,
-        diskBeforeStart: diskBeforeStart!,
-      });
+        context,
+        ...(startCmd ? { startup: { startCmd, readyCmd: readyCmd ?? '' } } : {}),
+        diskBeforeStart,
+      };
+      if (startCmd && sandbox) {
+        // The captured envd keeps the template's env, user and workdir; a launch's /init adds its own env to it.
+        await this.o.sandboxes.init(sandbox, context);
+        log.add('info', 'capturing the template with its running start command (memory + disk)', 'finalize');
+        try {
+          await this.o.memoryCapture.capture(req);
+        } catch (e) {
+          if (signal.aborted) throw e;
+          log.add(
+            'warn',
+            `memory capture failed (${errorMessage(e)}); captured the disk only: sandboxes from this template will not have the start command running`,
+            'finalize',
+          );
+          await this.o.filesystemCapture.capture(req);
+        }
+      } else {
+        log.add('info', 'capturing the template (disk)', 'finalize');
+        await this.o.filesystemCapture.capture(req);
+      }
       log.add(
         'info',
         `template ${id} is ready (${((Date.now() - started) / 1000).toFixed(1)} s)`,
@@ -408,7 +433,10 @@ export class TemplateBuilder {
             this.log.error({ err, buildSandbox: sandbox!.id }, 'could not remove a build sandbox'),
           );
       }
-      if (existsSync(disk)) await this.o.sandboxes.removeDisk(disk).catch(() => {});
+      for (const d of [disk, parentDisk]) {
+        if (existsSync(d))
+          await this.o.sandboxes.removeDisk(d).catch(() => rm(d, { recursive: true, force: true }));
+      }
       await this.o.cache.evict().catch(() => {});
     }
   }
@@ -429,7 +457,12 @@ export class TemplateBuilder {
     }
   }
 
-  private async resolveBase(spec: BuildSpec, log: BuildLog, signal: AbortSignal): Promise<ResolvedBase> {
+  private async resolveBase(
+    spec: BuildSpec,
+    log: BuildLog,
+    signal: AbortSignal,
+    diskDir: string,
+  ): Promise<ResolvedBase> {
     if (spec.base.kind === 'image') {
       log.add('info', `FROM ${spec.base.ref}`, 'base');
       const image = await this.o.images.pull(spec.base.ref, {
@@ -441,55 +474,48 @@ export class TemplateBuilder {
         `image ${image.reference} (${image.manifestDigest}, ${image.layers.length} layers)`,
         'base',
       );
-      return {
-        image,
-        baseImage: { reference: image.reference, manifestDigest: image.manifestDigest },
-        layers: [],
-        extraLowerDirs: [],
-        state: stateFromImage(image),
-        key: `image:${image.manifestDigest}`,
-      };
+      return { image, state: stateFromImage(image), key: `image:${image.manifestDigest}` };
     }
     const parent = await this.findTemplate(spec.base.ref);
     const committed = parent?.committed;
     if (!parent || !committed)
       throw new ApiError(400, `fromTemplate '${spec.base.ref}' is no longer available`);
     if (!committed.baseImage) throw new ApiError(400, `fromTemplate '${spec.base.ref}' has no base image`);
-    log.add(
-      'info',
-      `FROM template ${parent.alias ?? parent.id} (${parent.id}, ${committed.layers.length} layers)`,
-      'base',
-    );
+    log.add('info', `FROM template ${parent.alias ?? parent.id} (${parent.id})`, 'base');
     if (committed.artifacts.memory) {
       log.add(
-        'warn',
-        'the base template has a memory snapshot: the build uses its disk and runs its start command again',
+        'info',
+        "the build starts on the base template's disk; its start command, if any, is started again",
         'base',
       );
     }
     const image = await this.o.images.pull(committed.baseImage.reference, { signal });
     if (image.manifestDigest !== committed.baseImage.manifestDigest) {
-      log.add(
-        'warn',
-        `the base image ${committed.baseImage.reference} changed since ${parent.id} was built`,
-        'base',
+      throw new ApiError(
+        400,
+        `the base image ${committed.baseImage.reference} of ${parent.alias ?? parent.id} is now ${image.manifestDigest}, not ${committed.baseImage.manifestDigest}: its disk does not fit any more`,
       );
     }
-    const extraLowerDirs = await this.o.layers.lowerDirs(committed.layers);
+    const [layer, ...more] = committed.layers;
+    if (more.length > 0 || (layer && layer.mediaType !== DISK_MEDIA_TYPE)) {
+      throw new ApiError(400, `fromTemplate '${spec.base.ref}' has a disk format this node cannot build on`);
+    }
+    if (layer) await extractArchive(await this.o.repository.fetch(layer), join(diskDir, 'upper'));
     return {
       image,
-      baseImage: committed.baseImage,
-      layers: [...committed.layers],
-      extraLowerDirs,
+      ...(layer ? { disk: diskDir } : {}),
       state: stateFromContext(committed.context),
-      key: `template:${parent.id}:${image.manifestDigest}:${committed.layers.map((l) => l.digest).join(',')}`,
+      key: `template:${parent.id}:${image.manifestDigest}:${layer?.digest ?? 'no-disk'}`,
       ...(committed.startup ? { startup: committed.startup } : {}),
     };
   }
 
   /** `GET /templates/{id}/builds/{buildID}/status`. */
   async status(record: SnapshotRecord, q: LogQuery): Promise<BuildStatusView> {
-    const status = record.source.kind === 'template' ? record.source.build.status : 'ready';
+    const recorded = record.source.kind === 'template' ? record.source.build.status : 'ready';
+    // Committed (the record reads ready) but still finishing here: its last log lines are not written yet, and
+    // the SDK stops reading logs once a terminal status brings no new entries.
+    const status = recorded === 'ready' && this.jobs.has(record.id) ? 'building' : recorded;
     const all = await this.o.logs.read(record.id);
     const entries = selectEntries(all, q);
     const error = record.source.kind === 'template' ? record.source.build.error : undefined;

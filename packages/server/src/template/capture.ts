@@ -1,60 +1,130 @@
-// Turning a finished build sandbox into the committed content of a template record.
+// Turning a finished build sandbox into the committed content of a template record, in the container backend's
+// capture format, so that `POST /sandboxes` launches it through the backend's `startFromCapture`:
+//   - layers[0] = the sandbox's disk (its overlay upper, archived by backend/disk-archive.ts), mediaType
+//     DISK_MEDIA_TYPE; artifacts.memory = the CRIU images (memory captures only);
+//   - extra = what the backend's CaptureExtra holds (tools version, envd env, lower dirs, source).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import type {
-  CommittedSnapshotDraft,
-  LayerRef,
-  LocalFile,
-  SnapshotRecord,
-  SnapshotRepository,
-} from '../snapshot/index.js';
-import type { Logger } from '../util/log.js';
-import { exportUpperAsLayer, type IdShift } from './layer-export.js';
+import type { CaptureTarget, SandboxBackend } from '../orchestrator/backend.js';
+import type { SandboxRecord } from '../orchestrator/types.js';
+import type { CommandContext, SnapshotRecord, SnapshotRepository } from '../snapshot/index.js';
+import { archiveDir } from '../backend/disk-archive.js';
 
-export const LAYER_MEDIA_TYPE = 'application/vnd.oci.image.layer.v1.tar';
+/** The container backend's media type of a sandbox disk archive (backend/container-backend.ts). */
+export const DISK_MEDIA_TYPE = 'application/vnd.aenv.disk.tar';
+
+/** The build sandbox as the runtime knows it. */
+export interface CapturedSandbox {
+  id: string;
+  slotIndex: number;
+  hostInteractionIp: string;
+  /** Overlay lower dirs it runs on (the base image's layers). */
+  lowerDirs: string[];
+  imageRef: string;
+  manifestDigest: string;
+  toolsVersion: string;
+  /** Environment its init (envd) was started with. */
+  envdEnv: Record<string, string>;
+  resources: { cpuCount: number; memoryMB: number; diskSizeMB: number };
+}
 
 export interface CaptureRequest {
-  /** The running build sandbox (start command running when the template has one). */
-  buildSandboxId: string;
+  sandbox: CapturedSandbox;
   /** The template record (uncommitted) that becomes committed with the captured content. */
   templateRecordId: string;
-  /** What the record describes besides its files: context, startup, runtime versions, base image. */
-  committed: CommittedSnapshotDraft;
-  /** Layers the build sandbox's disk sits on besides the base image (a parent template's), bottom first. */
-  baseLayers: readonly LayerRef[];
+  context: CommandContext;
+  /** The start command (running in the sandbox when the capture has memory). */
+  startup?: { startCmd: string; readyCmd: string };
   /**
    * The build sandbox's disk as it was after the last step and before the start command ran: a directory
-   * holding `upper/`. A capture that cannot keep processes (filesystem only) captures this and lets launches
-   * run the start command again; a memory capture ignores it.
+   * holding `upper/`. A capture without memory takes this one (no pid or lock files of a start command that
+   * is not running); a memory capture takes the disk at the instant of its checkpoint.
    */
   diskBeforeStart: string;
 }
 
 /**
- * Takes a memory+disk snapshot of the running build sandbox (processes keep their state: the start command is
- * running in every sandbox launched from it), publishes it into the repository as the committed content of
- * `templateRecordId` with the given context/startup, and returns the committed record. The build sandbox is
- * left running (the builder destroys it). On failure nothing is committed.
+ * Takes a snapshot of the build sandbox and publishes it into the repository as the committed content of
+ * `templateRecordId` with the given context/startup, and returns the committed record. A `memory` capture keeps
+ * the processes (the start command runs in every sandbox launched from it); a `filesystem` capture keeps the
+ * disk only (launches boot fresh on it). The build sandbox is left running; on failure nothing is committed.
  */
 export interface TemplateCapture {
-  /** `memory` when launches resume the start command's processes; `filesystem` when they start it again. */
   readonly kind: 'memory' | 'filesystem';
   capture(req: CaptureRequest): Promise<SnapshotRecord>;
 }
 
-export interface FilesystemCaptureOptions {
-  repository: SnapshotRepository;
-  /** Where export files are written before the repository stores them. */
-  tmpDir: string;
-  idMap: IdShift;
-  logger: Logger;
+/** What the backend's CaptureExtra holds, for a build sandbox. */
+function captureExtra(s: CapturedSandbox, capture: 'memory' | 'filesystem'): Record<string, unknown> {
+  return {
+    sourceSandboxId: s.id,
+    sourceSecure: false,
+    toolsVersion: s.toolsVersion,
+    envdEnv: s.envdEnv,
+    lowerDirs: s.lowerDirs,
+    capture,
+  };
 }
 
 /**
- * The interim capture until CRIU-based template capture lands in the backend: the disk before the start
- * command as one OCI layer (over the base image and the parent's layers); `startup` in the committed record
- * tells launches to run the start command.
+ * CRIU checkpoint (left running) + disk, through the backend's `capture`. The build sandbox is handed over as the
+ * sandbox record the backend would have made for it (the fields its capture reads).
  */
+export class BackendCapture implements TemplateCapture {
+  readonly kind = 'memory' as const;
+
+  constructor(
+    private readonly backend: Pick<SandboxBackend, 'capture'>,
+    private readonly repository: SnapshotRepository,
+  ) {}
+
+  async capture(req: CaptureRequest): Promise<SnapshotRecord> {
+    const s = req.sandbox;
+    const now = new Date().toISOString();
+    const record: SandboxRecord = {
+      id: s.id,
+      templateId: req.templateRecordId,
+      state: 'running',
+      createdAt: now,
+      expiresAt: null,
+      timeoutSecs: 0,
+      resources: s.resources,
+      metadata: {},
+      envVars: {},
+      secure: false,
+      network: { allowPublicTraffic: true, allowOut: [], denyOut: [], allowInternetAccess: null },
+      onTimeout: 'kill',
+      autoResume: false,
+      envdVersion: '',
+      defaultUser: req.context.user ?? 'root',
+      runtime: { slotIndex: s.slotIndex, hostInteractionIp: s.hostInteractionIp, instanceId: s.id },
+      backend: {
+        imageRef: s.imageRef,
+        manifestDigest: s.manifestDigest,
+        lowerDirs: s.lowerDirs,
+        toolsVersion: s.toolsVersion,
+        envdEnv: s.envdEnv,
+      },
+    };
+    const target: CaptureTarget = {
+      recordId: req.templateRecordId,
+      context: req.context,
+      ...(req.startup ? { startup: req.startup } : {}),
+    };
+    await this.backend.capture(record, target);
+    return this.repository.get(req.templateRecordId);
+  }
+}
+
+export interface FilesystemCaptureOptions {
+  repository: SnapshotRepository;
+  /** Where the disk archive is written before the repository stores it. */
+  tmpDir: string;
+  runtimeVersions: Record<string, string>;
+  virtualizationMode: string;
+}
+
+/** The disk before the start command, without memory: for templates that have no start command to keep. */
 export class FilesystemCapture implements TemplateCapture {
   readonly kind = 'filesystem' as const;
 
@@ -63,26 +133,19 @@ export class FilesystemCapture implements TemplateCapture {
   async capture(req: CaptureRequest): Promise<SnapshotRecord> {
     const work = await mkdtemp(join(this.opts.tmpDir, 'capture-'));
     try {
-      const layerPath = join(work, 'layer.tar');
-      const started = Date.now();
-      const stats = await exportUpperAsLayer(join(req.diskBeforeStart, 'upper'), layerPath, {
-        idMap: this.opts.idMap,
-      });
-      this.opts.logger.info(
-        { templateId: req.templateRecordId, ...stats, ms: Date.now() - started },
-        'build disk exported as a layer',
-      );
-      const layers: LocalFile[] = [];
-      for (const ref of req.baseLayers) {
-        layers.push({ path: await this.opts.repository.fetch(ref), mediaType: ref.mediaType });
-      }
-      if (stats.entries > 0) layers.push({ path: layerPath, mediaType: LAYER_MEDIA_TYPE });
+      const disk = join(work, 'disk.tar');
+      await archiveDir(join(req.diskBeforeStart, 'upper'), disk);
+      const s = req.sandbox;
       return await this.opts.repository.publish(req.templateRecordId, {
-        layers,
+        layers: [{ path: disk, mediaType: DISK_MEDIA_TYPE }],
         artifacts: {},
         committed: {
-          ...req.committed,
-          extra: { ...(req.committed.extra ?? {}), capture: 'filesystem' },
+          context: req.context,
+          ...(req.startup ? { startup: { ...req.startup, context: req.context } } : {}),
+          runtimeVersions: { ...this.opts.runtimeVersions, tools: s.toolsVersion },
+          virtualizationMode: this.opts.virtualizationMode,
+          baseImage: { reference: s.imageRef, manifestDigest: s.manifestDigest },
+          extra: captureExtra(s, 'filesystem'),
         },
       });
     } finally {

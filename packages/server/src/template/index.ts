@@ -1,4 +1,4 @@
-// Composition of the template subsystem: builder, upload store, logs, layer cache, unpacked template layers.
+// Composition of the template subsystem: builder, captures, upload store, logs, layer cache.
 import { createHmac } from 'node:crypto';
 import { mkdir, readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -12,19 +12,17 @@ import { BuildCache } from './build-cache.js';
 import { BuildLogStore } from './build-log.js';
 import { BuildSandboxes } from './build-sandbox.js';
 import { TemplateBuilder, type StartupTimings } from './builder.js';
-import { FilesystemCapture, type TemplateCapture } from './capture.js';
+import { BackendCapture, FilesystemCapture, type TemplateCapture } from './capture.js';
 import { TemplateFileStore } from './file-store.js';
-import { TemplateLayerStore } from './layer-store.js';
+import type { SandboxBackend } from '../orchestrator/backend.js';
 
 export { TemplateBuilder } from './builder.js';
 export { TemplateFileStore } from './file-store.js';
-export { TemplateLayerStore } from './layer-store.js';
 export { TemplateUploadEndpoint } from './upload-endpoint.js';
 export { BuildLogStore } from './build-log.js';
 export { runStartup, StartupError } from './startup.js';
 export type { StartupOptions, StartupSpec } from './startup.js';
 export type { TemplateCapture, CaptureRequest } from './capture.js';
-export { needsStartupRun, startTemplateStartup, templateLowerDirs } from './launch.js';
 
 export interface TemplateServiceOptions {
   homePath: string;
@@ -39,8 +37,6 @@ export interface TemplateServiceOptions {
   envdPollMs: number;
   envdInitTimeoutMs: number;
   pidsLimit: number;
-  /** `[runtime].uid_map_host_start` / `uid_map_size`. */
-  idMap: { hostStart: number; size: number };
   /** `[template_build].max_concurrent_builds` */
   maxConcurrentBuilds: number;
   /** `[image.resolver].default_image` */
@@ -51,10 +47,10 @@ export interface TemplateServiceOptions {
   /** Signs upload links (derive it from the API key so links stay valid across restarts and nodes). */
   uploadSecret: string | Buffer;
   maxUploadBytes?: number;
-  /** Replaces the filesystem-only capture (the backend's memory capture, when it lands). */
-  capture?: TemplateCapture;
-  /** Unpacked template layers (shared with the backend, which launches sandboxes on them). */
-  layers: TemplateLayerStore;
+  /** The backend's CRIU capture, used for templates with a start command. */
+  backend: Pick<SandboxBackend, 'capture'>;
+  /** Replaces the memory capture (tests). */
+  memoryCapture?: TemplateCapture;
   cache?: { maxEntries?: number; maxAgeMs?: number };
   startup?: StartupTimings;
   logger: Logger;
@@ -64,9 +60,6 @@ export interface TemplateService {
   builder: TemplateBuilder;
   files: TemplateFileStore;
   logs: BuildLogStore;
-  layers: TemplateLayerStore;
-  /** Drops unpacked layers that no record of the repository uses any more. */
-  gcLayers(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -75,23 +68,6 @@ const DAY_MS = 24 * 3600_000;
 /** A secret for upload links derived from the API key (one-way). */
 export function uploadSecretFromApiKey(apiKey: string): Buffer {
   return createHmac('sha256', apiKey).update('aenv template upload links v1').digest();
-}
-
-/** The node's unpacked template layers: `$AENV_HOME/template-layers`. */
-export async function createTemplateLayerStore(o: {
-  homePath: string;
-  repository: SnapshotRepository;
-  idMap: { hostStart: number; size: number };
-  logger: Logger;
-}): Promise<TemplateLayerStore> {
-  const layers = new TemplateLayerStore({
-    dir: join(o.homePath, 'template-layers'),
-    repository: o.repository,
-    idMap: o.idMap,
-    logger: o.logger,
-  });
-  await layers.init();
-  return layers;
 }
 
 export async function createTemplateService(o: TemplateServiceOptions): Promise<TemplateService> {
@@ -103,7 +79,6 @@ export async function createTemplateService(o: TemplateServiceOptions): Promise<
   });
   await files.init();
   const logs = new BuildLogStore(join(o.homePath, 'builds'));
-  const layers = o.layers;
   const sandboxes = new BuildSandboxes({
     runtime: o.runtime,
     network: o.network,
@@ -127,15 +102,19 @@ export async function createTemplateService(o: TemplateServiceOptions): Promise<
   await mkdir(captureTmp, { recursive: true, mode: 0o700 });
   for (const name of await readdir(captureTmp))
     await rm(join(captureTmp, name), { recursive: true, force: true });
-  const capture =
-    o.capture ??
-    new FilesystemCapture({ repository: o.repository, tmpDir: captureTmp, idMap: o.idMap, logger });
+  const filesystemCapture = new FilesystemCapture({
+    repository: o.repository,
+    tmpDir: captureTmp,
+    runtimeVersions: o.runtimeVersions,
+    virtualizationMode: o.virtualizationMode,
+  });
+  const memoryCapture = o.memoryCapture ?? new BackendCapture(o.backend, o.repository);
   const builder = new TemplateBuilder({
     repository: o.repository,
     images: o.images,
     sandboxes,
-    capture,
-    layers,
+    memoryCapture,
+    filesystemCapture,
     files,
     logs,
     cache,
@@ -155,20 +134,10 @@ export async function createTemplateService(o: TemplateServiceOptions): Promise<
     .gcUploads(7 * DAY_MS)
     .catch((err: unknown) => logger.warn({ err }, 'template upload GC failed'));
 
-  const gcLayers = async () => {
-    const keep = new Set<string>();
-    for (const r of await o.repository.list()) for (const l of r.committed?.layers ?? []) keep.add(l.digest);
-    const removed = await layers.gc(keep);
-    if (removed.length) logger.info({ removed: removed.length }, 'unpacked template layers removed');
-  };
-  await gcLayers().catch((err: unknown) => logger.warn({ err }, 'template layer GC failed'));
-
   return {
     builder,
     files,
     logs,
-    layers,
-    gcLayers,
     close: () => builder.close(),
   };
 }
