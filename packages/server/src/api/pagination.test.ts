@@ -20,6 +20,15 @@ describe('pagination', () => {
     expect(p2.nextToken).toBeUndefined();
   });
 
+  it('pages oldest first when asked, with tokens that remember the order', () => {
+    const p1 = paginate(items, 3, undefined, 'asc');
+    expect(p1.items.map((i) => i.id.slice(-1))).toEqual(['1', 'a', 'b']);
+    expect(Buffer.from(p1.nextToken!, 'base64url').toString()).toMatch(/__asc$/);
+    const p2 = paginate(items, 3, p1.nextToken, 'asc');
+    expect(p2.items.map((i) => i.id.slice(-1))).toEqual(['3']);
+    expect(p2.nextToken).toBeUndefined();
+  });
+
   it('returns everything without a limit and no token when nothing remains', () => {
     expect(paginate(items, undefined).items).toHaveLength(4);
     expect(paginate(items, 4).nextToken).toBeUndefined();

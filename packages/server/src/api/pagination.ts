@@ -17,6 +17,9 @@ interface Cursor {
   id: string;
 }
 
+/** `desc` (default): newest first, then id ascending. `asc`: oldest first, then id ascending. */
+export type PageOrder = 'asc' | 'desc';
+
 const MAX_ID = 'ffffffff-ffff-ffff-ffff-ffffffffffff';
 
 function toNs(iso: string): bigint {
@@ -34,9 +37,12 @@ function formatNs(ns: bigint): string {
   return new Date(Number(ms)).toISOString().replace(/\.\d{3}Z$/, `.${frac}Z`);
 }
 
-/** URL-safe base64 *with* padding of "<RFC3339 with nanoseconds>__<id>", as the reference emits it. */
-export function encodeCursor(item: Pageable): string {
-  const text = Buffer.from(`${formatNs(toNs(item.createdAt))}__${item.id}`);
+/**
+ * URL-safe base64 *with* padding of "<RFC3339 with nanoseconds>__<id>", as the reference emits it; ascending
+ * pages add "__asc" as E2B's tokens do.
+ */
+export function encodeCursor(item: Pageable, order: PageOrder = 'desc'): string {
+  const text = Buffer.from(`${formatNs(toNs(item.createdAt))}__${item.id}${order === 'asc' ? '__asc' : ''}`);
   return text.toString('base64url') + '='.repeat((3 - (text.length % 3)) % 3);
 }
 
@@ -51,7 +57,7 @@ function decodeCursor(token: string): Cursor {
   const sep = text.indexOf('__');
   if (sep < 0) throw new ApiError(400, 'invalid next token: invalid cursor format');
   const time = text.slice(0, sep);
-  const id = text.slice(sep + 2);
+  const id = text.slice(sep + 2).replace(/__asc$/, '');
   let timeNs: bigint;
   try {
     timeNs = toNs(time);
@@ -72,23 +78,28 @@ export function parseLimit(raw: unknown): number | undefined {
   return n;
 }
 
-function after(item: Pageable, c: Cursor): boolean {
+function after(item: Pageable, c: Cursor, order: PageOrder): boolean {
   const t = toNs(item.createdAt);
-  if (t !== c.timeNs) return t < c.timeNs;
+  if (t !== c.timeNs) return order === 'desc' ? t < c.timeNs : t > c.timeNs;
   return item.id > c.id;
 }
 
-/** Sorts newest first and returns the page after `nextToken`. */
-export function paginate<T extends Pageable>(all: readonly T[], limit: number | undefined, nextToken?: string): Page<T> {
-  const cursor = nextToken ? decodeCursor(nextToken) : { timeNs: BigInt(Date.now() + 1) * 1_000_000n, id: MAX_ID };
+/** Sorts by `order` (newest first by default) and returns the page after `nextToken`. */
+export function paginate<T extends Pageable>(
+  all: readonly T[],
+  limit: number | undefined,
+  nextToken?: string,
+  order: PageOrder = 'desc',
+): Page<T> {
+  const sign = order === 'desc' ? -1 : 1;
   const sorted = [...all].sort((a, b) => {
     const ta = toNs(a.createdAt);
     const tb = toNs(b.createdAt);
-    if (ta !== tb) return ta > tb ? -1 : 1;
+    if (ta !== tb) return ta > tb ? sign : -sign;
     return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
   });
-  const rest = sorted.filter((i) => after(i, cursor));
+  const rest = nextToken ? sorted.filter((i) => after(i, decodeCursor(nextToken), order)) : sorted;
   if (limit === undefined || rest.length <= limit) return { items: rest };
   const items = rest.slice(0, limit);
-  return { items, nextToken: encodeCursor(items[items.length - 1]!) };
+  return { items, nextToken: encodeCursor(items[items.length - 1]!, order) };
 }

@@ -146,12 +146,27 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
     }
     const distinct = [...new Set(states)];
     const only = distinct.length === 1 ? distinct[0] : undefined;
+    const order = q.order === undefined || q.order === '' ? 'desc' : q.order;
+    if (order !== 'asc' && order !== 'desc') throw new ApiError(400, `invalid order "${String(order)}": must be asc or desc`);
+    let startedAfter: number | undefined;
+    if (typeof q.startedAfter === 'string' && q.startedAfter) {
+      startedAfter = Date.parse(q.startedAfter);
+      if (Number.isNaN(startedAfter)) throw new ApiError(400, `invalid startedAfter "${q.startedAfter}": must be an RFC3339 time`);
+    }
+    const template = typeof q.template === 'string' && q.template ? q.template : undefined;
     const items = orch
       .all()
       .filter((r) => matchesMetadata(r.metadata, filter))
+      .filter((r) => !template || r.templateId === template || r.alias === template)
+      .filter((r) => startedAfter === undefined || Date.parse(r.createdAt) > startedAfter)
       .filter((r) => (only === 'running' ? r.state === 'running' : only === 'paused' ? r.state === 'paused' : true))
       .map((r) => ({ id: r.id, createdAt: r.createdAt, r }));
-    const page = paginate(items, parseLimit(q.limit), typeof q.nextToken === 'string' && q.nextToken ? q.nextToken : undefined);
+    const page = paginate(
+      items,
+      parseLimit(q.limit),
+      typeof q.nextToken === 'string' && q.nextToken ? q.nextToken : undefined,
+      order,
+    );
     if (page.nextToken) void reply.header('x-next-token', page.nextToken);
     return page.items.map((i) => listedView(i.r));
   });
