@@ -2,6 +2,8 @@
 // sandbox stays frozen in memory, so these resumes are thaws (pause-disk.test.ts covers the restore from disk).
 // Also filesystem-only pauses, timeouts that pause or kill, and auto-resume through the proxy.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { Sandbox, SandboxNotFoundError } from 'e2b';
 import {
   ENVD_PORT,
@@ -12,6 +14,8 @@ import {
   readWorkload,
   startServer,
   startWorkload,
+  storeDir,
+  strayHostObjects,
   useSdk,
   workloadFetch,
   type TestServer,
@@ -62,6 +66,10 @@ describe('pause and resume (resident) through the e2b SDK', () => {
     await Promise.all(created.splice(0).map((id) => server.api('DELETE', `/sandboxes/${id}`)));
   });
   afterAll(async () => {
+    if (server) {
+      await server.killAll();
+      expect(await strayHostObjects(server)).toEqual([]);
+    }
     expect(await server?.shutdown()).toBe(0);
   });
 
@@ -105,6 +113,19 @@ describe('pause and resume (resident) through the e2b SDK', () => {
     expect(await nodeCounters()).toMatchObject({ sandboxCount: 1, sandboxPausedCount: 0 });
   });
 
+  // Paused here and resumed by the last test of the file, after the other tests gave the 30 s grace time to pass.
+  let lingering: { sbx: Sandbox; w: Workload; counter: number } | undefined;
+  it('a paused sandbox stays frozen in memory during the grace (checked again at the end of the file)', async () => {
+    const sbx = await Sandbox.create({ timeoutMs: 600_000 });
+    const w = await startWorkload(server, sbx);
+    const counter = (await readWorkload(sbx, w)).counter;
+    await sbx.pause();
+    expect(await info(sbx.sandboxId)).toMatchObject({ state: 'paused', pauseKind: 'memory' });
+    expect(hostObjects(server).runcContainers).toContain(sbx.sandboxId);
+    expect(existsSync(join(storeDir(server), 'paused', sbx.sandboxId, 'complete'))).toBe(true);
+    lingering = { sbx, w, counter };
+  });
+
   it('pauses again with the static Sandbox.pause, and the counter keeps going over several cycles', async () => {
     const sbx = track(await Sandbox.create({ timeoutMs: 300_000 }));
     const w = await startWorkload(server, sbx);
@@ -138,6 +159,20 @@ describe('pause and resume (resident) through the e2b SDK', () => {
     expect(snap.body.message).toMatch(/cannot be snapshotted from paused state/);
     const timeout = await server.api('POST', `/sandboxes/${id}/timeout`, { timeout: 60 });
     expect(timeout.body.code).toBe(400);
+
+    // Two connects at once: one resumes it (201), the other finds it running (200).
+    const both = await Promise.all([
+      server.api('POST', `/v2/sandboxes/${id}/connect`, { timeout: 120 }),
+      server.api('POST', `/v2/sandboxes/${id}/connect`, { timeout: 120 }),
+    ]);
+    expect(both.map((r) => r.status).sort()).toEqual([200, 201]);
+    // Two pauses at once: both succeed, one pause happens.
+    const pauses = await Promise.all([
+      server.api('POST', `/sandboxes/${id}/pause`),
+      server.api('POST', `/sandboxes/${id}/pause`),
+    ]);
+    expect(pauses.map((r) => r.status)).toEqual([204, 204]);
+    expect(await info(id)).toMatchObject({ state: 'paused', pauseKind: 'memory' });
 
     // The deprecated /resume resumes it (201), and answers 201 on a running one too.
     const resumed = await server.api('POST', `/sandboxes/${id}/resume`, { timeout: 120 });
@@ -284,12 +319,34 @@ describe('pause and resume (resident) through the e2b SDK', () => {
     expect(Date.parse(resumed.endAt)).toBeGreaterThan(Date.now() + 250_000);
     await expectWorkloadKept(sbx, w, counterBefore);
 
-    // A request to the workload's own port does it as well, and reaches the same process.
+    // Requests to the workload's own port do it as well (several at once: one resume), reaching the same process.
     counterBefore = (await readWorkload(sbx, w)).counter;
     await sbx.pause();
-    expect(await workloadFetch(server, sbx.sandboxId, '/secret')).toEqual({ status: 200, body: w.secret });
+    const answers = await Promise.all(
+      Array.from({ length: 5 }, () => workloadFetch(server, sbx.sandboxId, '/secret')),
+    );
+    expect(answers).toEqual(Array.from({ length: 5 }, () => ({ status: 200, body: w.secret })));
     expect((await info(sbx.sandboxId)).state).toBe('running');
     await expectWorkloadKept(sbx, w, counterBefore);
+  });
+
+  it('after the grace the paused memory is released, and connect restores it from disk', async () => {
+    if (!lingering) throw new Error('the grace test did not run');
+    const { sbx, w, counter } = lingering;
+    lingering = undefined;
+    created.push(sbx.sandboxId);
+    // resident_pause_grace_secs defaults to 30; the paused sandbox is looked at every second.
+    await eventually(
+      () => !hostObjects(server).runcContainers.includes(sbx.sandboxId),
+      'the paused sandbox to release its memory',
+      450,
+      100,
+    );
+    expect(await info(sbx.sandboxId)).toMatchObject({ state: 'paused', pauseKind: 'memory' });
+    expect(hostObjects(server).cgroups.filter((c) => c.endsWith(`/${sbx.sandboxId}`))).toEqual([]);
+    expect(existsSync(join(storeDir(server), 'paused', sbx.sandboxId, 'complete'))).toBe(true);
+    await sbx.connect();
+    await expectWorkloadKept(sbx, w, counter);
   });
 
   it('without autoResume a data-plane request to a paused sandbox answers 410 and leaves it paused', async () => {
