@@ -7,7 +7,7 @@
 //
 // Needs root. Traffic stays on loopback and in namespaces the run creates; everything it makes is removed
 // at the end (or by --cleanup after a crash / --keep).
-import { existsSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import { fileURLToPath, URL } from 'node:url';
 import { COMPONENT_SUITES, E2E_SUITES, parseOptions, USAGE } from './lib/options.mjs';
 import { currentLoad, formatLoad, machineInfo, startLoadSampler } from './lib/host.mjs';
@@ -98,6 +98,13 @@ if (!allEmpty(before)) {
 const { createContext, SUITES } = await import('./e2e-bench.mjs');
 const { componentSuite } = await import('./lib/suites/components.mjs');
 
+// What code the nodes run: HEAD when the run starts and when the server build (dist) was made — the
+// nodes run packages/*/dist, which is only as new as the last build.
+const commit =
+  (await run('git', ['rev-parse', '--short', 'HEAD'], { allowFailure: true })).stdout.trim() || 'unknown';
+const serverDist = fileURLToPath(new URL('../../packages/server/dist/server.js', import.meta.url));
+const builtAt = existsSync(serverDist) ? statSync(serverDist).mtime.toISOString() : 'not built';
+
 const report = new Report();
 const sampler = startLoadSampler();
 const ctx = createContext(opts, report, log);
@@ -144,11 +151,9 @@ for (const name of COMPONENT_SUITES.filter((s) => opts.suites.has(s))) {
 
 const loadDuring = sampler.stop();
 const machine = machineInfo();
-const commit =
-  (await run('git', ['rev-parse', '--short', 'HEAD'], { allowFailure: true })).stdout.trim() || 'unknown';
 const { table, notes } = report.table();
 console.log(
-  `\naenv benchmark — ${new Date().toISOString()}, commit ${commit}, ${((Date.now() - t0) / 60000).toFixed(1)} min`,
+  `\naenv benchmark — ${new Date(t0).toISOString()}, ${((Date.now() - t0) / 60000).toFixed(1)} min; HEAD ${commit} at the start, server dist built ${builtAt}`,
 );
 console.log(
   `machine: ${machine.cpus} × ${machine.cpuModel}, ${machine.memTotalMiB} MiB, kernel ${machine.kernel}, node ${machine.node}`,
@@ -165,6 +170,7 @@ if (opts.json) {
   await report.writeJson(opts.json, {
     date: new Date().toISOString(),
     commit,
+    serverDistBuiltAt: builtAt,
     machine,
     loadAtStart: load,
     loadDuring,

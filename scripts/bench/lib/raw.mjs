@@ -13,6 +13,7 @@ import { criu, overlayOptions, run } from './product.mjs';
 
 export const RAW_BASE = '/var/tmp/aenv-bench-raw';
 export const RAW_CGROUP_PARENT = 'aenv-bench-raw';
+const RUN_NETNS_MARKER = join(RAW_BASE, 'made-run-netns-mount');
 const NETNS_PREFIX = 'aebench-ns';
 const VETH_PREFIX = 'aebv';
 /** Raw twins' addresses: 10.243.<k>.0/30 per netns (host .1, sandbox .2); no traffic is sent. */
@@ -64,9 +65,11 @@ export class RawLab {
         `${RAW_BASE} exists: an earlier run left raw containers behind; run with --cleanup first`,
       );
     }
-    // `ip netns add` bind-mounts /run/netns on first use; undone at the end if we were first.
-    this.runNetnsWasMounted = readFileSync('/proc/self/mountinfo', 'utf8').includes(' /run/netns ');
     await mkdir(join(this.toolsDir, 'ready'), { recursive: true, mode: 0o755 });
+    // `ip netns add` bind-mounts /run/netns on first use; undone at the end if we were first (the marker
+    // lets --cleanup know that too, after a crash or --keep).
+    if (!readFileSync('/proc/self/mountinfo', 'utf8').includes(' /run/netns '))
+      await writeFile(RUN_NETNS_MARKER, '');
     await chmod(RAW_BASE, 0o755);
     await chmod(this.toolsDir, 0o755);
     await mkdir(this.runcRoot, { mode: 0o700 });
@@ -274,11 +277,7 @@ export class RawLab {
 
   /** Removes everything this lab made (also what a failed step left half made). */
   async close() {
-    const left = await removeRawLeftovers();
-    if (!this.runNetnsWasMounted && existsSync('/run/netns') && readdirSync('/run/netns').length === 0) {
-      await sh('umount', ['/run/netns'], { allowFailure: true });
-    }
-    return left;
+    return removeRawLeftovers();
   }
 
   /** Memory the raw container's cgroup is charged (bytes). */
@@ -337,6 +336,9 @@ export async function removeRawLeftovers() {
     for (const e of readdirSync(parent, { withFileTypes: true }))
       if (e.isDirectory()) await rmdir(join(parent, e.name)).catch(() => {});
     await rmdir(parent).catch(() => {});
+  }
+  if (existsSync(RUN_NETNS_MARKER) && existsSync('/run/netns') && readdirSync('/run/netns').length === 0) {
+    await run('umount', ['/run/netns'], { allowFailure: true });
   }
   left = await rawLeftovers();
   if (left.mounts.length === 0) await rm(RAW_BASE, { recursive: true, force: true });
