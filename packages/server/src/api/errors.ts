@@ -29,7 +29,8 @@ export function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
   if (err && typeof err === 'object') {
     const e = err as { status?: unknown; statusCode?: unknown; message?: unknown };
-    const status = typeof e.status === 'number' ? e.status : typeof e.statusCode === 'number' ? e.statusCode : 500;
+    const status =
+      typeof e.status === 'number' ? e.status : typeof e.statusCode === 'number' ? e.statusCode : 500;
     const message = typeof e.message === 'string' ? e.message : String(err);
     if (status >= 400 && status < 600) return new ApiError(status, message);
   }

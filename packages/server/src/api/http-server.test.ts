@@ -143,7 +143,11 @@ describe('control-plane HTTP server', () => {
   });
 
   it('treats an empty JSON body as no body', async () => {
-    const r = await rawRequest(port, ['POST /echo HTTP/1.1', `X-API-Key: ${KEY}`, 'Content-Type: application/json']);
+    const r = await rawRequest(port, [
+      'POST /echo HTTP/1.1',
+      `X-API-Key: ${KEY}`,
+      'Content-Type: application/json',
+    ]);
     expect(r.status).toBe(200);
     expect(JSON.parse(r.body)).toEqual({ got: null });
   });
@@ -159,7 +163,11 @@ describe('control-plane HTTP server', () => {
   });
 
   it('answers an unsupported content type with 415', async () => {
-    const r = await rawRequest(port, ['POST /echo HTTP/1.1', `X-API-Key: ${KEY}`, 'Content-Type: text/xml'], '<a/>');
+    const r = await rawRequest(
+      port,
+      ['POST /echo HTTP/1.1', `X-API-Key: ${KEY}`, 'Content-Type: text/xml'],
+      '<a/>',
+    );
     expect(r.status).toBe(415);
     expect(JSON.parse(r.body).code).toBe(415);
   });
@@ -167,7 +175,10 @@ describe('control-plane HTTP server', () => {
   it('maps ApiError to its status and body', async () => {
     const r = await rawRequest(port, ['GET /boom HTTP/1.1', `X-API-Key: ${KEY}`]);
     expect(r.status).toBe(409);
-    expect(JSON.parse(r.body)).toEqual({ code: 409, message: 'sandbox cannot be paused from creating state' });
+    expect(JSON.parse(r.body)).toEqual({
+      code: 409,
+      message: 'sandbox cannot be paused from creating state',
+    });
   });
 
   it('serves /nodes/{id}, filters by clusterID and 404s unknown nodes', async () => {

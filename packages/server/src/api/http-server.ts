@@ -2,7 +2,11 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
 import Fastify, {
-  LogController, type FastifyInstance, type FastifyError, type FastifyBaseLogger } from 'fastify';
+  LogController,
+  type FastifyInstance,
+  type FastifyError,
+  type FastifyBaseLogger,
+} from 'fastify';
 import type { Logger } from '../util/log.js';
 import type { ServerMetrics } from '../observability/metrics.js';
 import { hasValidApiKey } from './auth.js';
@@ -92,7 +96,10 @@ export function createHttpServer(opts: HttpServerOptions): { app: FastifyInstanc
     if (reply.statusCode >= 500) {
       req.log.warn({ method: req.method, url: req.url, status: reply.statusCode }, 'request failed');
     } else {
-      req.log.debug({ method: req.method, url: req.url, status: reply.statusCode, ms: reply.elapsedTime }, 'request');
+      req.log.debug(
+        { method: req.method, url: req.url, status: reply.statusCode, ms: reply.elapsedTime },
+        'request',
+      );
     }
   });
 

@@ -28,7 +28,10 @@ export function parseMetadataFilter(raw: unknown): Record<string, string> | unde
   return out;
 }
 
-export function matchesMetadata(meta: Record<string, string>, filter: Record<string, string> | undefined): boolean {
+export function matchesMetadata(
+  meta: Record<string, string>,
+  filter: Record<string, string> | undefined,
+): boolean {
   if (!filter) return true;
   for (const [k, v] of Object.entries(filter)) if (meta[k] !== v) return false;
   return true;

@@ -43,8 +43,12 @@ describe('pagination', () => {
 
   it('rejects bad tokens and limits with 400', () => {
     expect(() => paginate(items, 1, '!!!')).toThrow(/invalid next token/);
-    expect(() => paginate(items, 1, Buffer.from('nounderscores').toString('base64url'))).toThrow(/invalid cursor format/);
-    expect(() => paginate(items, 1, Buffer.from('yesterday__x').toString('base64url'))).toThrow(/invalid timestamp/);
+    expect(() => paginate(items, 1, Buffer.from('nounderscores').toString('base64url'))).toThrow(
+      /invalid cursor format/,
+    );
+    expect(() => paginate(items, 1, Buffer.from('yesterday__x').toString('base64url'))).toThrow(
+      /invalid timestamp/,
+    );
     for (const bad of ['0', '101', 'x', '1.5']) expect(() => parseLimit(bad)).toThrow(/invalid limit/);
     expect(parseLimit('100')).toBe(100);
     expect(parseLimit(undefined)).toBeUndefined();

@@ -20,8 +20,6 @@ interface Cursor {
 /** `desc` (default): newest first, then id ascending. `asc`: oldest first, then id ascending. */
 export type PageOrder = 'asc' | 'desc';
 
-const MAX_ID = 'ffffffff-ffff-ffff-ffff-ffffffffffff';
-
 function toNs(iso: string): bigint {
   const m = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})$/.exec(iso);
   if (!m) throw new Error(`invalid timestamp ${iso}`);
@@ -62,7 +60,10 @@ function decodeCursor(token: string): Cursor {
   try {
     timeNs = toNs(time);
   } catch (e) {
-    throw new ApiError(400, `invalid next token: invalid timestamp format in cursor: ${(e as Error).message}`);
+    throw new ApiError(
+      400,
+      `invalid next token: invalid timestamp format in cursor: ${(e as Error).message}`,
+    );
   }
   if (!id) throw new ApiError(400, 'invalid next token: invalid cursor value: empty id');
   return { timeNs, id };

@@ -56,6 +56,7 @@ export function parseBody<T>(schema: z.ZodType<T>, body: unknown, what: string):
 
 /** Like parseBody, but the body itself is required. */
 export function parseRequiredBody<T>(schema: z.ZodType<T>, body: unknown, what: string): T {
-  if (body === undefined || body === null) throw new ApiError(400, `invalid ${what}: a JSON body is required`);
+  if (body === undefined || body === null)
+    throw new ApiError(400, `invalid ${what}: a JSON body is required`);
   return parseBody(schema, body, what);
 }

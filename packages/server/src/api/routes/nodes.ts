@@ -36,7 +36,8 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 function clusterMatches(query: unknown, clusterId: string): boolean {
   const q = (query as { clusterID?: unknown }).clusterID;
   if (q === undefined || q === '') return true;
-  if (typeof q !== 'string' || !UUID.test(q)) throw new ApiError(400, `invalid clusterID "${String(q)}": must be a UUID`);
+  if (typeof q !== 'string' || !UUID.test(q))
+    throw new ApiError(400, `invalid clusterID "${String(q)}": must be a UUID`);
   return q.toLowerCase() === clusterId.toLowerCase();
 }
 

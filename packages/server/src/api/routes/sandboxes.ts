@@ -27,7 +27,11 @@ export interface SandboxRouteDeps {
   orchestrator: Orchestrator;
   tokens: SandboxTokens;
   /** Validates egress settings (reference §5.9); throws a 400-class error. */
-  parsePolicy(input: { allowOut?: string[]; denyOut?: string[]; allowInternetAccess?: boolean }): EgressPolicy;
+  parsePolicy(input: {
+    allowOut?: string[];
+    denyOut?: string[];
+    allowInternetAccess?: boolean;
+  }): EgressPolicy;
   /** First `[sandbox_proxy].domains` entry, advertised as `domain`. */
   domain?: string;
   /** Whether a custom extension is configured (non-empty customExtensionParams need one). */
@@ -98,8 +102,15 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
 
   const create = async (body: unknown, reply: FastifyReply) => {
     const req = parseRequiredBody(newSandboxSchema, body, 'sandbox request');
-    if (req.customExtensionParams && Object.keys(req.customExtensionParams).length > 0 && !deps.customExtensionConfigured) {
-      throw new ApiError(400, 'customExtensionParams given but no custom extension is configured on this node');
+    if (
+      req.customExtensionParams &&
+      Object.keys(req.customExtensionParams).length > 0 &&
+      !deps.customExtensionConfigured
+    ) {
+      throw new ApiError(
+        400,
+        'customExtensionParams given but no custom extension is configured on this node',
+      );
     }
     const policy = deps.parsePolicy({
       allowOut: req.network?.allowOut,
@@ -130,7 +141,9 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
     return orch
       .all()
       .filter((r) => r.state === 'running' && matchesMetadata(r.metadata, filter))
-      .sort((a, b) => (a.createdAt < b.createdAt ? 1 : a.createdAt > b.createdAt ? -1 : a.id.localeCompare(b.id)))
+      .sort((a, b) =>
+        a.createdAt < b.createdAt ? 1 : a.createdAt > b.createdAt ? -1 : a.id.localeCompare(b.id),
+      )
       .map(listedView);
   });
 
@@ -142,16 +155,19 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
       .map((s) => s.trim())
       .filter(Boolean);
     for (const s of states) {
-      if (s !== 'running' && s !== 'paused') throw new ApiError(400, `invalid state "${s}": must be running or paused`);
+      if (s !== 'running' && s !== 'paused')
+        throw new ApiError(400, `invalid state "${s}": must be running or paused`);
     }
     const distinct = [...new Set(states)];
     const only = distinct.length === 1 ? distinct[0] : undefined;
     const order = q.order === undefined || q.order === '' ? 'desc' : q.order;
-    if (order !== 'asc' && order !== 'desc') throw new ApiError(400, `invalid order "${String(order)}": must be asc or desc`);
+    if (order !== 'asc' && order !== 'desc')
+      throw new ApiError(400, `invalid order "${String(order)}": must be asc or desc`);
     let startedAfter: number | undefined;
     if (typeof q.startedAfter === 'string' && q.startedAfter) {
       startedAfter = Date.parse(q.startedAfter);
-      if (Number.isNaN(startedAfter)) throw new ApiError(400, `invalid startedAfter "${q.startedAfter}": must be an RFC3339 time`);
+      if (Number.isNaN(startedAfter))
+        throw new ApiError(400, `invalid startedAfter "${q.startedAfter}": must be an RFC3339 time`);
     }
     const template = typeof q.template === 'string' && q.template ? q.template : undefined;
     const items = orch
@@ -159,7 +175,9 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
       .filter((r) => matchesMetadata(r.metadata, filter))
       .filter((r) => !template || r.templateId === template || r.alias === template)
       .filter((r) => startedAfter === undefined || Date.parse(r.createdAt) > startedAfter)
-      .filter((r) => (only === 'running' ? r.state === 'running' : only === 'paused' ? r.state === 'paused' : true))
+      .filter((r) =>
+        only === 'running' ? r.state === 'running' : only === 'paused' ? r.state === 'paused' : true,
+      )
       .map((r) => ({ id: r.id, createdAt: r.createdAt, r }));
     const page = paginate(
       items,
@@ -171,7 +189,9 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
     return page.items.map((i) => listedView(i.r));
   });
 
-  app.get<{ Params: { id: string } }>('/sandboxes/:id', async (req) => detailView(orch.get(sandboxId(req.params.id))));
+  app.get<{ Params: { id: string } }>('/sandboxes/:id', async (req) =>
+    detailView(orch.get(sandboxId(req.params.id))),
+  );
 
   app.delete<{ Params: { id: string } }>('/sandboxes/:id', async (req, reply) => {
     await orch.kill(sandboxId(req.params.id));
@@ -179,7 +199,8 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
   });
 
   app.post<{ Params: { id: string } }>('/sandboxes/:id/timeout', async (req, reply) => {
-    const body = req.body === undefined ? { timeout: 15 } : parseBody(timeoutSchema, req.body, 'timeout request');
+    const body =
+      req.body === undefined ? { timeout: 15 } : parseBody(timeoutSchema, req.body, 'timeout request');
     await orch.setTimeout(sandboxId(req.params.id), body.timeout);
     return reply.code(204).send();
   });

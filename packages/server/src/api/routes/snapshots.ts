@@ -1,6 +1,11 @@
 import type { FastifyInstance } from 'fastify';
 import type { Orchestrator } from '../../orchestrator/orchestrator.js';
-import { isValidAlias, isRepositoryError, type SnapshotRecord, type SnapshotRepository } from '../../snapshot/index.js';
+import {
+  isValidAlias,
+  isRepositoryError,
+  type SnapshotRecord,
+  type SnapshotRepository,
+} from '../../snapshot/index.js';
 import { candidateNames } from '../../template/catalog.js';
 import { ApiError } from '../errors.js';
 import { paginate, parseLimit } from '../pagination.js';
@@ -82,7 +87,8 @@ export function registerSnapshotRoutes(app: FastifyInstance, deps: SnapshotRoute
     } catch (e) {
       if (!isRepositoryError(e, 'InvalidRequest')) throw e;
     }
-    if (!r || r.source.kind !== 'sandbox' || !r.committed) throw new ApiError(404, `snapshot '${ref}' not found`);
+    if (!r || r.source.kind !== 'sandbox' || !r.committed)
+      throw new ApiError(404, `snapshot '${ref}' not found`);
     return snapshotInfo(r);
   });
 }
