@@ -103,7 +103,12 @@ export function parseOptions(argv, env = process.env) {
     // --name=value and --name value are both accepted.
     const eq = arg.indexOf('=');
     const name = arg.startsWith('--') && eq > 0 ? arg.slice(0, eq) : arg;
-    const value = () => (arg.startsWith('--') && eq > 0 ? arg.slice(eq + 1) : argv[++i]);
+    // The next word is a value only when it is not itself an option (`--json --keep` lacks a file name).
+    const value = () => {
+      if (arg.startsWith('--') && eq > 0) return arg.slice(eq + 1);
+      if (argv[i + 1] === undefined || argv[i + 1].startsWith('--')) return undefined;
+      return argv[++i];
+    };
     switch (name) {
       case '--only':
         o.suites = parseSuites(value());
