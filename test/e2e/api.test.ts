@@ -29,7 +29,7 @@ describe('control plane through the e2b SDK and raw HTTP', () => {
     }
   });
   afterAll(async () => {
-    expect(await server?.shutdown()).toBe(0);
+    if (server) expect(await server.shutdown()).toBe(0);
   });
 
   it('lists with a metadata filter, newest first, in pages until hasNext is false', async () => {

@@ -17,7 +17,7 @@ describe('commands and PTY through the e2b SDK', () => {
     });
   });
   afterAll(async () => {
-    expect(await server?.shutdown()).toBe(0);
+    if (server) expect(await server.shutdown()).toBe(0);
   });
 
   it('creates from the named template with metadata and envVars', async () => {

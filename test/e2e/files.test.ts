@@ -28,7 +28,7 @@ describe('files through the e2b SDK', () => {
     sbx = await Sandbox.create({ timeoutMs: 300_000, metadata: { suite: 'files' } });
   });
   afterAll(async () => {
-    expect(await server?.shutdown()).toBe(0);
+    if (server) expect(await server.shutdown()).toBe(0);
   });
 
   it('writes and reads text relative to the home directory', async () => {

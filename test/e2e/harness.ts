@@ -15,8 +15,10 @@ export const ENVD_PORT = 49983;
 export interface TestServerOptions {
   /** Names the node's state dir and host objects; keep it short ([a-z0-9], ≤ 7). */
   name: string;
-  /** Extra TOML appended to the test config. */
+  /** Extra TOML appended to the test config (not `[runtime]`, `[pool]` or `[network.internal]`: see `runtime`). */
   toml?: string;
+  /** Extra `key = value` lines for the config's `[runtime]` section. */
+  runtime?: string[];
   env?: Record<string, string>;
   /** Address the server listens on (default 127.0.0.1); the tests always talk to it over loopback. */
   listenHost?: string;
@@ -101,6 +103,7 @@ export async function startServer(opts: TestServerOptions, port?: number): Promi
       `high_watermark = 4`,
       `[runtime]`,
       `cow_volume_size_gb = 16`,
+      ...(opts.runtime ?? []),
       opts.toml ?? '',
     ].join('\n') + '\n',
   );

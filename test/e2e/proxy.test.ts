@@ -45,7 +45,7 @@ describe('data-plane proxy and access tokens', () => {
     await startUpstream(server, open);
   });
   afterAll(async () => {
-    expect(await server?.shutdown()).toBe(0);
+    if (server) expect(await server.shutdown()).toBe(0);
   });
 
   describe('secure sandbox', () => {
