@@ -291,6 +291,17 @@ describe('network slots against a fake upstream namespace', () => {
     expect(await (await fetch(`${b.envdUrl}/`)).text()).toBe('slot-envd');
   });
 
+  it('reaches services bound to the sandbox loopback through hostInteractionIp', async () => {
+    await startServer(
+      inSlot(a),
+      `require('http').createServer((q, r) => r.end('loopback-only')).listen(3000, '127.0.0.1', () => console.log('ready'));`,
+    );
+    expect(await (await fetch(`http://${a.hostInteractionIp}:3000/`)).text()).toBe('loopback-only');
+    // ...and only from outside: the other slot still cannot reach it.
+    const [fromB] = await probe(inSlot(b), [{ kind: 'http', host: a.hostInteractionIp, port: 3000 }]);
+    expect(fromB?.ok).toBe(false);
+  });
+
   it('allows egress by default and masquerades it behind the host address', async () => {
     const [r1, r2] = await probe(inSlot(a), [http(WAN_A), http(WAN_B)]);
     expect(r1).toMatchObject({ ok: true });

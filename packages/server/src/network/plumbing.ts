@@ -20,6 +20,32 @@ export function netnsPath(ctx: PlumbingContext, index: number): string {
   return join(ctx.netnsDir, ctx.names.netnsFile(index));
 }
 
+/**
+ * Connections to the slot's host-interaction address reach services bound to the sandbox's 127.0.0.1 too
+ * (E2B's envd forwards localhost ports; dev servers often listen there): inside the netns, TCP to that
+ * address is DNAT'ed to 127.0.0.1, which `route_localnet` allows. Services on 0.0.0.0 are reached the same way.
+ */
+async function forwardToLoopback(netnsFile: string, hostInteractionIp: string): Promise<void> {
+  const script = [
+    'table ip aenv_localfwd {',
+    '  chain prerouting {',
+    '    type nat hook prerouting priority dstnat; policy accept;',
+    `    iifname "eth0" ip daddr ${hostInteractionIp} meta l4proto tcp dnat to 127.0.0.1`,
+    '  }',
+    '}',
+  ].join('\n');
+  await run(
+    'nsenter',
+    [
+      `--net=${netnsFile}`,
+      'sh',
+      '-c',
+      'echo 1 > /proc/sys/net/ipv4/conf/all/route_localnet && echo 1 > /proc/sys/net/ipv4/conf/eth0/route_localnet && exec nft -f -',
+    ],
+    { input: script + '\n', timeoutMs: 30_000 },
+  );
+}
+
 /** Creates the slot; on failure removes whatever it made and rethrows. */
 export async function createSlotPlumbing(
   ctx: PlumbingContext,
@@ -44,6 +70,7 @@ export async function createSlotPlumbing(
       input: inside.join('\n') + '\n',
       timeoutMs: 30_000,
     });
+    await forwardToLoopback(file, addrs.hostInteractionIp);
     const outside = [
       `link set ${veth} addrgenmode none`,
       `addr add ${addrs.hostLinkIp}/31 dev ${veth}`,
