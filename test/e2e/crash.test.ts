@@ -5,6 +5,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { Sandbox } from 'e2b';
 import {
   counterPasses,
+  eventually,
   hostObjects,
   readWorkload,
   startServer,
@@ -200,5 +201,59 @@ describe('restart and crash safety', () => {
     expect(await info(sbx.sandboxId)).toMatchObject({ state: 'running' });
     expect(await strayHostObjects(node())).toEqual([]);
     await expectWorkloadKept(sbx, w, c);
+  });
+  it('kill -9 during a fork and during a named snapshot leaves no half-made sandbox, capture or name', async () => {
+    await start();
+    const src = await Sandbox.create({ timeoutMs: 600_000 });
+    const w = await startWorkload(node(), src);
+    /** Crashes the server once `src` is in the middle of the operation `request` started. */
+    const crashDuring = async (request: Promise<unknown>) => {
+      const settled = request.catch(() => undefined);
+      // Forking and snapshotting show as "paused" (reference §2.3) until they end.
+      await eventually(
+        async () => (await info(src.sandboxId)).state === 'paused',
+        'the operation to start',
+        500,
+        10,
+      );
+      await node().crash();
+      await settled;
+      await start();
+    };
+
+    let c = (await readWorkload(src, w)).counter;
+    await crashDuring(node().api('POST', `/sandboxes/${src.sandboxId}/fork`, { count: 2, timeout: 120 }));
+    expect(await info(src.sandboxId)).toMatchObject({ state: 'running' });
+    expect(await strayHostObjects(node())).toEqual([]);
+    await expectWorkloadKept(src, w, c);
+    // A child that was complete before the crash is a whole sandbox; none is half made.
+    const listed = (await node().api('GET', '/v2/sandboxes')).body as { sandboxID: string; state: string }[];
+    for (const s of listed.filter((x) => x.sandboxID !== src.sandboxId)) {
+      console.log(`fork child ${s.sandboxID} survived the crash (${s.state})`);
+      const child = await Sandbox.connect(s.sandboxID);
+      expect((await child.commands.run('hostname')).stdout.trim()).toBe(s.sandboxID);
+    }
+
+    const name = `crash-${Math.random().toString(36).slice(2, 10)}`;
+    c = (await readWorkload(src, w)).counter;
+    await crashDuring(node().api('POST', `/sandboxes/${src.sandboxId}/snapshots`, { name }));
+    expect(await info(src.sandboxId)).toMatchObject({ state: 'running' });
+    expect(await strayHostObjects(node())).toEqual([]);
+    await expectWorkloadKept(src, w, c);
+    const snaps = (await node().api('GET', `/snapshots?sandboxID=${src.sandboxId}`)).body as {
+      snapshotID: string;
+    }[];
+    if (snaps.length > 0) console.log('the snapshot was complete before the crash');
+    else {
+      // Interrupted: invisible, and its name is free again.
+      expect((await node().api('GET', `/snapshots/${name}`)).status).toBe(404);
+      const again = await node().api('POST', `/sandboxes/${src.sandboxId}/snapshots`, { name });
+      expect(again.body).toMatchObject({ names: [name] });
+      expect(again.status).toBe(201);
+    }
+    const launched = await Sandbox.create(name, { timeoutMs: 120_000 });
+    expect((await readWorkload(launched, w)).counterAlive).toBe(true);
+    await launched.kill();
+    expect((await node().api('DELETE', `/templates/${name}`)).status).toBe(204);
   });
 });
