@@ -6,10 +6,10 @@
 //     interleaved, and resume from disk of a paused sandbox of the same template (memory released at pause).
 // Prints n / min / median / p95 in ms.
 //
-//   node scripts/bench/template-bench.mjs [--builds 5] [--creates 20] [--json]
+//   node scripts/bench/template-bench.mjs [--builds 5] [--creates 20] [--json] [--keep]
 //
-// Traffic stays on loopback. Templates and sandboxes it makes are deleted at the end; the node's state dir
-// (/var/lib/aenv-e2e/tbench) is kept like the e2e suites keep theirs.
+// Traffic stays on loopback. Templates and sandboxes it makes are deleted at the end, and then the node
+// "tbench" itself (state dir, CoW volume, netns mounts, nft table, cgroups) unless --keep.
 import { performance } from 'node:perf_hooks';
 import { randomUUID } from 'node:crypto';
 import { register } from 'tsx/esm/api';
@@ -17,12 +17,14 @@ import { register } from 'tsx/esm/api';
 register();
 const { startServer } = await import('../../test/e2e/harness.ts');
 const { Sandbox, Template } = await import('e2b');
+const { removeNode } = await import('./lib/nodes.mjs');
 
 const args = process.argv.slice(2);
 const argValue = (name, def) => (args.includes(name) ? Number(args[args.indexOf(name) + 1]) : def);
 const BUILDS = argValue('--builds', 5);
 const CREATES = argValue('--creates', 20);
 const asJson = args.includes('--json');
+const keep = args.includes('--keep');
 const BASE = 'oci:/var/cache/aenv/images/base:latest';
 const log = (m) => console.error(`[template-bench ${new Date().toISOString().slice(11, 19)}] ${m}`);
 
@@ -120,4 +122,8 @@ try {
 } finally {
   for (const id of templates) await server.api('DELETE', `/templates/${id}`).catch(() => {});
   await server.stop();
+  if (!keep) {
+    const left = await removeNode('tbench');
+    if (Object.values(left).some((v) => v.length)) log(`left on the host: ${JSON.stringify(left)}`);
+  }
 }
