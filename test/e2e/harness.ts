@@ -354,13 +354,21 @@ export async function workloadFetch(
   server: TestServer,
   sandboxId: string,
   path: string,
+  headers?: Record<string, string>,
 ): Promise<{ status: number; body: string }> {
-  const r = await proxyFetch(server, sandboxId, WORKLOAD_PORT, path);
+  const r = await proxyFetch(server, sandboxId, WORKLOAD_PORT, path, headers ? { headers } : {});
   return { status: r.status, body: await r.text() };
 }
 
-/** Starts the counter and the HTTP server in `sbx` (as background commands) and waits until both work. */
-export async function startWorkload(server: TestServer, sbx: WorkloadSandbox): Promise<Workload> {
+/**
+ * Starts the counter and the HTTP server in `sbx` (as background commands) and waits until both work; `headers`
+ * go with the proxy requests (e.g. `e2b-traffic-access-token` of a sandbox without public traffic).
+ */
+export async function startWorkload(
+  server: TestServer,
+  sbx: WorkloadSandbox,
+  opts: { headers?: Record<string, string> } = {},
+): Promise<Workload> {
   const file = `file-${Math.random().toString(36).slice(2)}`;
   await sbx.files.write('wl/www/index.txt', file);
   await sbx.files.write('wl/server.py', WORKLOAD_SERVER);
@@ -371,7 +379,7 @@ export async function startWorkload(server: TestServer, sbx: WorkloadSandbox): P
   await httpd.disconnect();
   let secret = '';
   await eventually(async () => {
-    const r = await workloadFetch(server, sbx.sandboxId, '/secret').catch(() => undefined);
+    const r = await workloadFetch(server, sbx.sandboxId, '/secret', opts.headers).catch(() => undefined);
     if (r?.status === 200) secret = r.body;
     return secret !== '';
   }, 'the workload HTTP server to answer through the proxy');
