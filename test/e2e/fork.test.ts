@@ -149,6 +149,43 @@ describe('fork through the e2b SDK', () => {
     await child.kill();
   });
 
+  it('children of a sandbox without public traffic each get their own traffic token', async () => {
+    const raw = await server.api('POST', '/sandboxes', {
+      templateID: 'base',
+      timeout: 300,
+      network: { allowPublicTraffic: false },
+    });
+    expect(raw.status).toBe(201);
+    const parentToken = raw.body.trafficAccessToken as string;
+    expect(parentToken).toMatch(/.+/);
+    const parent = await Sandbox.connect(raw.body.sandboxID);
+    const pw = await startWorkload(server, parent, { headers: { 'e2b-traffic-access-token': parentToken } });
+    expect((await workloadFetch(server, parent.sandboxId, '/secret')).status).toBe(401);
+
+    const forked = await server.api('POST', `/sandboxes/${parent.sandboxId}/fork`, {
+      count: 2,
+      timeout: 120,
+    });
+    expect(forked.status).toBe(201);
+    const tokens = new Set([parentToken]);
+    for (const r of forked.body as { sandbox: { sandboxID: string; trafficAccessToken: string } }[]) {
+      const { sandboxID: id, trafficAccessToken: token } = r.sandbox;
+      tokens.add(token);
+      expect(await workloadFetch(server, id, '/secret', { 'e2b-traffic-access-token': token })).toEqual({
+        status: 200,
+        body: pw.secret,
+      });
+      expect(
+        (await workloadFetch(server, id, '/secret', { 'e2b-traffic-access-token': parentToken })).status,
+      ).toBe(401);
+      expect((await workloadFetch(server, id, '/secret')).status).toBe(401);
+      expect(await info(id)).toMatchObject({ network: { allowPublicTraffic: false } });
+      expect((await server.api('DELETE', `/sandboxes/${id}`)).status).toBe(204);
+    }
+    expect(tokens.size).toBe(3);
+    expect((await server.api('DELETE', `/sandboxes/${parent.sandboxId}`)).status).toBe(204);
+  });
+
   it('refuses count 0 and 101 with 400, forks of paused sandboxes with 409, unknown ones with 404', async () => {
     for (const count of [0, 101, -1, 1.5]) {
       const r = await server.api('POST', `/sandboxes/${source.sandboxId}/fork`, { count });

@@ -163,4 +163,19 @@ describe('pause and resume from disk (no resident grace)', () => {
       file: again.file,
     });
   });
+  it('auto-resume through the proxy restores a released sandbox from disk', async () => {
+    const sbx = track(
+      await Sandbox.create({ timeoutMs: 300_000, lifecycle: { onTimeout: 'pause', autoResume: true } }),
+    );
+    const w = await startWorkload(server, sbx);
+    const counterBefore = (await readWorkload(sbx, w)).counter;
+    await sbx.pause();
+    expectReleased(sbx.sandboxId);
+    const answers = await Promise.all(
+      Array.from({ length: 3 }, () => workloadFetch(server, sbx.sandboxId, '/secret')),
+    );
+    expect(answers).toEqual(Array.from({ length: 3 }, () => ({ status: 200, body: w.secret })));
+    expect(await info(sbx.sandboxId)).toMatchObject({ state: 'running' });
+    await expectWorkloadKept(sbx, w, counterBefore);
+  });
 });

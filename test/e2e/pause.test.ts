@@ -237,6 +237,34 @@ describe('pause and resume (resident) through the e2b SDK', () => {
     expect((await readWorkload(sbx, w)).counter).toBe(last);
   });
 
+  it('a workload CRIU refuses falls back to a filesystem-only pause and says so; the disk is kept', async () => {
+    const sbx = track(await Sandbox.create({ timeoutMs: 300_000 }));
+    const w = await startWorkload(server, sbx);
+    await sbx.files.write('notes/kept.txt', 'on disk');
+    // A deleted file still held open that is larger than CRIU's ghost-limit (64 MiB) cannot be checkpointed.
+    const ghost = await sbx.commands.run(
+      `exec python3 -c "import os,time; f=open('ghost','wb'); f.write(b'x'*(80<<20)); f.flush(); os.unlink('ghost'); open('ghost-ready','w').close(); time.sleep(3600)"`,
+      { background: true },
+    );
+    await ghost.disconnect();
+    await eventually(() => sbx.files.exists('ghost-ready'), 'the ghost file holder to start');
+
+    expect(await sbx.pause()).toBe(true);
+    expect(await info(sbx.sandboxId)).toMatchObject({ state: 'paused', pauseKind: 'filesystem' });
+    expect(server.logs()).toMatch(/memory checkpoint failed; pausing with the filesystem only/);
+    // docs/differences.md: "pauseKind: filesystem ... the processes restart on resume" — so nothing is kept frozen.
+    expect.soft(hostObjects(server).runcContainers, 'kept frozen in memory').not.toContain(sbx.sandboxId);
+
+    await sbx.connect();
+    expect(await sbx.files.read('notes/kept.txt')).toBe('on disk');
+    expect(await readWorkload(sbx, w)).toMatchObject({
+      counterAlive: false,
+      serverAlive: false,
+      file: w.file,
+    });
+    expect((await sbx.commands.run('ps -eo args')).stdout).not.toMatch(/ghost/);
+  });
+
   it('connect with onResume reboot boots the saved disk of a memory pause', async () => {
     const sbx = track(await Sandbox.create({ timeoutMs: 300_000 }));
     const w = await startWorkload(server, sbx);

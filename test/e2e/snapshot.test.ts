@@ -4,7 +4,9 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox } from 'e2b';
 import {
+  ENVD_PORT,
   counterPasses,
+  proxyFetch,
   readWorkload,
   startServer,
   startWorkload,
@@ -206,6 +208,57 @@ describe('snapshots through the e2b SDK', () => {
     expect(again.snapshotId).not.toBe(extra.snapshotId);
     expect((await server.api('GET', `/snapshots/${alias}-x`)).body.snapshotID).toBe(again.snapshotId);
     expect(await Sandbox.deleteSnapshot(again.snapshotId)).toBe(true);
+  });
+
+  it('snapshots a sandbox that was launched from a snapshot (a chain keeps both layers of changes)', async () => {
+    const first = await launch(alias);
+    await first.files.write('notes/second.txt', 'second generation');
+    const chained = await first.createSnapshot();
+    const second = await launch(chained.snapshotId);
+    expect(await second.files.read('notes/at-snapshot.txt')).toBe('before the snapshot');
+    expect(await second.files.read('notes/second.txt')).toBe('second generation');
+    const view = await readWorkload(second, w);
+    expect(view).toMatchObject({ counterAlive: true, serverAlive: true, file: w.file });
+    expect(await workloadFetch(server, second.sandboxId, '/secret')).toEqual({ status: 200, body: w.secret });
+    expect(await second.kill()).toBe(true);
+    expect(await Sandbox.deleteSnapshot(chained.snapshotId)).toBe(true);
+  });
+
+  it('a snapshot of a secure sandbox launches as a plain and as a secure sandbox with its own token', async () => {
+    const raw = await server.api('POST', '/sandboxes', { templateID: 'base', secure: true, timeout: 300 });
+    expect(raw.status).toBe(201);
+    const src = await Sandbox.connect(raw.body.sandboxID);
+    await src.files.write('secure.txt', 'from the secure source');
+    const snap = await src.createSnapshot();
+    const envdFile = (id: string, token: string | undefined) =>
+      proxyFetch(server, id, ENVD_PORT, '/files?path=/home/user/secure.txt', {
+        headers: token ? { 'X-Access-Token': token } : {},
+      });
+
+    const plain = await launch(snap.snapshotId);
+    expect(await plain.files.read('secure.txt')).toBe('from the secure source');
+    expect((await envdFile(plain.sandboxId, undefined)).status).toBe(200);
+
+    const secured = await server.api('POST', '/sandboxes', {
+      templateID: snap.snapshotId,
+      secure: true,
+      timeout: 300,
+    });
+    expect(secured.status).toBe(201);
+    const token = secured.body.envdAccessToken as string;
+    expect(token).not.toBe(raw.body.envdAccessToken);
+    expect((await envdFile(secured.body.sandboxID, token)).status).toBe(200);
+    expect((await envdFile(secured.body.sandboxID, raw.body.envdAccessToken)).status).toBe(401);
+    expect((await envdFile(secured.body.sandboxID, undefined)).status).toBe(401);
+    const viaSdk = await Sandbox.connect(secured.body.sandboxID);
+    expect((await viaSdk.commands.run('cat secure.txt; hostname')).stdout).toBe(
+      `from the secure source${secured.body.sandboxID}\n`,
+    );
+
+    for (const id of [plain.sandboxId, secured.body.sandboxID, raw.body.sandboxID]) {
+      expect((await server.api('DELETE', `/sandboxes/${id}`)).status).toBe(204);
+    }
+    expect(await Sandbox.deleteSnapshot(snap.snapshotId)).toBe(true);
   });
 
   it('still lists and launches the snapshot after the source is gone', async () => {
