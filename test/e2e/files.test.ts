@@ -76,6 +76,19 @@ describe('files through the e2b SDK', () => {
     expect(sha256(back)).toBe(sha256(payload));
   });
 
+  it('uploads gzip and octet-stream bodies and downloads gzip on request', async () => {
+    const text = 'compressible '.repeat(10_000);
+    await sbx.files.write('enc/gz.txt', text, { gzip: true });
+    await sbx.files.write('enc/raw.bin', new Uint8Array([0, 1, 2, 255]).buffer, { useOctetStream: true });
+    expect(
+      (await sbx.commands.run('wc -c < enc/gz.txt; od -An -tx1 enc/raw.bin')).stdout
+        .split('\n')
+        .map((l) => l.trim()),
+    ).toEqual([String(text.length), '00 01 02 ff', '']);
+    expect(await sbx.files.read('enc/gz.txt', { gzip: true })).toBe(text);
+    expect((await sbx.files.getInfo('enc/gz.txt')).owner).toBe('user');
+  });
+
   it('writes many files in one call', async () => {
     const entries = Array.from({ length: 12 }, (_, i) => ({
       path: `many/d${i % 3}/f${i}.txt`,

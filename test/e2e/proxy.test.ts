@@ -2,6 +2,7 @@
 // ingress (traffic token), routing forms, streaming both ways, WebSockets and the proxy's own error answers.
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { get as httpGet } from 'node:http';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
@@ -10,6 +11,24 @@ import { ENVD_PORT, REPO, eventually, proxyFetch, startServer, useSdk, type Test
 
 const UPSTREAM = readFileSync(join(REPO, 'test', 'e2e', 'fixtures', 'upstream.py'), 'utf8');
 const PORT = 8080;
+const DOMAIN = 'sbx.e2e.test';
+
+/** A GET with an explicit Host header (fetch does not let a caller set Host). */
+function getWithHost(
+  server: TestServer,
+  host: string,
+  path: string,
+): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = httpGet({ host: '127.0.0.1', port: server.port, path, headers: { host } }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (d: string) => (body += d));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on('error', reject);
+  });
+}
 
 /** Starts the fixture service on PORT in `sbx` and waits until the proxy reaches it. */
 async function startUpstream(
@@ -39,7 +58,7 @@ describe('data-plane proxy and access tokens', () => {
   let open: Sandbox;
 
   beforeAll(async () => {
-    server = await startServer({ name: 'proxy' });
+    server = await startServer({ name: 'proxy', toml: `[sandbox_proxy]\ndomains = ["${DOMAIN}"]\n` });
     useSdk(server);
     open = await Sandbox.create({ timeoutMs: 300_000 });
     await startUpstream(server, open);
@@ -179,6 +198,26 @@ describe('data-plane proxy and access tokens', () => {
       await open.files.write('/tmp/served.bin', file);
       const served = await proxyFetch(server, open.sandboxId, PORT, '/file/served.bin', { prefix: true });
       expect(Buffer.from(await served.arrayBuffer()).equals(file)).toBe(true);
+    });
+
+    it('routes by Host {port}-{sandboxID}.{domain} and advertises the domain', async () => {
+      const echo = await getWithHost(
+        server,
+        `${PORT}-${open.sandboxId}.${DOMAIN}:${server.port}`,
+        '/echo?h=1',
+      );
+      expect(echo.status).toBe(200);
+      expect(JSON.parse(echo.body).path).toBe('/echo?h=1');
+      // Host routing wins over control-plane paths: this /health is envd's.
+      expect((await getWithHost(server, `${ENVD_PORT}-${open.sandboxId}.${DOMAIN}`, '/health')).status).toBe(
+        204,
+      );
+      const badPort = await getWithHost(server, `http-${open.sandboxId}.${DOMAIN}`, '/');
+      expect(badPort).toEqual({ status: 400, body: 'invalid sandbox data-plane host: port is invalid' });
+      const badId = await getWithHost(server, `${PORT}-nope.${DOMAIN}`, '/');
+      expect(badId).toEqual({ status: 400, body: 'invalid sandbox data-plane host: sandbox id is invalid' });
+      expect((await server.api('GET', `/sandboxes/${open.sandboxId}`)).body.domain).toBe(DOMAIN);
+      expect(open.sandboxDomain).toBe(DOMAIN);
     });
 
     it('answers routing errors itself, with E2B JSON for a closed port or an unknown sandbox', async () => {
