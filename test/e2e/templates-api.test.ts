@@ -6,7 +6,7 @@ import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { BuildError, Sandbox, Template, type LogEntry } from 'e2b';
+import { BuildError, Sandbox, Template, type LogEntry, type TemplateBuilder } from 'e2b';
 import { startServer, useSdk, type TestServer } from './harness.js';
 
 const BASE = 'oci:/var/cache/aenv/images/base:latest';
@@ -222,9 +222,9 @@ describe('template build API', () => {
   });
 
   it('reuses cached steps on a rebuild unless told not to', async () => {
-    const steps = (t: ReturnType<typeof Template>) =>
+    const steps = (t: TemplateBuilder) =>
       t.runCmd(`echo ${RUN} > /tmp/one`).setEnvs({ K: 'v' }).runCmd('cat /tmp/one');
-    const logs = async (n: string, t: ReturnType<typeof Template>) => {
+    const logs = async (n: string, t: TemplateBuilder) => {
       const entries: string[] = [];
       await Template.build(t, name(n), { onBuildLogs: (e) => entries.push(e.message) });
       return entries;
