@@ -109,7 +109,8 @@ interface Node {
 async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   const missing = await missingCapabilities();
   if (missing.length) throw new Error(`aenv server needs ${missing.join(' and ')} (run it as root)`);
-  mkdirSync(config.home_path, { recursive: true, mode: 0o700 });
+  // Sandbox uids must traverse $AENV_HOME to their dirs (search only; secrets/ itself is 0700).
+  mkdirSync(config.home_path, { recursive: true, mode: 0o711 });
   const db = openStateDb(join(config.home_path, 'state.db'), [...orchestratorMigrations, ...imageMigrations]);
   const store = new SandboxStore(db);
   const stored = store.loadAll().records;
@@ -357,7 +358,12 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       await templates.close();
       await orchestrator.shutdown();
       proxy.closeAll();
-      await app.close();
+      // Requests still in flight get a moment to finish; then connections that never sent a request (which
+      // close() would otherwise wait on until the headers timeout) are cut.
+      const closed = app.close();
+      const force = setTimeout(() => server.closeAllConnections(), 2000);
+      await closed;
+      clearTimeout(force);
       await network.shutdown();
       await runtime.close();
       await images.stop();
