@@ -51,31 +51,13 @@ export interface ContainerBackendOptions {
   logger: Logger;
 }
 
-/** What this backend keeps in `SandboxRecord.backend`. */
-interface BackendState {
-  imageRef: string;
-  manifestDigest: string;
-  lowerDirs: string[];
-  toolsVersion: string;
-  envdEnv: Record<string, string>;
-  /** Paused but still frozen in memory (resume = thaw); the slot is kept meanwhile. */
-  resident?: boolean;
-  residentSlot?: number;
-  /** Start command of the template, re-run when the sandbox boots fresh on its saved disk. */
-  startCmd?: string;
-}
+import {
+  DISK_MEDIA_TYPE,
+  MEMORY_MEDIA_TYPE,
+  type BackendState,
+  type CaptureExtra,
+} from './capture-format.js';
 
-/** What a capture records about the sandbox it was taken from (in `committed.extra`). */
-interface CaptureExtra {
-  sourceSandboxId: string;
-  sourceSecure: boolean;
-  toolsVersion: string;
-  envdEnv: Record<string, string>;
-  lowerDirs: string[];
-}
-
-const DISK_MEDIA_TYPE = 'application/vnd.aenv.disk.tar';
-const MEMORY_MEDIA_TYPE = 'application/vnd.aenv.criu-images.tar';
 const COMPLETE = 'complete';
 
 const leaseHolder = (id: string) => `sandbox:${id}`;

@@ -25,6 +25,8 @@ export interface LaunchableTemplate extends LaunchSource {
   envdVersion: string;
   defaultUser: string;
   defaultWorkdir?: string;
+  /** The template's environment (image ENV, template ENV steps); the create request's envVars win. */
+  envVars?: Record<string, string>;
 }
 
 /** Looks up what `templateID` names (id or alias of a committed template or snapshot). */
@@ -243,7 +245,7 @@ export class Orchestrator {
       timeoutSecs: input.timeoutSecs ?? this.opts.defaultTimeoutSecs,
       resources: template.resources,
       metadata: input.metadata,
-      envVars: input.envVars,
+      envVars: { ...template.envVars, ...input.envVars },
       secure: input.secure,
       network: {
         allowPublicTraffic: input.allowPublicTraffic,

@@ -30,7 +30,8 @@ import {
   stateFromImage,
   type BuildState,
 } from './build-state.js';
-import { DISK_MEDIA_TYPE, type CapturedSandbox, type TemplateCapture } from './capture.js';
+import { type CapturedSandbox, type TemplateCapture } from './capture.js';
+import { DISK_MEDIA_TYPE } from '../backend/capture-format.js';
 import { extractArchive } from '../backend/disk-archive.js';
 import { candidateNames } from './catalog.js';
 import type { TemplateFileStore } from './file-store.js';

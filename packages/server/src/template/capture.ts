@@ -9,9 +9,7 @@ import type { CaptureTarget, SandboxBackend } from '../orchestrator/backend.js';
 import type { SandboxRecord } from '../orchestrator/types.js';
 import type { CommandContext, SnapshotRecord, SnapshotRepository } from '../snapshot/index.js';
 import { archiveDir } from '../backend/disk-archive.js';
-
-/** The container backend's media type of a sandbox disk archive (backend/container-backend.ts). */
-export const DISK_MEDIA_TYPE = 'application/vnd.aenv.disk.tar';
+import { DISK_MEDIA_TYPE, type BackendState, type CaptureExtra } from '../backend/capture-format.js';
 
 /** The build sandbox as the runtime knows it. */
 export interface CapturedSandbox {
@@ -54,15 +52,14 @@ export interface TemplateCapture {
   capture(req: CaptureRequest): Promise<SnapshotRecord>;
 }
 
-/** What the backend's CaptureExtra holds, for a build sandbox. */
-function captureExtra(s: CapturedSandbox, capture: 'memory' | 'filesystem'): Record<string, unknown> {
+/** The backend's CaptureExtra for a build sandbox. */
+function captureExtra(s: CapturedSandbox): CaptureExtra {
   return {
     sourceSandboxId: s.id,
     sourceSecure: false,
     toolsVersion: s.toolsVersion,
     envdEnv: s.envdEnv,
     lowerDirs: s.lowerDirs,
-    capture,
   };
 }
 
@@ -104,7 +101,7 @@ export class BackendCapture implements TemplateCapture {
         lowerDirs: s.lowerDirs,
         toolsVersion: s.toolsVersion,
         envdEnv: s.envdEnv,
-      },
+      } satisfies BackendState,
     };
     const target: CaptureTarget = {
       recordId: req.templateRecordId,
@@ -145,7 +142,7 @@ export class FilesystemCapture implements TemplateCapture {
           runtimeVersions: { ...this.opts.runtimeVersions, tools: s.toolsVersion },
           virtualizationMode: this.opts.virtualizationMode,
           baseImage: { reference: s.imageRef, manifestDigest: s.manifestDigest },
-          extra: captureExtra(s, 'filesystem'),
+          extra: { ...captureExtra(s) } as Record<string, unknown>,
         },
       });
     } finally {

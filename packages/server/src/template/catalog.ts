@@ -61,6 +61,7 @@ export class TemplateCatalog implements TemplateLookup {
       resources: rec.resources,
       envdVersion: committed.runtimeVersions.envd ?? this.opts.envdVersion,
       defaultUser: committed.context.user ?? 'root',
+      envVars: committed.context.envVars,
       ...(committed.context.workdir && committed.context.workdir !== '/'
         ? { defaultWorkdir: committed.context.workdir }
         : {}),

@@ -1,0 +1,30 @@
+// The on-repository format of captures made by the container backend (snapshots, templates, forks of them):
+// layers[0] = the sandbox disk (its overlay upper, archived by disk-archive.ts), artifacts.memory = CRIU images,
+// committed.extra = CaptureExtra. Whoever publishes a capture for the backend to launch uses these.
+
+export const DISK_MEDIA_TYPE = 'application/vnd.aenv.disk.tar';
+export const MEMORY_MEDIA_TYPE = 'application/vnd.aenv.criu-images.tar';
+
+/** What a capture records about the sandbox it was taken from (in `committed.extra`). */
+export interface CaptureExtra {
+  sourceSandboxId: string;
+  /** Whether the envd in the captured memory holds the source's access token. */
+  sourceSecure: boolean;
+  toolsVersion: string;
+  envdEnv: Record<string, string>;
+  lowerDirs: string[];
+}
+
+/** What the container backend keeps in `SandboxRecord.backend` for a sandbox it runs. */
+export interface BackendState {
+  imageRef: string;
+  manifestDigest: string;
+  lowerDirs: string[];
+  toolsVersion: string;
+  envdEnv: Record<string, string>;
+  /** Paused but still frozen in memory (resume = thaw); the slot is kept meanwhile. */
+  resident?: boolean;
+  residentSlot?: number;
+  /** Start command of the template, re-run when the sandbox boots fresh on its saved disk. */
+  startCmd?: string;
+}
