@@ -1,6 +1,10 @@
 import { describe, expect, it } from 'vitest';
+import { closeSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { contentDisposition, sniffContentType, typeByExtension } from './content-type.js';
-import { negotiateEncoding, parseRange } from './files-download.js';
+import { compressesPoorly, negotiateEncoding, parseRange } from './files-download.js';
 
 describe('download negotiation', () => {
   it('prefers gzip when accepted, identity otherwise, and refuses when nothing fits', () => {
@@ -11,6 +15,28 @@ describe('download negotiation', () => {
     expect(negotiateEncoding('*')).toBe('gzip');
     expect(negotiateEncoding('br, identity;q=0')).toBeUndefined();
     expect(negotiateEncoding('br, *;q=0')).toBeUndefined();
+  });
+
+  it('skips gzip for large files that do not compress, unless identity is refused', () => {
+    expect(negotiateEncoding('gzip, deflate', true)).toBe('identity');
+    expect(negotiateEncoding('gzip, identity;q=0', true)).toBe('gzip');
+    const dir = mkdtempSync(join(tmpdir(), 'aenv-gz-'));
+    try {
+      const check = (name: string, data: Buffer) => {
+        writeFileSync(join(dir, name), data);
+        const fd = openSync(join(dir, name), 'r');
+        try {
+          return compressesPoorly(fd, data.length);
+        } finally {
+          closeSync(fd);
+        }
+      };
+      expect(check('random', randomBytes(256 * 1024))).toBe(true);
+      expect(check('text', Buffer.from('hello world\n'.repeat(30_000)))).toBe(false);
+      expect(check('small-random', randomBytes(4096))).toBe(false);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('parses single byte ranges', () => {

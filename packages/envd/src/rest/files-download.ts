@@ -1,6 +1,6 @@
 import { closeSync, constants, createReadStream, fstatSync, openSync, readSync } from 'node:fs';
 import { pipeline } from 'node:stream/promises';
-import { createGzip } from 'node:zlib';
+import { createGzip, deflateRawSync } from 'node:zlib';
 import { posix } from 'node:path';
 import type { EnvdContext } from '../context.js';
 import { HttpError, type Req, type Res } from '../http/respond.js';
@@ -9,8 +9,15 @@ import type { SandboxUser } from '../users/user-db.js';
 import { contentDisposition, sniffContentType, typeByExtension } from './content-type.js';
 import { fileHttpError } from './errors.js';
 
-/** Chooses the response encoding from Accept-Encoding: 'gzip', 'identity', or undefined (→ 406). */
-export function negotiateEncoding(header: string | undefined): 'gzip' | 'identity' | undefined {
+/**
+ * Chooses the response encoding from Accept-Encoding: 'gzip', 'identity', or undefined (→ 406).
+ * `gzipCostly`: the file does not compress (see `compressesPoorly`); then identity is preferred when allowed,
+ * because Node's fetch, which sends `gzip` on every request, inflates incompressible data at ~1 MB/s.
+ */
+export function negotiateEncoding(
+  header: string | undefined,
+  gzipCostly = false,
+): 'gzip' | 'identity' | undefined {
   if (!header || !header.trim()) return 'identity';
   const q = new Map<string, number>();
   for (const part of header.split(',')) {
@@ -25,9 +32,19 @@ export function negotiateEncoding(header: string | undefined): 'gzip' | 'identit
   }
   const star = q.get('*');
   const gzip = q.get('gzip') ?? q.get('x-gzip') ?? star ?? 0;
-  if (gzip > 0) return 'gzip';
   const identity = q.get('identity') ?? (star === 0 ? 0 : 1);
+  if (gzip > 0 && !(gzipCostly && identity > 0)) return 'gzip';
   return identity > 0 ? 'identity' : undefined;
+}
+
+const SAMPLE_BYTES = 64 * 1024;
+
+/** True for files big enough to matter whose first 64 KiB shrink by less than 10 % (media, archives, random). */
+export function compressesPoorly(fd: number, size: number): boolean {
+  if (size <= SAMPLE_BYTES) return false;
+  const sample = Buffer.alloc(SAMPLE_BYTES);
+  const n = readSync(fd, sample, 0, SAMPLE_BYTES, 0);
+  return deflateRawSync(sample.subarray(0, n), { level: 1 }).length > n * 0.9;
 }
 
 interface ByteRange {
@@ -92,7 +109,7 @@ export async function downloadFile(
     );
     const encoding = hasRangeOrConditional
       ? 'identity'
-      : negotiateEncoding(headers['accept-encoding'] as string | undefined);
+      : negotiateEncoding(headers['accept-encoding'] as string | undefined, compressesPoorly(fd, st.size));
     if (!encoding) throw new HttpError(406, 'no acceptable content encoding (supported: gzip, identity)');
 
     const common: Record<string, string> = {
