@@ -22,4 +22,14 @@ program
     process.exitCode = code;
   });
 
+for (const role of ['scheduler', 'gateway'] as const) {
+  program
+    .command(role)
+    .description(`cluster ${role} (not implemented yet)`)
+    .action(async () => {
+      const mod = role === 'scheduler' ? await import('@aenv/scheduler') : await import('@aenv/gateway');
+      process.exitCode = mod.main();
+    });
+}
+
 await program.parseAsync(process.argv);
