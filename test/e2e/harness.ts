@@ -402,8 +402,10 @@ export async function readWorkload(
   const [counter = '', counterCmd = '', serverCmd = '', file = ''] = r.stdout.split('\n');
   return {
     counter: Number(counter.trim() || '0'),
-    counterAlive: counterCmd.includes('wl/counter'),
-    serverAlive: serverCmd.includes('wl/server.py'),
+    // Matched on text this very command line does not hold: after a fresh boot, the shell running it may get the
+    // PID the loop had.
+    counterAlive: counterCmd.includes('mv wl/counter.tmp wl/counter'),
+    serverAlive: serverCmd.includes('python3 wl/server.py'),
     file,
   };
 }
