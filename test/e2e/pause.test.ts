@@ -380,9 +380,13 @@ describe('pause and resume (resident) through the e2b SDK', () => {
   it('without autoResume a data-plane request to a paused sandbox answers 410 and leaves it paused', async () => {
     const sbx = track(await Sandbox.create({ timeoutMs: 60_000, lifecycle: { onTimeout: 'pause' } }));
     await sbx.pause();
+    // envd's /health is the SDK's isRunning() probe: E2B answers 502 for a paused sandbox, which reads false.
     const health = await proxyFetch(server, sbx.sandboxId, ENVD_PORT, '/health');
-    expect(health.status).toBe(410);
-    expect(await health.text()).toBe('sandbox is not proxyable in its current state');
+    expect(health.status).toBe(502);
+    expect(await sbx.isRunning()).toBe(false);
+    const files = await proxyFetch(server, sbx.sandboxId, ENVD_PORT, '/files?path=/etc/hostname');
+    expect(files.status).toBe(410);
+    expect(await files.text()).toBe('sandbox is not proxyable in its current state');
     expect((await proxyFetch(server, sbx.sandboxId, 8000, '/', { prefix: true })).status).toBe(410);
     expect((await info(sbx.sandboxId)).state).toBe('paused');
   });

@@ -131,7 +131,10 @@ export class ContainerBackend implements SandboxBackend {
   }
 
   /** Runs `steps` in order; if one fails, the undo actions registered so far run in reverse. */
-  private async transaction<T>(sandboxId: string, steps: (undo: (fn: () => Promise<void>) => void) => Promise<T>) {
+  private async transaction<T>(
+    sandboxId: string,
+    steps: (undo: (fn: () => Promise<void>) => void) => Promise<T>,
+  ) {
     const undo: (() => Promise<void>)[] = [];
     try {
       return await steps((fn) => undo.push(fn));
@@ -152,8 +155,10 @@ export class ContainerBackend implements SandboxBackend {
   async start(record: SandboxRecord, source: LaunchSource, policy: EgressPolicy): Promise<StartResult> {
     const snapshot = source.record as SnapshotRecord;
     const committed = snapshot.committed;
-    if (!committed?.baseImage) throw new Error(`template ${source.templateId} has no base image to start from`);
-    if (committed.artifacts.memory || committed.layers.length > 0) return this.startFromCapture(record, snapshot, policy);
+    if (!committed?.baseImage)
+      throw new Error(`template ${source.templateId} has no base image to start from`);
+    if (committed.artifacts.memory || committed.layers.length > 0)
+      return this.startFromCapture(record, snapshot, policy);
 
     const baseImage = committed.baseImage;
     return this.transaction(record.id, async (undo) => {
@@ -175,7 +180,8 @@ export class ContainerBackend implements SandboxBackend {
         lowerDirs: image.layers.map((l) => l.dir),
         toolsVersion: this.opts.tools.version,
         envdEnv: {
-          PATH: committed.context.envVars.PATH ?? '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+          PATH:
+            committed.context.envVars.PATH ?? '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
           ENVD_PORT: String(this.opts.envdPort),
           AENV_INIT_LOG: '/run/agentenv/envd.log',
         },
@@ -231,10 +237,16 @@ export class ContainerBackend implements SandboxBackend {
       let restored = false;
       if (from.memory) {
         try {
-          await this.opts.runtime.restore(spec, from.memory, { tools: this.toolsFor(state.toolsVersion), diskSource: from.disk });
+          await this.opts.runtime.restore(spec, from.memory, {
+            tools: this.toolsFor(state.toolsVersion),
+            diskSource: from.disk,
+          });
           restored = true;
         } catch (err) {
-          this.log.warn({ err, sandboxId: record.id }, 'memory restore failed; booting the saved disk instead');
+          this.log.warn(
+            { err, sandboxId: record.id },
+            'memory restore failed; booting the saved disk instead',
+          );
         }
       }
       if (!restored) {
@@ -324,7 +336,11 @@ export class ContainerBackend implements SandboxBackend {
         // CRIU refused this workload: keep the disk, and say the processes will restart on resume.
         kind = 'filesystem';
         reason = err instanceof Error ? err.message : String(err);
-        if (opts.memory) this.log.warn({ sandboxId: id, reason }, 'memory checkpoint failed; pausing with the filesystem only');
+        if (opts.memory)
+          this.log.warn(
+            { sandboxId: id, reason },
+            'memory checkpoint failed; pausing with the filesystem only',
+          );
         await rm(join(dir, 'memory'), { recursive: true, force: true });
         await rm(join(dir, 'disk'), { recursive: true, force: true });
         await this.opts.runtime.snapshotUpper(id, join(dir, 'disk'));
@@ -340,14 +356,21 @@ export class ContainerBackend implements SandboxBackend {
     }
     const state = stateOf(record);
     // A filesystem-only pause asked for by the caller means "restart the processes": never resume it by thawing.
-    const keepResident = opts.memory && this.opts.residentPauseGraceMs > 0 && !this.underMemoryPressure();
+    // (CRIU refusing the workload gives the same kind of pause: its processes restart on resume, whenever it is.)
+    const keepResident =
+      kind === 'memory' && this.opts.residentPauseGraceMs > 0 && !this.underMemoryPressure();
     if (keepResident && record.runtime) {
       state.resident = true;
       state.residentSlot = record.runtime.slotIndex;
     } else {
       await this.releaseMemory(record);
     }
-    const paused = { kind, pausedAt: new Date().toISOString(), artifactDir: dir, ...(reason ? { reason } : {}) };
+    const paused = {
+      kind,
+      pausedAt: new Date().toISOString(),
+      artifactDir: dir,
+      ...(reason ? { reason } : {}),
+    };
     this.sharing?.share(
       { ...record, state: 'paused', paused },
       dir,
@@ -380,14 +403,19 @@ export class ContainerBackend implements SandboxBackend {
     if (state.resident && state.residentSlot !== undefined) {
       const slot = this.opts.network.attach(state.residentSlot);
       await this.opts.runtime.thaw(record.id);
-      await this.envdReady(record, slot.hostInteractionIp, record.secure ? this.opts.envdToken(record.id) : undefined);
+      await this.envdReady(
+        record,
+        slot.hostInteractionIp,
+        record.secure ? this.opts.envdToken(record.id) : undefined,
+      );
       await this.removePauseArtifacts(record.id);
       return {
         binding: this.binding(slot),
         backend: { ...state, resident: false, residentSlot: undefined } as unknown as Record<string, unknown>,
       };
     }
-    if (!existsSync(join(dir, COMPLETE))) throw new Error(`the pause artifacts of ${record.id} are missing (${dir})`);
+    if (!existsSync(join(dir, COMPLETE)))
+      throw new Error(`the pause artifacts of ${record.id} are missing (${dir})`);
     const memory = opts.memory && record.paused?.kind === 'memory' ? join(dir, 'memory') : undefined;
     const result = await this.launch(record, state, policy, {
       memory,
@@ -401,9 +429,9 @@ export class ContainerBackend implements SandboxBackend {
     return result;
   }
 
-  async maintain(paused: readonly SandboxRecord[]): Promise<void> {
+  async maintain(paused: readonly SandboxRecord[], opts: { releaseAll?: boolean } = {}): Promise<void> {
     const now = Date.now();
-    const pressure = this.underMemoryPressure();
+    const pressure = opts.releaseAll || this.underMemoryPressure();
     for (const r of paused) {
       const state = stateOf(r);
       if (!state.resident || !r.paused) continue;
@@ -444,13 +472,18 @@ export class ContainerBackend implements SandboxBackend {
         }),
       );
     } finally {
-      if (existsSync(join(work, 'disk'))) await this.opts.runtime.removeUpperSnapshot(join(work, 'disk')).catch(() => {});
+      if (existsSync(join(work, 'disk')))
+        await this.opts.runtime.removeUpperSnapshot(join(work, 'disk')).catch(() => {});
       await rm(work, { recursive: true, force: true });
     }
   }
 
   private policyOf(r: SandboxRecord): EgressPolicy {
-    return { allowOut: r.network.allowOut, denyOut: r.network.denyOut, allowInternetAccess: r.network.allowInternetAccess };
+    return {
+      allowOut: r.network.allowOut,
+      denyOut: r.network.denyOut,
+      allowInternetAccess: r.network.allowInternetAccess,
+    };
   }
 
   async capture(record: SandboxRecord, target: CaptureTarget): Promise<void> {
@@ -503,7 +536,8 @@ export class ContainerBackend implements SandboxBackend {
       await this.removeLocalSnapshot(target.recordId);
       await rename(work, cache);
     } catch (err) {
-      if (existsSync(join(work, 'disk'))) await this.opts.runtime.removeUpperSnapshot(join(work, 'disk')).catch(() => {});
+      if (existsSync(join(work, 'disk')))
+        await this.opts.runtime.removeUpperSnapshot(join(work, 'disk')).catch(() => {});
       await rm(work, { recursive: true, force: true });
       throw err;
     }
@@ -520,7 +554,10 @@ export class ContainerBackend implements SandboxBackend {
       await mkdir(tmp, { recursive: true, mode: 0o711 });
       try {
         if (committed.artifacts.memory) {
-          await extractArchive(await this.opts.repository.fetchArtifact(snapshot.id, 'memory'), join(tmp, 'memory'));
+          await extractArchive(
+            await this.opts.repository.fetchArtifact(snapshot.id, 'memory'),
+            join(tmp, 'memory'),
+          );
         }
         const disk = committed.layers[0];
         if (disk) await extractArchive(await this.opts.repository.fetch(disk), join(tmp, 'disk', 'upper'));
@@ -540,7 +577,8 @@ export class ContainerBackend implements SandboxBackend {
   async removeLocalSnapshot(snapshotId: string): Promise<void> {
     const dir = this.snapshotCacheDir(snapshotId);
     if (!existsSync(dir)) return;
-    if (existsSync(join(dir, 'disk'))) await this.opts.runtime.removeUpperSnapshot(join(dir, 'disk')).catch(() => {});
+    if (existsSync(join(dir, 'disk')))
+      await this.opts.runtime.removeUpperSnapshot(join(dir, 'disk')).catch(() => {});
     await rm(dir, { recursive: true, force: true });
   }
 
@@ -565,7 +603,8 @@ export class ContainerBackend implements SandboxBackend {
         state.resident = false;
         delete state.residentSlot;
         outcomes.set(r.id, artifactsComplete ? { kind: 'paused' } : { kind: 'gone' });
-        if (!artifactsComplete) this.log.error({ sandboxId: r.id }, 'paused sandbox has no complete artifacts');
+        if (!artifactsComplete)
+          this.log.error({ sandboxId: r.id }, 'paused sandbox has no complete artifacts');
         continue;
       }
       if (r.runtime && live && (live.status === 'running' || live.status === 'paused')) {
@@ -591,7 +630,10 @@ export class ContainerBackend implements SandboxBackend {
       const id = lease.holder.startsWith('sandbox:') ? lease.holder.slice('sandbox:'.length) : undefined;
       if (id && !outcomes.has(id)) this.opts.images.releaseLease(lease.holder);
     }
-    this.log.info({ runtime: runtimeReport, network: networkReport, adopted: keepIds.length }, 'host reconciled');
+    this.log.info(
+      { runtime: runtimeReport, network: networkReport, adopted: keepIds.length },
+      'host reconciled',
+    );
     // Re-adopted sandboxes must still answer; a container that runs but whose envd is gone is not usable.
     for (const r of records) {
       const o = outcomes.get(r.id);
@@ -607,6 +649,22 @@ export class ContainerBackend implements SandboxBackend {
     return outcomes;
   }
 
+  /** A capture cut short by a crash leaves its repository record uncommitted: remove it, freeing its name. */
+  private async dropUncommittedRecord(recordId: string): Promise<void> {
+    try {
+      const rec = await this.opts.repository.find(recordId);
+      if (rec && !rec.committed && rec.source.kind === 'sandbox') {
+        await this.opts.repository.delete(recordId);
+        this.log.warn(
+          { snapshotId: recordId, alias: rec.alias },
+          'removed a snapshot whose capture was interrupted',
+        );
+      }
+    } catch (err) {
+      this.log.warn({ err, snapshotId: recordId }, 'could not remove an interrupted snapshot record');
+    }
+  }
+
   /** Pause artifacts without a paused sandbox, and fork/capture work dirs of a crashed run. */
   private async removeOrphanStoreDirs(outcomes: Map<string, RecoveryOutcome>): Promise<void> {
     for (const id of await readdir(join(this.store, 'paused')).catch(() => [] as string[])) {
@@ -615,12 +673,15 @@ export class ContainerBackend implements SandboxBackend {
     for (const sub of ['forks', 'captures']) {
       for (const name of await readdir(join(this.store, sub)).catch(() => [] as string[])) {
         const dir = join(this.store, sub, name);
-        if (existsSync(join(dir, 'disk'))) await this.opts.runtime.removeUpperSnapshot(join(dir, 'disk')).catch(() => {});
+        if (sub === 'captures') await this.dropUncommittedRecord(name);
+        if (existsSync(join(dir, 'disk')))
+          await this.opts.runtime.removeUpperSnapshot(join(dir, 'disk')).catch(() => {});
         await rm(dir, { recursive: true, force: true });
       }
     }
     for (const name of await readdir(join(this.store, 'snapshots')).catch(() => [] as string[])) {
-      if (name.includes('.tmp-')) await rm(join(this.store, 'snapshots', name), { recursive: true, force: true });
+      if (name.includes('.tmp-'))
+        await rm(join(this.store, 'snapshots', name), { recursive: true, force: true });
     }
   }
 }

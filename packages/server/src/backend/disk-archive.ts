@@ -4,7 +4,14 @@ import { run } from '../util/exec.js';
 
 // GNU tar keeps what a sandbox disk needs: overlay whiteouts (char 0/0), `trusted.overlay.*` xattrs on opaque
 // dirs, numeric (shifted) owners, hardlinks and sparse files. Node has no library that does all of that.
-const TAR_FLAGS = ['--xattrs', '--xattrs-include=trusted.*', '--xattrs-include=user.*', '--xattrs-include=security.capability', '--numeric-owner', '--sparse'];
+const TAR_FLAGS = [
+  '--xattrs',
+  '--xattrs-include=trusted.*',
+  '--xattrs-include=user.*',
+  '--xattrs-include=security.capability',
+  '--numeric-owner',
+  '--sparse',
+];
 
 /** Archives the contents of `dir` into the file `out` (written under a temp name, then renamed). */
 export async function archiveDir(dir: string, out: string): Promise<void> {

@@ -32,7 +32,12 @@ export class PausedSharing {
     });
   }
 
-  private async copy(record: SandboxRecord, dir: string, runtimeVersions: Record<string, string>, mode: string) {
+  private async copy(
+    record: SandboxRecord,
+    dir: string,
+    runtimeVersions: Record<string, string>,
+    mode: string,
+  ) {
     const work = join(dir, 'share');
     try {
       const hasMemory = record.paused?.kind === 'memory';
@@ -46,15 +51,27 @@ export class PausedSharing {
       });
       await this.repository.publish(created.id, {
         layers: [{ path: join(work, 'disk.tar'), mediaType: PAUSED_DISK_MEDIA_TYPE }],
-        artifacts: hasMemory ? { memory: { path: join(work, 'memory.tar'), mediaType: PAUSED_MEMORY_MEDIA_TYPE } } : {},
+        artifacts: hasMemory
+          ? { memory: { path: join(work, 'memory.tar'), mediaType: PAUSED_MEMORY_MEDIA_TYPE } }
+          : {},
         committed: {
-          context: { envVars: {}, workdir: record.defaultWorkdir ?? '/', user: record.defaultUser, exposedPorts: [], volumes: [], labels: {} },
+          context: {
+            envVars: {},
+            workdir: record.defaultWorkdir ?? '/',
+            user: record.defaultUser,
+            exposedPorts: [],
+            volumes: [],
+            labels: {},
+          },
           runtimeVersions,
           virtualizationMode: mode,
           extra: { sandbox: record as unknown as Record<string, unknown> },
         },
       });
-      this.logger.info({ sandboxId: record.id, recordId: created.id }, 'paused sandbox copied to the repository');
+      this.logger.info(
+        { sandboxId: record.id, recordId: created.id },
+        'paused sandbox copied to the repository',
+      );
     } finally {
       await rm(work, { recursive: true, force: true });
     }
@@ -64,9 +81,11 @@ export class PausedSharing {
   async forget(sandboxId: string): Promise<void> {
     await this.inflight.get(sandboxId);
     for (const r of await this.repository.list({ kind: 'paused', sandboxId })) {
-      await this.repository.delete(r.id).catch((err: unknown) =>
-        this.logger.warn({ err, sandboxId }, 'could not remove the shared copy of a paused sandbox'),
-      );
+      await this.repository
+        .delete(r.id)
+        .catch((err: unknown) =>
+          this.logger.warn({ err, sandboxId }, 'could not remove the shared copy of a paused sandbox'),
+        );
     }
   }
 }

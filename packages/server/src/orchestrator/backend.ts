@@ -16,7 +16,8 @@ export interface StartResult {
 }
 
 /** What recover() found for a sandbox record after a server restart. */
-export type RecoveryOutcome = { kind: 'running'; binding: RuntimeBinding } | { kind: 'paused' } | { kind: 'gone' };
+export type RecoveryOutcome =
+  { kind: 'running'; binding: RuntimeBinding } | { kind: 'paused' } | { kind: 'gone' };
 
 export type ForkChildResult = { ok: true; start: StartResult } | { ok: false; error: Error };
 
@@ -63,6 +64,9 @@ export interface SandboxBackend {
   capture(record: SandboxRecord, target: CaptureTarget): Promise<void>;
   /** One checkpoint of `source`, restored into every child (each with its own slot, id and tokens). */
   fork(source: SandboxRecord, children: readonly SandboxRecord[]): Promise<ForkChildResult[]>;
-  /** Periodic housekeeping (e.g. releasing the memory of sandboxes paused long enough ago). */
-  maintain(paused: readonly SandboxRecord[]): Promise<void>;
+  /**
+   * Periodic housekeeping (e.g. releasing the memory of sandboxes paused long enough ago); `releaseAll` drops
+   * everything paused sandboxes still hold in memory (shutdown).
+   */
+  maintain(paused: readonly SandboxRecord[], opts?: { releaseAll?: boolean }): Promise<void>;
 }

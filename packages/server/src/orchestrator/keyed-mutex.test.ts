@@ -6,7 +6,11 @@ describe('KeyedMutex', () => {
     const m = new KeyedMutex();
     const order: string[] = [];
     let releaseFirst!: () => void;
-    const first = m.run('a', 1000, () => new Promise<void>((r) => (releaseFirst = () => (order.push('1'), r()))));
+    const first = m.run(
+      'a',
+      1000,
+      () => new Promise<void>((r) => (releaseFirst = () => (order.push('1'), r()))),
+    );
     const second = m.run('a', 1000, async () => void order.push('2'));
     const third = m.run('a', 1000, async () => void order.push('3'));
     await new Promise((r) => setTimeout(r, 10));

@@ -72,7 +72,10 @@ class MapBackend implements SandboxBackend {
         r.state === 'paused'
           ? { kind: 'paused' as const }
           : this.live.has(r.id)
-            ? { kind: 'running' as const, binding: { slotIndex: 1, hostInteractionIp: '10.11.0.1', instanceId: 'again' } }
+            ? {
+                kind: 'running' as const,
+                binding: { slotIndex: 1, hostInteractionIp: '10.11.0.1', instanceId: 'again' },
+              }
             : { kind: 'gone' as const },
       ]),
     );
@@ -134,7 +137,12 @@ describe('Orchestrator state machine', () => {
     const r = await orch.create(input({ timeoutSecs: 60 }));
     expect(r.state).toBe('running');
     expect(Date.parse(r.expiresAt!)).toBeGreaterThanOrEqual(before + 60_000);
-    expect(orch.counters()).toMatchObject({ sandboxCount: 1, allocatedCPU: 2, allocatedMemoryBytes: 512 * 1024 * 1024, createSuccesses: 1 });
+    expect(orch.counters()).toMatchObject({
+      sandboxCount: 1,
+      allocatedCPU: 2,
+      allocatedMemoryBytes: 512 * 1024 * 1024,
+      createSuccesses: 1,
+    });
   });
 
   it('rolls back a failed create and counts the failure', async () => {
@@ -236,7 +244,12 @@ describe('Orchestrator state machine', () => {
     expect(restarted.get(paused.id).state).toBe('paused');
     expect(restarted.get(alive.id).state).toBe('running');
     expect(restarted.find(lost.id)).toBeUndefined();
-    expect(store.loadAll().records.map((x) => x.id).sort()).toEqual([paused.id, alive.id].sort());
+    expect(
+      store
+        .loadAll()
+        .records.map((x) => x.id)
+        .sort(),
+    ).toEqual([paused.id, alive.id].sort());
   });
 
   it('forks into independent children and reports per-child failures', async () => {

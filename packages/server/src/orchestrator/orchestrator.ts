@@ -62,7 +62,8 @@ export interface SandboxCountersView {
   createFails: number;
 }
 
-type NewTimeout = { kind: 'set'; secs: number } | { kind: 'ensureMinimum'; secs: number } | { kind: 'useExisting' };
+type NewTimeout =
+  { kind: 'set'; secs: number } | { kind: 'ensureMinimum'; secs: number } | { kind: 'useExisting' };
 
 const NEVER = '2069-12-07T00:00:00.000Z';
 
@@ -94,7 +95,10 @@ export class Orchestrator {
     for (const r of records) {
       const outcome = outcomes.get(r.id) ?? { kind: 'gone' as const };
       if (outcome.kind === 'gone') {
-        this.opts.logger.warn({ sandboxId: r.id, state: r.state }, 'sandbox did not survive the restart; removed');
+        this.opts.logger.warn(
+          { sandboxId: r.id, state: r.state },
+          'sandbox did not survive the restart; removed',
+        );
         this.opts.store.delete(r.id);
         continue;
       }
@@ -224,7 +228,10 @@ export class Orchestrator {
     } catch (e) {
       if (e instanceof LockTimeoutError) {
         const state = this.sandboxes.get(id)?.state ?? 'unknown';
-        throw new ApiError(409, `sandbox ${id} is still ${state}; gave up waiting after ${this.opts.transitionWaitMs / 1000} s`);
+        throw new ApiError(
+          409,
+          `sandbox ${id} is still ${state}; gave up waiting after ${this.opts.transitionWaitMs / 1000} s`,
+        );
       }
       throw e;
     }
@@ -264,7 +271,9 @@ export class Orchestrator {
     this.sandboxes.set(id, record);
     return this.locks.run(id, this.opts.transitionWaitMs, async () => {
       try {
-        const started = await this.timed('create', () => this.opts.backend.start(record, template, input.policy));
+        const started = await this.timed('create', () =>
+          this.opts.backend.start(record, template, input.policy),
+        );
         record.runtime = started.binding;
         record.backend = started.backend;
         this.applyTimeout(record, { kind: 'set', secs: record.timeoutSecs });
@@ -399,7 +408,8 @@ export class Orchestrator {
   /** Proxy auto-resume: timeout = max(existing, auto_resume_min_sandbox_timeout_secs). */
   async autoResume(id: string): Promise<SandboxRecord> {
     return this.withLock(id, async (r) => {
-      if (r.state === 'paused') await this.doResume(r, { kind: 'ensureMinimum', secs: this.opts.autoResumeMinTimeoutSecs });
+      if (r.state === 'paused')
+        await this.doResume(r, { kind: 'ensureMinimum', secs: this.opts.autoResumeMinTimeoutSecs });
       return r;
     });
   }
@@ -408,7 +418,9 @@ export class Orchestrator {
     this.assertOpen();
     this.setState(r, 'resuming');
     try {
-      const started = await this.timed('resume', () => this.opts.backend.resume(r, this.policyOf(r), { memory }));
+      const started = await this.timed('resume', () =>
+        this.opts.backend.resume(r, this.policyOf(r), { memory }),
+      );
       r.runtime = started.binding;
       r.backend = started.backend;
       delete r.paused;
@@ -452,7 +464,10 @@ export class Orchestrator {
       delete r.runtime;
       this.setState(r, 'paused', true);
       crashPoint('pause:recorded');
-      this.opts.logger.info({ sandboxId: r.id, kind: r.paused.kind, reason: r.paused.reason }, 'sandbox paused');
+      this.opts.logger.info(
+        { sandboxId: r.id, kind: r.paused.kind, reason: r.paused.reason },
+        'sandbox paused',
+      );
     } catch (e) {
       this.opts.logger.error({ err: e, sandboxId: r.id }, 'pause failed; the sandbox keeps running');
       this.setState(r, 'running');
@@ -483,9 +498,11 @@ export class Orchestrator {
     this.assertOpen();
     const current = this.sandboxes.get(id);
     if (!current || current.state === 'killing') throw notFound(id);
-    if (current.state !== 'running') throw new ApiError(409, `sandbox cannot be forked from ${current.state} state`);
+    if (current.state !== 'running')
+      throw new ApiError(409, `sandbox cannot be forked from ${current.state} state`);
     return this.withLock(id, async (src) => {
-      if (src.state !== 'running') throw new ApiError(409, `sandbox cannot be forked from ${src.state} state`);
+      if (src.state !== 'running')
+        throw new ApiError(409, `sandbox cannot be forked from ${src.state} state`);
       const now = new Date().toISOString();
       const children: SandboxRecord[] = Array.from({ length: opts.count }, () => ({
         ...structuredClone({ ...src, runtime: undefined, paused: undefined }),
@@ -531,9 +548,11 @@ export class Orchestrator {
     this.assertOpen();
     const current = this.sandboxes.get(id);
     if (!current || current.state === 'killing') throw notFound(id);
-    if (current.state !== 'running') throw new ApiError(400, `sandbox cannot be snapshotted from ${current.state} state`);
+    if (current.state !== 'running')
+      throw new ApiError(400, `sandbox cannot be snapshotted from ${current.state} state`);
     return this.withLock(id, async (r) => {
-      if (r.state !== 'running') throw new ApiError(400, `sandbox cannot be snapshotted from ${r.state} state`);
+      if (r.state !== 'running')
+        throw new ApiError(400, `sandbox cannot be snapshotted from ${r.state} state`);
       this.setState(r, 'snapshotting');
       try {
         await this.timed('snapshot', () => this.opts.backend.capture(r, target));
@@ -545,8 +564,10 @@ export class Orchestrator {
   }
 
   /** Lets the backend release what paused sandboxes still hold (resident memory) when it is time. */
-  async maintainPaused(): Promise<void> {
-    const paused = [...this.sandboxes.values()].filter((r) => r.state === 'paused' && !this.locks.isLocked(r.id));
+  async maintainPaused(opts: { releaseAll?: boolean } = {}): Promise<void> {
+    const paused = [...this.sandboxes.values()].filter(
+      (r) => r.state === 'paused' && !this.locks.isLocked(r.id),
+    );
     await Promise.all(
       paused.map((p) =>
         this.locks
@@ -554,10 +575,12 @@ export class Orchestrator {
             const r = this.sandboxes.get(p.id);
             if (r?.state !== 'paused') return;
             const before = JSON.stringify(r.backend);
-            await this.opts.backend.maintain([r]);
+            await this.opts.backend.maintain([r], opts);
             if (JSON.stringify(r.backend) !== before) this.opts.store.save(r);
           })
-          .catch((err: unknown) => this.opts.logger.warn({ err, sandboxId: p.id }, 'paused-sandbox maintenance failed')),
+          .catch((err: unknown) =>
+            this.opts.logger.warn({ err, sandboxId: p.id }, 'paused-sandbox maintenance failed'),
+          ),
       ),
     );
   }
@@ -566,7 +589,11 @@ export class Orchestrator {
   async evictExpired(): Promise<void> {
     const now = Date.now();
     const due = [...this.sandboxes.values()].filter(
-      (r) => r.state === 'running' && r.expiresAt !== null && Date.parse(r.expiresAt) <= now && !this.locks.isLocked(r.id),
+      (r) =>
+        r.state === 'running' &&
+        r.expiresAt !== null &&
+        Date.parse(r.expiresAt) <= now &&
+        !this.locks.isLocked(r.id),
     );
     await Promise.all(
       due.map(async (r) => {
@@ -601,6 +628,8 @@ export class Orchestrator {
         }),
       );
     }
+    // Nothing stays frozen in memory while the server is down (a restart would discard it anyway).
+    await this.maintainPaused({ releaseAll: true });
   }
 
   expiryOf(r: SandboxRecord): string {

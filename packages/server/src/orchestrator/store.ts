@@ -34,7 +34,12 @@ export class SandboxStore {
    * sandbox must survive a machine crash, not only a process crash).
    */
   save(record: SandboxRecord, durable = false): void {
-    const row = { id: record.id, state: record.state, record: JSON.stringify(record), updatedAt: new Date().toISOString() };
+    const row = {
+      id: record.id,
+      state: record.state,
+      record: JSON.stringify(record),
+      updatedAt: new Date().toISOString(),
+    };
     if (!durable) {
       this.upsertStmt.run(row);
       return;

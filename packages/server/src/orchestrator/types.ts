@@ -1,14 +1,7 @@
 // The orchestrator's view of a sandbox: lifecycle state, what the API shows, and what the runtime needs to find it.
 
 export type SandboxState =
-  | 'creating'
-  | 'resuming'
-  | 'running'
-  | 'snapshotting'
-  | 'forking'
-  | 'pausing'
-  | 'paused'
-  | 'killing';
+  'creating' | 'resuming' | 'running' | 'snapshotting' | 'forking' | 'pausing' | 'paused' | 'killing';
 
 export const TRANSITIONAL_STATES: ReadonlySet<SandboxState> = new Set([
   'creating',

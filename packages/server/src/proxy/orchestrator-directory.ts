@@ -12,12 +12,20 @@ function target(r: SandboxRecord): ProxyTarget {
     secure: r.secure,
     allowPublicTraffic: r.network.allowPublicTraffic,
     autoResume: r.autoResume,
-    ...(r.runtime ? { upstream: { host: r.runtime.hostInteractionIp, instanceId: r.runtime.instanceId } } : {}),
+    ...(r.runtime
+      ? { upstream: { host: r.runtime.hostInteractionIp, instanceId: r.runtime.instanceId } }
+      : {}),
   };
 }
 
 /** envd's v1 signature of a `/files` URL (e2b-protocol §3.2). */
-export function filesSignature(path: string, op: 'read' | 'write', username: string, token: string, expiration?: string): string {
+export function filesSignature(
+  path: string,
+  op: 'read' | 'write',
+  username: string,
+  token: string,
+  expiration?: string,
+): string {
   const text = `${path}:${op}:${username}:${token}${expiration ? `:${expiration}` : ''}`;
   return 'v1_' + createHash('sha256').update(text).digest('base64').replace(/=+$/, '');
 }

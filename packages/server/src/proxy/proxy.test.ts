@@ -29,12 +29,21 @@ function startUpstream(): Promise<{ server: Server; port: number; wss: WebSocket
       req.on('data', (c) => chunks.push(c));
       req.on('end', () => {
         res.writeHead(200, { 'content-type': 'application/json', connection: 'x-hop', 'x-hop': 'secret' });
-        res.end(JSON.stringify({ url: req.url, method: req.method, headers: req.headers, body: Buffer.concat(chunks).toString() }));
+        res.end(
+          JSON.stringify({
+            url: req.url,
+            method: req.method,
+            headers: req.headers,
+            body: Buffer.concat(chunks).toString(),
+          }),
+        );
       });
     });
     const wss = new WebSocketServer({ server });
     wss.on('connection', (ws) => ws.on('message', (m) => ws.send(`echo:${m.toString()}`)));
-    server.listen(0, '127.0.0.1', () => resolve({ server, port: (server.address() as AddressInfo).port, wss }));
+    server.listen(0, '127.0.0.1', () =>
+      resolve({ server, port: (server.address() as AddressInfo).port, wss }),
+    );
   });
 }
 
@@ -113,14 +122,22 @@ describe('SandboxProxy', () => {
       r.on('error', reject);
       r.end(body);
     });
-  const route = (id: string, port?: number) => ({ 'e2b-sandbox-id': id, 'e2b-sandbox-port': String(port ?? upstream.port) });
+  const route = (id: string, port?: number) => ({
+    'e2b-sandbox-id': id,
+    'e2b-sandbox-port': String(port ?? upstream.port),
+  });
 
   it('leaves requests without routing to the control plane', async () => {
     expect((await send('/sandboxes', {})).status).toBe(299);
   });
 
   it('forwards header-routed requests with the original path, x-forwarded headers and without routing headers', async () => {
-    const r = await send('/files?path=a%20b', { ...route(ID), 'x-api-key': KEY, 'x-custom': 'yes' }, 'payload', 'POST');
+    const r = await send(
+      '/files?path=a%20b',
+      { ...route(ID), 'x-api-key': KEY, 'x-custom': 'yes' },
+      'payload',
+      'POST',
+    );
     expect(r.status).toBe(200);
     const seen = JSON.parse(r.text);
     expect(seen.url).toBe('/files?path=a%20b');
@@ -164,8 +181,12 @@ describe('SandboxProxy', () => {
     const unknown = await send('/health', route('01936f8e-72f5-7000-8000-0000000000ff'));
     expect(unknown.status).toBe(502);
     expect(JSON.parse(unknown.text)).toMatchObject({ message: 'The sandbox was not found', code: 502 });
-    const paused = await send('/health', route(PAUSED_ID));
+    const paused = await send('/x', route(PAUSED_ID));
     expect(paused.status).toBe(410);
+    // ...but envd's /health, the SDK's isRunning() probe, reads as "not running" like E2B's 502.
+    const health = await send('/health', route(PAUSED_ID));
+    expect(health.status).toBe(502);
+    expect(JSON.parse(health.text)).toMatchObject({ message: 'The sandbox is paused', code: 502 });
   });
 
   it('enforces the envd token on secure sandboxes and forwards it only when valid', async () => {
@@ -199,7 +220,9 @@ describe('SandboxProxy', () => {
         }).end(),
       );
     expect(await get(route(PRIVATE_ID, otherPort))).toBe(401);
-    expect(await get({ ...route(PRIVATE_ID, otherPort), 'e2b-traffic-access-token': `traffic-${PRIVATE_ID}` })).toBe(200);
+    expect(
+      await get({ ...route(PRIVATE_ID, otherPort), 'e2b-traffic-access-token': `traffic-${PRIVATE_ID}` }),
+    ).toBe(200);
     p.closeAll();
     await new Promise((r) => s.close(r));
   });
@@ -207,7 +230,10 @@ describe('SandboxProxy', () => {
   it('answers a closed port with E2B 502 "port is not open"', async () => {
     const r = await send('/', route(ID, 1));
     expect(r.status).toBe(502);
-    expect(JSON.parse(r.text)).toMatchObject({ message: 'The sandbox is running but port is not open', port: 1 });
+    expect(JSON.parse(r.text)).toMatchObject({
+      message: 'The sandbox is running but port is not open',
+      port: 1,
+    });
   });
 
   it('routes header-less signed /files URLs by signature', async () => {

@@ -1,4 +1,10 @@
-import { Agent, request as httpRequest, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
+import {
+  Agent,
+  request as httpRequest,
+  type IncomingHttpHeaders,
+  type IncomingMessage,
+  type ServerResponse,
+} from 'node:http';
 import { connect as netConnect, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Logger } from '../util/log.js';
@@ -54,7 +60,10 @@ interface Instance {
   open: Set<{ destroy(): void }>;
 }
 
-function stripHopByHop(headers: IncomingHttpHeaders, keepUpgrade: boolean): Record<string, string | string[]> {
+function stripHopByHop(
+  headers: IncomingHttpHeaders,
+  keepUpgrade: boolean,
+): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
   const nominated = new Set(
     String(headers.connection ?? '')
@@ -151,12 +160,17 @@ export class SandboxProxy implements DataPlane {
     let route: DataPlaneRoute;
     if ('signedFiles' in claim) {
       const id = this.opts.directory.findBySignedFilesUrl(claim.upstreamPath, req.method ?? 'GET');
-      if (!id) throw new ProxyReply(401, { code: 401, message: 'no running sandbox accepts this signed URL' });
+      if (!id)
+        throw new ProxyReply(401, { code: 401, message: 'no running sandbox accepts this signed URL' });
       route = { sandboxId: id, port: this.opts.envdPort, upstreamPath: claim.upstreamPath, via: 'signature' };
     } else {
       route = claim;
     }
-    const target = await this.resolveTarget(route.sandboxId, route.port);
+    const target = await this.resolveTarget(
+      route.sandboxId,
+      route.port,
+      req.method === 'GET' && route.upstreamPath.split('?', 1)[0] === '/health',
+    );
     this.authorize(req, route, target);
     return { route, target };
   }
@@ -165,7 +179,8 @@ export class SandboxProxy implements DataPlane {
     return new ProxyReply(502, { sandboxId, message: 'The sandbox was not found', code: 502 });
   }
 
-  private async resolveTarget(sandboxId: string, port: number): Promise<ProxyTarget> {
+  /** `envdHealth`: the request is envd's `GET /health`, the SDK's isRunning() probe. */
+  private async resolveTarget(sandboxId: string, port: number, envdHealth = false): Promise<ProxyTarget> {
     const dir = this.opts.directory;
     let t = dir.lookup(sandboxId);
     if (!t || t.state === 'killing') throw this.notFound(sandboxId);
@@ -174,6 +189,10 @@ export class SandboxProxy implements DataPlane {
       if (!t || t.state === 'killing') throw this.notFound(sandboxId);
     }
     if (t.state === 'paused') {
+      // isRunning() must read false for a paused sandbox (E2B answers 502 there); anything else gets the 410.
+      if (!t.autoResume && envdHealth && port === this.opts.envdPort) {
+        throw new ProxyReply(502, { sandboxId, message: 'The sandbox is paused', code: 502 });
+      }
       if (!t.autoResume) throw new ProxyReply(410, 'sandbox is not proxyable in its current state');
       try {
         t = await dir.autoResume(sandboxId);
@@ -184,7 +203,13 @@ export class SandboxProxy implements DataPlane {
       }
     }
     if (t.state !== 'running') throw new ProxyReply(410, 'sandbox is not proxyable in its current state');
-    if (!t.upstream) throw new ProxyReply(502, { sandboxId, port, message: 'sandbox route is temporarily unavailable', code: 502 });
+    if (!t.upstream)
+      throw new ProxyReply(502, {
+        sandboxId,
+        port,
+        message: 'sandbox route is temporarily unavailable',
+        code: 502,
+      });
     return t;
   }
 
@@ -209,7 +234,10 @@ export class SandboxProxy implements DataPlane {
     if (target.allowPublicTraffic) return;
     const token = header('e2b-traffic-access-token');
     if (token && this.opts.directory.verifyTrafficToken(target.sandboxId, token)) return;
-    throw new ProxyReply(401, { code: 401, message: 'unauthorized: missing or invalid traffic access token' });
+    throw new ProxyReply(401, {
+      code: 401,
+      message: 'unauthorized: missing or invalid traffic access token',
+    });
   }
 
   private upstreamHeaders(
@@ -238,7 +266,10 @@ export class SandboxProxy implements DataPlane {
   private instance(instanceId: string): Instance {
     let inst = this.instances.get(instanceId);
     if (!inst) {
-      inst = { agent: new Agent({ keepAlive: true, maxSockets: Infinity, maxFreeSockets: 32 }), open: new Set() };
+      inst = {
+        agent: new Agent({ keepAlive: true, maxSockets: Infinity, maxFreeSockets: 32 }),
+        open: new Set(),
+      };
       this.instances.set(instanceId, inst);
     }
     return inst;
