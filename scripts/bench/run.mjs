@@ -7,11 +7,22 @@
 //
 // Needs root. Traffic stays on loopback and in namespaces the run creates; everything it makes is removed
 // at the end (or by --cleanup after a crash / --keep).
-import { existsSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath, URL } from 'node:url';
 import { COMPONENT_SUITES, E2E_SUITES, parseOptions, USAGE } from './lib/options.mjs';
 import { currentLoad, formatLoad, machineInfo, startLoadSampler } from './lib/host.mjs';
 import { describe, Report } from './lib/report.mjs';
+
+/** ISO time of the newest file below `dir` (tsc rewrites only the files that changed), or 'not built'. */
+function newestMtime(dir) {
+  if (!existsSync(dir)) return 'not built';
+  let newest = 0;
+  for (const e of readdirSync(dir, { recursive: true, withFileTypes: true })) {
+    if (e.isFile()) newest = Math.max(newest, statSync(join(e.parentPath ?? e.path, e.name)).mtimeMs);
+  }
+  return newest ? new Date(newest).toISOString() : 'not built';
+}
 
 const log = (msg) => console.error(`[bench ${new Date().toISOString().slice(11, 19)}] ${msg}`);
 
@@ -102,8 +113,7 @@ const { componentSuite } = await import('./lib/suites/components.mjs');
 // nodes run packages/*/dist, which is only as new as the last build.
 const commit =
   (await run('git', ['rev-parse', '--short', 'HEAD'], { allowFailure: true })).stdout.trim() || 'unknown';
-const serverDist = fileURLToPath(new URL('../../packages/server/dist/server.js', import.meta.url));
-const builtAt = existsSync(serverDist) ? statSync(serverDist).mtime.toISOString() : 'not built';
+const builtAt = newestMtime(fileURLToPath(new URL('../../packages/server/dist', import.meta.url)));
 
 const report = new Report();
 const sampler = startLoadSampler();
