@@ -98,9 +98,11 @@ describe('spawn', () => {
     });
     const out: Buffer[] = [];
     child.stdout.on('data', (b: Buffer) => out.push(b));
+    // Listen for the end before awaiting the exit: the pipe may close while we wait.
+    const stdoutClosed = new Promise((r) => child.stdout.once('close', r));
     child.stdin!.end('in\n');
     expect(await child.exited).toEqual({ code: 5, signal: null });
-    await new Promise((r) => child.stdout.once('close', r));
+    await stdoutClosed;
     expect(Buffer.concat(out).toString()).toBe('in\ny /tmp\n');
 
     const sleeper = await spawnPiped(native, '/bin/sleep', ['30'], { env: {}, cwd: '/', stdin: false });
