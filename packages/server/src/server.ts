@@ -357,6 +357,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       server.closeIdleConnections();
       await templates.close();
       await orchestrator.shutdown();
+      await backend.whenIdle();
       proxy.closeAll();
       // Requests still in flight get a moment to finish; then connections that never sent a request (which
       // close() would otherwise wait on until the headers timeout) are cut.

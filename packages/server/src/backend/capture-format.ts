@@ -22,9 +22,11 @@ export interface BackendState {
   lowerDirs: string[];
   toolsVersion: string;
   envdEnv: Record<string, string>;
-  /** Paused but still frozen in memory (resume = thaw); the slot is kept meanwhile. */
+  /** Paused, its container still frozen in memory with its slot (released later, in the background). */
   resident?: boolean;
   residentSlot?: number;
+  /** A resident pause that a resume may simply thaw (a memory pause within its grace). */
+  thawable?: boolean;
   /** Start command of the template, re-run when the sandbox boots fresh on its saved disk. */
   startCmd?: string;
 }

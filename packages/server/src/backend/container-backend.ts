@@ -19,7 +19,7 @@ import type {
 import type { PausedState, SandboxRecord } from '../orchestrator/types.js';
 import type { SnapshotRecord, SnapshotRepository } from '../snapshot/index.js';
 import { SingleFlight } from '../image/single-flight.js';
-import { initEnvd, waitForEnvd } from '../envd/client.js';
+import { initEnvd, waitForEnvd, type EnvdInit } from '../envd/client.js';
 import { archiveDir, extractArchive, syncFilesystem } from './disk-archive.js';
 import { availableMemoryRatio } from './memory-pressure.js';
 import { crashPoint } from '../util/crash-point.js';
@@ -279,20 +279,20 @@ export class ContainerBackend implements SandboxBackend {
         return listed.some((s) => s.id === record.id && s.status === 'running');
       },
     });
-    await initEnvd(
-      host,
-      this.opts.envdPort,
-      {
-        envVars: record.envVars,
-        accessToken: record.secure ? this.opts.envdToken(record.id) : '',
-        sandboxId: record.id,
-        templateId: record.templateId,
-        defaultUser: record.defaultUser,
-        ...(record.defaultWorkdir ? { defaultWorkdir: record.defaultWorkdir } : {}),
-        timestamp: new Date().toISOString(),
-      },
-      currentToken,
-    );
+    await initEnvd(host, this.opts.envdPort, this.initBody(record), currentToken);
+  }
+
+  /** envd's `/init`: the sandbox's identity, env, user, workdir and token (every start and resume). */
+  private initBody(record: SandboxRecord): EnvdInit {
+    return {
+      envVars: record.envVars,
+      accessToken: record.secure ? this.opts.envdToken(record.id) : '',
+      sandboxId: record.id,
+      templateId: record.templateId,
+      defaultUser: record.defaultUser,
+      ...(record.defaultWorkdir ? { defaultWorkdir: record.defaultWorkdir } : {}),
+      timestamp: new Date().toISOString(),
+    };
   }
 
   // ---- stop ----
@@ -303,15 +303,42 @@ export class ContainerBackend implements SandboxBackend {
     const slotIndex = record.runtime?.slotIndex ?? state.residentSlot;
     if (slotIndex !== undefined) await this.opts.network.release(this.opts.network.attach(slotIndex));
     await this.sharing?.forget(record.id);
-    await this.removePauseArtifacts(record.id);
+    await this.discardPauseArtifacts(record.id);
     this.opts.images.releaseLease(leaseHolder(record.id));
+  }
+
+  private readonly trashing = new Set<Promise<void>>();
+
+  /**
+   * Moves a sandbox's pause artifacts out of the way at once (a rename on the same volume) and deletes them in
+   * the background: deleting a checkpoint of hundreds of MB must not delay a resume or a kill.
+   */
+  private async discardPauseArtifacts(id: string): Promise<void> {
+    const dir = this.pausedDir(id);
+    if (!existsSync(dir)) return;
+    const trash = join(this.store, 'trash', randomUUID());
+    await mkdir(join(this.store, 'trash'), { recursive: true, mode: 0o700 });
+    await rename(dir, trash);
+    const job = this.removeTree(trash)
+      .catch((err: unknown) => this.log.warn({ err, dir: trash }, 'could not delete old pause artifacts'))
+      .finally(() => this.trashing.delete(job));
+    this.trashing.add(job);
+  }
+
+  /** Removes a dir that may hold a disk snapshot (`disk/`, possibly a btrfs subvolume). */
+  private async removeTree(dir: string): Promise<void> {
+    if (existsSync(join(dir, 'disk'))) await this.opts.runtime.removeUpperSnapshot(join(dir, 'disk'));
+    await rm(dir, { recursive: true, force: true });
   }
 
   private async removePauseArtifacts(id: string): Promise<void> {
     const dir = this.pausedDir(id);
-    if (!existsSync(dir)) return;
-    if (existsSync(join(dir, 'disk'))) await this.opts.runtime.removeUpperSnapshot(join(dir, 'disk'));
-    await rm(dir, { recursive: true, force: true });
+    if (existsSync(dir)) await this.removeTree(dir);
+  }
+
+  /** Waits for background deletions (shutdown, tests). */
+  async whenIdle(): Promise<void> {
+    await Promise.all([...this.trashing]);
   }
 
   // ---- pause / resume ----
@@ -355,15 +382,13 @@ export class ContainerBackend implements SandboxBackend {
       throw err;
     }
     const state = stateOf(record);
-    // A filesystem-only pause asked for by the caller means "restart the processes": never resume it by thawing.
-    // (CRIU refusing the workload gives the same kind of pause: its processes restart on resume, whenever it is.)
-    const keepResident =
-      kind === 'memory' && this.opts.residentPauseGraceMs > 0 && !this.underMemoryPressure();
-    if (keepResident && record.runtime) {
+    // The frozen container is released later, in the background (maintain), so the pause answers as soon as it
+    // is durable. Until then a memory pause within its grace resumes by thawing. A filesystem-only pause (asked
+    // for, or because CRIU refused the workload) means "restart the processes": it is never thawed.
+    if (record.runtime) {
       state.resident = true;
       state.residentSlot = record.runtime.slotIndex;
-    } else {
-      await this.releaseMemory(record);
+      state.thawable = kind === 'memory' && this.opts.residentPauseGraceMs > 0 && !this.underMemoryPressure();
     }
     const paused = {
       kind,
@@ -392,6 +417,7 @@ export class ContainerBackend implements SandboxBackend {
     if (slotIndex !== undefined) await this.opts.network.release(this.opts.network.attach(slotIndex));
     state.resident = false;
     delete state.residentSlot;
+    delete state.thawable;
   }
 
   async resume(record: SandboxRecord, policy: EgressPolicy, opts: { memory: boolean }): Promise<StartResult> {
@@ -399,19 +425,26 @@ export class ContainerBackend implements SandboxBackend {
     const dir = this.pausedDir(record.id);
     // The shared copy must be gone before the sandbox runs again: nobody may resume it elsewhere meanwhile.
     await this.sharing?.forget(record.id);
-    if (!opts.memory && state.resident) await this.releaseMemory(record);
+    if (state.resident && (!opts.memory || !state.thawable)) await this.releaseMemory(record);
     if (state.resident && state.residentSlot !== undefined) {
       const slot = this.opts.network.attach(state.residentSlot);
       await this.opts.runtime.thaw(record.id);
-      await this.envdReady(
-        record,
+      // envd was never stopped: /init (token, identity, clock) is all it needs.
+      await initEnvd(
         slot.hostInteractionIp,
+        this.opts.envdPort,
+        this.initBody(record),
         record.secure ? this.opts.envdToken(record.id) : undefined,
       );
-      await this.removePauseArtifacts(record.id);
+      await this.discardPauseArtifacts(record.id);
       return {
         binding: this.binding(slot),
-        backend: { ...state, resident: false, residentSlot: undefined } as unknown as Record<string, unknown>,
+        backend: {
+          ...state,
+          resident: false,
+          residentSlot: undefined,
+          thawable: undefined,
+        } as unknown as Record<string, unknown>,
       };
     }
     if (!existsSync(join(dir, COMPLETE)))
@@ -423,7 +456,7 @@ export class ContainerBackend implements SandboxBackend {
       currentToken: record.secure ? this.opts.envdToken(record.id) : undefined,
       leaseHeld: true,
     });
-    await this.removePauseArtifacts(record.id).catch((err: unknown) =>
+    await this.discardPauseArtifacts(record.id).catch((err: unknown) =>
       this.log.warn({ err, sandboxId: record.id }, 'could not remove pause artifacts after resume'),
     );
     return result;
@@ -435,7 +468,8 @@ export class ContainerBackend implements SandboxBackend {
     for (const r of paused) {
       const state = stateOf(r);
       if (!state.resident || !r.paused) continue;
-      if (!pressure && now - Date.parse(r.paused.pausedAt) < this.opts.residentPauseGraceMs) continue;
+      const inGrace = state.thawable && now - Date.parse(r.paused.pausedAt) < this.opts.residentPauseGraceMs;
+      if (inGrace && !pressure) continue;
       try {
         await this.releaseMemory(r);
         this.log.info({ sandboxId: r.id, pressure }, 'released the memory of a paused sandbox');
@@ -602,6 +636,7 @@ export class ContainerBackend implements SandboxBackend {
         const state = stateOf(r);
         state.resident = false;
         delete state.residentSlot;
+        delete state.thawable;
         outcomes.set(r.id, artifactsComplete ? { kind: 'paused' } : { kind: 'gone' });
         if (!artifactsComplete)
           this.log.error({ sandboxId: r.id }, 'paused sandbox has no complete artifacts');
@@ -678,6 +713,9 @@ export class ContainerBackend implements SandboxBackend {
           await this.opts.runtime.removeUpperSnapshot(join(dir, 'disk')).catch(() => {});
         await rm(dir, { recursive: true, force: true });
       }
+    }
+    for (const name of await readdir(join(this.store, 'trash')).catch(() => [] as string[])) {
+      await this.removeTree(join(this.store, 'trash', name)).catch(() => {});
     }
     for (const name of await readdir(join(this.store, 'snapshots')).catch(() => [] as string[])) {
       if (name.includes('.tmp-'))
