@@ -526,6 +526,7 @@ export class ContainerBackend implements SandboxBackend {
     await rm(work, { recursive: true, force: true });
     await mkdir(work, { recursive: true, mode: 0o711 });
     try {
+      await target.createRecord?.();
       await this.opts.runtime.checkpoint(record.id, join(work, 'memory'), {
         leaveRunning: true,
         upperSnapshotDest: join(work, 'disk'),

@@ -24,6 +24,11 @@ export type ForkChildResult = { ok: true; start: StartResult } | { ok: false; er
 /** Where a capture of a running sandbox goes: an existing, uncommitted record of the snapshot repository. */
 export interface CaptureTarget {
   recordId: string;
+  /**
+   * Creates the (uncommitted) record `recordId`. The backend calls it only after it has noted the capture on
+   * disk, so that a crash at any later point lets the next start find and remove the half-made record.
+   */
+  createRecord?: () => Promise<void>;
   /** Start command recorded with a template capture (it is running in the captured memory). */
   startup?: { startCmd: string; readyCmd: string };
   /** Command context (env, workdir, user, ...) recorded instead of the sandbox's own. */

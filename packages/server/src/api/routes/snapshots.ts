@@ -3,6 +3,7 @@ import type { Orchestrator } from '../../orchestrator/orchestrator.js';
 import {
   isValidAlias,
   isRepositoryError,
+  newSnapshotId,
   type SnapshotRecord,
   type SnapshotRepository,
 } from '../../snapshot/index.js';
@@ -42,24 +43,27 @@ export function registerSnapshotRoutes(app: FastifyInstance, deps: SnapshotRoute
       throw new ApiError(400, `invalid snapshot alias: "${body.name}" must match [A-Za-z0-9_-]+`);
     }
     const sandbox = orch.get(id);
-    let record: SnapshotRecord;
+    const recordId = newSnapshotId();
+    let created = false;
     try {
-      record = await repo.create({
-        ...(body.name ? { alias: body.name } : {}),
-        source: { kind: 'sandbox', sourceSandboxId: id },
-        resources: sandbox.resources,
+      await orch.snapshot(id, {
+        recordId,
+        createRecord: async () => {
+          await repo.create({
+            id: recordId,
+            ...(body.name ? { alias: body.name } : {}),
+            source: { kind: 'sandbox', sourceSandboxId: id },
+            resources: sandbox.resources,
+          });
+          created = true;
+        },
       });
     } catch (e) {
+      if (created) await repo.delete(recordId).catch(() => {});
       if (isRepositoryError(e, 'AliasConflict')) throw new ApiError(400, (e as Error).message);
       throw e;
     }
-    try {
-      await orch.snapshot(id, { recordId: record.id });
-    } catch (e) {
-      await repo.delete(record.id).catch(() => {});
-      throw e;
-    }
-    return reply.code(201).send(snapshotInfo(await repo.get(record.id)));
+    return reply.code(201).send(snapshotInfo(await repo.get(recordId)));
   });
 
   app.get('/snapshots', async (req, reply) => {
