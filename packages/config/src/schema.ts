@@ -86,8 +86,7 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
     aenv: true,
     trim: true,
     check: resourcePrefix,
-    doc:
-      'Prefix of the host objects this node creates (netns files, veths, nft table, cgroups). Nodes sharing a host need distinct values (and distinct network.internal CIDRs).',
+    doc: 'Prefix of the host objects this node creates (netns files, veths, nft table, cgroups). Nodes sharing a host need distinct values (and distinct network.internal CIDRs).',
   }),
 
   api: section(
@@ -552,8 +551,18 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
     publish_compression: section(
       'Compression of blobs uploaded to the oss backend (the node-local cache keeps raw files).',
       {
-        enabled: bool({ default: true, aenv: true, doc: 'Compress layers and artifacts with zstd on upload to oss.' }),
-        level: int({ default: 3, min: 1, max: 19, aenv: true, doc: 'zstd level (1 = fastest, 19 = smallest).' }),
+        enabled: bool({
+          default: true,
+          aenv: true,
+          doc: 'Compress layers and artifacts with zstd on upload to oss.',
+        }),
+        level: int({
+          default: 3,
+          min: 1,
+          max: 19,
+          aenv: true,
+          doc: 'zstd level (1 = fastest, 19 = smallest).',
+        }),
       },
       { aenv: true },
     ),

@@ -4,6 +4,8 @@ export const CLUSTER_MODE_AVAILABLE = false;
 
 /** Entry point of `aenv gateway`; exits with a clear message until cluster mode exists. */
 export function main(): number {
-  process.stderr.write('aenv gateway: cluster mode is not implemented yet; run a single node with `aenv server`\n');
+  process.stderr.write(
+    'aenv gateway: cluster mode is not implemented yet; run a single node with `aenv server`\n',
+  );
   return 2;
 }

@@ -125,7 +125,9 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   });
   for (const w of seed.warnings) logger.warn(w);
   const tokens = new SandboxTokenIssuer(seed.seed);
-  const { identity, warnings: idWarnings } = resolveNodeIdentity(config.node_identity, { commit: await gitCommit() });
+  const { identity, warnings: idWarnings } = resolveNodeIdentity(config.node_identity, {
+    commit: await gitCommit(),
+  });
   for (const w of idWarnings) logger.warn(w);
   const metrics = new ServerMetrics();
 
@@ -152,7 +154,10 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     capacityGb: config.image.cache.capacity_gb,
     insecureRegistries: config.image.resolver.insecure_registries,
     registryEndpoints: Object.fromEntries(
-      config.image.resolver.registry_endpoints.map((e) => [e.slice(0, e.indexOf('=')), e.slice(e.indexOf('=') + 1)]),
+      config.image.resolver.registry_endpoints.map((e) => [
+        e.slice(0, e.indexOf('=')),
+        e.slice(e.indexOf('=') + 1),
+      ]),
     ),
     uidShift: config.runtime.uid_map_host_start,
     uidRangeSize: config.runtime.uid_map_size,
@@ -234,7 +239,11 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   const orchestrator = new Orchestrator({
     store,
     backend,
-    templates: new TemplateCatalog({ repository, virtualizationMode: runtime.virtualizationMode, envdVersion: ENVD_VERSION }),
+    templates: new TemplateCatalog({
+      repository,
+      virtualizationMode: runtime.virtualizationMode,
+      envdVersion: ENVD_VERSION,
+    }),
     newId: uuidv7,
     defaultTimeoutSecs: config.orchestrator.default_sandbox_timeout_secs,
     autoEvictIntervalMs: config.orchestrator.auto_evict_interval_ms,

@@ -33,7 +33,9 @@ function call(
         timeout: timeoutMs,
         headers: {
           ...headers,
-          ...(payload ? { 'content-type': 'application/json', 'content-length': String(payload.length) } : {}),
+          ...(payload
+            ? { 'content-type': 'application/json', 'content-length': String(payload.length) }
+            : {}),
         },
       },
       (res) => {

@@ -78,7 +78,8 @@ async function readDisks(): Promise<DiskMetric[]> {
   const disks: DiskMetric[] = [];
   for (const line of text.split('\n')) {
     const [device, mountPoint, fsType] = line.split(' ');
-    if (!device || !mountPoint || !fsType || !device.startsWith('/dev/') || device.startsWith('/dev/loop')) continue;
+    if (!device || !mountPoint || !fsType || !device.startsWith('/dev/') || device.startsWith('/dev/loop'))
+      continue;
     if (seen.has(device)) continue;
     seen.add(device);
     const mp = mountPoint.replace(/\\040/g, ' ');

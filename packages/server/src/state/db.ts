@@ -42,7 +42,10 @@ export function applyMigrations(db: StateDb, migrations: readonly Migration[]): 
     if (applied.has(m.id)) continue;
     db.transaction(() => {
       m.up(db);
-      db.prepare('INSERT INTO schema_migrations (id, applied_at) VALUES (?, ?)').run(m.id, new Date().toISOString());
+      db.prepare('INSERT INTO schema_migrations (id, applied_at) VALUES (?, ?)').run(
+        m.id,
+        new Date().toISOString(),
+      );
     })();
   }
 }

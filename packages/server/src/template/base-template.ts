@@ -72,5 +72,8 @@ export async function ensureBaseTemplate(o: BaseTemplateOptions): Promise<void> 
       r.source.build = { ...r.source.build, status: 'ready', finishedAt: new Date().toISOString() };
     }
   });
-  o.logger.info({ templateId: record.id, alias: o.alias, image: image.reference }, 'registered the base template');
+  o.logger.info(
+    { templateId: record.id, alias: o.alias, image: image.reference },
+    'registered the base template',
+  );
 }

@@ -52,7 +52,11 @@ export function run(command: string, args: readonly string[], opts: RunOptions =
     });
     child.on('close', (code) => {
       if (timer) clearTimeout(timer);
-      const result = { stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString(), code: code ?? -1 };
+      const result = {
+        stdout: Buffer.concat(out).toString(),
+        stderr: Buffer.concat(err).toString(),
+        code: code ?? -1,
+      };
       if (code === 0 || opts.allowFailure) resolve(result);
       else reject(new CommandError(command, args, code, result.stderr, result.stdout));
     });
