@@ -35,6 +35,12 @@ step "build (npm run build)"
 npm run build
 step_done
 
+step "static checks (lint, format, typecheck)"
+npm run --silent lint
+npm run --silent format:check
+npm run --silent typecheck
+step_done
+
 step "base image (scripts/build-base-image.sh)"
 scripts/build-base-image.sh
 step_done

@@ -206,10 +206,10 @@ describe('control plane through the e2b SDK and raw HTTP', () => {
     });
     const badMeta = await post('{"templateID":"base","metadata":{"a":1}}');
     expect(badMeta.status).toBe(400);
-    expect((await badMeta.json()).message).toMatch(/metadata/);
+    expect(((await badMeta.json()) as { message: string }).message).toMatch(/metadata/);
     const badDeny = await post('{"templateID":"base","network":{"denyOut":["example.com"]}}');
     expect(badDeny.status).toBe(400);
-    expect((await badDeny.json()).message).toMatch(/denyOut/);
+    expect(((await badDeny.json()) as { message: string }).message).toMatch(/denyOut/);
 
     const unknown = await server.api('GET', '/no/such/route');
     expect(unknown.body).toEqual({ code: 404, message: 'route not found: GET /no/such/route' });

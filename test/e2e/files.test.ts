@@ -102,7 +102,7 @@ describe('files through the e2b SDK', () => {
 
   it('round-trips a 50 MB file with a matching checksum', async () => {
     const big = randomBytes(50 * 1024 * 1024);
-    await sbx.files.write('big.bin', big);
+    await sbx.files.write('big.bin', new Blob([Uint8Array.from(big)]));
     const inside = await sbx.commands.run('stat -c %s big.bin; sha256sum big.bin');
     const [size, sum] = inside.stdout.split('\n');
     expect(Number(size)).toBe(big.length);

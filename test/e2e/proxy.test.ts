@@ -11,6 +11,12 @@ import { ENVD_PORT, REPO, eventually, proxyFetch, startServer, useSdk, type Test
 
 const UPSTREAM = readFileSync(join(REPO, 'test', 'e2e', 'fixtures', 'upstream.py'), 'utf8');
 const PORT = 8080;
+
+/** What the upstream fixture's /echo answers. */
+interface Echo {
+  path: string;
+  headers: Record<string, string | undefined>;
+}
 const DOMAIN = 'sbx.e2e.test';
 
 /** A GET with an explicit Host header (fetch does not let a caller set Host). */
@@ -164,7 +170,7 @@ describe('data-plane proxy and access tokens', () => {
       const withToken = await proxyFetch(server, sbx.sandboxId, PORT, '/echo', { headers: tokenHeader });
       expect(withToken.status).toBe(200);
       // The token is the proxy's business: it is not passed on to the sandbox.
-      expect((await withToken.json()).headers['e2b-traffic-access-token']).toBeUndefined();
+      expect(((await withToken.json()) as Echo).headers['e2b-traffic-access-token']).toBeUndefined();
       // The envd token of another sandbox's private port is not a traffic token.
       expect((await proxyFetch(server, open.sandboxId, PORT, '/echo', { headers: tokenHeader })).status).toBe(
         200,
@@ -178,7 +184,7 @@ describe('data-plane proxy and access tokens', () => {
         headers: { 'x-agentenv-sandbox-id': open.sandboxId, 'x-agentenv-target-port': String(PORT) },
       });
       expect(viaPrefix.status).toBe(200);
-      const seen = await viaPrefix.json();
+      const seen = (await viaPrefix.json()) as Echo;
       expect(seen.path).toBe('/echo?x=1');
       expect(seen.headers['x-forwarded-proto']).toBe('http');
       expect(seen.headers['x-forwarded-uri']).toBe('/echo?x=1');
@@ -188,16 +194,16 @@ describe('data-plane proxy and access tokens', () => {
       const viaHeaders = await proxyFetch(server, open.sandboxId, PORT, '/echo?y=2', {
         headers: { 'x-api-key': server.apiKey, 'x-custom': 'kept' },
       });
-      const seen2 = await viaHeaders.json();
+      const seen2 = (await viaHeaders.json()) as Echo;
       expect(seen2.path).toBe('/echo?y=2');
       expect(seen2.headers['x-custom']).toBe('kept');
       expect(seen2.headers['x-api-key']).toBeUndefined();
       expect(seen2.headers['e2b-sandbox-id']).toBeUndefined();
 
       const file = randomBytes(2 * 1024 * 1024);
-      await open.files.write('/tmp/served.bin', file);
+      await open.files.write('/tmp/served.bin', new Blob([Uint8Array.from(file)]));
       const served = await proxyFetch(server, open.sandboxId, PORT, '/file/served.bin', { prefix: true });
-      expect(Buffer.from(await served.arrayBuffer()).equals(file)).toBe(true);
+      expect(Buffer.from(await served.arrayBuffer()).equals(Uint8Array.from(file))).toBe(true);
     });
 
     it('routes by Host {port}-{sandboxID}.{domain} and advertises the domain', async () => {

@@ -16,6 +16,7 @@ import {
   StreamInputRequestSchema,
   type ProcessEvent,
   type StartResponse,
+  type ConnectResponse,
 } from '@aenv/protocol';
 import { AuthenticationError, FileType } from 'e2b';
 import { fileSignature, UNAUTHORIZED_MESSAGE } from './auth/access.js';
@@ -59,7 +60,7 @@ function clients(url: string, opts: { binary: boolean; http2?: boolean; token?: 
   return { process: createClient(Process, transport), fs: createClient(Filesystem, transport) };
 }
 
-async function collect(stream: AsyncIterable<StartResponse>): Promise<ProcessEvent[]> {
+async function collect(stream: AsyncIterable<StartResponse | ConnectResponse>): Promise<ProcessEvent[]> {
   const out: ProcessEvent[] = [];
   for await (const m of stream) if (m.event) out.push(m.event);
   return out;

@@ -115,10 +115,8 @@ const one = (t) => new Promise((resolve) => {
 (async () => { const out = []; for (const t of targets) out.push(await one(t)); console.log(JSON.stringify(out)); })();`;
 
 async function probe(prefix: string[], targets: Target[]): Promise<ProbeResult[]> {
-  const [cmd, ...rest] = [...prefix, process.execPath, '-e', PROBE, JSON.stringify(targets)] as [
-    string,
-    ...string[],
-  ];
+  const argv = [...prefix, process.execPath, '-e', PROBE, JSON.stringify(targets)];
+  const [cmd, ...rest] = argv as [string, ...string[]];
   const { stdout } = await run(cmd, rest, { timeoutMs: 60_000 });
   return JSON.parse(stdout) as ProbeResult[];
 }
