@@ -22,6 +22,8 @@ export interface TestServerOptions {
   env?: Record<string, string>;
   /** Address the server listens on (default 127.0.0.1); the tests always talk to it over loopback. */
   listenHost?: string;
+  /** `[pool].warm_sandboxes` (default 0 here). */
+  warm?: number;
 }
 
 export interface ApiAnswer {
@@ -71,7 +73,7 @@ async function freePort(): Promise<number> {
 /** Each test node gets its own internal CIDRs so it never overlaps a dev node on 10.11/10.12. */
 export function cidrsFor(name: string): { hi: string; veth: string } {
   let h = 0;
-  for (const c of name) h = (h * 31 + c.charCodeAt(0)) % 40;
+  for (const c of name) h = (h * 31 + c.charCodeAt(0)) % 70;
   const base = 100 + h * 2;
   return { hi: `10.${base}.0.0/16`, veth: `10.${base + 1}.0.0/16` };
 }
@@ -101,6 +103,9 @@ export async function startServer(opts: TestServerOptions, port?: number): Promi
       `[pool]`,
       `low_watermark = 1`,
       `high_watermark = 4`,
+      // Adopted warm sandboxes run under another container id; tests that look at host objects by sandbox id
+      // start nodes without them (warm-pool.test.ts covers the pool).
+      `warm_sandboxes = ${opts.warm ?? 0}`,
       `[runtime]`,
       `cow_volume_size_gb = 16`,
       ...(opts.runtime ?? []),

@@ -727,6 +727,13 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
   pool: section('Warm pools.', {
     low_watermark: int({ default: 2, min: 0, doc: 'Pools are prewarmed to this many idle items.' }),
     high_watermark: int({ default: 64, min: 0, doc: 'Refill targets grow toward this many idle items.' }),
+    warm_sandboxes: int({
+      default: 2,
+      min: 0,
+      max: 64,
+      aenv: true,
+      doc: 'Pre-started sandboxes (envd running, not yet handed out) kept per image-based template in use, so a create only renames and /inits one; 0 disables.',
+    }),
     network: poolComponent('Pre-created network namespace slots.', false),
     block: poolComponent('Warm ublk devices.', true),
     firecracker: section(

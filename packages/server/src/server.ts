@@ -222,6 +222,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     images,
     repository,
     sharePaused: config.snapshot.repository_backend === 'oss',
+    warmSandboxes: config.pool.warm_sandboxes,
     tools,
     toolsRoot: join(config.deps_path, 'tools'),
     residentPauseGraceMs: config.orchestrator.resident_pause_grace_secs * 1000,
@@ -236,14 +237,15 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     envdToken: (id) => tokens.envd(id),
     logger: logger.child({ component: 'backend' }),
   });
+  const catalog = new TemplateCatalog({
+    repository,
+    virtualizationMode: runtime.virtualizationMode,
+    envdVersion: ENVD_VERSION,
+  });
   const orchestrator = new Orchestrator({
     store,
     backend,
-    templates: new TemplateCatalog({
-      repository,
-      virtualizationMode: runtime.virtualizationMode,
-      envdVersion: ENVD_VERSION,
-    }),
+    templates: catalog,
     newId: uuidv7,
     defaultTimeoutSecs: config.orchestrator.default_sandbox_timeout_secs,
     autoEvictIntervalMs: config.orchestrator.auto_evict_interval_ms,
@@ -270,6 +272,13 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     images,
     logger,
   }).catch((err: unknown) => logger.error({ err }, 'could not register the base template'));
+  // Pre-start sandboxes of the default template now, so the first creates do not wait for a boot.
+  if (config.template_build.base_template_alias) {
+    catalog
+      .resolveLaunchable(config.template_build.base_template_alias)
+      .then((base) => backend.prewarm(base, base.resources))
+      .catch(() => {});
+  }
 
   const templates = await createTemplateService({
     homePath: config.home_path,
@@ -366,7 +375,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       server.closeIdleConnections();
       await templates.close();
       await orchestrator.shutdown();
-      await backend.whenIdle();
+      await backend.close();
       proxy.closeAll();
       // Requests still in flight get a moment to finish; then connections that never sent a request (which
       // close() would otherwise wait on until the headers timeout) are cut.

@@ -17,6 +17,8 @@ export interface CaptureExtra {
 
 /** What the container backend keeps in `SandboxRecord.backend` for a sandbox it runs. */
 export interface BackendState {
+  /** The runtime's container id when it is not the sandbox id (a sandbox handed out by the warm pool). */
+  containerId?: string;
   imageRef: string;
   manifestDigest: string;
   lowerDirs: string[];

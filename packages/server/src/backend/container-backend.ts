@@ -24,6 +24,8 @@ import { archiveDir, extractArchive, syncFilesystem } from './disk-archive.js';
 import { availableMemoryRatio } from './memory-pressure.js';
 import { crashPoint } from '../util/crash-point.js';
 import { PausedSharing } from './paused-sharing.js';
+import { WarmPool } from './warm-pool.js';
+import { DEFAULT_EGRESS_POLICY } from '../network/index.js';
 
 export interface ContainerBackendOptions {
   runtime: RuntimeDriver;
@@ -44,6 +46,8 @@ export interface ContainerBackendOptions {
   memoryPressureRatio?: number;
   /** Versions recorded with every capture (envd, tools, runc, criu, ...). */
   runtimeVersions: Record<string, string>;
+  /** Pre-started sandboxes kept per template in use (`[pool].warm_sandboxes`; 0 = none). */
+  warmSandboxes: number;
   /** Copy paused sandboxes into the repository (a shared one lets other nodes resume them). */
   sharePaused: boolean;
   /** envd access token of a sandbox (secure sandboxes). */
@@ -60,6 +64,24 @@ import {
 
 const COMPLETE = 'complete';
 
+/** What a template boots from (image-based templates; captures restore instead). */
+interface BootSpec {
+  templateId: string;
+  committed: NonNullable<SnapshotRecord['committed']>;
+  resources: { cpuCount: number; memoryMB: number; diskSizeMB: number };
+}
+
+/** A container booted for a template, envd answering, not yet handed to a sandbox. */
+interface BootedSandbox {
+  containerId: string;
+  slot: NetworkSlot;
+  state: BackendState;
+}
+
+/** Pre-started sandboxes are interchangeable when template, image and resources match. */
+const warmKey = (b: BootSpec) =>
+  `${b.templateId}|${b.committed.baseImage?.manifestDigest ?? ''}|${b.resources.cpuCount}|${b.resources.memoryMB}`;
+
 const leaseHolder = (id: string) => `sandbox:${id}`;
 const stateOf = (r: SandboxRecord) => r.backend as unknown as BackendState;
 
@@ -72,8 +94,17 @@ export class ContainerBackend implements SandboxBackend {
   private readonly localSnapshots = new SingleFlight<void>();
   private readonly sharing: PausedSharing | undefined;
 
+  private readonly warm: WarmPool<BootSpec, BootedSandbox>;
+
   constructor(private readonly opts: ContainerBackendOptions) {
     if (opts.sharePaused) this.sharing = new PausedSharing(opts.repository, opts.logger);
+    this.warm = new WarmPool({
+      size: opts.warmSandboxes,
+      maxTemplates: 4,
+      boot: (spec) => this.bootContainer(`warm-${randomUUID()}`, spec, DEFAULT_EGRESS_POLICY),
+      discard: (b) => this.discardBooted(b),
+      logger: opts.logger,
+    });
   }
 
   private get log(): Logger {
@@ -101,19 +132,30 @@ export class ContainerBackend implements SandboxBackend {
     return { dir, version };
   }
 
-  private spec(record: SandboxRecord, slot: NetworkSlot, state: BackendState): SandboxSpec {
+  /** The runtime's id of the sandbox's container: the sandbox id, or the id of the warm sandbox it was given. */
+  private cid(record: SandboxRecord): string {
+    return stateOf(record).containerId ?? record.id;
+  }
+
+  private spec(
+    id: string,
+    templateId: string,
+    resources: { cpuCount: number; memoryMB: number },
+    slot: NetworkSlot,
+    state: BackendState,
+  ): SandboxSpec {
     return {
-      id: record.id,
-      hostname: record.id,
+      id,
+      hostname: id,
       lowerDirs: state.lowerDirs,
       resources: {
-        cpuCount: record.resources.cpuCount,
-        memoryMB: record.resources.memoryMB,
+        cpuCount: resources.cpuCount,
+        memoryMB: resources.memoryMB,
         pidsLimit: this.opts.pidsLimit,
       },
       netnsPath: slot.netnsPath,
       nameservers: slot.dnsServer ? [slot.dnsServer] : [],
-      initEnv: { ...state.envdEnv, E2B_SANDBOX_ID: record.id, E2B_TEMPLATE_ID: record.templateId },
+      initEnv: { ...state.envdEnv, E2B_SANDBOX_ID: id, E2B_TEMPLATE_ID: templateId },
     };
   }
 
@@ -160,8 +202,45 @@ export class ContainerBackend implements SandboxBackend {
     if (committed.artifacts.memory || committed.layers.length > 0)
       return this.startFromCapture(record, snapshot, policy);
 
-    const baseImage = committed.baseImage;
+    const boot: BootSpec = { templateId: source.templateId, committed, resources: record.resources };
+    const key = warmKey(boot);
+    const warm = this.warm.take(key);
+    this.warm.want(key, boot);
+    if (warm) {
+      try {
+        return await this.adopt(record, warm, policy);
+      } catch (err) {
+        this.log.warn(
+          { err, sandboxId: record.id },
+          'a pre-started sandbox could not be adopted; starting a new one',
+        );
+        await this.discardBooted(warm);
+      }
+    }
     return this.transaction(record.id, async (undo) => {
+      const booted = await this.bootContainer(record.id, boot, policy);
+      undo(() => this.discardBooted(booted));
+      this.opts.images.acquireLease(leaseHolder(record.id), booted.state.manifestDigest);
+      undo(async () => this.opts.images.releaseLease(leaseHolder(record.id)));
+      await initEnvd(booted.slot.hostInteractionIp, this.opts.envdPort, this.initBody(record));
+      return {
+        binding: this.binding(booted.slot),
+        backend: booted.state as unknown as Record<string, unknown>,
+      };
+    });
+  }
+
+  /**
+   * Starts a container for a template on its image, in a slot with `policy`, and waits until envd answers
+   * (without /init: a warm sandbox is /init'ed when it is handed out). Leaves nothing behind on failure.
+   */
+  private async bootContainer(
+    containerId: string,
+    boot: BootSpec,
+    policy: EgressPolicy,
+  ): Promise<BootedSandbox> {
+    const baseImage = boot.committed.baseImage!;
+    return this.transaction(containerId, async (undo) => {
       const [pulled, acquired] = await Promise.allSettled([
         this.opts.images.pull(baseImage.reference),
         this.opts.network.acquire(),
@@ -171,8 +250,6 @@ export class ContainerBackend implements SandboxBackend {
       if (acquired.status === 'rejected') throw acquired.reason;
       const image = pulled.value;
       const slot = acquired.value;
-      this.opts.images.acquireLease(leaseHolder(record.id), image.manifestDigest);
-      undo(async () => this.opts.images.releaseLease(leaseHolder(record.id)));
       const policyApplied = this.opts.network.applyPolicy(slot, policy);
       const state: BackendState = {
         imageRef: baseImage.reference,
@@ -181,18 +258,71 @@ export class ContainerBackend implements SandboxBackend {
         toolsVersion: this.opts.tools.version,
         envdEnv: {
           PATH:
-            committed.context.envVars.PATH ?? '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+            boot.committed.context.envVars.PATH ??
+            '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
           ENVD_PORT: String(this.opts.envdPort),
           AENV_INIT_LOG: '/run/agentenv/envd.log',
         },
-        ...(committed.startup ? { startCmd: committed.startup.startCmd } : {}),
+        ...(boot.committed.startup ? { startCmd: boot.committed.startup.startCmd } : {}),
       };
-      await this.opts.runtime.create(this.spec(record, slot, state), { tools: this.opts.tools });
-      undo(() => this.opts.runtime.destroy(record.id));
+      await this.opts.runtime.create(this.spec(containerId, boot.templateId, boot.resources, slot, state), {
+        tools: this.opts.tools,
+      });
+      undo(() => this.opts.runtime.destroy(containerId));
       await policyApplied;
-      await this.envdReady(record, slot.hostInteractionIp);
-      return { binding: this.binding(slot), backend: state as unknown as Record<string, unknown> };
+      await waitForEnvd(slot.hostInteractionIp, this.opts.envdPort, {
+        pollMs: this.opts.envdPollMs,
+        timeoutMs: this.opts.envdInitTimeoutMs,
+        isAlive: async () => {
+          const listed = await this.opts.runtime.list();
+          return listed.some((s) => s.id === containerId && s.status === 'running');
+        },
+      });
+      return {
+        containerId,
+        slot,
+        state: containerId === state.containerId ? state : { ...state, containerId },
+      };
     });
+  }
+
+  /** Hands a pre-started sandbox to `record`: its name, egress policy, image lease and envd /init. */
+  private async adopt(
+    record: SandboxRecord,
+    warm: BootedSandbox,
+    policy: EgressPolicy,
+  ): Promise<StartResult> {
+    this.opts.images.acquireLease(leaseHolder(record.id), warm.state.manifestDigest);
+    try {
+      await Promise.all([
+        this.opts.runtime.rename(warm.containerId, record.id),
+        this.opts.network.applyPolicy(warm.slot, policy),
+      ]);
+      await initEnvd(warm.slot.hostInteractionIp, this.opts.envdPort, this.initBody(record));
+    } catch (err) {
+      this.opts.images.releaseLease(leaseHolder(record.id));
+      throw err;
+    }
+    return { binding: this.binding(warm.slot), backend: warm.state as unknown as Record<string, unknown> };
+  }
+
+  private async discardBooted(b: BootedSandbox): Promise<void> {
+    await this.opts.runtime.destroy(b.containerId).catch(() => {});
+    await this.opts.network.release(b.slot).catch(() => {});
+  }
+
+  /** Boots `templateId`'s pre-started sandboxes now (e.g. the base template at startup). */
+  prewarm(source: LaunchSource, resources: BootSpec['resources']): void {
+    const committed = (source.record as SnapshotRecord).committed;
+    if (!committed?.baseImage || committed.artifacts.memory || committed.layers.length > 0) return;
+    const boot: BootSpec = { templateId: source.templateId, committed, resources };
+    this.warm.want(warmKey(boot), boot);
+  }
+
+  /** Removes the pre-started sandboxes and waits for background deletions (shutdown). */
+  async close(): Promise<void> {
+    await this.warm.close();
+    await this.whenIdle();
   }
 
   /** Launches a sandbox from a capture (snapshot or template): restores its memory, or boots its disk. */
@@ -233,7 +363,7 @@ export class ContainerBackend implements SandboxBackend {
         undo(async () => this.opts.images.releaseLease(leaseHolder(record.id)));
       }
       const policyApplied = this.opts.network.applyPolicy(slot, policy);
-      const spec = this.spec(record, slot, state);
+      const spec = this.spec(record.id, record.templateId, record.resources, slot, state);
       let restored = false;
       if (from.memory) {
         try {
@@ -264,7 +394,12 @@ export class ContainerBackend implements SandboxBackend {
       }
       return {
         binding: this.binding(slot),
-        backend: { ...state, resident: false, residentSlot: undefined } as unknown as Record<string, unknown>,
+        backend: {
+          ...state,
+          containerId: undefined,
+          resident: false,
+          residentSlot: undefined,
+        } as unknown as Record<string, unknown>,
       };
     });
   }
@@ -276,7 +411,7 @@ export class ContainerBackend implements SandboxBackend {
       timeoutMs: this.opts.envdInitTimeoutMs,
       isAlive: async () => {
         const listed = await this.opts.runtime.list();
-        return listed.some((s) => s.id === record.id && s.status === 'running');
+        return listed.some((s) => s.id === this.cid(record) && s.status === 'running');
       },
     });
     await initEnvd(host, this.opts.envdPort, this.initBody(record), currentToken);
@@ -299,7 +434,7 @@ export class ContainerBackend implements SandboxBackend {
 
   async destroy(record: SandboxRecord): Promise<void> {
     const state = stateOf(record);
-    await this.opts.runtime.destroy(record.id);
+    await this.opts.runtime.destroy(this.cid(record));
     const slotIndex = record.runtime?.slotIndex ?? state.residentSlot;
     if (slotIndex !== undefined) await this.opts.network.release(this.opts.network.attach(slotIndex));
     await this.sharing?.forget(record.id);
@@ -348,14 +483,15 @@ export class ContainerBackend implements SandboxBackend {
     const dir = this.pausedDir(id);
     await this.removePauseArtifacts(id);
     await mkdir(dir, { recursive: true, mode: 0o711 });
-    await this.opts.runtime.freeze(id);
+    const cid = this.cid(record);
+    await this.opts.runtime.freeze(cid);
     crashPoint('pause:frozen');
     let kind: PausedState['kind'] = 'memory';
     let reason: string | undefined;
     try {
       try {
         if (!opts.memory) throw new Error('a filesystem-only pause was asked for (memory: false)');
-        await this.opts.runtime.checkpoint(id, join(dir, 'memory'), {
+        await this.opts.runtime.checkpoint(cid, join(dir, 'memory'), {
           leaveRunning: true,
           upperSnapshotDest: join(dir, 'disk'),
         });
@@ -370,7 +506,7 @@ export class ContainerBackend implements SandboxBackend {
           );
         await rm(join(dir, 'memory'), { recursive: true, force: true });
         await rm(join(dir, 'disk'), { recursive: true, force: true });
-        await this.opts.runtime.snapshotUpper(id, join(dir, 'disk'));
+        await this.opts.runtime.snapshotUpper(cid, join(dir, 'disk'));
       }
       crashPoint('pause:captured');
       await writeFile(join(dir, COMPLETE), JSON.stringify({ kind, pausedAt: new Date().toISOString() }));
@@ -378,7 +514,7 @@ export class ContainerBackend implements SandboxBackend {
       crashPoint('pause:synced');
     } catch (err) {
       await this.removePauseArtifacts(id).catch(() => {});
-      await this.opts.runtime.thaw(id).catch(() => {});
+      await this.opts.runtime.thaw(cid).catch(() => {});
       throw err;
     }
     const state = stateOf(record);
@@ -412,7 +548,7 @@ export class ContainerBackend implements SandboxBackend {
   /** Drops the frozen processes and the slot of a paused sandbox; its artifacts stay. */
   private async releaseMemory(record: SandboxRecord): Promise<void> {
     const state = stateOf(record);
-    await this.opts.runtime.destroy(record.id);
+    await this.opts.runtime.destroy(this.cid(record));
     const slotIndex = state.residentSlot ?? record.runtime?.slotIndex;
     if (slotIndex !== undefined) await this.opts.network.release(this.opts.network.attach(slotIndex));
     state.resident = false;
@@ -428,7 +564,7 @@ export class ContainerBackend implements SandboxBackend {
     if (state.resident && (!opts.memory || !state.thawable)) await this.releaseMemory(record);
     if (state.resident && state.residentSlot !== undefined) {
       const slot = this.opts.network.attach(state.residentSlot);
-      await this.opts.runtime.thaw(record.id);
+      await this.opts.runtime.thaw(this.cid(record));
       // envd was never stopped: /init (token, identity, clock) is all it needs.
       await initEnvd(
         slot.hostInteractionIp,
@@ -486,7 +622,7 @@ export class ContainerBackend implements SandboxBackend {
     const work = join(this.store, 'forks', randomUUID());
     await mkdir(work, { recursive: true, mode: 0o711 });
     try {
-      await this.opts.runtime.checkpoint(source.id, join(work, 'memory'), {
+      await this.opts.runtime.checkpoint(this.cid(source), join(work, 'memory'), {
         leaveRunning: true,
         upperSnapshotDest: join(work, 'disk'),
       });
@@ -527,7 +663,7 @@ export class ContainerBackend implements SandboxBackend {
     await mkdir(work, { recursive: true, mode: 0o711 });
     try {
       await target.createRecord?.();
-      await this.opts.runtime.checkpoint(record.id, join(work, 'memory'), {
+      await this.opts.runtime.checkpoint(this.cid(record), join(work, 'memory'), {
         leaveRunning: true,
         upperSnapshotDest: join(work, 'disk'),
       });
@@ -630,7 +766,7 @@ export class ContainerBackend implements SandboxBackend {
     const keepSlots: number[] = [];
     const keepIds: string[] = [];
     for (const r of records) {
-      const live = listed.get(r.id);
+      const live = listed.get(this.cid(r));
       const artifactsComplete = existsSync(join(this.pausedDir(r.id), COMPLETE));
       if (r.state === 'paused') {
         // A resident pause does not survive a restart: its frozen container is removed below, the artifacts stay.
@@ -645,10 +781,10 @@ export class ContainerBackend implements SandboxBackend {
       }
       if (r.runtime && live && (live.status === 'running' || live.status === 'paused')) {
         // Running, or caught in the middle of a pause: a frozen container whose pause never completed runs on.
-        if (live.status === 'paused') await this.opts.runtime.thaw(r.id);
+        if (live.status === 'paused') await this.opts.runtime.thaw(this.cid(r));
         await this.removePauseArtifacts(r.id);
         keepSlots.push(r.runtime.slotIndex);
-        keepIds.push(r.id);
+        keepIds.push(this.cid(r));
         outcomes.set(r.id, { kind: 'running', binding: { ...r.runtime, instanceId: randomUUID() } });
       } else if (r.state === 'pausing' && artifactsComplete) {
         outcomes.set(r.id, { kind: 'paused' });

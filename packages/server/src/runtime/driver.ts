@@ -133,6 +133,11 @@ export interface RuntimeDriver {
   init(): Promise<void>;
   /** Makes the sandbox's disk and starts its init process. On failure nothing of it is left behind. */
   create(spec: SandboxSpec, opts: CreateOptions): Promise<SandboxHandle>;
+  /**
+   * Gives a running sandbox another hostname (kernel UTS name, /etc/hostname, /etc/hosts): a pre-started
+   * sandbox taken from a warm pool becomes the sandbox it is handed to.
+   */
+  rename(id: string, hostname: string): Promise<void>;
   /** Stops every process of the sandbox and removes everything the driver made for it. Idempotent. */
   destroy(id: string): Promise<void>;
   /** Stops scheduling the sandbox's processes at once (memory stays). */

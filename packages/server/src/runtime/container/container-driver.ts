@@ -37,7 +37,7 @@ import {
   versionAtLeast,
   writeCriuConfig,
 } from './criu.js';
-import { writeEtcFiles } from './etc-files.js';
+import { rewriteHostnameFiles, writeEtcFiles } from './etc-files.js';
 import { KeyedLock } from './keyed-lock.js';
 import { mountsUnder, readMounts } from './mountinfo.js';
 import { mountSandbox, sandboxFstab, unmountTree } from './mounts.js';
@@ -542,6 +542,19 @@ export class ContainerDriver implements RuntimeDriver {
     if (this.trash) await this.trash.discard(p.dir);
     else await this.cow.removeDir(p.dir);
     await rm(join(this.opts.runtimePath, 'criu-work', id), { recursive: true, force: true });
+  }
+
+  async rename(id: string, hostname: string): Promise<void> {
+    assertSandboxId(id);
+    if (!/^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$/.test(hostname)) {
+      throw new RuntimeError('InvalidSpec', `hostname "${hostname}" is not an RFC 1123 label`);
+    }
+    return this.lock.run(id, async () => {
+      const p = this.paths(id);
+      const pid = await this.readPid(p);
+      await rewriteHostnameFiles(p.upper, hostname, this.opts.uidMapHostStart);
+      await run('nsenter', [`--uts=/proc/${pid}/ns/uts`, 'hostname', hostname]);
+    });
   }
 
   async freeze(id: string): Promise<void> {

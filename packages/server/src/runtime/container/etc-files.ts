@@ -68,6 +68,19 @@ async function writeRegular(path: string, content: string, uid: number): Promise
   }
 }
 
+/** Rewrites /etc/hostname and /etc/hosts in the upper of a sandbox made by `writeEtcFiles` (a new name). */
+export async function rewriteHostnameFiles(
+  upperDir: string,
+  hostname: string,
+  rootUid: number,
+): Promise<void> {
+  const etc = join(upperDir, 'etc');
+  const st = await lstatOrNull(etc);
+  if (!st?.isDirectory()) throw new RuntimeError('Internal', `${etc} is not a directory`);
+  await writeRegular(join(etc, 'hostname'), `${hostname}\n`, rootUid);
+  await writeRegular(join(etc, 'hosts'), hostsFile(hostname), rootUid);
+}
+
 /**
  * Writes /etc/hostname, /etc/hosts and /etc/resolv.conf into the sandbox's upper dir (not bind mounts:
  * every bind mount is one more external mount for CRIU to map on restore). Works on the upper directly,
