@@ -2,7 +2,7 @@
 // (driven with the e2b SDK or its HTTP API) and the same operation done raw, in the same run.
 // Entry point: scripts/bench/run.mjs (options, load check, table). This module holds the shared context:
 // the nodes (started on first use), the raw-twin lab, and their cleanup.
-import { MAIN_NODE, DISK_NODE, removeNode, startNode } from './lib/nodes.mjs';
+import { MAIN_NODE, DISK_NODE, WARM_NODE, removeNode, startNode } from './lib/nodes.mjs';
 import { RawLab, removeRawLeftovers } from './lib/raw.mjs';
 import { sandboxLowerDirs, sandboxOciConfig } from './lib/sandbox-facts.mjs';
 import { createSuite } from './lib/suites/create.mjs';
@@ -29,10 +29,10 @@ const DISK_TOML = '[orchestrator]\nresident_pause_grace_secs = 0\n';
 export function createContext(opts, report, log) {
   const started = new Map();
   let lab = null;
-  const node = (name, toml) => {
+  const node = (name, toml, warm = 0) => {
     if (!started.has(name)) {
       log(`starting aenv node "${name}"`);
-      started.set(name, startNode(name, toml));
+      started.set(name, startNode(name, toml, warm));
     }
     return started.get(name);
   };
@@ -43,6 +43,8 @@ export function createContext(opts, report, log) {
     shared: {},
     mainNode: () => node(MAIN_NODE, MAIN_TOML),
     diskNode: () => node(DISK_NODE, DISK_TOML),
+    /** Node with the warm sandbox pool (2 per template, the product default). */
+    warmNode: () => node(WARM_NODE, '', 2),
     /** The raw twins' lab, set up from a live `base` sandbox's OCI config and overlay layers. */
     rawLab() {
       lab ??= (async () => {

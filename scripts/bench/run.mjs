@@ -43,7 +43,8 @@ if (process.getuid?.() !== 0) {
 }
 
 // Loaded after the cheap checks: these pull in tsx, the harness and the product modules.
-const { DISK_NODE, MAIN_NODE, isEmpty, nodeLeftovers, removeNode } = await import('./lib/nodes.mjs');
+const { DISK_NODE, MAIN_NODE, WARM_NODE, isEmpty, nodeLeftovers, removeNode } =
+  await import('./lib/nodes.mjs');
 const { rawLeftovers, removeRawLeftovers } = await import('./lib/raw.mjs');
 const { run } = await import('./lib/product.mjs');
 
@@ -51,6 +52,7 @@ async function leftovers() {
   return {
     [MAIN_NODE]: await nodeLeftovers(MAIN_NODE),
     [DISK_NODE]: await nodeLeftovers(DISK_NODE),
+    [WARM_NODE]: await nodeLeftovers(WARM_NODE),
     raw: await rawLeftovers(),
   };
 }
@@ -67,6 +69,7 @@ const showLeft = (l) =>
 if (opts.cleanup) {
   await removeNode(MAIN_NODE);
   await removeNode(DISK_NODE);
+  await removeNode(WARM_NODE);
   await removeRawLeftovers();
   const left = await leftovers();
   if (allEmpty(left)) {

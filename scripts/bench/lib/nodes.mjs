@@ -10,6 +10,8 @@ import { harness, run } from './product.mjs';
 export const MAIN_NODE = 'bench';
 /** A second node whose paused sandboxes release their memory at once: resume from disk. */
 export const DISK_NODE = 'bdisk';
+/** A node with the warm sandbox pool on (the product default): creates take a pre-started sandbox. */
+export const WARM_NODE = 'bwarm';
 
 /** Where the harness puts a node named `name` (test/e2e/harness.ts conventions). */
 export function nodePaths(name) {
@@ -43,10 +45,10 @@ async function assertCidrsFree(name) {
   }
 }
 
-/** Starts a node; `toml` is appended to the harness config. */
-export async function startNode(name, toml = '') {
+/** Starts a node; `toml` is appended to the harness config; `warm` = `[pool].warm_sandboxes` (default 0). */
+export async function startNode(name, toml = '', warm = 0) {
   await assertCidrsFree(name);
-  const server = await harness.startServer({ name, toml });
+  const server = await harness.startServer({ name, toml, warm });
   return {
     name,
     server,
