@@ -2,6 +2,9 @@
 // layers[0] = the sandbox disk (its overlay upper, archived by disk-archive.ts), artifacts.memory = CRIU images,
 // committed.extra = CaptureExtra. Whoever publishes a capture for the backend to launch uses these.
 
+import type { SandboxRecord } from '../orchestrator/types.js';
+import type { CommandContext } from '../snapshot/index.js';
+
 export const DISK_MEDIA_TYPE = 'application/vnd.aenv.disk.tar';
 export const MEMORY_MEDIA_TYPE = 'application/vnd.aenv.criu-images.tar';
 
@@ -31,4 +34,16 @@ export interface BackendState {
   thawable?: boolean;
   /** Start command of the template, re-run when the sandbox boots fresh on its saved disk. */
   startCmd?: string;
+}
+
+/** The command context a capture of `record` records when nothing else is given: its default user and workdir. */
+export function sandboxContext(record: SandboxRecord): CommandContext {
+  return {
+    envVars: {},
+    workdir: record.defaultWorkdir ?? '/',
+    user: record.defaultUser,
+    exposedPorts: [],
+    volumes: [],
+    labels: {},
+  };
 }

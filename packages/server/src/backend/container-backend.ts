@@ -58,6 +58,7 @@ export interface ContainerBackendOptions {
 import {
   DISK_MEDIA_TYPE,
   MEMORY_MEDIA_TYPE,
+  sandboxContext,
   type BackendState,
   type CaptureExtra,
 } from './capture-format.js';
@@ -678,14 +679,7 @@ export class ContainerBackend implements SandboxBackend {
         envdEnv: state.envdEnv,
         lowerDirs: state.lowerDirs,
       };
-      const context = target.context ?? {
-        envVars: {},
-        workdir: record.defaultWorkdir ?? '/',
-        user: record.defaultUser,
-        exposedPorts: [],
-        volumes: [],
-        labels: {},
-      };
+      const context = target.context ?? sandboxContext(record);
       await this.opts.repository.publish(target.recordId, {
         layers: [{ path: join(work, 'disk.tar'), mediaType: DISK_MEDIA_TYPE }],
         artifacts: { memory: { path: join(work, 'memory.tar'), mediaType: MEMORY_MEDIA_TYPE } },

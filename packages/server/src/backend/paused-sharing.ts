@@ -4,6 +4,7 @@ import type { Logger } from '../util/log.js';
 import type { SandboxRecord } from '../orchestrator/types.js';
 import type { SnapshotRepository } from '../snapshot/index.js';
 import { archiveDir } from './disk-archive.js';
+import { sandboxContext } from './capture-format.js';
 
 export const PAUSED_DISK_MEDIA_TYPE = 'application/vnd.aenv.paused-disk.tar';
 export const PAUSED_MEMORY_MEDIA_TYPE = 'application/vnd.aenv.paused-criu-images.tar';
@@ -55,14 +56,7 @@ export class PausedSharing {
           ? { memory: { path: join(work, 'memory.tar'), mediaType: PAUSED_MEMORY_MEDIA_TYPE } }
           : {},
         committed: {
-          context: {
-            envVars: {},
-            workdir: record.defaultWorkdir ?? '/',
-            user: record.defaultUser,
-            exposedPorts: [],
-            volumes: [],
-            labels: {},
-          },
+          context: sandboxContext(record),
           runtimeVersions,
           virtualizationMode: mode,
           extra: { sandbox: record as unknown as Record<string, unknown> },

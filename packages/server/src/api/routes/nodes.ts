@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { HostMetricsSampler } from '../../observability/host-metrics.js';
 import { ApiError } from '../errors.js';
+import type { SandboxCountersView } from '../../orchestrator/orchestrator.js';
 
 export interface NodeIdentityView {
   nodeId: string;
@@ -12,17 +13,7 @@ export interface NodeIdentityView {
 }
 
 /** Sandbox counters the orchestrator keeps (reference §2.3 Node). */
-export interface SandboxCounters {
-  sandboxCount: number;
-  sandboxStartingCount: number;
-  sandboxPausedCount: number;
-  allocatedCPU: number;
-  allocatedMemoryBytes: number;
-  pausedAllocatedCPU: number;
-  pausedAllocatedMemoryBytes: number;
-  createSuccesses: number;
-  createFails: number;
-}
+export type SandboxCounters = SandboxCountersView;
 
 export interface NodesRouteDeps {
   enabled: boolean;

@@ -1,10 +1,10 @@
-import { constants } from 'node:fs';
-import { access, readFile, readdir, rmdir, writeFile } from 'node:fs/promises';
+import { readFile, readdir, rmdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { SandboxStats } from '../driver.js';
 import { RuntimeError } from '../driver.js';
 import type { MountEntry } from './mountinfo.js';
+import { exists } from '../../util/fs.js';
 
 const V1_CONTROLLERS = new Set([
   'cpu',
@@ -56,15 +56,6 @@ export function detectCgroupLayout(mounts: MountEntry[]): CgroupLayout {
       throw new RuntimeError('HostSetup', `cgroup v1 layout without the ${c} controller mounted`);
   }
   return { mode: unified ? 'hybrid' : 'v1', v1, unified };
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await access(path, constants.F_OK);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 async function readTrim(path: string): Promise<string> {

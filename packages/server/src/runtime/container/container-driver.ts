@@ -1,16 +1,4 @@
-import { constants } from 'node:fs';
-import {
-  access,
-  chmod,
-  chown,
-  mkdir,
-  readFile,
-  readdir,
-  rename,
-  rm,
-  stat,
-  writeFile,
-} from 'node:fs/promises';
+import { chmod, chown, mkdir, readFile, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { run } from '../../util/exec.js';
 import type {
@@ -47,6 +35,7 @@ import { SpareDirs, Trash } from './spare-dirs.js';
 import type { OciSeccomp, SeccompSource } from './seccomp.js';
 import { loadSeccompProfile } from './seccomp.js';
 import { assertHostPath, assertSandboxId, isSandboxId, validateSpec } from './validate.js';
+import { exists } from '../../util/fs.js';
 
 export const CHECKPOINT_META_FILE = 'aenv-checkpoint.json';
 // 4.2: CRIU 4.1 fails to dump any TCP socket on recent kernels (getsockopt SO_PASSCRED -> EOPNOTSUPP).
@@ -119,15 +108,6 @@ interface SandboxPaths {
 }
 
 const silentLogger: Logger = { info() {}, warn() {} };
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await access(path, constants.F_OK);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 async function dirBytes(dir: string): Promise<number> {
   let total = 0;

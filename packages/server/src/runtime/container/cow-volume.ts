@@ -1,9 +1,9 @@
-import { constants } from 'node:fs';
-import { access, lstat, mkdir, open, readdir, rename, rm, statfs, unlink, writeFile } from 'node:fs/promises';
+import { lstat, mkdir, open, readdir, rename, rm, statfs, unlink, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { CommandError, run } from '../../util/exec.js';
 import { RuntimeError } from '../driver.js';
 import { readMounts } from './mountinfo.js';
+import { exists } from '../../util/fs.js';
 
 export type CowVolumeMode = 'auto' | 'host' | 'loop-btrfs';
 
@@ -27,15 +27,6 @@ export interface CowVolumeOptions {
 const BTRFS_MAGIC = 0x9123683e;
 // The root directory of every btrfs subvolume has this inode number (BTRFS_FIRST_FREE_OBJECTID).
 const BTRFS_SUBVOL_INO = 256;
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await access(path, constants.F_OK);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 async function nearestExisting(path: string): Promise<string> {
   let p = path;
