@@ -57,6 +57,20 @@ describe('server restarts', () => {
     }
   });
 
+  it('refuses a second server on the same home and leaves the first one and its sandboxes alone', async () => {
+    const s = await start();
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 });
+    try {
+      await expect(startServer({ name: NAME })).rejects.toThrow(
+        /another aenv server \(pid \d+\) is running with home_path/,
+      );
+      expect((await sbx.commands.run('echo still here')).stdout).toBe('still here\n');
+      expect((await s.api('GET', '/health')).status).toBe(204);
+    } finally {
+      await sbx.kill();
+    }
+  });
+
   it('re-adopts a running sandbox after kill -9, with its processes and files', async () => {
     let s = await start();
     const sbx = await Sandbox.create({ timeoutMs: 300_000, metadata: { suite: 'restart' } });

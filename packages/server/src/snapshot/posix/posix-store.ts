@@ -14,7 +14,7 @@ import type {
   RepositoryStore,
   StoredLayer,
 } from '../store.js';
-import { acquireFlock } from './flock.js';
+import { acquireFlock, FlockError } from '../../util/flock.js';
 import {
   copyToTemp,
   ensureDir,
@@ -102,6 +102,7 @@ export class PosixStore implements RepositoryStore {
       };
     } catch (err) {
       releaseLocal?.();
+      if (err instanceof FlockError) throw new RepositoryError('Backend', err.message, { cause: err });
       throw err;
     }
   }

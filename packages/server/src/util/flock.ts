@@ -1,6 +1,14 @@
 import { spawn } from 'node:child_process';
-import { RepositoryError } from '../errors.js';
-import type { LockMode } from '../store.js';
+
+export type FlockMode = 'shared' | 'exclusive';
+
+/** flock could not be taken (timeout, or util-linux `flock` missing or failing). */
+export class FlockError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'FlockError';
+  }
+}
 
 export interface HeldFlock {
   release(): Promise<void>;
@@ -13,7 +21,7 @@ export interface HeldFlock {
  * no lease guessing. We know the lock is held when `cat` echoes the byte we wrote (it runs only after
  * flock got the lock). On a shared NFS directory, Linux maps flock to NFS byte-range locks.
  */
-export function acquireFlock(path: string, mode: LockMode, timeoutMs: number): Promise<HeldFlock> {
+export function acquireFlock(path: string, mode: FlockMode, timeoutMs: number): Promise<HeldFlock> {
   const seconds = Math.max(0.001, timeoutMs / 1000).toFixed(3);
   const child = spawn(
     'flock',
@@ -43,7 +51,7 @@ export function acquireFlock(path: string, mode: LockMode, timeoutMs: number): P
     child.once('error', (err) => {
       if (acquired) return;
       reject(
-        new RepositoryError('Backend', `cannot run flock (util-linux) for lock ${path}: ${err.message}`, {
+        new FlockError(`cannot run flock (util-linux) for lock ${path}: ${err.message}`, {
           cause: err,
         }),
       );
@@ -54,7 +62,7 @@ export function acquireFlock(path: string, mode: LockMode, timeoutMs: number): P
         code === 1 && !stderr.trim()
           ? `timed out after ${timeoutMs} ms waiting for lock ${path}`
           : `flock on ${path} failed (exit ${code ?? 'signal'}): ${stderr.trim()}`;
-      reject(new RepositoryError('Backend', why));
+      reject(new FlockError(why));
     });
     child.stdin.write('L\n');
   });
