@@ -24,6 +24,7 @@ import {
   criuVersion,
   versionAtLeast,
   writeCriuConfig,
+  primeKerndatCache,
 } from './criu.js';
 import { rewriteHostnameFiles, writeEtcFiles } from './etc-files.js';
 import { KeyedLock } from './keyed-lock.js';
@@ -279,6 +280,17 @@ export class ContainerDriver implements RuntimeDriver {
       } else if (!versionAtLeast(this.criuVersionValue, MIN_CRIU_VERSION)) {
         this.log.warn(
           `CRIU ${this.criuVersionValue} is older than ${MIN_CRIU_VERSION}: on recent kernels it cannot dump TCP sockets (envd), so checkpoints fail`,
+        );
+      }
+      if (this.criuVersionValue) {
+        await primeKerndatCache(this.opts.criuPath).then(
+          (how) =>
+            how === 'installed' && this.log.info('installed CRIU kernel-feature cache (/run is not a tmpfs)'),
+          (err: unknown) =>
+            this.log.warn(
+              { err: describe(err) },
+              'could not prime the CRIU kernel-feature cache: every CRIU run probes',
+            ),
         );
       }
     }

@@ -1,4 +1,4 @@
-import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rename, statfs, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { run } from '../../util/exec.js';
 
@@ -77,4 +77,33 @@ export async function criuLogErrors(logFile: string, max = 4): Promise<string> {
     .filter((l) => /\bError\b/.test(l))
     .map((l) => l.replace(/^\(\d+\.\d+\)\s*/, '').trim());
   return errors.slice(-max).join(' | ');
+}
+
+const TMPFS_MAGIC = 0x01021994;
+export const KERNDAT_CACHE_FILE = '/run/criu.kdat';
+
+/**
+ * CRIU probes the kernel on every run (and shells out to iptables/ip6tables three times, ≈150 ms here)
+ * unless it finds its cache, /run/criu.kdat — which it only ever writes when /run is a tmpfs. On hosts whose
+ * /run is not one, every dump and restore paid for the probes. There we let CRIU compute the cache in a
+ * private mount namespace whose /run is a tmpfs, and install the result where every CRIU reads it. Done at each
+ * server start, so a new kernel or CRIU gets a fresh cache; a CRIU that cannot use it drops it and probes.
+ */
+export async function primeKerndatCache(criuPath: string): Promise<'native' | 'installed'> {
+  if ((await statfs('/run')).type === TMPFS_MAGIC) return 'native';
+  const script =
+    'mount -t tmpfs -o size=1m aenv-criu-kdat /run && { "$0" check >/dev/null 2>&1; base64 -w0 /run/criu.kdat; }';
+  const { stdout } = await run(
+    'unshare',
+    ['--mount', '--propagation', 'private', 'sh', '-c', script, criuPath],
+    {
+      timeoutMs: 60_000,
+    },
+  );
+  const cache = Buffer.from(stdout.trim(), 'base64');
+  if (cache.length === 0) throw new Error(`${criuPath} check wrote no ${KERNDAT_CACHE_FILE}`);
+  const tmp = `${KERNDAT_CACHE_FILE}.aenv-${process.pid}`;
+  await writeFile(tmp, cache, { mode: 0o600 });
+  await rename(tmp, KERNDAT_CACHE_FILE);
+  return 'installed';
 }
