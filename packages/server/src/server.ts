@@ -296,6 +296,13 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     pidsLimit: config.runtime.pids_limit,
     backend,
     maxConcurrentBuilds: config.template_build.max_concurrent_builds,
+    maxUploadBytes: config.template_build.max_upload_mb * 1024 ** 2,
+    uploadLinkTtlMs: config.template_build.upload_link_ttl_secs * 1000,
+    uploadRetentionMs: config.template_build.upload_retention_hours * 3600_000,
+    cache: {
+      maxEntries: config.template_build.cache_max_entries,
+      maxAgeMs: config.template_build.cache_max_age_hours * 3600_000,
+    },
     defaultImage: config.image.resolver.default_image,
     runtimeVersions: { envd: ENVD_VERSION, tools: tools.version },
     virtualizationMode: runtime.virtualizationMode,

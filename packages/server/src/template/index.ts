@@ -47,6 +47,9 @@ export interface TemplateServiceOptions {
   /** Signs upload links (derive it from the API key so links stay valid across restarts and nodes). */
   uploadSecret: string | Buffer;
   maxUploadBytes?: number;
+  uploadLinkTtlMs?: number;
+  /** Uploaded build contexts unused this long are removed at startup. */
+  uploadRetentionMs?: number;
   /** The backend's CRIU capture, used for templates with a start command. */
   backend: Pick<SandboxBackend, 'capture'>;
   /** Replaces the memory capture (tests). */
@@ -76,6 +79,7 @@ export async function createTemplateService(o: TemplateServiceOptions): Promise<
     dir: join(o.homePath, 'template-files'),
     secret: o.uploadSecret,
     maxUploadBytes: o.maxUploadBytes ?? 4 * 1024 ** 3,
+    ...(o.uploadLinkTtlMs !== undefined ? { linkTtlMs: o.uploadLinkTtlMs } : {}),
   });
   await files.init();
   const logs = new BuildLogStore(join(o.homePath, 'builds'));
@@ -131,7 +135,7 @@ export async function createTemplateService(o: TemplateServiceOptions): Promise<
   });
   await builder.init();
   await builder
-    .gcUploads(7 * DAY_MS)
+    .gcUploads(o.uploadRetentionMs ?? 7 * DAY_MS)
     .catch((err: unknown) => logger.warn({ err }, 'template upload GC failed'));
 
   return {
