@@ -85,6 +85,17 @@ describe('snapshots through the e2b SDK', () => {
     expect((await server.api('GET', '/snapshots/base')).status).toBe(404);
   });
 
+  it('says in Server-Timing how long the sandbox was held (capture) and how long publishing took', async () => {
+    const r = await server.api('POST', `/sandboxes/${source.sandboxId}/snapshots`, {});
+    expect(r.status).toBe(201);
+    const timing = /^capture;dur=([\d.]+), publish;dur=([\d.]+)$/.exec(r.headers.get('server-timing') ?? '');
+    expect(timing, r.headers.get('server-timing') ?? 'no Server-Timing header').not.toBeNull();
+    expect(Number(timing![1])).toBeGreaterThan(0);
+    expect(Number(timing![2])).toBeGreaterThan(0);
+    expect((await info(source.sandboxId)).state).toBe('running');
+    expect((await server.api('DELETE', `/templates/${r.body.snapshotID}`)).status).toBe(204);
+  });
+
   it('lists snapshots with sandboxID and name filters and in pages (newest first)', async () => {
     const bySource = await server.api('GET', `/snapshots?sandboxID=${source.sandboxId}`);
     expect(bySource.status).toBe(200);

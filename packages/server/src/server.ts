@@ -255,7 +255,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     transitionWaitMs: config.orchestrator.max_transition_wait_secs * 1000,
     logger: logger.child({ component: 'orchestrator' }),
     onInstanceStopped: (instanceId) => proxyRef.current?.closeInstance(instanceId),
-    observe: (operation, fn) => metrics.observe(operation, fn),
+    observe: (operation, fn, stage) => metrics.observe(operation, fn, stage),
   });
   metrics.trackSandboxStates(() => orchestrator.stateCounts());
   await orchestrator.init();

@@ -10,6 +10,7 @@ import type { EgressPolicy, NetworkSlot } from '../network/types.js';
 import type { RuntimeDriver, SandboxSpec, ToolsMount } from '../runtime/driver.js';
 import type {
   CaptureTarget,
+  CapturedSandbox,
   ForkChildResult,
   LaunchSource,
   RecoveryOutcome,
@@ -17,7 +18,7 @@ import type {
   StartResult,
 } from '../orchestrator/backend.js';
 import type { PausedState, SandboxRecord } from '../orchestrator/types.js';
-import type { SnapshotRecord, SnapshotRepository } from '../snapshot/index.js';
+import type { PublishInput, SnapshotRecord, SnapshotRepository } from '../snapshot/index.js';
 import { SingleFlight } from '../image/single-flight.js';
 import { initEnvd, waitForEnvd, type EnvdInit } from '../envd/client.js';
 import { archiveDir, extractArchive, syncFilesystem } from './disk-archive.js';
@@ -643,9 +644,7 @@ export class ContainerBackend implements SandboxBackend {
         }),
       );
     } finally {
-      if (existsSync(join(work, 'disk')))
-        await this.opts.runtime.removeUpperSnapshot(join(work, 'disk')).catch(() => {});
-      await rm(work, { recursive: true, force: true });
+      await this.discardWorkDir(work);
     }
   }
 
@@ -657,7 +656,7 @@ export class ContainerBackend implements SandboxBackend {
     };
   }
 
-  async capture(record: SandboxRecord, target: CaptureTarget): Promise<void> {
+  async capture(record: SandboxRecord, target: CaptureTarget): Promise<CapturedSandbox> {
     const state = stateOf(record);
     const work = join(this.store, 'captures', target.recordId);
     await rm(work, { recursive: true, force: true });
@@ -668,44 +667,64 @@ export class ContainerBackend implements SandboxBackend {
         leaveRunning: true,
         upperSnapshotDest: join(work, 'disk'),
       });
+    } catch (err) {
+      await this.discardWorkDir(work);
+      throw err;
+    }
+    const extra: CaptureExtra = {
+      sourceSandboxId: record.id,
+      sourceSecure: record.secure,
+      toolsVersion: state.toolsVersion,
+      envdEnv: state.envdEnv,
+      lowerDirs: state.lowerDirs,
+    };
+    const context = target.context ?? sandboxContext(record);
+    const committed = {
+      context,
+      ...(target.startup ? { startup: { ...target.startup, context } } : {}),
+      runtimeVersions: { ...this.opts.runtimeVersions, tools: state.toolsVersion },
+      virtualizationMode: this.opts.runtime.virtualizationMode,
+      baseImage: { reference: state.imageRef, manifestDigest: state.manifestDigest },
+      extra: extra as unknown as Record<string, unknown>,
+    };
+    return { publish: () => this.publishCapture(target.recordId, work, committed) };
+  }
+
+  /** Archives a capture's work dir into the repository, then keeps it as this node's copy of the snapshot. */
+  private async publishCapture(
+    recordId: string,
+    work: string,
+    committed: PublishInput['committed'],
+  ): Promise<void> {
+    try {
       await Promise.all([
         archiveDir(join(work, 'memory'), join(work, 'memory.tar')),
         archiveDir(join(work, 'disk', 'upper'), join(work, 'disk.tar')),
       ]);
-      const extra: CaptureExtra = {
-        sourceSandboxId: record.id,
-        sourceSecure: record.secure,
-        toolsVersion: state.toolsVersion,
-        envdEnv: state.envdEnv,
-        lowerDirs: state.lowerDirs,
-      };
-      const context = target.context ?? sandboxContext(record);
-      await this.opts.repository.publish(target.recordId, {
+      await this.opts.repository.publish(recordId, {
         layers: [{ path: join(work, 'disk.tar'), mediaType: DISK_MEDIA_TYPE }],
         artifacts: { memory: { path: join(work, 'memory.tar'), mediaType: MEMORY_MEDIA_TYPE } },
-        committed: {
-          context,
-          ...(target.startup ? { startup: { ...target.startup, context } } : {}),
-          runtimeVersions: { ...this.opts.runtimeVersions, tools: state.toolsVersion },
-          virtualizationMode: this.opts.runtime.virtualizationMode,
-          baseImage: { reference: state.imageRef, manifestDigest: state.manifestDigest },
-          extra: extra as unknown as Record<string, unknown>,
-        },
+        committed,
       });
       // What was just captured becomes this node's local copy of the snapshot: launches need no download.
       await rm(join(work, 'memory.tar'), { force: true });
       await rm(join(work, 'disk.tar'), { force: true });
       await writeFile(join(work, COMPLETE), '');
-      const cache = this.snapshotCacheDir(target.recordId);
+      const cache = this.snapshotCacheDir(recordId);
       await mkdir(join(this.store, 'snapshots'), { recursive: true, mode: 0o711 });
-      await this.removeLocalSnapshot(target.recordId);
+      await this.removeLocalSnapshot(recordId);
       await rename(work, cache);
     } catch (err) {
-      if (existsSync(join(work, 'disk')))
-        await this.opts.runtime.removeUpperSnapshot(join(work, 'disk')).catch(() => {});
-      await rm(work, { recursive: true, force: true });
+      await this.discardWorkDir(work);
       throw err;
     }
+  }
+
+  /** Removes a fork or capture work dir (`memory/`, `disk/` possibly a btrfs subvolume). */
+  private async discardWorkDir(work: string): Promise<void> {
+    if (existsSync(join(work, 'disk')))
+      await this.opts.runtime.removeUpperSnapshot(join(work, 'disk')).catch(() => {});
+    await rm(work, { recursive: true, force: true });
   }
 
   /** The snapshot's memory and disk on this node, downloaded from the repository when missing. */

@@ -31,9 +31,9 @@ export class ServerMetrics {
     });
   }
 
-  /** Times a sandbox operation into agentenv_sandbox_stage_duration_seconds / _inflight. */
-  async observe<T>(operation: string, fn: () => Promise<T>): Promise<T> {
-    const labels = { operation, stage: 'total' };
+  /** Times a sandbox operation (or one stage of it) into agentenv_sandbox_stage_duration_seconds / _inflight. */
+  async observe<T>(operation: string, fn: () => Promise<T>, stage = 'total'): Promise<T> {
+    const labels = { operation, stage };
     this.sandboxInflight.inc(labels);
     const end = this.sandboxStage.startTimer(labels);
     try {

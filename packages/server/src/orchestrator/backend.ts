@@ -19,6 +19,12 @@ export interface StartResult {
 export type RecoveryOutcome =
   { kind: 'running'; binding: RuntimeBinding } | { kind: 'paused' } | { kind: 'gone' };
 
+/** A capture taken and kept on this node, not yet in the repository. */
+export interface CapturedSandbox {
+  /** Stores the capture into its repository record (committing it); removes the local work on failure. */
+  publish(): Promise<void>;
+}
+
 export type ForkChildResult = { ok: true; start: StartResult } | { ok: false; error: Error };
 
 /** Where a capture of a running sandbox goes: an existing, uncommitted record of the snapshot repository. */
@@ -65,8 +71,11 @@ export interface SandboxBackend {
   applyPolicy(record: SandboxRecord, policy: EgressPolicy): Promise<void>;
   /** Called once at startup with every stored record; cleans up everything else on the host. */
   recover(records: readonly SandboxRecord[]): Promise<Map<string, RecoveryOutcome>>;
-  /** Captures memory and disk of a running sandbox (it keeps running) and publishes them into `target`. */
-  capture(record: SandboxRecord, target: CaptureTarget): Promise<void>;
+  /**
+   * Captures memory and disk of a running sandbox (it keeps running). The sandbox is only needed until this
+   * resolves; publishing what was captured into `target` is the returned handle's job.
+   */
+  capture(record: SandboxRecord, target: CaptureTarget): Promise<CapturedSandbox>;
   /** One checkpoint of `source`, restored into every child (each with its own slot, id and tokens). */
   fork(source: SandboxRecord, children: readonly SandboxRecord[]): Promise<ForkChildResult[]>;
   /**

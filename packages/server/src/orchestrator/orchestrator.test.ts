@@ -51,9 +51,18 @@ class MapBackend implements SandboxBackend {
   }
   async applyPolicy() {}
   captured: string[] = [];
+  published: string[] = [];
+  publishGate: Promise<void> | undefined;
   async capture(r: SandboxRecord, target: { recordId: string }) {
     await this.step('capture');
     this.captured.push(`${r.id}->${target.recordId}`);
+    return {
+      publish: async () => {
+        if (this.publishGate) await this.publishGate;
+        await this.step('publish');
+        this.published.push(target.recordId);
+      },
+    };
   }
   async fork(_src: SandboxRecord, children: readonly SandboxRecord[]) {
     await this.step('fork');
@@ -282,6 +291,49 @@ describe('Orchestrator state machine', () => {
     expect(orch.get(r.id).state).toBe('running');
     await orch.pause(r.id);
     await expect(orch.snapshot(r.id, { recordId: 'snap-3' })).rejects.toMatchObject({ status: 400 });
+    expect(backend.published).toEqual(['snap-1']);
+  });
+
+  it('releases the sandbox once captured: it runs and can be paused while the snapshot publishes', async () => {
+    const r = await orch.create(input());
+    let open!: () => void;
+    backend.publishGate = new Promise((res) => (open = res));
+    const snapshot = orch.snapshot(r.id, { recordId: 'snap-1' });
+    await new Promise((res) => setTimeout(res, 20));
+    expect(backend.captured).toEqual([`${r.id}->snap-1`]);
+    expect(orch.get(r.id).state).toBe('running');
+    await orch.pause(r.id);
+    expect(backend.published).toEqual([]);
+    open();
+    const timings = await snapshot;
+    expect(backend.published).toEqual(['snap-1']);
+    expect(timings.captureMs).toBeGreaterThanOrEqual(0);
+    expect(timings.publishMs).toBeGreaterThanOrEqual(15);
+  });
+
+  it('fails a snapshot whose publish fails, leaving the sandbox running', async () => {
+    const r = await orch.create(input());
+    backend.failNext = 'publish';
+    await expect(orch.snapshot(r.id, { recordId: 'snap-1' })).rejects.toThrow('publish failed');
+    expect(orch.get(r.id).state).toBe('running');
+    expect(backend.published).toEqual([]);
+  });
+
+  it('waits at shutdown for snapshots still publishing', async () => {
+    const r = await orch.create(input());
+    let open!: () => void;
+    backend.publishGate = new Promise((res) => (open = res));
+    const snapshot = orch.snapshot(r.id, { recordId: 'snap-1' });
+    await new Promise((res) => setTimeout(res, 20));
+    let shutDown = false;
+    const shutdown = orch.shutdown().then(() => (shutDown = true));
+    await new Promise((res) => setTimeout(res, 20));
+    expect(orch.get(r.id).state).toBe('paused');
+    expect(shutDown).toBe(false);
+    open();
+    await shutdown;
+    await snapshot;
+    expect(backend.published).toEqual(['snap-1']);
   });
 
   it('pauses everything on graceful shutdown and refuses new work', async () => {

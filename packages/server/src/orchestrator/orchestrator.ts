@@ -1,7 +1,7 @@
 import { ApiError } from '../api/errors.js';
 import type { Logger } from '../util/log.js';
 import type { EgressPolicy } from '../network/types.js';
-import type { CaptureTarget, LaunchSource, SandboxBackend } from './backend.js';
+import type { CaptureTarget, CapturedSandbox, LaunchSource, SandboxBackend } from './backend.js';
 import { KeyedMutex, LockTimeoutError } from './keyed-mutex.js';
 import type { SandboxStore } from './store.js';
 import { crashPoint } from '../util/crash-point.js';
@@ -45,9 +45,15 @@ export interface OrchestratorOptions {
   transitionWaitMs: number;
   logger: Logger;
   /** Times an operation for metrics (default: just runs it). */
-  observe?: <T>(operation: string, fn: () => Promise<T>) => Promise<T>;
+  observe?: <T>(operation: string, fn: () => Promise<T>, stage?: string) => Promise<T>;
   /** Told when a sandbox instance stops serving traffic (so the proxy cuts its streams). */
   onInstanceStopped?: (instanceId: string) => void;
+}
+
+/** Where the time of a snapshot went: the sandbox held (capture) and the repository write (publish). */
+export interface SnapshotTimings {
+  captureMs: number;
+  publishMs: number;
 }
 
 export interface SandboxCountersView {
@@ -79,6 +85,8 @@ export class Orchestrator {
   private readonly settledWaiters = new Map<string, (() => void)[]>();
   private evictTimer: NodeJS.Timeout | undefined;
   private shuttingDown = false;
+  /** Snapshot publishes in flight (they run after the sandbox is released); shutdown waits for them. */
+  private readonly publishing = new Set<Promise<void>>();
   private createSuccesses = 0;
   private createFails = 0;
 
@@ -128,8 +136,8 @@ export class Orchestrator {
     this.evictTimer.unref();
   }
 
-  private timed<T>(operation: string, fn: () => Promise<T>): Promise<T> {
-    return this.opts.observe ? this.opts.observe(operation, fn) : fn();
+  private timed<T>(operation: string, fn: () => Promise<T>, stage?: string): Promise<T> {
+    return this.opts.observe ? this.opts.observe(operation, fn, stage) : fn();
   }
 
   /** Number of sandboxes in each state (for metrics). */
@@ -544,22 +552,39 @@ export class Orchestrator {
   }
 
   /** `POST /snapshots`: captures the running sandbox into `target` (it keeps running). */
-  async snapshot(id: string, target: CaptureTarget): Promise<SandboxRecord> {
+  /**
+   * Snapshots a running sandbox. It is held in `snapshotting` only while its memory and disk are captured;
+   * publishing into the repository follows with the sandbox running again (as the reference orders it).
+   */
+  async snapshot(id: string, target: CaptureTarget): Promise<SnapshotTimings> {
     this.assertOpen();
     const current = this.sandboxes.get(id);
     if (!current || current.state === 'killing') throw notFound(id);
     if (current.state !== 'running')
       throw new ApiError(400, `sandbox cannot be snapshotted from ${current.state} state`);
+    const t0 = performance.now();
+    const captured = await this.timed('snapshot', () => this.snapshotCapture(id, target), 'capture');
+    const t1 = performance.now();
+    const publishing = this.timed('snapshot', () => captured.publish(), 'publish');
+    this.publishing.add(publishing);
+    try {
+      await publishing;
+    } finally {
+      this.publishing.delete(publishing);
+    }
+    return { captureMs: t1 - t0, publishMs: performance.now() - t1 };
+  }
+
+  private snapshotCapture(id: string, target: CaptureTarget): Promise<CapturedSandbox> {
     return this.withLock(id, async (r) => {
       if (r.state !== 'running')
         throw new ApiError(400, `sandbox cannot be snapshotted from ${r.state} state`);
       this.setState(r, 'snapshotting');
       try {
-        await this.timed('snapshot', () => this.opts.backend.capture(r, target));
+        return await this.opts.backend.capture(r, target);
       } finally {
         this.setState(r, 'running');
       }
-      return r;
     });
   }
 
@@ -630,6 +655,8 @@ export class Orchestrator {
     }
     // Nothing stays frozen in memory while the server is down (a restart would discard it anyway).
     await this.maintainPaused({ releaseAll: true });
+    // Snapshots whose sandbox is already paused may still be writing into the repository.
+    await Promise.allSettled([...this.publishing]);
   }
 
   expiryOf(r: SandboxRecord): string {

@@ -108,7 +108,7 @@ export class BackendCapture implements TemplateCapture {
       context: req.context,
       ...(req.startup ? { startup: req.startup } : {}),
     };
-    await this.backend.capture(record, target);
+    await (await this.backend.capture(record, target)).publish();
     return this.repository.get(req.templateRecordId);
   }
 }

@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import type { Orchestrator } from '../../orchestrator/orchestrator.js';
+import type { Orchestrator, SnapshotTimings } from '../../orchestrator/orchestrator.js';
 import {
   isValidAlias,
   isRepositoryError,
@@ -45,8 +45,9 @@ export function registerSnapshotRoutes(app: FastifyInstance, deps: SnapshotRoute
     const sandbox = orch.get(id);
     const recordId = newSnapshotId();
     let created = false;
+    let timings: SnapshotTimings;
     try {
-      await orch.snapshot(id, {
+      timings = await orch.snapshot(id, {
         recordId,
         createRecord: async () => {
           await repo.create({
@@ -63,6 +64,11 @@ export function registerSnapshotRoutes(app: FastifyInstance, deps: SnapshotRoute
       if (isRepositoryError(e, 'AliasConflict')) throw new ApiError(400, (e as Error).message);
       throw e;
     }
+    // How long the sandbox was held (capture) and how long the repository write took (publish).
+    reply.header(
+      'server-timing',
+      `capture;dur=${timings.captureMs.toFixed(1)}, publish;dur=${timings.publishMs.toFixed(1)}`,
+    );
     return reply.code(201).send(snapshotInfo(await repo.get(recordId)));
   });
 
