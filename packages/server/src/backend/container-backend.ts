@@ -440,6 +440,7 @@ export class ContainerBackend implements SandboxBackend {
     const slotIndex = record.runtime?.slotIndex ?? state.residentSlot;
     if (slotIndex !== undefined) await this.opts.network.release(this.opts.network.attach(slotIndex));
     await this.sharing?.forget(record.id);
+    await this.discardSettled(record.id);
     await this.discardPauseArtifacts(record.id);
     this.opts.images.releaseLease(leaseHolder(record.id));
   }
@@ -462,6 +463,23 @@ export class ContainerBackend implements SandboxBackend {
     this.trashing.add(job);
   }
 
+  /** Per sandbox, the discard of its pause artifacts still running after a resident resume answered. */
+  private readonly discarding = new Map<string, Promise<void>>();
+
+  private discardInBackground(id: string): void {
+    const job: Promise<void> = this.discardPauseArtifacts(id)
+      .catch((err: unknown) => this.log.warn({ err, sandboxId: id }, 'could not remove pause artifacts'))
+      .finally(() => {
+        if (this.discarding.get(id) === job) this.discarding.delete(id);
+      });
+    this.discarding.set(id, job);
+  }
+
+  /** Waits until a background discard no longer touches the sandbox's pause dir (a new pause writes there). */
+  private async discardSettled(id: string): Promise<void> {
+    await this.discarding.get(id);
+  }
+
   /** Removes a dir that may hold a disk snapshot (`disk/`, possibly a btrfs subvolume). */
   private async removeTree(dir: string): Promise<void> {
     if (existsSync(join(dir, 'disk'))) await this.opts.runtime.removeUpperSnapshot(join(dir, 'disk'));
@@ -475,6 +493,7 @@ export class ContainerBackend implements SandboxBackend {
 
   /** Waits for background deletions (shutdown, tests). */
   async whenIdle(): Promise<void> {
+    await Promise.all([...this.discarding.values()]);
     await Promise.all([...this.trashing]);
   }
 
@@ -483,6 +502,7 @@ export class ContainerBackend implements SandboxBackend {
   async pause(record: SandboxRecord, opts: { memory: boolean }): Promise<PausedState> {
     const id = record.id;
     const dir = this.pausedDir(id);
+    await this.discardSettled(id);
     await this.removePauseArtifacts(id);
     await mkdir(dir, { recursive: true, mode: 0o711 });
     const cid = this.cid(record);
@@ -567,14 +587,9 @@ export class ContainerBackend implements SandboxBackend {
     if (state.resident && state.residentSlot !== undefined) {
       const slot = this.opts.network.attach(state.residentSlot);
       await this.opts.runtime.thaw(this.cid(record));
-      // envd was never stopped: /init (token, identity, clock) is all it needs.
-      await initEnvd(
-        slot.hostInteractionIp,
-        this.opts.envdPort,
-        this.initBody(record),
-        record.secure ? this.opts.envdToken(record.id) : undefined,
-      );
-      await this.discardPauseArtifacts(record.id);
+      // No /init: envd never stopped, and nothing it was given changed (env, user, workdir and token are the
+      // sandbox's for life; a container reads the host's clock, so there is no clock to set after a pause).
+      this.discardInBackground(record.id);
       return {
         binding: this.binding(slot),
         backend: {
@@ -594,9 +609,7 @@ export class ContainerBackend implements SandboxBackend {
       currentToken: record.secure ? this.opts.envdToken(record.id) : undefined,
       leaseHeld: true,
     });
-    await this.discardPauseArtifacts(record.id).catch((err: unknown) =>
-      this.log.warn({ err, sandboxId: record.id }, 'could not remove pause artifacts after resume'),
-    );
+    this.discardInBackground(record.id);
     return result;
   }
 

@@ -1,3 +1,4 @@
+import { writeFileSync } from 'node:fs';
 import { readFile, readdir, rmdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -178,12 +179,26 @@ export class Cgroups {
     }
   }
 
+  /**
+   * Thaws with one synchronous write: it is a resume's critical path (the kernel takes ~2 ms to wake the tasks
+   * either way), and three thread-pool hops for open/write/close cost almost as much again.
+   */
   async thaw(id: string): Promise<void> {
-    if (this.v2()) {
-      await this.writeOrNotFound(join(this.dir('', id), 'cgroup.freeze'), '0', id);
-      return;
+    const file = this.v2()
+      ? join(this.dir('', id), 'cgroup.freeze')
+      : join(this.dir('freezer', id), 'freezer.state');
+    this.orNotFound(() => writeFileSync(file, this.v2() ? '0' : 'THAWED'), id);
+  }
+
+  private orNotFound(write: () => void, id: string): void {
+    try {
+      write();
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') {
+        throw new RuntimeError('NotFound', `sandbox ${id} has no cgroup (not running)`);
+      }
+      throw e;
     }
-    await this.writeOrNotFound(join(this.dir('freezer', id), 'freezer.state'), 'THAWED', id);
   }
 
   private async writeOrNotFound(path: string, value: string, id: string): Promise<void> {
