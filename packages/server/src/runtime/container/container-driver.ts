@@ -606,6 +606,13 @@ export class ContainerDriver implements RuntimeDriver {
       // disk can be captured at exactly the instant the memory was.
       if (!wasFrozen) await this.cg().freeze(id);
       const started = process.hrtime.bigint();
+      // Frozen, the disk cannot change while CRIU dumps: its snapshot is taken at the same time, not after.
+      const diskSnapshot = opts.upperSnapshotDest
+        ? this.snapshotPaths(p, opts.upperSnapshotDest).then(
+            () => undefined,
+            (err: unknown) => err,
+          )
+        : Promise.resolve(undefined);
       for (let attempt = 1; ; attempt++) {
         try {
           await this.runc.checkpoint(id, netnsPath, imagesDir, work, opts.leaveRunning ?? false, p.runcLog);
@@ -621,6 +628,8 @@ export class ContainerDriver implements RuntimeDriver {
             continue;
           }
           await rm(imagesDir, { recursive: true, force: true });
+          if (!(await diskSnapshot) && opts.upperSnapshotDest)
+            await this.cow.removeDir(opts.upperSnapshotDest).catch(() => {});
           if (!wasFrozen)
             await this.cg()
               .thaw(id)
@@ -633,10 +642,11 @@ export class ContainerDriver implements RuntimeDriver {
         }
       }
       const dumpMs = Number(process.hrtime.bigint() - started) / 1e6;
-      try {
-        if (opts.upperSnapshotDest) await this.snapshotPaths(p, opts.upperSnapshotDest);
-      } finally {
-        if (opts.leaveRunning && !wasFrozen) await this.cg().thaw(id);
+      const snapshotError = await diskSnapshot;
+      if (opts.leaveRunning && !wasFrozen) await this.cg().thaw(id);
+      if (snapshotError) {
+        await rm(imagesDir, { recursive: true, force: true });
+        throw snapshotError;
       }
       const meta: CheckpointMeta = {
         version: 1,
