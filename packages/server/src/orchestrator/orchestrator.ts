@@ -462,6 +462,9 @@ export class Orchestrator {
       if (r.state !== 'running') throw new ApiError(409, `sandbox cannot be paused from ${r.state} state`);
       await this.doPause(r, opts.memory ?? true);
     });
+    // What the pause leaves resident but will never thaw (no grace, memory pressure, filesystem-only) is released
+    // now, in the background, rather than at the next tick or by the next resume.
+    if (!this.shuttingDown) void this.maintainPaused();
   }
 
   private async doPause(r: SandboxRecord, memory = true): Promise<void> {
