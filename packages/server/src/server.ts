@@ -15,7 +15,7 @@ import { ENVD_VERSION, ensureToolsDir } from '@aenv/envd';
 import { createLogger, type Logger } from './util/log.js';
 import { uuidv7 } from './util/uuid.js';
 import { openStateDb, type StateDb } from './state/db.js';
-import { lockHome } from './util/home-lock.js';
+import { lockNodeDirs } from './util/node-lock.js';
 import { ServerMetrics } from './observability/metrics.js';
 import { HostMetricsSampler } from './observability/host-metrics.js';
 import { resolveApiKey, resolveAccessTokenSeed, SandboxTokenIssuer } from './secrets/index.js';
@@ -112,7 +112,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   if (missing.length) throw new Error(`aenv server needs ${missing.join(' and ')} (run it as root)`);
   // Sandbox uids must traverse $AENV_HOME to their dirs (search only; secrets/ itself is 0700).
   mkdirSync(config.home_path, { recursive: true, mode: 0o711 });
-  const homeLock = await lockHome(config.home_path);
+  const nodeLock = await lockNodeDirs(config);
   const db = openStateDb(join(config.home_path, 'state.db'), [...orchestratorMigrations, ...imageMigrations]);
   const store = new SandboxStore(db);
   const stored = store.loadAll().records;
@@ -397,7 +397,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       await images.stop();
       await repository.close();
       db.close();
-      await homeLock.release();
+      await nodeLock.release();
       logger.info('shutdown complete');
     },
   };
