@@ -26,12 +26,15 @@ export async function lockNodeDirs(dirs: { home_path: string; runtime_path: stri
   return { release };
 }
 
+const RELEASE_GRACE_MS = 3000;
+
 async function lockDir(dir: string, key: string): Promise<HeldFlock> {
   mkdirSync(dir, { recursive: true, mode: 0o711 });
   const pidFile = join(dir, 'server.pid');
   let held: HeldFlock;
   try {
-    held = await acquireFlock(join(dir, 'server.lock'), 'exclusive', 1);
+    // A holder killed a moment ago lets go within milliseconds (its flock child sees its pipe close).
+    held = await acquireFlock(join(dir, 'server.lock'), 'exclusive', RELEASE_GRACE_MS);
   } catch (err) {
     if (!(err instanceof FlockError) || !/timed out/.test(err.message)) throw err;
     let holder = '';
