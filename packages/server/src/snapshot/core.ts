@@ -1,7 +1,6 @@
 import { stat } from 'node:fs/promises';
 import { z } from 'zod';
 import type { Logger } from '../util/log.js';
-import { digestFile } from './digest.js';
 import { backendError, invalidRequest, isRepositoryError, notFound, RepositoryError } from './errors.js';
 import { isSnapshotId, looksLikeUuid, newSnapshotId } from './ids.js';
 import {
@@ -563,10 +562,17 @@ export class CatalogRepository implements SnapshotRepository {
     name: string,
     opts: PublishOptions,
   ): Promise<LayerRef> {
-    const { digest, size } = await digestFile(file.path);
+    // One pass: staging hashes the bytes it copies, so no separate digest read of the file is needed.
+    const staged = await this.store.stageBlob(file.path);
+    const { digest, size } = staged;
     const loc = locate(digest);
-    const deduplicated = await this.store.hasBlob(loc, size);
-    if (!deduplicated) await this.store.putBlob(loc, file.path, size);
+    let deduplicated: boolean;
+    try {
+      deduplicated = await this.store.hasBlob(loc, size);
+      if (!deduplicated) await staged.commit(loc);
+    } finally {
+      await staged.discard();
+    }
     const ref: LayerRef = { digest, size, mediaType: file.mediaType };
     await opts.onProgress?.({ step: 'blob-stored', kind: loc.kind, name, ref, deduplicated });
     return ref;

@@ -29,6 +29,17 @@ export interface StoredLayer {
   modifiedAtMs: number;
 }
 
+/** A blob copied into a store's staging area, not yet visible under any name. */
+export interface StagedBlob {
+  /** sha256 and size of the raw content. */
+  digest: string;
+  size: number;
+  /** Stores it under `loc` atomically (nothing appears under the final name until it is complete). */
+  commit(loc: BlobLocation): Promise<void>;
+  /** Drops the staged copy; idempotent, and a no-op after commit. */
+  discard(): Promise<void>;
+}
+
 export interface RepositoryStore {
   readonly backend: 'posix_fs' | 'oss';
 
@@ -50,10 +61,11 @@ export interface RepositoryStore {
   /** True when a blob with this size is stored (dedup check; content is verified on fetch). */
   hasBlob(loc: BlobLocation, size: number): Promise<boolean>;
   /**
-   * Stores `file` under `loc` atomically (nothing appears under the final name until it is complete),
-   * verifying while streaming that the file's raw sha256 and size still match `digest`/`size`.
+   * Copies `file` into the store's staging area in one pass, hashing its raw bytes as they stream (and
+   * compressing them where the store does): the digest names the blob, and the staged bytes are exactly the
+   * hashed ones.
    */
-  putBlob(loc: BlobLocation, file: string, size: number): Promise<void>;
+  stageBlob(file: string): Promise<StagedBlob>;
   /** A local path with the blob's raw, verified content. NotFound / IntegrityMismatch on failure. */
   fetchBlob(loc: BlobLocation, size: number): Promise<string>;
   deleteBlob(loc: BlobLocation): Promise<void>;

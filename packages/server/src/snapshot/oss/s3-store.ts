@@ -3,7 +3,7 @@ import { rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from '../../util/log.js';
 import { LocalBlobCache } from '../cache/local-cache.js';
-import { digestHex } from '../digest.js';
+import { digestHex, type FileDigest } from '../digest.js';
 import { backendError, notFound, RepositoryError } from '../errors.js';
 import type {
   BlobLocation,
@@ -12,6 +12,7 @@ import type {
   LockMode,
   LockName,
   RepositoryStore,
+  StagedBlob,
   StoredLayer,
 } from '../store.js';
 import { copyToTemp } from '../posix/fs-util.js';
@@ -198,12 +199,12 @@ export class S3Store implements RepositoryStore {
     );
   }
 
-  async putBlob(loc: BlobLocation, file: string, size: number): Promise<void> {
+  async stageBlob(file: string): Promise<StagedBlob> {
     await this.cache.init();
     const compress = this.opts.compression.enabled;
     let upload = join(this.cache.tmpDir, `upload-${randomUUID()}`);
+    let raw: FileDigest;
     try {
-      let raw;
       if (compress) {
         raw = await compressFile(file, upload, this.opts.compression.level);
       } else {
@@ -211,24 +212,30 @@ export class S3Store implements RepositoryStore {
         upload = copied.tmp;
         raw = copied;
       }
-      if (raw.digest !== loc.digest || raw.size !== size) {
-        throw new RepositoryError(
-          'IntegrityMismatch',
-          `${file} changed while being stored (expected ${loc.digest}, ${size} bytes; read ${raw.digest}, ${raw.size} bytes)`,
-        );
-      }
-      const stored = (await stat(upload)).size;
-      const codec = compress ? 'zstd' : 'none';
-      await this.ops.putFile(blobKey(loc), upload, stored, {
-        [META_DIGEST]: loc.digest,
-        [META_CODEC]: codec,
-        [META_RAW_SIZE]: String(size),
-        [META_STORED_SIZE]: String(stored),
-      });
-      this.log.debug({ key: blobKey(loc), codec, rawBytes: size, storedBytes: stored }, 'blob uploaded');
-    } finally {
+    } catch (err) {
       await rm(upload, { force: true });
+      throw err;
     }
+    const discard = () => rm(upload, { force: true });
+    return {
+      digest: raw.digest,
+      size: raw.size,
+      commit: async (loc) => {
+        const stored = (await stat(upload)).size;
+        const codec = compress ? 'zstd' : 'none';
+        await this.ops.putFile(blobKey(loc), upload, stored, {
+          [META_DIGEST]: raw.digest,
+          [META_CODEC]: codec,
+          [META_RAW_SIZE]: String(raw.size),
+          [META_STORED_SIZE]: String(stored),
+        });
+        this.log.debug(
+          { key: blobKey(loc), codec, rawBytes: raw.size, storedBytes: stored },
+          'blob uploaded',
+        );
+      },
+      discard,
+    };
   }
 
   async fetchBlob(loc: BlobLocation, size: number): Promise<string> {

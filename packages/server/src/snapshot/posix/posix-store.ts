@@ -12,6 +12,7 @@ import type {
   LockMode,
   LockName,
   RepositoryStore,
+  StagedBlob,
   StoredLayer,
 } from '../store.js';
 import { acquireFlock, FlockError } from '../../util/flock.js';
@@ -153,22 +154,24 @@ export class PosixStore implements RepositoryStore {
     return st !== undefined && st.isFile() && st.size === size;
   }
 
-  async putBlob(loc: BlobLocation, file: string, size: number): Promise<void> {
+  async stageBlob(file: string): Promise<StagedBlob> {
     const copied = await copyToTemp(this.tmpDir, file);
-    try {
-      if (copied.digest !== loc.digest || copied.size !== size) {
-        throw new RepositoryError(
-          'IntegrityMismatch',
-          `${file} changed while being stored (expected ${loc.digest}, ${size} bytes; read ${copied.digest}, ${copied.size} bytes)`,
-        );
-      }
-      const final = this.blobPath(loc);
-      await ensureDir(dirname(final));
-      await rename(copied.tmp, final);
-      await fsyncDir(dirname(final));
-    } finally {
-      await unlinkIfExists(copied.tmp);
-    }
+    let done = false;
+    return {
+      digest: copied.digest,
+      size: copied.size,
+      commit: async (loc) => {
+        const final = this.blobPath(loc);
+        await ensureDir(dirname(final));
+        await rename(copied.tmp, final);
+        done = true;
+        await fsyncDir(dirname(final));
+      },
+      discard: async () => {
+        if (!done) await unlinkIfExists(copied.tmp);
+        done = true;
+      },
+    };
   }
 
   async fetchBlob(loc: BlobLocation, size: number): Promise<string> {
