@@ -73,7 +73,10 @@ class MapBackend implements SandboxBackend {
     );
   }
   failSecondChild = false;
-  async maintain() {}
+  maintained: string[][] = [];
+  async maintain(paused: readonly SandboxRecord[]) {
+    this.maintained.push(paused.map((r) => r.id));
+  }
   async recover(records: readonly SandboxRecord[]) {
     return new Map(
       records.map((r) => [
@@ -334,6 +337,15 @@ describe('Orchestrator state machine', () => {
     await shutdown;
     await snapshot;
     expect(backend.published).toEqual(['snap-1']);
+  });
+
+  it('after a pause, maintains that sandbox alone (its release need not wait for the next tick)', async () => {
+    const a = await orch.create(input());
+    const b = await orch.create(input());
+    await orch.pause(a.id);
+    await orch.pause(b.id);
+    await new Promise((res) => setTimeout(res, 10));
+    expect(backend.maintained).toEqual([[a.id], [b.id]]);
   });
 
   it('pauses everything on graceful shutdown and refuses new work', async () => {

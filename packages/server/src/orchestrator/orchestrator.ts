@@ -464,7 +464,7 @@ export class Orchestrator {
     });
     // What the pause leaves resident but will never thaw (no grace, memory pressure, filesystem-only) is released
     // now, in the background, rather than at the next tick or by the next resume.
-    if (!this.shuttingDown) void this.maintainPaused();
+    if (!this.shuttingDown) void this.maintainPaused({ only: id });
   }
 
   private async doPause(r: SandboxRecord, memory = true): Promise<void> {
@@ -554,7 +554,6 @@ export class Orchestrator {
     });
   }
 
-  /** `POST /snapshots`: captures the running sandbox into `target` (it keeps running). */
   /**
    * Snapshots a running sandbox. It is held in `snapshotting` only while its memory and disk are captured;
    * publishing into the repository follows with the sandbox running again (as the reference orders it).
@@ -592,9 +591,11 @@ export class Orchestrator {
   }
 
   /** Lets the backend release what paused sandboxes still hold (resident memory) when it is time. */
-  async maintainPaused(opts: { releaseAll?: boolean } = {}): Promise<void> {
-    const paused = [...this.sandboxes.values()].filter(
-      (r) => r.state === 'paused' && !this.locks.isLocked(r.id),
+  async maintainPaused(opts: { releaseAll?: boolean; only?: string } = {}): Promise<void> {
+    const candidates =
+      opts.only === undefined ? [...this.sandboxes.values()] : [this.sandboxes.get(opts.only)];
+    const paused = candidates.filter(
+      (r): r is SandboxRecord => r?.state === 'paused' && !this.locks.isLocked(r.id),
     );
     await Promise.all(
       paused.map((p) =>
@@ -603,7 +604,7 @@ export class Orchestrator {
             const r = this.sandboxes.get(p.id);
             if (r?.state !== 'paused') return;
             const before = JSON.stringify(r.backend);
-            await this.opts.backend.maintain([r], opts);
+            await this.opts.backend.maintain([r], { releaseAll: opts.releaseAll === true });
             if (JSON.stringify(r.backend) !== before) this.opts.store.save(r);
           })
           .catch((err: unknown) =>

@@ -81,6 +81,14 @@ function keyedValue(text: string, key: string): number {
  * The cgroups of one parent (`/aenv`) in every hierarchy: runc creates `<mount>/<parent>/<id>` from the
  * absolute cgroupsPath, which keeps sandboxes out of the server's own memory cgroup.
  */
+/** ENOENT on a sandbox's cgroup file means it has no cgroup (it is not running); other errors pass through. */
+function missingCgroup(e: unknown, id: string): unknown {
+  if ((e as NodeJS.ErrnoException).code === 'ENOENT') {
+    return new RuntimeError('NotFound', `sandbox ${id} has no cgroup (not running)`);
+  }
+  return e;
+}
+
 export class Cgroups {
   constructor(
     readonly layout: CgroupLayout,
@@ -184,20 +192,13 @@ export class Cgroups {
    * either way), and three thread-pool hops for open/write/close cost almost as much again.
    */
   async thaw(id: string): Promise<void> {
-    const file = this.v2()
-      ? join(this.dir('', id), 'cgroup.freeze')
-      : join(this.dir('freezer', id), 'freezer.state');
-    this.orNotFound(() => writeFileSync(file, this.v2() ? '0' : 'THAWED'), id);
-  }
-
-  private orNotFound(write: () => void, id: string): void {
+    const [file, value] = this.v2()
+      ? [join(this.dir('', id), 'cgroup.freeze'), '0']
+      : [join(this.dir('freezer', id), 'freezer.state'), 'THAWED'];
     try {
-      write();
+      writeFileSync(file, value);
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') {
-        throw new RuntimeError('NotFound', `sandbox ${id} has no cgroup (not running)`);
-      }
-      throw e;
+      throw missingCgroup(e, id);
     }
   }
 
@@ -205,10 +206,7 @@ export class Cgroups {
     try {
       await writeFile(path, value);
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') {
-        throw new RuntimeError('NotFound', `sandbox ${id} has no cgroup (not running)`);
-      }
-      throw e;
+      throw missingCgroup(e, id);
     }
   }
 
