@@ -9,7 +9,7 @@ import {
   readWorkload,
   startServer,
   startWorkload,
-  strayHostObjects,
+  endNode,
   useSdk,
   workloadFetch,
   type TestServer,
@@ -47,11 +47,7 @@ describe('fork through the e2b SDK', () => {
     w = await startWorkload(server, source);
   });
   afterAll(async () => {
-    if (server) {
-      await server.killAll();
-      expect(await strayHostObjects(server)).toEqual([]);
-    }
-    expect(await server?.shutdown()).toBe(0);
+    if (server) expect(await endNode(server)).toEqual({ stray: [], exitCode: 0 });
   });
 
   it('forks x3: same memory and files at the fork point, own ids, hostnames and tokens, then divergence', async () => {

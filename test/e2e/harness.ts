@@ -428,6 +428,16 @@ export function storeDir(server: Pick<TestServer, 'home'>): string {
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 /**
+ * A test file's end: kills every sandbox, lists what the host still holds of the node, then stops it
+ * gracefully. Expect `{ stray: [], exitCode: 0 }`.
+ */
+export async function endNode(server: TestServer): Promise<{ stray: string[]; exitCode: number | null }> {
+  await server.killAll();
+  const stray = await strayHostObjects(server);
+  return { stray, exitCode: await server.shutdown() };
+}
+
+/**
  * Host objects of `server` that belong to no sandbox it lists: runc containers, cgroups, sandbox dirs and mounts
  * of unknown ids, pause artifacts of sandboxes that are not paused, leftover fork/capture work dirs, slots beyond
  * the listed sandboxes plus the spare pool (`poolMax`), veths or chains without a netns. Empty = nothing leaked.

@@ -12,7 +12,7 @@ import {
   startServer,
   startWorkload,
   storeDir,
-  strayHostObjects,
+  endNode,
   useSdk,
   workloadFetch,
   type TestServer,
@@ -67,8 +67,7 @@ describe('pause and resume from disk (no resident grace)', () => {
     await Promise.all(created.splice(0).map((id) => server.api('DELETE', `/sandboxes/${id}`)));
   });
   afterAll(async () => {
-    if (server) expect(await strayHostObjects(server)).toEqual([]);
-    expect(await server?.shutdown()).toBe(0);
+    if (server) expect(await endNode(server)).toEqual({ stray: [], exitCode: 0 });
   });
 
   it('restores files, env, the background process (same PID) and its listening socket', async () => {

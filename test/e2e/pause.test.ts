@@ -15,7 +15,7 @@ import {
   startServer,
   startWorkload,
   storeDir,
-  strayHostObjects,
+  endNode,
   useSdk,
   workloadFetch,
   type TestServer,
@@ -66,11 +66,7 @@ describe('pause and resume (resident) through the e2b SDK', () => {
     await Promise.all(created.splice(0).map((id) => server.api('DELETE', `/sandboxes/${id}`)));
   });
   afterAll(async () => {
-    if (server) {
-      await server.killAll();
-      expect(await strayHostObjects(server)).toEqual([]);
-    }
-    expect(await server?.shutdown()).toBe(0);
+    if (server) expect(await endNode(server)).toEqual({ stray: [], exitCode: 0 });
   });
 
   it('keeps files, env, the background process and its listening socket across betaPause and connect', async () => {

@@ -10,7 +10,7 @@ import {
   readWorkload,
   startServer,
   startWorkload,
-  strayHostObjects,
+  endNode,
   useSdk,
   workloadFetch,
   type TestServer,
@@ -45,11 +45,7 @@ describe('snapshots through the e2b SDK', () => {
     sourceEndAt = (await info(source.sandboxId)).endAt;
   });
   afterAll(async () => {
-    if (server) {
-      await server.killAll();
-      expect(await strayHostObjects(server)).toEqual([]);
-    }
-    expect(await server?.shutdown()).toBe(0);
+    if (server) expect(await endNode(server)).toEqual({ stray: [], exitCode: 0 });
   });
 
   it('creates snapshots with and without a name; the source keeps running with its expiry', async () => {
