@@ -92,6 +92,13 @@ const stateOf = (r: SandboxRecord) => r.backend as unknown as BackendState;
  * init runs envd from the tools mount. Pause, fork and snapshots are CRIU checkpoints plus copy-on-write disk
  * snapshots kept on the sandbox volume. Each step is undone in reverse when a later one fails.
  */
+/** How to boot a template that starts from its image (no captured memory or disk), or undefined for captures. */
+function imageBoot(source: LaunchSource, resources: BootSpec['resources']): BootSpec | undefined {
+  const committed = (source.record as SnapshotRecord).committed;
+  if (!committed?.baseImage || committed.artifacts.memory || committed.layers.length > 0) return undefined;
+  return { templateId: source.templateId, committed, resources };
+}
+
 export class ContainerBackend implements SandboxBackend {
   private readonly localSnapshots = new SingleFlight<void>();
   private readonly sharing: PausedSharing | undefined;
@@ -198,13 +205,10 @@ export class ContainerBackend implements SandboxBackend {
 
   async start(record: SandboxRecord, source: LaunchSource, policy: EgressPolicy): Promise<StartResult> {
     const snapshot = source.record as SnapshotRecord;
-    const committed = snapshot.committed;
-    if (!committed?.baseImage)
+    if (!snapshot.committed?.baseImage)
       throw new Error(`template ${source.templateId} has no base image to start from`);
-    if (committed.artifacts.memory || committed.layers.length > 0)
-      return this.startFromCapture(record, snapshot, policy);
-
-    const boot: BootSpec = { templateId: source.templateId, committed, resources: record.resources };
+    const boot = imageBoot(source, record.resources);
+    if (!boot) return this.startFromCapture(record, snapshot, policy);
     const key = warmKey(boot);
     const warm = this.warm.take(key);
     this.warm.want(key, boot);
@@ -272,19 +276,8 @@ export class ContainerBackend implements SandboxBackend {
       });
       undo(() => this.opts.runtime.destroy(containerId));
       await policyApplied;
-      await waitForEnvd(slot.hostInteractionIp, this.opts.envdPort, {
-        pollMs: this.opts.envdPollMs,
-        timeoutMs: this.opts.envdInitTimeoutMs,
-        isAlive: async () => {
-          const listed = await this.opts.runtime.list();
-          return listed.some((s) => s.id === containerId && s.status === 'running');
-        },
-      });
-      return {
-        containerId,
-        slot,
-        state: containerId === state.containerId ? state : { ...state, containerId },
-      };
+      await this.envdHealthy(containerId, slot.hostInteractionIp);
+      return { containerId, slot, state };
     });
   }
 
@@ -305,7 +298,8 @@ export class ContainerBackend implements SandboxBackend {
       this.opts.images.releaseLease(leaseHolder(record.id));
       throw err;
     }
-    return { binding: this.binding(warm.slot), backend: warm.state as unknown as Record<string, unknown> };
+    const state: BackendState = { ...warm.state, containerId: warm.containerId };
+    return { binding: this.binding(warm.slot), backend: state as unknown as Record<string, unknown> };
   }
 
   private async discardBooted(b: BootedSandbox): Promise<void> {
@@ -315,10 +309,8 @@ export class ContainerBackend implements SandboxBackend {
 
   /** Boots `templateId`'s pre-started sandboxes now (e.g. the base template at startup). */
   prewarm(source: LaunchSource, resources: BootSpec['resources']): void {
-    const committed = (source.record as SnapshotRecord).committed;
-    if (!committed?.baseImage || committed.artifacts.memory || committed.layers.length > 0) return;
-    const boot: BootSpec = { templateId: source.templateId, committed, resources };
-    this.warm.want(warmKey(boot), boot);
+    const boot = imageBoot(source, resources);
+    if (boot) this.warm.want(warmKey(boot), boot);
   }
 
   /** Removes the pre-started sandboxes and waits for background deletions (shutdown). */
@@ -408,15 +400,18 @@ export class ContainerBackend implements SandboxBackend {
 
   /** Waits for envd and hands it the sandbox's identity, env, user, workdir and token (every start and resume). */
   private async envdReady(record: SandboxRecord, host: string, currentToken?: string): Promise<void> {
-    await waitForEnvd(host, this.opts.envdPort, {
+    await this.envdHealthy(this.cid(record), host);
+    await initEnvd(host, this.opts.envdPort, this.initBody(record), currentToken);
+  }
+
+  /** Waits until envd in `containerId` answers `/health`; gives up early once the container has stopped. */
+  private envdHealthy(containerId: string, host: string): Promise<void> {
+    return waitForEnvd(host, this.opts.envdPort, {
       pollMs: this.opts.envdPollMs,
       timeoutMs: this.opts.envdInitTimeoutMs,
-      isAlive: async () => {
-        const listed = await this.opts.runtime.list();
-        return listed.some((s) => s.id === this.cid(record) && s.status === 'running');
-      },
+      isAlive: async () =>
+        (await this.opts.runtime.list()).some((s) => s.id === containerId && s.status === 'running'),
     });
-    await initEnvd(host, this.opts.envdPort, this.initBody(record), currentToken);
   }
 
   /** envd's `/init`: the sandbox's identity, env, user, workdir and token (every start and resume). */
