@@ -42,6 +42,7 @@ export default defineConfig({
         test: {
           name: 'e2e',
           include: ['test/e2e/**/*.test.ts'],
+          setupFiles: ['test/e2e/setup.ts'],
           fileParallelism: false,
           testTimeout: 180_000,
           hookTimeout: 300_000,

@@ -78,6 +78,30 @@ export function cidrsFor(name: string): { hi: string; veth: string } {
   return { hi: `10.${base}.0.0/16`, veth: `10.${base + 1}.0.0/16` };
 }
 
+/** Every node started in this test file, by name, with what it printed (shown when a test fails). */
+const started = new Map<string, () => string>();
+
+/**
+ * What the nodes of this file logged that explains a failure: their warnings and errors, then their last lines.
+ * Their logs are JSON at debug level; CI output shows only this, so it must be enough to find a cause.
+ */
+export function logsForFailure(): string {
+  const parts: string[] = [];
+  for (const [name, output] of started) {
+    const lines = output()
+      .split('\n')
+      .filter((l) => l.trim() !== '');
+    const problems = lines.filter((l) => /"level":(4|5|6)\d/.test(l) || !l.startsWith('{'));
+    parts.push(
+      `--- node ${name}: warnings and errors (last 40) ---`,
+      ...problems.slice(-40),
+      `--- node ${name}: last 40 lines ---`,
+      ...lines.slice(-40),
+    );
+  }
+  return parts.join('\n');
+}
+
 export async function startServer(opts: TestServerOptions, port?: number): Promise<TestServer> {
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run \`npm run build\` first`);
   const home = `/var/lib/aenv-e2e/${opts.name}`;
@@ -121,6 +145,9 @@ export async function startServer(opts: TestServerOptions, port?: number): Promi
   });
   child.stdout!.on('data', (d: Buffer) => (output += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
+  let key = opts.name;
+  for (let n = 2; started.has(key); n++) key = `${opts.name} (start ${n})`;
+  started.set(key, () => output);
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
 
   const deadline = Date.now() + 180_000;
