@@ -95,8 +95,11 @@ export async function destroySlotPlumbing(ctx: PlumbingContext, index: number): 
     run('ip', ['link', 'del', veth], { allowFailure: true, timeoutMs: 30_000 }),
     run('umount', [file], { allowFailure: true, timeoutMs: 30_000 }),
   ]);
-  if (link.code !== 0 && !/Cannot find device/.test(link.stderr)) {
-    throw new Error(`cannot delete ${veth}: ${link.stderr.trim()}`);
+  // Unmounting the netns may free it, and the kernel then deletes the veth pair itself: `ip link del` racing
+  // that answers "Cannot find device" (already gone) or "No such device" (being unregistered). Gone is gone.
+  if (link.code !== 0 && !/Cannot find device|No such device/.test(link.stderr)) {
+    if ((await listLinkNames()).includes(veth))
+      throw new Error(`cannot delete ${veth}: ${link.stderr.trim()}`);
   }
   if (mount.code !== 0 && (await mountPointsUnder(ctx.netnsDir)).includes(file)) {
     throw new Error(`cannot unmount ${file}: ${mount.stderr.trim()}`);
