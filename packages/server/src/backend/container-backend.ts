@@ -432,8 +432,7 @@ export class ContainerBackend implements SandboxBackend {
   async destroy(record: SandboxRecord): Promise<void> {
     const state = stateOf(record);
     await this.opts.runtime.destroy(this.cid(record));
-    const slotIndex = record.runtime?.slotIndex ?? state.residentSlot;
-    if (slotIndex !== undefined) await this.opts.network.release(this.opts.network.attach(slotIndex));
+    await this.releaseSlot(record.id, record.runtime?.slotIndex ?? state.residentSlot);
     await this.sharing?.forget(record.id);
     await this.discardSettled(record.id);
     await this.discardPauseArtifacts(record.id);
@@ -562,12 +561,25 @@ export class ContainerBackend implements SandboxBackend {
     return availableMemoryRatio() < (this.opts.memoryPressureRatio ?? 0.15);
   }
 
+  /**
+   * Gives a sandbox's slot back once its container is gone. A teardown that fails stays with the network
+   * manager, which retries it: the sandbox no longer needs the slot, so its kill or resume goes on.
+   */
+  private async releaseSlot(sandboxId: string, index: number | undefined): Promise<void> {
+    if (index === undefined) return;
+    await this.opts.network.releaseIndex(index).catch((err: unknown) => {
+      this.log.warn(
+        { err, sandboxId, index },
+        'network slot teardown failed; the network manager retries it',
+      );
+    });
+  }
+
   /** Drops the frozen processes and the slot of a paused sandbox; its artifacts stay. */
   private async releaseMemory(record: SandboxRecord): Promise<void> {
     const state = stateOf(record);
     await this.opts.runtime.destroy(this.cid(record));
-    const slotIndex = state.residentSlot ?? record.runtime?.slotIndex;
-    if (slotIndex !== undefined) await this.opts.network.release(this.opts.network.attach(slotIndex));
+    await this.releaseSlot(record.id, state.residentSlot ?? record.runtime?.slotIndex);
     state.resident = false;
     delete state.residentSlot;
     delete state.thawable;

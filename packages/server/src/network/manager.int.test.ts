@@ -587,6 +587,43 @@ describe('crash recovery', () => {
     expect(await hostLeftovers(CRASH_PREFIX, runtimePath())).toEqual(NOTHING);
   });
 
+  it('a slot whose teardown failed is retried: by releaseIndex at once, else in the background', async () => {
+    let failRemovals = false;
+    const m = new NetworkManager({
+      ...crashOptions(quiet),
+      leakRetryMs: 200,
+      nftRunner: async (script) => {
+        if (failRemovals && script.includes('delete chain')) throw new Error('injected nft failure');
+        await run('nft', ['-f', '-'], { input: script, timeoutMs: 30_000 });
+      },
+    });
+    await m.init();
+    const [s1, s2] = [await m.acquire(), await m.acquire()];
+    for (const s of [s1, s2]) await m.applyPolicy(s, parseNetworkPolicy({ denyOut: [WAN_B] }));
+
+    failRemovals = true;
+    await expect(m.release(s1)).rejects.toThrow(/injected nft failure/);
+    expect(() => m.attach(s1.index)).toThrow(/not attached/);
+    expect((await hostLeftovers(CRASH_PREFIX, runtimePath())).slotChains).toContain(`slot${s1.index}`);
+    failRemovals = false;
+    await m.releaseIndex(s1.index);
+    await m.releaseIndex(s1.index); // gone: nothing to do
+    const left = await hostLeftovers(CRASH_PREFIX, runtimePath());
+    expect(left.slotChains).toEqual([`slot${s2.index}`]);
+    expect(left.links).toEqual([s2.hostIfName]);
+
+    failRemovals = true;
+    await expect(m.release(s2)).rejects.toThrow(/injected nft failure/);
+    expect((await hostLeftovers(CRASH_PREFIX, runtimePath())).slotChains).toEqual([`slot${s2.index}`]);
+    failRemovals = false;
+    await eventually(
+      async () => (await hostLeftovers(CRASH_PREFIX, runtimePath())).slotChains.length === 0,
+      'background retry of the leaked slot',
+    );
+    expect(await hostLeftovers(CRASH_PREFIX, runtimePath())).toEqual(NOTHING);
+    await m.shutdown({ destroyAll: true });
+  });
+
   it('cleans up after a server process killed with SIGKILL', async () => {
     const moduleUrl = new URL('./manager.ts', import.meta.url).href;
     const script = join(scratch, 'crashing-server.mts');

@@ -65,6 +65,8 @@ export interface NetworkManagerOptions {
   resolvConfPaths?: readonly string[];
   /** Replaces `nft -f -` (benchmarks count invocations through it). */
   nftRunner?: NftRunner;
+  /** How often a slot whose teardown failed is tried again (default 10 s). */
+  leakRetryMs?: number;
 }
 
 export interface ReconcileReport {
@@ -94,6 +96,7 @@ type Lifecycle = 'new' | 'starting' | 'running' | 'stopping' | 'stopped';
 const noopLogger: NetworkLogger = { debug() {}, info() {}, warn() {}, error() {} };
 const RETRY_FILL_MS = 1000;
 const TEARDOWN_CONCURRENCY = 4;
+const LEAK_RETRY_MS = 10_000;
 
 export class NetworkManager {
   private readonly names: SlotNames;
@@ -114,6 +117,7 @@ export class NetworkManager {
   private filling: Promise<void> | null = null;
   private fillAgain = false;
   private retryTimer: NodeJS.Timeout | null = null;
+  private leakRetryTimer: NodeJS.Timeout | null = null;
 
   constructor(private readonly opts: NetworkManagerOptions) {
     if (!isAbsolute(opts.runtimePath))
@@ -261,11 +265,26 @@ export class NetworkManager {
         this.slots.delete(slot.index);
       } catch (e) {
         entry.state = 'leaked';
-        this.log.error({ err: e, index: slot.index }, 'slot teardown failed; reconcile will retry');
+        this.log.error({ err: e, index: slot.index }, 'slot teardown failed; retrying in the background');
+        this.scheduleLeakRetry();
         throw e;
       }
     });
     this.kick();
+  }
+
+  /**
+   * Releases the slot with this index whatever became of it since its owner last used it: in use → torn down;
+   * a teardown that failed before (leaked) → tried again now; being released → waited for; gone → nothing.
+   * For owners that kept only the index (a paused sandbox whose frozen container still sits in the slot).
+   */
+  async releaseIndex(index: number): Promise<void> {
+    const entry = this.slots.get(index);
+    if (!entry) return;
+    if (entry.state === 'in-use') return this.release(entry.slot);
+    if (entry.state === 'releasing') return entry.tail;
+    if (entry.state === 'leaked') return this.retryTeardown(index, entry);
+    throw new Error(`network slot ${index} is ${entry.state} in the warm pool, not owned by a sandbox`);
   }
 
   /** The slot with this index, adopted at init/reconcile or acquired earlier. */
@@ -298,6 +317,7 @@ export class NetworkManager {
     }
     this.lifecycle = 'stopping';
     if (this.retryTimer) clearTimeout(this.retryTimer);
+    if (this.leakRetryTimer) clearTimeout(this.leakRetryTimer);
     await this.filling;
     await Promise.allSettled([...this.creations]);
     const doomed = [...this.slots.entries()].filter(
@@ -450,6 +470,31 @@ export class NetworkManager {
         this.kick();
       }
     });
+  }
+
+  private async retryTeardown(index: number, entry: SlotEntry): Promise<void> {
+    await this.serial(entry, async () => {
+      if (this.slots.get(index) !== entry) return;
+      await this.destroySlot(index, entry.hasChain);
+      this.slots.delete(index);
+      this.log.info({ index }, 'leaked network slot removed');
+    });
+  }
+
+  /** Retries the teardown of leaked slots every `leakRetryMs` until none is left (or the manager stops). */
+  private scheduleLeakRetry(): void {
+    if (this.leakRetryTimer || this.lifecycle !== 'running') return;
+    this.leakRetryTimer = setTimeout(() => {
+      this.leakRetryTimer = null;
+      const leaked = [...this.slots].filter(([, e]) => e.state === 'leaked');
+      void forEachLimited(leaked, TEARDOWN_CONCURRENCY, async ([index, entry]) => {
+        await this.retryTeardown(index, entry).catch((err: unknown) => {
+          this.log.warn({ err, index }, 'leaked network slot still cannot be removed; retrying later');
+          this.scheduleLeakRetry();
+        });
+      });
+    }, this.opts.leakRetryMs ?? LEAK_RETRY_MS);
+    this.leakRetryTimer.unref();
   }
 
   private scheduleRetry(): void {
