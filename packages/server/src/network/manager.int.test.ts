@@ -604,6 +604,7 @@ describe('crash recovery', () => {
     failRemovals = true;
     await expect(m.release(s1)).rejects.toThrow(/injected nft failure/);
     expect(() => m.attach(s1.index)).toThrow(/not attached/);
+    expect(m.stats()).toMatchObject({ inUse: 1, leaked: 1 });
     expect((await hostLeftovers(CRASH_PREFIX, runtimePath())).slotChains).toContain(`slot${s1.index}`);
     failRemovals = false;
     await m.releaseIndex(s1.index);
@@ -621,6 +622,7 @@ describe('crash recovery', () => {
       'background retry of the leaked slot',
     );
     expect(await hostLeftovers(CRASH_PREFIX, runtimePath())).toEqual(NOTHING);
+    expect(m.stats()).toMatchObject({ inUse: 0, leaked: 0 });
     await m.shutdown({ destroyAll: true });
   });
 

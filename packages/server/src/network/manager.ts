@@ -162,12 +162,17 @@ export class NetworkManager {
   }
 
   /** Pool and slot counts right now. */
-  stats(): { ready: number; inUse: number; target: number; nftInvocations: number } {
+  stats(): { ready: number; inUse: number; leaked: number; target: number; nftInvocations: number } {
     let inUse = 0;
-    for (const e of this.slots.values()) if (e.state === 'in-use') inUse++;
+    let leaked = 0;
+    for (const e of this.slots.values()) {
+      if (e.state === 'in-use') inUse++;
+      else if (e.state === 'leaked') leaked++;
+    }
     return {
       ready: this.readyQueue.length,
       inUse,
+      leaked,
       target: this.target.value,
       nftInvocations: this.nft.invocations,
     };

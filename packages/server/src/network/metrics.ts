@@ -6,6 +6,7 @@ export interface PoolCounts {
   ready: number;
   inUse: number;
   target: number;
+  leaked: number;
 }
 
 const BUCKETS = [0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
@@ -71,6 +72,14 @@ export class NetworkMetrics {
       registers,
       collect() {
         this.set(counts().inUse);
+      },
+    });
+    new Gauge({
+      name: 'aenv_network_slots_leaked',
+      help: 'Slots whose teardown failed and is being retried in the background',
+      registers,
+      collect() {
+        this.set(counts().leaked);
       },
     });
   }
