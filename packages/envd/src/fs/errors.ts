@@ -1,3 +1,4 @@
+import { constants } from 'node:os';
 import { Code, ConnectError } from '@connectrpc/connect';
 import { PathError } from './paths.js';
 
@@ -21,10 +22,18 @@ const CODES: Record<string, Code> = {
   ENFILE: Code.ResourceExhausted,
 };
 
+// libuv has no name for some errnos (EDQUOT: a sandbox past its disk limit) and reports
+// "Unknown system error -122"; the kernel's number still says what it was.
+const ERRNO_NAMES = new Map(Object.entries(constants.errno).map(([name, n]) => [-n, name]));
+
+export const DISK_LIMIT_REACHED = 'disk quota exceeded: the sandbox reached its disk size limit';
+
 export function errnoCode(err: unknown): string | undefined {
-  return typeof err === 'object' && err !== null
-    ? ((err as NodeJS.ErrnoException).code ?? undefined)
-    : undefined;
+  if (typeof err !== 'object' || err === null) return undefined;
+  const { code, errno } = err as NodeJS.ErrnoException;
+  if (typeof code === 'string' && code.startsWith('Unknown system error') && typeof errno === 'number')
+    return ERRNO_NAMES.get(errno) ?? code;
+  return code ?? undefined;
 }
 
 /** Maps an fs error to a Connect error; `what` says which path/operation failed. */
@@ -37,6 +46,7 @@ export function fsConnectError(err: unknown, what: string): ConnectError {
   if (code === 'ENOENT') return new ConnectError(`file not found: ${what}: ${reason}`, Code.NotFound);
   if (code === 'EACCES' || code === 'EPERM')
     return new ConnectError(`permission denied: ${what}`, Code.PermissionDenied);
+  if (code === 'EDQUOT') return new ConnectError(`${what}: ${DISK_LIMIT_REACHED}`, Code.ResourceExhausted);
   return new ConnectError(
     `${what}: ${(err as Error)?.message ?? reason}`,
     (code ? CODES[code] : undefined) ?? Code.Internal,

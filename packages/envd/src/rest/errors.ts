@@ -1,5 +1,5 @@
 import { HttpError } from '../http/respond.js';
-import { errnoCode } from '../fs/errors.js';
+import { DISK_LIMIT_REACHED, errnoCode } from '../fs/errors.js';
 import { PathError } from '../fs/paths.js';
 
 /** Maps an fs error of a /files request to the REST status E2B clients expect. */
@@ -22,8 +22,9 @@ export function fileHttpError(err: unknown, path: string): HttpError {
     case 'EINVAL':
       return new HttpError(400, `invalid path '${path}': ${(err as Error).message}`);
     case 'ENOSPC':
-    case 'EDQUOT':
       return new HttpError(507, `not enough disk space available: ${(err as Error).message}`);
+    case 'EDQUOT':
+      return new HttpError(507, `not enough disk space available: ${DISK_LIMIT_REACHED}`);
     default:
       return new HttpError(500, `error accessing '${path}': ${(err as Error)?.message ?? String(err)}`);
   }

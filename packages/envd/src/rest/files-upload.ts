@@ -130,8 +130,6 @@ async function writeOne(
     if (errnoCode(err) === 'Z_DATA_ERROR' || errnoCode(err) === 'Z_BUF_ERROR') {
       throw new HttpError(400, `error decompressing request body: ${(err as Error).message}`);
     }
-    if (errnoCode(err) === 'ENOSPC' || errnoCode(err) === 'EDQUOT')
-      throw new HttpError(507, 'not enough disk space available');
     throw fileHttpError(err, path);
   } finally {
     closeSync(fd);
