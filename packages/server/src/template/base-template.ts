@@ -26,12 +26,30 @@ function localLayoutMissing(ref: string): string | undefined {
 
 /**
  * Registers the default template (`base`) from the locally built image on first start, so that
- * `Sandbox.create()` with no template works out of the box. An existing record under the alias is left alone.
+ * `Sandbox.create()` with no template works out of the box. A base registered before takes the resources of
+ * the current config (`[machine]`, `default_disk_size_mb`); a template someone built under the alias is left
+ * alone.
  */
 export async function ensureBaseTemplate(o: BaseTemplateOptions): Promise<void> {
   if (!o.image || !o.alias) return;
   const existing = await o.repository.find(o.alias);
-  if (existing?.committed) return;
+  if (existing?.committed) {
+    const registeredHere = existing.committed.baseImage?.reference === o.image && !existing.committed.startup;
+    const current = existing.resources;
+    const changed = (['cpuCount', 'memoryMB', 'diskSizeMB'] as const).some(
+      (k) => current[k] !== o.resources[k],
+    );
+    if (registeredHere && changed) {
+      await o.repository.update(existing.id, (r) => {
+        r.resources = { ...o.resources };
+      });
+      o.logger.info(
+        { alias: o.alias, from: existing.resources, to: o.resources },
+        'the base template takes the resources of the current config',
+      );
+    }
+    return;
+  }
   const missing = localLayoutMissing(o.image);
   if (missing) {
     o.logger.warn(
