@@ -4,11 +4,12 @@ import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CommandExitError, Sandbox } from 'e2b';
+import { CommandExitError, NotEnoughSpaceError, Sandbox } from 'e2b';
 import { eventually, startServer, useSdk, type TestServer } from './harness.js';
 
 const PIDS_LIMIT = 200;
 const MEMORY_MB = 256;
+const DISK_MB = 1024;
 const tag = `${process.pid}-${Date.now()}`;
 const sha256 = (b: string | Buffer) => createHash('sha256').update(b).digest('hex');
 
@@ -37,7 +38,7 @@ describe('hostile input inside a sandbox', () => {
     server = await startServer({
       name: 'hostile',
       toml: `[machine]\nmem_size_mib = ${MEMORY_MB}\nvcpu_count = 1\n`,
-      runtime: [`pids_limit = ${PIDS_LIMIT}`],
+      runtime: [`pids_limit = ${PIDS_LIMIT}`, `default_disk_size_mb = ${DISK_MB}`],
     });
     useSdk(server);
     sbx = await Sandbox.create({ timeoutMs: 300_000, metadata: { suite: 'hostile' } });
@@ -125,6 +126,31 @@ for k in kids: os.waitpid(k, 0)
         expect(Number(/oom_kill (\d+)/.exec(oom)?.[1])).toBeGreaterThan(0);
       } finally {
         await hog.kill();
+      }
+    });
+  });
+
+  describe('disk', () => {
+    it('stops a sandbox filling its disk at diskSizeMB without touching another sandbox', async () => {
+      const filler = await Sandbox.create({ timeoutMs: 120_000 });
+      try {
+        expect((await server.api('GET', `/sandboxes/${filler.sandboxId}`)).body.diskSizeMB).toBe(DISK_MB);
+        const filled = await attempt(filler, `head -c ${DISK_MB + 200}M /dev/zero > fill; echo rc=$?`);
+        expect(filled.stderr).toMatch(/quota/i);
+        expect(filled.stdout).toBe('rc=1\n');
+        // Full: an upload is refused as the SDK expects (507), and the neighbour still writes.
+        await expect(filler.files.write('more.bin', 'x'.repeat(8 << 20))).rejects.toBeInstanceOf(
+          NotEnoughSpaceError,
+        );
+        expect((await sbx.commands.run('head -c 50M /dev/zero > n.bin && wc -c < n.bin')).stdout).toBe(
+          `${50 << 20}\n`,
+        );
+        // Freed space can be used again; the sandbox itself never stopped working.
+        expect(
+          (await filler.commands.run('rm fill && sync && head -c 8M /dev/zero > ok && echo ok')).stdout,
+        ).toBe('ok\n');
+      } finally {
+        await filler.kill();
       }
     });
   });

@@ -148,7 +148,12 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
         default: 20480,
         min: 1024,
         aenv: true,
-        doc: 'diskSizeMB reported for container sandboxes (a multiple of 1024).',
+        doc: 'diskSizeMB of container sandboxes (a multiple of 1024): what each may write, when disk_limits applies.',
+      }),
+      disk_limits: bool({
+        default: true,
+        aenv: true,
+        doc: "Enforce each sandbox's diskSizeMB as a limit on what it writes (btrfs quota groups). Turned on for aenv's own loop volume; a host btrfs must have quotas on already; other filesystems: not enforced (logged).",
       }),
       tools_dir: path({
         default: '',
@@ -526,7 +531,7 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
       base_template_image: str({
         default: 'oci:/var/cache/aenv/images/base:latest',
         aenv: true,
-        doc: 'Image registered as the base template at first start when it exists; empty disables.',
+        doc: 'Image registered as the base template at first start when it exists (its resources follow [machine] and default_disk_size_mb at every start); empty disables.',
       }),
       max_upload_mb: int({
         default: 4096,

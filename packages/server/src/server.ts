@@ -197,6 +197,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     uidMapSize: config.runtime.uid_map_size,
     cowVolume: config.runtime.cow_volume,
     cowVolumeSizeGb: config.runtime.cow_volume_size_gb,
+    diskLimits: config.runtime.disk_limits,
     cgroupParent: config.resource_prefix,
     logger: logger.child({ component: 'runtime' }),
   });

@@ -82,7 +82,7 @@ interface BootedSandbox {
 
 /** Pre-started sandboxes are interchangeable when template, image and resources match. */
 const warmKey = (b: BootSpec) =>
-  `${b.templateId}|${b.committed.baseImage?.manifestDigest ?? ''}|${b.resources.cpuCount}|${b.resources.memoryMB}`;
+  `${b.templateId}|${b.committed.baseImage?.manifestDigest ?? ''}|${b.resources.cpuCount}|${b.resources.memoryMB}|${b.resources.diskSizeMB}`;
 
 const leaseHolder = (id: string) => `sandbox:${id}`;
 const stateOf = (r: SandboxRecord) => r.backend as unknown as BackendState;
@@ -149,7 +149,7 @@ export class ContainerBackend implements SandboxBackend {
   private spec(
     id: string,
     templateId: string,
-    resources: { cpuCount: number; memoryMB: number },
+    resources: { cpuCount: number; memoryMB: number; diskSizeMB: number },
     slot: NetworkSlot,
     state: BackendState,
   ): SandboxSpec {
@@ -161,6 +161,7 @@ export class ContainerBackend implements SandboxBackend {
         cpuCount: resources.cpuCount,
         memoryMB: resources.memoryMB,
         pidsLimit: this.opts.pidsLimit,
+        diskMB: resources.diskSizeMB,
       },
       netnsPath: slot.netnsPath,
       nameservers: slot.dnsServer ? [slot.dnsServer] : [],

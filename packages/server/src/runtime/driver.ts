@@ -8,6 +8,11 @@ export interface SandboxResources {
   memoryMB: number;
   /** Maximum number of tasks (processes + threads) in the sandbox. */
   pidsLimit: number;
+  /**
+   * What the sandbox may write in total (its upper dir), in MiB; writes past it fail with EDQUOT. Enforced
+   * where the sandbox volume can (btrfs quota groups); undefined: no limit.
+   */
+  diskMB?: number;
 }
 
 export interface SandboxSpec {

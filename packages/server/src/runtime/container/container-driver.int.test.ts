@@ -122,6 +122,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       uidMapSize: 65536,
       cowVolume: 'loop-btrfs',
       cowVolumeSizeGb: 8,
+      diskLimits: true,
       cgroupParent,
     });
 
@@ -339,6 +340,38 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     );
     expect(small.output).toBe('rc=0\n');
     await driver.destroy(s.id);
+  });
+
+  it('limits what a sandbox writes to diskMB; a clone of its disk gets the limit of its own spec', async () => {
+    expect(driver.enforcesDiskLimits).toBe(true);
+    const limited = (diskMB: number) => ({ cpuCount: 1, memoryMB: 128, pidsLimit: 128, diskMB });
+    const s = await spec({ resources: limited(64) });
+    const h = await driver.create(s, { tools });
+    // The test's command channel writes into the sandbox: free the space before answering.
+    const fillUp = (file: string, mb: number) =>
+      `out=$(dd if=/dev/zero of=${file} bs=1M count=${mb} 2>&1); rc=$?; rm -f ${file}; sync; echo "$out"; echo rc=$rc`;
+    const fill = await execInSandbox(h.upperDir, fillUp('/big', 100));
+    expect(fill.output).toMatch(/quota/i);
+    expect(fill.output).toMatch(/rc=1\n$/);
+    // Writing as root inside does not get around it, and what is freed can be written again.
+    const again = await execInSandbox(
+      h.upperDir,
+      'dd if=/dev/zero of=/ok bs=1M count=16 2>/dev/null; echo rc=$?',
+    );
+    expect(again.output).toBe('rc=0\n');
+
+    const disk = join(driver.storeDir, `disk-${s.id}`);
+    await driver.snapshotUpper(s.id, disk);
+    const child = await spec({ resources: limited(32) });
+    const c = await driver.create(child, { tools, diskSource: disk });
+    // The 16 MB it inherited count toward its 32.
+    const childFill = await execInSandbox(c.upperDir, fillUp('/more', 24));
+    expect(childFill.output).toMatch(/quota/i);
+    expect(childFill.output).toMatch(/rc=1\n$/);
+    expect((await execInSandbox(c.upperDir, fillUp('/more', 8))).output).toMatch(/rc=0\n$/);
+    await driver.destroy(child.id);
+    await driver.destroy(s.id);
+    await driver.removeUpperSnapshot(disk);
   });
 
   it('stops a fork bomb at pidsLimit', async () => {

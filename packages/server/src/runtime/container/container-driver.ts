@@ -65,6 +65,8 @@ export interface ContainerDriverOptions {
   /** `[runtime].cow_volume` and `cow_volume_size_gb`. */
   cowVolume: CowVolumeMode;
   cowVolumeSizeGb: number;
+  /** `[runtime].disk_limits`: enforce `resources.diskMB` (see CowVolumeOptions.diskLimits). */
+  diskLimits?: boolean;
   /**
    * Cgroup (relative to each hierarchy root) under which sandboxes get theirs. Everything below it belongs
    * to this driver and is removed by `reconcile`: servers sharing a host need distinct values.
@@ -211,6 +213,7 @@ export class ContainerDriver implements RuntimeDriver {
       sandboxesDir: this.sandboxesDir,
       mode: opts.cowVolume,
       sizeGb: opts.cowVolumeSizeGb,
+      diskLimits: opts.diskLimits ?? false,
     });
     this.criuConfigPath = join(opts.runtimePath, 'criu', 'runc.conf');
   }
@@ -300,11 +303,23 @@ export class ContainerDriver implements RuntimeDriver {
         criu: this.criuVersionValue,
         cgroups: this.cgroups.layout.mode,
         cowVolume: this.cow.kind,
+        diskLimits: this.cow.enforcesLimits,
         seccomp: source,
         swapAccounting: this.swapAccounting,
       },
       'container runtime ready',
     );
+    if (this.opts.diskLimits && !this.cow.enforcesLimits) {
+      this.log.warn(
+        { cowVolume: this.cow.kind, dir: this.sandboxesDir },
+        'sandbox disk sizes are not enforced: they need btrfs quotas (aenv turns them on only on its own loop volume; run `btrfs quota enable` on a host btrfs to use them)',
+      );
+    }
+  }
+
+  /** Whether sandboxes' `resources.diskMB` is enforced on this host (after init). */
+  get enforcesDiskLimits(): boolean {
+    return this.cow.enforcesLimits;
   }
 
   private cg(): Cgroups {
@@ -488,7 +503,10 @@ export class ContainerDriver implements RuntimeDriver {
           else await this.cow.createDir(p.dir);
           await this.prepareDirs(p);
         }
-        await this.mountAndConfigure(spec, p, opts.tools);
+        await Promise.all([
+          this.cow.limitDir(p.dir, spec.resources.diskMB),
+          this.mountAndConfigure(spec, p, opts.tools),
+        ]);
         await this.runc.run(spec.id, p.bundle, p.pidFile, p.runcLog);
         const handle = { id: spec.id, pid: await this.readPid(p), sandboxDir: p.dir, upperDir: p.upper };
         this.spares?.fill();
@@ -733,7 +751,11 @@ export class ContainerDriver implements RuntimeDriver {
         if (inPlace && !reuseMounts) await unmountTree(p.dir);
         if (!inPlace) await this.cloneDisk(opts.diskSource as string, p);
         if (!reuseMounts) await this.prepareDirs(p);
-        await this.mountAndConfigure(spec, p, opts.tools, !reuseMounts);
+        await Promise.all([
+          // In place, the sandbox dir kept its limit.
+          inPlace ? undefined : this.cow.limitDir(p.dir, spec.resources.diskMB),
+          this.mountAndConfigure(spec, p, opts.tools, !reuseMounts),
+        ]);
         const work = this.criuWorkDir(spec.id, 'restore');
         await rm(work, { recursive: true, force: true });
         await mkdir(work, { recursive: true });

@@ -22,7 +22,15 @@ export interface CowVolumeOptions {
   sandboxesDir: string;
   mode: CowVolumeMode;
   sizeGb: number;
+  /**
+   * Per-sandbox disk limits (`limitDir`) with btrfs quota groups: turned on for aenv's own loop volume; on a
+   * host btrfs used only when its quotas are already on (turning them on affects the whole filesystem).
+   */
+  diskLimits?: boolean;
 }
+
+// mkfs label of the loop volume aenv creates: quotas on it are aenv's to manage.
+const LOOP_VOLUME_LABEL = 'aenv-cow';
 
 const BTRFS_MAGIC = 0x9123683e;
 // The root directory of every btrfs subvolume has this inode number (BTRFS_FIRST_FREE_OBJECTID).
@@ -55,12 +63,18 @@ async function canReflink(dir: string): Promise<boolean> {
 /** The filesystem sandbox dirs live on, and the copy-on-write operations it offers. */
 export class CowVolume {
   private kindValue: CowKind | null = null;
+  private limitsValue = false;
 
   constructor(readonly opts: CowVolumeOptions) {}
 
   get kind(): CowKind {
     if (!this.kindValue) throw new Error('CowVolume.init() has not run');
     return this.kindValue;
+  }
+
+  /** Whether `limitDir` enforces limits (after init). */
+  get enforcesLimits(): boolean {
+    return this.limitsValue;
   }
 
   get imagePath(): string {
@@ -72,6 +86,11 @@ export class CowVolume {
    * never formatted again; a fresh one is formatted under a temporary name and renamed when complete.
    */
   async init(): Promise<void> {
+    await this.initVolume();
+    if (this.opts.diskLimits && this.kind === 'btrfs') this.limitsValue = await this.setUpQuotas();
+  }
+
+  private async initVolume(): Promise<void> {
     const { sandboxesDir, mode } = this.opts;
     await mkdir(this.opts.homePath, { recursive: true, mode: 0o755 });
     const mounted = (await readMounts()).find((m) => m.mountPoint === sandboxesDir);
@@ -134,7 +153,7 @@ export class CowVolume {
         await fh.close();
       }
       try {
-        await run('mkfs.btrfs', ['-q', '-K', '-L', 'aenv-cow', tmp]);
+        await run('mkfs.btrfs', ['-q', '-K', '-L', LOOP_VOLUME_LABEL, tmp]);
       } catch (e) {
         await unlink(tmp).catch(() => {});
         throw new RuntimeError('HostSetup', `cannot format the CoW volume: ${(e as Error).message}`, {
@@ -152,6 +171,33 @@ export class CowVolume {
         { cause: e },
       );
     }
+  }
+
+  /** Quotas on: aenv's own volume gets them turned on; a host btrfs must have them already. */
+  private async setUpQuotas(): Promise<boolean> {
+    const dir = this.opts.sandboxesDir;
+    const label = await run('btrfs', ['filesystem', 'label', dir], { allowFailure: true });
+    if (label.code === 0 && label.stdout.trim() === LOOP_VOLUME_LABEL) {
+      await run('btrfs', ['quota', 'enable', dir]);
+      // Quota groups of subvolumes deleted before (older kernels keep them) are only clutter.
+      await run('btrfs', ['qgroup', 'clear-stale', dir], { allowFailure: true });
+      return true;
+    }
+    const probe = await run('btrfs', ['qgroup', 'show', dir], { allowFailure: true });
+    return probe.code === 0;
+  }
+
+  /**
+   * Limits what can be written in the sandbox dir `path` (a subvolume) to `mb` MiB in total, counting data it
+   * shares with the snapshot it was cloned from. No-op where limits are not enforced.
+   */
+  async limitDir(path: string, mb: number | undefined): Promise<void> {
+    if (!this.limitsValue || mb === undefined) return;
+    // On a plain dir `qgroup limit` would limit the subvolume holding it (the whole volume).
+    if (!(await this.isSubvolume(path))) {
+      throw new RuntimeError('Internal', `${path} is not a btrfs subvolume: cannot limit its disk`);
+    }
+    await run('btrfs', ['qgroup', 'limit', `${mb}M`, path]);
   }
 
   /** Makes an empty sandbox dir (a subvolume on btrfs). */

@@ -62,6 +62,9 @@ export function validateSpec(spec: SandboxSpec): void {
   if (!(Number.isInteger(r.pidsLimit) && r.pidsLimit >= 8)) {
     throw new RuntimeError('InvalidSpec', `pidsLimit ${r.pidsLimit} must be an integer >= 8`);
   }
+  if (r.diskMB !== undefined && !(Number.isInteger(r.diskMB) && r.diskMB >= 1)) {
+    throw new RuntimeError('InvalidSpec', `diskMB ${r.diskMB} must be an integer >= 1`);
+  }
   for (const ns of spec.nameservers ?? []) {
     if (isIP(ns) === 0)
       throw new RuntimeError('InvalidSpec', `nameserver ${JSON.stringify(ns)} is not an IP address`);
