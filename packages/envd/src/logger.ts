@@ -1,3 +1,17 @@
+import { writeSync } from 'node:fs';
+
+/**
+ * Writes a log line to fd 2, dropping it when it cannot be written. stderr is a file on the sandbox's disk:
+ * once the sandbox filled its disk (EDQUOT), a stream write would emit an unhandled 'error' and end envd.
+ */
+export function writeStderr(line: string): void {
+  try {
+    writeSync(2, line);
+  } catch {
+    // Losing a log line is better than losing envd.
+  }
+}
+
 /** envd's logger: one JSON object per line on stderr (aenv-init passes it to the sandbox's console). */
 export interface Logger {
   debug(msg: string, fields?: Record<string, unknown>): void;
@@ -9,10 +23,7 @@ export interface Logger {
 const LEVELS = { debug: 10, info: 20, warn: 30, error: 40 } as const;
 export type LogLevel = keyof typeof LEVELS;
 
-export function createLogger(
-  level: LogLevel = 'info',
-  write: (line: string) => void = (l) => process.stderr.write(l),
-): Logger {
+export function createLogger(level: LogLevel = 'info', write: (line: string) => void = writeStderr): Logger {
   const min = LEVELS[level];
   const log = (lvl: LogLevel) => (msg: string, fields?: Record<string, unknown>) => {
     if (LEVELS[lvl] < min) return;

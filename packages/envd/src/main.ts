@@ -1,9 +1,12 @@
 // Entry point of the envd bundle (<tools>/envd/envd.cjs), started and restarted by aenv-init.
 import { installLeanHeaders } from './http/lean-headers.js';
+import { writeStderr } from './logger.js';
 import { optionsFromEnv } from './options.js';
 import { startEnvd } from './server.js';
 
 async function main(): Promise<void> {
+  // Whatever else writes to stdout/stderr (a dependency's warning) must not end envd when the disk is full.
+  for (const stream of [process.stdout, process.stderr]) stream.on('error', () => {});
   installLeanHeaders();
   const opts = optionsFromEnv(process.env, __dirname);
   const envd = await startEnvd(opts);
@@ -17,6 +20,6 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
-  process.stderr.write(`envd: ${(err as Error)?.stack ?? String(err)}\n`);
+  writeStderr(`envd: ${(err as Error)?.stack ?? String(err)}\n`);
   process.exit(1);
 });

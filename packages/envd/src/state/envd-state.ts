@@ -1,4 +1,4 @@
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Logger } from '../logger.js';
 
@@ -79,12 +79,14 @@ export class EnvdState {
   private persist(): void {
     const path = this.opts.statePath;
     if (!path) return;
+    const tmp = `${path}.${process.pid}.tmp`;
     try {
       mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
-      const tmp = `${path}.${process.pid}.tmp`;
       writeFileSync(tmp, JSON.stringify(this.data), { mode: 0o600 });
       renameSync(tmp, path);
     } catch (err) {
+      // A full disk: the state stays in memory; the last complete file stays as it was.
+      rmSync(tmp, { force: true });
       this.opts.logger.warn('could not persist envd state', { err, path });
     }
   }
