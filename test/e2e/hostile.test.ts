@@ -37,7 +37,8 @@ describe('hostile input inside a sandbox', () => {
   beforeAll(async () => {
     server = await startServer({
       name: 'hostile',
-      toml: `[machine]\nmem_size_mib = ${MEMORY_MB}\nvcpu_count = 1\n`,
+      // No resident grace: a paused sandbox's memory goes to disk at once, and its resume restores it from there.
+      toml: `[machine]\nmem_size_mib = ${MEMORY_MB}\nvcpu_count = 1\n[orchestrator]\nresident_pause_grace_secs = 0\n`,
       runtime: [`pids_limit = ${PIDS_LIMIT}`, `default_disk_size_mb = ${DISK_MB}`],
     });
     useSdk(server);
@@ -145,6 +146,15 @@ for k in kids: os.waitpid(k, 0)
         expect((await sbx.commands.run('head -c 50M /dev/zero > n.bin && wc -c < n.bin')).stdout).toBe(
           `${50 << 20}\n`,
         );
+        // A full sandbox still pauses and resumes from its disk (restarted or with its memory), as full as it
+        // was; envd, whose log is on that disk, keeps answering.
+        for (const body of [{ keepMemory: false }, {}]) {
+          const id = filler.sandboxId;
+          expect((await server.api('POST', `/sandboxes/${id}/pause`, body)).status).toBe(204);
+          expect((await server.api('POST', `/sandboxes/${id}/connect`, { timeout: 120 })).status).toBe(201);
+          expect((await filler.commands.run('echo alive')).stdout).toBe('alive\n');
+        }
+        expect((await attempt(filler, 'echo x > more.txt')).stderr).toMatch(/quota/i);
         // Freed space can be used again; the sandbox itself never stopped working.
         expect(
           (await filler.commands.run('rm fill && sync && head -c 8M /dev/zero > ok && echo ok')).stdout,

@@ -369,9 +369,24 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     expect(childFill.output).toMatch(/quota/i);
     expect(childFill.output).toMatch(/rc=1\n$/);
     expect((await execInSandbox(c.upperDir, fillUp('/more', 8))).output).toMatch(/rc=0\n$/);
-    await driver.destroy(child.id);
-    await driver.destroy(s.id);
-    await driver.removeUpperSnapshot(disk);
+
+    // A full disk (the host is held to the limit too): a sandbox started on a copy of it still starts — the
+    // host writes its files into the sandbox dir before the limit is set — and is as full as its source.
+    const EDQUOT = { errno: -122 };
+    await expect(writeFile(join(c.upperDir, 'filler'), Buffer.alloc(64 << 20))).rejects.toMatchObject(EDQUOT);
+    const fullDisk = join(driver.storeDir, `disk-${child.id}`);
+    await driver.snapshotUpper(child.id, fullDisk);
+    // Its limit may even be below what it already holds (8 of ~32 MB): it starts, and can be snapshotted again.
+    const grandchild = await spec({ resources: limited(8) });
+    const g = await driver.create(grandchild, { tools, diskSource: fullDisk });
+    await expect(writeFile(join(g.upperDir, 'more'), Buffer.alloc(1 << 20))).rejects.toMatchObject(EDQUOT);
+    const overDisk = join(driver.storeDir, `disk-${grandchild.id}`);
+    await driver.snapshotUpper(grandchild.id, overDisk);
+    // The snapshots themselves (host data) are not held to the limit they were taken with.
+    await writeFile(join(fullDisk, 'upper', 'host-copy'), Buffer.alloc(40 << 20));
+    await writeFile(join(overDisk, 'upper', 'host-copy'), Buffer.alloc(40 << 20));
+    for (const id of [grandchild.id, child.id, s.id]) await driver.destroy(id);
+    for (const d of [disk, fullDisk, overDisk]) await driver.removeUpperSnapshot(d);
   });
 
   it('stops a fork bomb at pidsLimit', async () => {

@@ -503,12 +503,12 @@ export class ContainerDriver implements RuntimeDriver {
           else await this.cow.createDir(p.dir);
           await this.prepareDirs(p);
         }
-        await Promise.all([
-          this.cow.limitDir(p.dir, spec.resources.diskMB),
-          this.mountAndConfigure(spec, p, opts.tools),
-        ]);
+        await this.mountAndConfigure(spec, p, opts.tools);
         await this.runc.run(spec.id, p.bundle, p.pidFile, p.runcLog);
-        const handle = { id: spec.id, pid: await this.readPid(p), sandboxDir: p.dir, upperDir: p.upper };
+        // The disk limit comes once the host wrote what it writes into the sandbox dir (etc files, bundle, runc's
+        // pid file): a sandbox started on a full disk must still start.
+        const [pid] = await Promise.all([this.readPid(p), this.cow.limitDir(p.dir, spec.resources.diskMB)]);
+        const handle = { id: spec.id, pid, sandboxDir: p.dir, upperDir: p.upper };
         this.spares?.fill();
         return handle;
       } catch (e) {
@@ -751,11 +751,9 @@ export class ContainerDriver implements RuntimeDriver {
         if (inPlace && !reuseMounts) await unmountTree(p.dir);
         if (!inPlace) await this.cloneDisk(opts.diskSource as string, p);
         if (!reuseMounts) await this.prepareDirs(p);
-        await Promise.all([
-          // In place, the sandbox dir kept its limit.
-          inPlace ? undefined : this.cow.limitDir(p.dir, spec.resources.diskMB),
-          this.mountAndConfigure(spec, p, opts.tools, !reuseMounts),
-        ]);
+        // In place, the sandbox dir kept its limit: lifted while the host writes into it (see create).
+        if (inPlace) await this.cow.unlimitDir(p.dir);
+        await this.mountAndConfigure(spec, p, opts.tools, !reuseMounts);
         const work = this.criuWorkDir(spec.id, 'restore');
         await rm(work, { recursive: true, force: true });
         await mkdir(work, { recursive: true });
@@ -769,12 +767,16 @@ export class ContainerDriver implements RuntimeDriver {
             { cause: e },
           );
         }
+        // The disk limit comes after the host's writes into the sandbox dir, as in create.
+        const limited = this.cow.limitDir(p.dir, spec.resources.diskMB);
+        limited.catch(() => {}); // awaited below; not unhandled when a step before fails first
         const pid = await this.readPid(p);
         // A dump taken from a frozen cgroup may come back frozen.
         await this.cg().thaw(spec.id);
         if (meta.hostname !== spec.hostname) {
           await run('nsenter', [`--uts=/proc/${pid}/ns/uts`, 'hostname', spec.hostname]);
         }
+        await limited;
         return { id: spec.id, pid, sandboxDir: p.dir, upperDir: p.upper };
       } catch (e) {
         await this.rollbackRestore(spec.id, inPlace);
@@ -832,6 +834,9 @@ export class ContainerDriver implements RuntimeDriver {
       if (this.cow.kind === 'btrfs' && (await this.cow.isSubvolume(p.dir))) {
         const r = await run('btrfs', ['subvolume', 'snapshot', p.dir, dest], { allowFailure: true });
         if (r.code === 0) {
+          // A snapshot carries its source's disk limit (a full one blocks even deletes in it); a sandbox
+          // started on it gets its own limit once it runs.
+          await this.cow.unlimitDir(dest);
           for (const name of await readdir(dest)) {
             if (name !== 'upper') await rm(join(dest, name), { recursive: true, force: true });
           }

@@ -197,7 +197,30 @@ export class CowVolume {
     if (!(await this.isSubvolume(path))) {
       throw new RuntimeError('Internal', `${path} is not a btrfs subvolume: cannot limit its disk`);
     }
-    await run('btrfs', ['qgroup', 'limit', `${mb}M`, path]);
+    await this.setQgroupLimit(path, `${mb}M`);
+  }
+
+  /** Removes the limit of `path` (a btrfs snapshot inherits its source's). No-op where limits are not enforced. */
+  async unlimitDir(path: string): Promise<void> {
+    if (!this.limitsValue || !(await this.isSubvolume(path))) return;
+    await this.setQgroupLimit(path, 'none');
+  }
+
+  /**
+   * `btrfs qgroup limit` names the subvolume's qgroup and acts through the volume root: acting through the
+   * subvolume itself charges the change to that qgroup, which fails with EDQUOT once it is over its limit (a
+   * snapshot of a full sandbox). One shell for the id lookup and the limit: a spawn from the server costs more
+   * than both commands.
+   */
+  private async setQgroupLimit(path: string, size: string): Promise<void> {
+    await run('sh', [
+      '-c',
+      'id=$(btrfs inspect-internal rootid "$1") && exec btrfs qgroup limit "$2" "0/$id" "$3"',
+      'sh',
+      path,
+      size,
+      this.opts.sandboxesDir,
+    ]);
   }
 
   /** Makes an empty sandbox dir (a subvolume on btrfs). */
