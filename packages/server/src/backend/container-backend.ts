@@ -277,7 +277,10 @@ export class ContainerBackend implements SandboxBackend {
       });
       undo(() => this.opts.runtime.destroy(containerId));
       await policyApplied;
-      await this.envdHealthy(containerId, slot.hostInteractionIp);
+      await Promise.all([
+        this.envdHealthy(containerId, slot.hostInteractionIp),
+        this.opts.runtime.diskLimitSet(containerId),
+      ]);
       return { containerId, slot, state };
     });
   }
@@ -380,7 +383,10 @@ export class ContainerBackend implements SandboxBackend {
       }
       undo(() => this.opts.runtime.destroy(record.id));
       await policyApplied;
-      await this.envdReady(record, slot.hostInteractionIp, restored ? from.currentToken : undefined);
+      await Promise.all([
+        this.envdReady(record, slot.hostInteractionIp, restored ? from.currentToken : undefined),
+        this.opts.runtime.diskLimitSet(record.id),
+      ]);
       if (!restored && state.startCmd) {
         this.log.warn(
           { sandboxId: record.id, startCmd: state.startCmd },

@@ -139,6 +139,12 @@ export interface RuntimeDriver {
   /** Makes the sandbox's disk and starts its init process. On failure nothing of it is left behind. */
   create(spec: SandboxSpec, opts: CreateOptions): Promise<SandboxHandle>;
   /**
+   * Resolves once the disk limit (`resources.diskMB`) of the sandbox last created or restored is in place;
+   * rejects if it could not be set. `create`/`restore` return before it is: await both before handing the
+   * sandbox out (other operations on the sandbox wait for it by themselves).
+   */
+  diskLimitSet(id: string): Promise<void>;
+  /**
    * Gives a running sandbox another hostname (kernel UTS name, /etc/hostname, /etc/hosts): a pre-started
    * sandbox taken from a warm pool becomes the sandbox it is handed to.
    */

@@ -30,7 +30,8 @@ export interface BuildSandboxSpec {
   image: PulledImage;
   /** A directory holding `upper/` (a cache entry, a parent template's disk) to start on instead of an empty disk. */
   diskSource?: string;
-  resources: { cpuCount: number; memoryMB: number };
+  /** `diskSizeMB` limits what the build writes, as for any sandbox. */
+  resources: { cpuCount: number; memoryMB: number; diskSizeMB?: number };
   /** The init's environment (see `envdEnv`). */
   envdEnv: Record<string, string>;
 }
@@ -92,7 +93,12 @@ export class BuildSandboxes {
           id: spec.id,
           hostname: spec.id,
           lowerDirs,
-          resources: { ...spec.resources, pidsLimit: this.opts.pidsLimit },
+          resources: {
+            cpuCount: spec.resources.cpuCount,
+            memoryMB: spec.resources.memoryMB,
+            pidsLimit: this.opts.pidsLimit,
+            ...(spec.resources.diskSizeMB !== undefined ? { diskMB: spec.resources.diskSizeMB } : {}),
+          },
           netnsPath: slot.netnsPath,
           nameservers: slot.dnsServer ? [slot.dnsServer] : [],
           initEnv: { ...spec.envdEnv, E2B_SANDBOX_ID: spec.id, E2B_TEMPLATE_ID: spec.templateId },
@@ -100,12 +106,15 @@ export class BuildSandboxes {
         { tools: this.opts.tools, ...(spec.diskSource ? { diskSource: spec.diskSource } : {}) },
       );
       undo.push(() => this.opts.runtime.destroy(spec.id));
-      await waitForEnvd(slot.hostInteractionIp, this.opts.envdPort, {
-        pollMs: this.opts.envdPollMs,
-        timeoutMs: this.opts.envdInitTimeoutMs,
-        isAlive: async () =>
-          (await this.opts.runtime.list()).some((s) => s.id === spec.id && s.status === 'running'),
-      });
+      await Promise.all([
+        waitForEnvd(slot.hostInteractionIp, this.opts.envdPort, {
+          pollMs: this.opts.envdPollMs,
+          timeoutMs: this.opts.envdInitTimeoutMs,
+          isAlive: async () =>
+            (await this.opts.runtime.list()).some((s) => s.id === spec.id && s.status === 'running'),
+        }),
+        this.opts.runtime.diskLimitSet(spec.id),
+      ]);
       await initEnvd(slot.hostInteractionIp, this.opts.envdPort, {
         envVars: {},
         defaultUser: 'root',

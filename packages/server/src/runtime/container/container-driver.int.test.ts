@@ -347,6 +347,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     const limited = (diskMB: number) => ({ cpuCount: 1, memoryMB: 128, pidsLimit: 128, diskMB });
     const s = await spec({ resources: limited(64) });
     const h = await driver.create(s, { tools });
+    await driver.diskLimitSet(s.id);
     // The test's command channel writes into the sandbox: free the space before answering.
     const fillUp = (file: string, mb: number) =>
       `out=$(dd if=/dev/zero of=${file} bs=1M count=${mb} 2>&1); rc=$?; rm -f ${file}; sync; echo "$out"; echo rc=$rc`;
@@ -364,6 +365,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     await driver.snapshotUpper(s.id, disk);
     const child = await spec({ resources: limited(32) });
     const c = await driver.create(child, { tools, diskSource: disk });
+    await driver.diskLimitSet(child.id);
     // The 16 MB it inherited count toward its 32.
     const childFill = await execInSandbox(c.upperDir, fillUp('/more', 24));
     expect(childFill.output).toMatch(/quota/i);
@@ -379,6 +381,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     // Its limit may even be below what it already holds (8 of ~32 MB): it starts, and can be snapshotted again.
     const grandchild = await spec({ resources: limited(8) });
     const g = await driver.create(grandchild, { tools, diskSource: fullDisk });
+    await driver.diskLimitSet(grandchild.id);
     await expect(writeFile(join(g.upperDir, 'more'), Buffer.alloc(1 << 20))).rejects.toMatchObject(EDQUOT);
     const overDisk = join(driver.storeDir, `disk-${grandchild.id}`);
     await driver.snapshotUpper(grandchild.id, overDisk);

@@ -317,6 +317,31 @@ export class ContainerDriver implements RuntimeDriver {
     }
   }
 
+  private readonly diskLimits = new Map<string, Promise<void>>();
+
+  /**
+   * Sets the sandbox's disk limit once the host wrote what it writes into the sandbox dir (etc files, bundle,
+   * runc's pid file), so that a sandbox on a full disk still starts — and in the background, under the
+   * sandbox's lock, so the caller's wait for envd covers its cost and later operations come after it.
+   */
+  private limitDiskSoon(spec: SandboxSpec, p: SandboxPaths): void {
+    const mb = spec.resources.diskMB;
+    if (mb === undefined || !this.cow.enforcesLimits) return;
+    const job: Promise<void> = this.lock
+      .run(spec.id, () => this.cow.limitDir(p.dir, mb))
+      .finally(() => {
+        if (this.diskLimits.get(spec.id) === job) this.diskLimits.delete(spec.id);
+      });
+    job.catch((err: unknown) =>
+      this.log.warn({ err: describe(err), id: spec.id }, 'could not set the sandbox disk limit'),
+    );
+    this.diskLimits.set(spec.id, job);
+  }
+
+  async diskLimitSet(id: string): Promise<void> {
+    await this.diskLimits.get(id);
+  }
+
   /** Whether sandboxes' `resources.diskMB` is enforced on this host (after init). */
   get enforcesDiskLimits(): boolean {
     return this.cow.enforcesLimits;
@@ -505,10 +530,8 @@ export class ContainerDriver implements RuntimeDriver {
         }
         await this.mountAndConfigure(spec, p, opts.tools);
         await this.runc.run(spec.id, p.bundle, p.pidFile, p.runcLog);
-        // The disk limit comes once the host wrote what it writes into the sandbox dir (etc files, bundle, runc's
-        // pid file): a sandbox started on a full disk must still start.
-        const [pid] = await Promise.all([this.readPid(p), this.cow.limitDir(p.dir, spec.resources.diskMB)]);
-        const handle = { id: spec.id, pid, sandboxDir: p.dir, upperDir: p.upper };
+        const handle = { id: spec.id, pid: await this.readPid(p), sandboxDir: p.dir, upperDir: p.upper };
+        this.limitDiskSoon(spec, p);
         this.spares?.fill();
         return handle;
       } catch (e) {
@@ -767,16 +790,13 @@ export class ContainerDriver implements RuntimeDriver {
             { cause: e },
           );
         }
-        // The disk limit comes after the host's writes into the sandbox dir, as in create.
-        const limited = this.cow.limitDir(p.dir, spec.resources.diskMB);
-        limited.catch(() => {}); // awaited below; not unhandled when a step before fails first
         const pid = await this.readPid(p);
         // A dump taken from a frozen cgroup may come back frozen.
         await this.cg().thaw(spec.id);
         if (meta.hostname !== spec.hostname) {
           await run('nsenter', [`--uts=/proc/${pid}/ns/uts`, 'hostname', spec.hostname]);
         }
-        await limited;
+        this.limitDiskSoon(spec, p);
         return { id: spec.id, pid, sandboxDir: p.dir, upperDir: p.upper };
       } catch (e) {
         await this.rollbackRestore(spec.id, inPlace);
