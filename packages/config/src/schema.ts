@@ -153,7 +153,7 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
       disk_limits: bool({
         default: true,
         aenv: true,
-        doc: "Enforce each sandbox's diskSizeMB as a limit on what it writes (btrfs quota groups). Turned on for aenv's own loop volume; a host btrfs must have quotas on already; other filesystems: not enforced (logged).",
+        doc: "Enforce each sandbox's diskSizeMB as a limit on what it writes (btrfs quota groups). true: quotas turned on for aenv's own loop volume; a host btrfs must have them on already; other filesystems: not enforced (logged). false: quotas turned off on aenv's own loop volume.",
       }),
       tools_dir: path({
         default: '',

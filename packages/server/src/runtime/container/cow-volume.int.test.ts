@@ -108,6 +108,34 @@ describe.skipIf(!IS_ROOT)('CowVolume on this host', () => {
     expect((await run('btrfs', ['subvolume', 'list', '-o', sandboxes])).stdout.trim()).toBe('');
   });
 
+  it('turns quotas on for disk limits on its own volume, and off again when limits are not wanted', async () => {
+    const home = join(base, 'home-quota');
+    const sandboxes = join(home, 'sandboxes');
+    const opts = { homePath: home, sandboxesDir: sandboxes, mode: 'loop-btrfs' as const, sizeGb: 1 };
+    const quotasOn = async () =>
+      (await run('btrfs', ['qgroup', 'show', sandboxes], { allowFailure: true })).code === 0;
+    const limited = new CowVolume({ ...opts, diskLimits: true });
+    await limited.init();
+    expect(limited.enforcesLimits).toBe(true);
+    expect(await quotasOn()).toBe(true);
+    const dir = join(sandboxes, 'sb');
+    await limited.createDir(dir);
+    await limited.limitDir(dir, 8);
+    await expect(writeFile(join(dir, 'big'), Buffer.alloc(16 << 20))).rejects.toMatchObject({ errno: -122 });
+    await expect(limited.limitDir(join(sandboxes, 'plain'), 8)).rejects.toThrow(/not a btrfs subvolume/);
+    await limited.removeDir(dir);
+
+    const unlimited = new CowVolume({ ...opts, diskLimits: false });
+    await unlimited.init();
+    expect(unlimited.enforcesLimits).toBe(false);
+    expect(await quotasOn()).toBe(false);
+    await unlimited.createDir(dir);
+    await unlimited.limitDir(dir, 8); // no-op
+    await writeFile(join(dir, 'big'), Buffer.alloc(16 << 20));
+    await unlimited.removeDir(dir);
+    await run('umount', [sandboxes]);
+  });
+
   it('falls back to full copies in host mode on a filesystem without reflink', async () => {
     const home = join(base, 'home3');
     const sandboxes = join(home, 'sandboxes');

@@ -87,7 +87,7 @@ export class CowVolume {
    */
   async init(): Promise<void> {
     await this.initVolume();
-    if (this.opts.diskLimits && this.kind === 'btrfs') this.limitsValue = await this.setUpQuotas();
+    if (this.kind === 'btrfs') this.limitsValue = await this.setUpQuotas(this.opts.diskLimits === true);
   }
 
   private async initVolume(): Promise<void> {
@@ -173,11 +173,20 @@ export class CowVolume {
     }
   }
 
-  /** Quotas on: aenv's own volume gets them turned on; a host btrfs must have them already. */
-  private async setUpQuotas(): Promise<boolean> {
+  /**
+   * Limits wanted: aenv's own volume gets quotas turned on; a host btrfs must have them already. Not wanted:
+   * aenv's own volume gets them turned off (their accounting costs a little on every commit); a host btrfs
+   * is left as its admin set it.
+   */
+  private async setUpQuotas(wanted: boolean): Promise<boolean> {
     const dir = this.opts.sandboxesDir;
     const label = await run('btrfs', ['filesystem', 'label', dir], { allowFailure: true });
-    if (label.code === 0 && label.stdout.trim() === LOOP_VOLUME_LABEL) {
+    const ownVolume = label.code === 0 && label.stdout.trim() === LOOP_VOLUME_LABEL;
+    if (!wanted) {
+      if (ownVolume) await run('btrfs', ['quota', 'disable', dir]);
+      return false;
+    }
+    if (ownVolume) {
       await run('btrfs', ['quota', 'enable', dir]);
       // Quota groups of subvolumes deleted before (older kernels keep them) are only clutter.
       await run('btrfs', ['qgroup', 'clear-stale', dir], { allowFailure: true });
