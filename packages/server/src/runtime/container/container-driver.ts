@@ -317,7 +317,7 @@ export class ContainerDriver implements RuntimeDriver {
     }
   }
 
-  private readonly diskLimits = new Map<string, Promise<void>>();
+  private readonly pendingDiskLimits = new Map<string, Promise<void>>();
 
   /**
    * Sets the sandbox's disk limit once the host wrote what it writes into the sandbox dir (etc files, bundle,
@@ -330,16 +330,16 @@ export class ContainerDriver implements RuntimeDriver {
     const job: Promise<void> = this.lock
       .run(spec.id, () => this.cow.limitDir(p.dir, mb))
       .finally(() => {
-        if (this.diskLimits.get(spec.id) === job) this.diskLimits.delete(spec.id);
+        if (this.pendingDiskLimits.get(spec.id) === job) this.pendingDiskLimits.delete(spec.id);
       });
     job.catch((err: unknown) =>
       this.log.warn({ err: describe(err), id: spec.id }, 'could not set the sandbox disk limit'),
     );
-    this.diskLimits.set(spec.id, job);
+    this.pendingDiskLimits.set(spec.id, job);
   }
 
   async diskLimitSet(id: string): Promise<void> {
-    await this.diskLimits.get(id);
+    await this.pendingDiskLimits.get(id);
   }
 
   /** Whether sandboxes' `resources.diskMB` is enforced on this host (after init). */
