@@ -243,7 +243,11 @@ describe('snapshots through the e2b SDK', () => {
         headers: token ? { 'X-Access-Token': token } : {},
       });
 
-    const plain = await launch(snap.snapshotId);
+    // Plain: the v1 create without `secure` (every v2 sandbox, the SDK's, is secured).
+    const plainRaw = await server.api('POST', '/sandboxes', { templateID: snap.snapshotId, timeout: 300 });
+    expect(plainRaw.status).toBe(201);
+    expect(plainRaw.body.envdAccessToken).toBeUndefined();
+    const plain = await Sandbox.connect(plainRaw.body.sandboxID);
     expect(await plain.files.read('secure.txt')).toBe('from the secure source');
     expect((await envdFile(plain.sandboxId, undefined)).status).toBe(200);
 
