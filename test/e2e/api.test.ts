@@ -156,7 +156,8 @@ describe('control plane through the e2b SDK and raw HTTP', () => {
       clientID: '',
       trafficAccessToken: null,
     });
-    expect(raw.body.envdAccessToken).toBeUndefined();
+    // Every v2 sandbox is secured (NewSandboxV2).
+    expect(raw.body.envdAccessToken).toMatch(/.+/);
     const detail = await server.api('GET', `/sandboxes/${raw.body.sandboxID}`);
     const cpu = detail.body.cpuCount as number;
     const memBytes = (detail.body.memoryMB as number) * 1024 * 1024;

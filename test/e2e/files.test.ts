@@ -109,8 +109,9 @@ describe('files through the e2b SDK', () => {
     expect(sum!.split(' ')[0]).toBe(sha256(big));
     // Read back uncompressed: Node 20's fetch inflates incompressible gzip at about 1 MB/s, which is the
     // client's cost, not the server's (see the report); the SDK's own gzip path is covered with 3 MB below.
+    const token = (await server.api('GET', `/sandboxes/${sbx.sandboxId}`)).body.envdAccessToken as string;
     const res = await proxyFetch(server, sbx.sandboxId, ENVD_PORT, '/files?path=big.bin&username=user', {
-      headers: { 'accept-encoding': 'identity' },
+      headers: { 'accept-encoding': 'identity', 'x-access-token': token },
     });
     expect(res.status).toBe(200);
     const read = Buffer.from(await res.arrayBuffer());

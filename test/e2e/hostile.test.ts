@@ -210,7 +210,10 @@ for k in kids: os.waitpid(k, 0)
       await sbx.files.write('/home/user/shadowlink', 'root::0:0:99999:7:::\n', { user: 'root' });
       expect(sha256(readFileSync('/etc/shadow'))).toBe(sha256(hostShadow));
       expect(statSync('/etc/shadow').mtimeMs).toBe(hostShadowMtime);
-      await expect(sbx.files.write('/etc/passwd', 'nope')).rejects.toThrow();
+      // As user, an upload is E2B's: written by root and handed to the user, in the sandbox's /etc only.
+      await sbx.files.write(`/etc/${name}.user`, 'by user');
+      expect(await sbx.files.getInfo(`/etc/${name}.user`)).toMatchObject({ owner: 'user' });
+      expect(existsSync(`/etc/${name}.user`)).toBe(false);
     });
   });
 

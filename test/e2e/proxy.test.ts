@@ -156,7 +156,7 @@ describe('data-plane proxy and access tokens', () => {
 
     it('requires the traffic token on user ports but not on envd', async () => {
       expect(sbx.trafficAccessToken).toMatch(/^[0-9a-f]{64}$/);
-      // envd of a non-secure sandbox is open; the SDK works without any token.
+      // The traffic token is not the envd token: the SDK reaches envd with the envd token alone.
       expect((await sbx.commands.run('echo ok')).stdout).toBe('ok\n');
       const tokenHeader = { 'e2b-traffic-access-token': sbx.trafficAccessToken! };
       await startUpstream(server, sbx, tokenHeader);

@@ -156,10 +156,12 @@ describe('template build API', () => {
       (e: unknown) => e,
     );
     expect(err).toBeInstanceOf(BuildError);
+    // E2B's wording (the e2b SDK's own tests match it); the output is in the log.
     expect((err as Error).message).toBe(
-      'RUN echo about to fail >&2; exit 3 failed with exit code 3: about to fail',
+      "failed to run command 'echo about to fail >&2; exit 3': exit status 3",
     );
     const messages = entries.map((e) => e.message);
+    expect(messages).toContain('about to fail');
     expect(messages).toContain(`${RUN} fine`);
     expect(messages).toContain('[2/2] RUN echo about to fail >&2; exit 3');
 
@@ -177,6 +179,13 @@ describe('template build API', () => {
     expect(page.body.logEntries).toEqual(s.body.logEntries.slice(1, 3));
     expect((await server.api('GET', `/templates/${id}/builds/${RUN}/status`)).status).toBe(404);
     expect((await server.api('GET', `/templates/${id}/builds/${id}/status?level=loud`)).status).toBe(400);
+  });
+
+  it("reports a RUN step envd refuses in E2B's words (the SDK's own runCmd test)", async () => {
+    const t = Template().fromImage(BASE).skipCache().runCmd('whoami', { user: 'root123' });
+    await expect(Template.build(t, name('nouser'))).rejects.toThrow(
+      "failed to run command 'whoami': command failed: unauthenticated: invalid username: 'root123'",
+    );
   });
 
   it('streams logs while the build runs', async () => {
@@ -294,7 +303,8 @@ describe('template build API', () => {
     expect(await Template.exists(`${RUN}-nope`)).toBe(false);
 
     expect((await server.api('DELETE', `/templates/${name('list1')}`)).status).toBe(204);
-    expect((await server.api('DELETE', `/templates/${ids[0]}`)).status).toBe(204);
+    // Deleted by its name above: gone by its id too (E2B: 404).
+    expect((await server.api('DELETE', `/templates/${ids[0]}`)).status).toBe(404);
     expect((await server.api('GET', `/templates/${ids[0]}`)).status).toBe(404);
     expect(await Template.exists(name('list1'))).toBe(false);
 

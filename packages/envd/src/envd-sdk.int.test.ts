@@ -321,10 +321,11 @@ describe('files', () => {
     await sbx.files.remove('mk'); // removing a missing path is fine
   });
 
-  it('acts with the permissions of the requesting user', async () => {
-    const err = await sbx.files.write('/root/secret.txt', 'x').catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(SandboxError);
-    expect(String(err)).toMatch(/permission denied/);
+  it('acts with the permissions of the requesting user, except for uploads (root writes, then chowns)', async () => {
+    // E2B's envd: an upload lands anywhere and belongs to the requesting user.
+    await sbx.files.write('/root/by-user.txt', 'x');
+    expect(await sbx.files.getInfo('/root/by-user.txt', { user: 'root' })).toMatchObject({ owner: 'user' });
+    await sbx.files.remove('/root/by-user.txt', { user: 'root' });
     await expect(sbx.files.list('/root')).rejects.toThrow(/permission_denied/);
     await expect(sbx.files.makeDir('/opt/nope')).rejects.toThrow(/permission_denied/);
 

@@ -1,4 +1,13 @@
-import { closeSync, constants, mkdirSync, openSync, statSync, write as fsWrite } from 'node:fs';
+import {
+  closeSync,
+  constants,
+  fchownSync,
+  lchownSync,
+  mkdirSync,
+  openSync,
+  statSync,
+  write as fsWrite,
+} from 'node:fs';
 import { promisify } from 'node:util';
 import type { Readable } from 'node:stream';
 import { createGunzip } from 'node:zlib';
@@ -49,29 +58,60 @@ export function metadataFromHeaders(headers: IncomingHttpHeaders): Record<string
   return out;
 }
 
-/** Opens path for writing as `user`: parents created 0755 (owned by the user), file truncated or created. */
+/**
+ * Creates the missing directories of `dir` one by one, mode 0755, each owned by `user` (E2B's envd
+ * `permissions.EnsureDirs`). An existing non-directory on the way is an ENOTDIR.
+ */
+function ensureDirs(dir: string, user: SandboxUser): void {
+  const missing: string[] = [];
+  for (let d = dir; ; d = posix.dirname(d)) {
+    try {
+      if (statSync(d).isDirectory()) break;
+      throw Object.assign(new Error(`'${d}' is not a directory`), { code: 'ENOTDIR' });
+    } catch (err) {
+      if (errnoCode(err) !== 'ENOENT') throw err;
+    }
+    missing.push(d);
+    if (d === '/') break;
+  }
+  for (const d of missing.reverse()) {
+    try {
+      mkdirSync(d, 0o755);
+    } catch (err) {
+      if (errnoCode(err) === 'EEXIST') continue;
+      throw err;
+    }
+    lchownSync(d, user.uid, user.gid);
+  }
+}
+
+/**
+ * Opens path for writing the way E2B's envd does: as envd (root), creating missing parents owned by `user`,
+ * truncating or creating the file, which then belongs to `user` whoever owned it before. So `user` can upload
+ * anywhere in the sandbox (E2B's SDK tests write to `/`); the kernel still keeps every path inside it.
+ */
 function openForWrite(
   ctx: EnvdContext,
   user: SandboxUser,
   path: string,
   metadata: Record<string, string>,
 ): number {
-  return ctx.asUser(user, () => {
-    try {
-      if (statSync(path).isDirectory()) throw new HttpError(400, `path is a directory: ${path}`);
-    } catch (err) {
-      if (errnoCode(err) !== 'ENOENT') throw err;
-    }
-    mkdirSync(posix.dirname(path), { recursive: true, mode: 0o755 });
-    const fd = openSync(path, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC, 0o666);
-    try {
-      replaceMetadata(ctx, path, metadata);
-    } catch (err) {
-      closeSync(fd);
-      throw err;
-    }
-    return fd;
-  });
+  try {
+    if (statSync(path).isDirectory()) throw new HttpError(400, `path is a directory: ${path}`);
+  } catch (err) {
+    if (errnoCode(err) !== 'ENOENT') throw err;
+  }
+  ensureDirs(posix.dirname(path), user);
+  const fd = openSync(path, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC, 0o666);
+  try {
+    // The file opened, not whatever the path names by now.
+    fchownSync(fd, user.uid, user.gid);
+    replaceMetadata(ctx, path, metadata);
+  } catch (err) {
+    closeSync(fd);
+    throw err;
+  }
+  return fd;
 }
 
 /** Each upload replaces all user.e2b.* xattrs of the file. */

@@ -8,7 +8,6 @@ export const networkConfigSchema = z.object({
   allowPublicTraffic: z.boolean().optional(),
   allowOut: z.array(z.string()).optional(),
   denyOut: z.array(z.string()).optional(),
-  maskRequestHost: z.string().optional(),
 });
 
 export const newSandboxSchema = z.object({
@@ -26,11 +25,15 @@ export const newSandboxSchema = z.object({
   metadata: stringMap.optional(),
   envVars: stringMap.optional(),
   customExtensionParams: z.record(z.string(), z.unknown()).optional(),
-  mcp: z.unknown().optional(),
 });
 
 export const timeoutSchema = z.object({ timeout: int32 });
-export const optionalTimeoutSchema = z.object({ timeout: int32.optional() });
+export const connectSchema = z.object({ timeout: int32, memory: z.boolean().optional() });
+export const resumeSchema = z.object({
+  timeout: int32.optional(),
+  memory: z.boolean().optional(),
+  autoPause: z.boolean().optional(),
+});
 export const connectV2Schema = z.object({ timeout: int32.optional(), memory: z.boolean().optional() });
 export const refreshSchema = z.object({ duration: z.number().int().min(0).max(3600).optional() });
 export const networkUpdateSchema = z.object({

@@ -383,8 +383,10 @@ export class ContainerBackend implements SandboxBackend {
       }
       undo(() => this.opts.runtime.destroy(record.id));
       await policyApplied;
+      // envd keeps its token on the sandbox's disk (/run/agentenv), so a fresh boot on a saved disk finds the
+      // same token a memory restore does: /init must prove it either way.
       await Promise.all([
-        this.envdReady(record, slot.hostInteractionIp, restored ? from.currentToken : undefined),
+        this.envdReady(record, slot.hostInteractionIp, from.currentToken),
         this.opts.runtime.diskLimitSet(record.id),
       ]);
       if (!restored && state.startCmd) {

@@ -55,8 +55,9 @@ export class EnvdCommandError extends Error {
   constructor(
     message: string,
     readonly code?: Code,
+    options?: ErrorOptions,
   ) {
-    super(message);
+    super(message, options);
     this.name = 'EnvdCommandError';
   }
 }
@@ -141,6 +142,7 @@ export class EnvdRpcClient {
       throw new EnvdCommandError(
         `envd could not run ${spec.cmd}: ${describeRpcError(e)}`,
         e instanceof ConnectError ? e.code : undefined,
+        { cause: e },
       );
     }
     throw new EnvdCommandError(`envd ended the stream of ${spec.cmd} without an end event`);

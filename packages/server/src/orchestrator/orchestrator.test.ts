@@ -40,13 +40,16 @@ class MapBackend implements SandboxBackend {
     await this.step('destroy');
     this.live.delete(r.id);
   }
-  async pause(r: SandboxRecord, _opts: { memory: boolean }) {
+  async pause(r: SandboxRecord, opts: { memory: boolean }) {
     await this.step('pause');
     this.live.delete(r.id);
-    return { kind: 'memory' as const, pausedAt: new Date().toISOString(), artifactDir: `/x/${r.id}` };
+    const kind = opts.memory ? ('memory' as const) : ('filesystem' as const);
+    return { kind, pausedAt: new Date().toISOString(), artifactDir: `/x/${r.id}` };
   }
-  async resume(r: SandboxRecord) {
+  resumedWithMemory: boolean[] = [];
+  async resume(r: SandboxRecord, _policy: unknown, opts: { memory: boolean }) {
     await this.step('resume');
+    this.resumedWithMemory.push(opts.memory);
     return this.started(r);
   }
   async applyPolicy() {}
@@ -195,6 +198,36 @@ describe('Orchestrator state machine', () => {
     open();
     backend.gate = undefined;
     await creating;
+  });
+
+  it('auto-resumes only a sandbox that enabled it and kept its memory', async () => {
+    const off = await orch.create(input());
+    const on = await orch.create(input({ autoResume: true }));
+    const diskOnly = await orch.create(input({ autoResume: true }));
+    for (const r of [off, on]) await orch.pause(r.id);
+    await orch.pause(diskOnly.id, { memory: false });
+    await expect(orch.autoResume(off.id)).rejects.toMatchObject({ status: 409 });
+    await expect(orch.autoResume(diskOnly.id)).rejects.toMatchObject({
+      status: 409,
+      message: `sandbox ${diskOnly.id} was paused without its memory; resume it with connect`,
+    });
+    expect(orch.get(diskOnly.id).state).toBe('paused');
+    expect((await orch.autoResume(on.id)).state).toBe('running');
+    expect((await orch.connect(diskOnly.id, 30)).resumed).toBe(true);
+  });
+
+  it('the deprecated resume passes memory on and replaces the timeout action once resumed', async () => {
+    const r = await orch.create(input());
+    await orch.pause(r.id);
+    await orch.resume(r.id, 30, { memory: false, onTimeout: 'kill' });
+    expect(backend.resumedWithMemory).toEqual([false]);
+    expect(orch.get(r.id)).toMatchObject({ state: 'running', onTimeout: 'kill' });
+    expect(store.loadAll().records.find((x) => x.id === r.id)?.onTimeout).toBe('kill');
+    // A failed resume changes nothing.
+    await orch.pause(r.id);
+    backend.failNext = 'resume';
+    await expect(orch.resume(r.id, 30, { onTimeout: 'pause' })).rejects.toThrow();
+    expect(orch.get(r.id)).toMatchObject({ state: 'paused', onTimeout: 'kill' });
   });
 
   it('keeps a sandbox running when its pause fails', async () => {

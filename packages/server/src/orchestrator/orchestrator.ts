@@ -5,7 +5,13 @@ import type { CaptureTarget, CapturedSandbox, LaunchSource, SandboxBackend } fro
 import { KeyedMutex, LockTimeoutError } from './keyed-mutex.js';
 import type { SandboxStore } from './store.js';
 import { crashPoint } from '../util/crash-point.js';
-import { TRANSITIONAL_STATES, type SandboxRecord, type SandboxState, type TimeoutAction } from './types.js';
+import {
+  TRANSITIONAL_STATES,
+  autoResumable,
+  type SandboxRecord,
+  type SandboxState,
+  type TimeoutAction,
+} from './types.js';
 
 export interface CreateSandboxInput {
   templateId: string;
@@ -393,8 +399,15 @@ export class Orchestrator {
     });
   }
 
-  /** Deprecated `POST /resume`: paused → resume; running → set timeout; 201 either way. */
-  async resume(id: string, timeoutSecs: number): Promise<SandboxRecord> {
+  /**
+   * Deprecated `POST /resume`: paused → resume; running → set timeout; 201 either way. `onTimeout` replaces the
+   * sandbox's timeout action (E2B `ResumedSandbox.autoPause`), `memory: false` boots the saved disk.
+   */
+  async resume(
+    id: string,
+    timeoutSecs: number,
+    opts: { memory?: boolean; onTimeout?: TimeoutAction } = {},
+  ): Promise<SandboxRecord> {
     const current = this.sandboxes.get(id);
     if (!current || current.state === 'killing') throw notFound(id);
     if (current.state !== 'running' && current.state !== 'paused') {
@@ -403,9 +416,14 @@ export class Orchestrator {
     return this.withLock(id, async (r) => {
       if (r.state === 'running') {
         this.applyTimeout(r, { kind: 'set', secs: timeoutSecs });
+        if (opts.onTimeout) r.onTimeout = opts.onTimeout;
         this.opts.store.save(r);
       } else if (r.state === 'paused') {
-        await this.doResume(r, { kind: 'set', secs: timeoutSecs });
+        await this.doResume(r, { kind: 'set', secs: timeoutSecs }, opts.memory ?? true);
+        if (opts.onTimeout && opts.onTimeout !== r.onTimeout) {
+          r.onTimeout = opts.onTimeout;
+          this.opts.store.save(r);
+        }
       } else {
         throw new ApiError(409, `sandbox cannot be resumed from ${r.state} state`);
       }
@@ -413,11 +431,22 @@ export class Orchestrator {
     });
   }
 
-  /** Proxy auto-resume: timeout = max(existing, auto_resume_min_sandbox_timeout_secs). */
+  /**
+   * Proxy auto-resume: timeout = max(existing, auto_resume_min_sandbox_timeout_secs). Refused for a sandbox that
+   * did not enable it or was paused without its memory (see `autoResumable`).
+   */
   async autoResume(id: string): Promise<SandboxRecord> {
     return this.withLock(id, async (r) => {
-      if (r.state === 'paused')
-        await this.doResume(r, { kind: 'ensureMinimum', secs: this.opts.autoResumeMinTimeoutSecs });
+      if (r.state !== 'paused') return r;
+      if (!autoResumable(r)) {
+        throw new ApiError(
+          409,
+          r.autoResume
+            ? `sandbox ${id} was paused without its memory; resume it with connect`
+            : `sandbox ${id} does not auto-resume`,
+        );
+      }
+      await this.doResume(r, { kind: 'ensureMinimum', secs: this.opts.autoResumeMinTimeoutSecs });
       return r;
     });
   }

@@ -21,6 +21,14 @@ export function apiState(state: SandboxState): 'running' | 'paused' {
 
 export type TimeoutAction = 'pause' | 'kill';
 
+/**
+ * Whether traffic may wake the paused sandbox: it enabled auto-resume and kept its memory. A filesystem-only
+ * pause cold-boots on resume, so only an explicit connect or resume brings it back (E2B `SandboxPauseRequest`).
+ */
+export function autoResumable(r: Pick<SandboxRecord, 'autoResume' | 'paused'>): boolean {
+  return r.autoResume && r.paused?.kind !== 'filesystem';
+}
+
 export interface SandboxNetworkSettings {
   allowPublicTraffic: boolean;
   allowOut: string[];

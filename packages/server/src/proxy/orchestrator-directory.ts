@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { Orchestrator } from '../orchestrator/orchestrator.js';
-import type { SandboxRecord } from '../orchestrator/types.js';
+import { autoResumable, type SandboxRecord } from '../orchestrator/types.js';
 import type { SandboxTokenIssuer } from '../secrets/index.js';
 import { safeEqual } from '../secrets/index.js';
 import { AutoResumeTimeout, type ProxyTarget, type SandboxDirectory } from './directory.js';
@@ -11,7 +11,7 @@ function target(r: SandboxRecord): ProxyTarget {
     state: r.state,
     secure: r.secure,
     allowPublicTraffic: r.network.allowPublicTraffic,
-    autoResume: r.autoResume,
+    autoResume: autoResumable(r),
     ...(r.runtime
       ? { upstream: { host: r.runtime.hostInteractionIp, instanceId: r.runtime.instanceId } }
       : {}),

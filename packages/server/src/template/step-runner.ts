@@ -2,7 +2,7 @@
 import { createReadStream } from 'node:fs';
 import { posix } from 'node:path';
 import { Code, ConnectError } from '@connectrpc/connect';
-import type { EnvdRpcClient } from '../envd/rpc-client.js';
+import type { CommandResult, EnvdRpcClient } from '../envd/rpc-client.js';
 import type { BuildLog } from './build-log.js';
 import {
   expansionScript,
@@ -33,6 +33,40 @@ export interface StepRunnerOptions {
 }
 
 const MAX_TAIL_LINES = 5;
+
+/** How a failed command is reported. */
+interface FailureText {
+  /** The command ran and exited non-zero; `last` is its last output line. */
+  exited(r: CommandResult, last: string): string;
+  /** envd could not run it, or the stream to envd broke. */
+  broken(e: unknown): string;
+}
+
+/** A step's own command: its label, the exit code and the last line it printed. */
+const labelled = (label: string): FailureText => ({
+  exited: (r, last) => {
+    const why = r.error && !/^exit status \d+$/.test(r.error) ? ` (${r.error})` : '';
+    return `${label} failed with exit code ${r.exitCode}${why}${last ? `: ${last}` : ''}`;
+  },
+  broken: (e) => `${label}: ${(e as Error).message}`,
+});
+
+/** Go's name of a Connect code, as E2B's errors print it ("invalid_argument"). */
+const connectCodeName = (code: Code) => Code[code].replace(/(?<!^)([A-Z])/g, '_$1').toLowerCase();
+
+/**
+ * A failed RUN step, worded as E2B's template builder words it (docs/templates.md): `failed to run command
+ * '<cmd>': exit status 3`, or `…: command failed: unauthenticated: invalid username: 'x'` when envd refused or
+ * lost the command.
+ */
+export const runCommandFailure = (cmd: string): FailureText => ({
+  exited: (r) => `failed to run command '${cmd}': ${r.status || `exit status ${r.exitCode}`}`,
+  broken: (e) => {
+    const rpc = e instanceof Error && e.cause instanceof ConnectError ? e.cause : undefined;
+    const why = rpc ? `${connectCodeName(rpc.code)}: ${rpc.rawMessage}` : (e as Error).message;
+    return `failed to run command '${cmd}': command failed: ${why}`;
+  },
+});
 
 // COPY: the uploaded archive is unpacked in a scratch dir, the source (the part of the COPY source before any
 // glob: the SDK already picked the files) gets its owner and mode there, and is then copied to the destination
@@ -119,6 +153,7 @@ export class StepRunner {
     spec: { cmd: string; args: string[]; user?: string; cwd?: string; envs?: Record<string, string> },
     /** `quiet`: output is a value the builder reads, not something to show. */
     level: 'info' | 'quiet' = 'info',
+    failure: FailureText = labelled(label),
   ): Promise<string> {
     const out = level === 'quiet' ? { write() {}, flush() {} } : this.o.log.lineWriter(level, step);
     const tail: string[] = [];
@@ -138,13 +173,12 @@ export class StepRunner {
       .catch((e: unknown) => {
         out.flush();
         if (this.o.signal.aborted) throw e;
-        throw new StepError(`${label}: ${(e as Error).message}`, step);
+        throw new StepError(failure.broken(e), step);
       });
     out.flush();
     if (r.exitCode !== 0) {
-      const why = r.error && !/^exit status \d+$/.test(r.error) ? ` (${r.error})` : '';
-      const last = tail.length ? `: ${tail[tail.length - 1]!.trim().slice(0, 300)}` : '';
-      throw new StepError(`${label} failed with exit code ${r.exitCode}${why}${last}`, step);
+      const last = tail.length ? tail[tail.length - 1]!.trim().slice(0, 300) : '';
+      throw new StepError(failure.exited(r, last), step);
     }
     return stdout;
   }
@@ -182,13 +216,19 @@ export class StepRunner {
     const id = String(step.index);
     switch (step.kind) {
       case 'run':
-        await this.exec(id, step.label, {
-          cmd: this.shell,
-          args: ['-l', '-c', step.cmd],
-          user: step.user ?? state.user,
-          ...(state.workdir ? { cwd: state.workdir } : {}),
-          envs: state.env,
-        });
+        await this.exec(
+          id,
+          step.label,
+          {
+            cmd: this.shell,
+            args: ['-l', '-c', step.cmd],
+            user: step.user ?? state.user,
+            ...(state.workdir ? { cwd: state.workdir } : {}),
+            envs: state.env,
+          },
+          'info',
+          runCommandFailure(step.cmd),
+        );
         return;
       case 'env':
         for (const [k, v] of step.vars) {

@@ -6,17 +6,32 @@ import { ApiError } from '../errors.js';
 import { paginate, parseLimit } from '../pagination.js';
 import { matchesMetadata, parseMetadataFilter } from '../metadata-filter.js';
 import {
+  connectSchema,
   connectV2Schema,
   forkSchema,
   networkUpdateSchema,
   newSandboxSchema,
-  optionalTimeoutSchema,
   parseBody,
   pauseSchema,
   parseRequiredBody,
   refreshSchema,
+  resumeSchema,
   timeoutSchema,
 } from '../schemas.js';
+import {
+  refuseUnsupportedCreateFields,
+  refuseUnsupportedNetworkUpdateFields,
+} from '../unsupported-fields.js';
+import {
+  KEEP_MEMORY,
+  REFRESH_DURATION_SECS,
+  RESUME_TIMEOUT_SECS,
+  SET_TIMEOUT_SECS,
+  V1_CREATE_AUTO_PAUSE,
+  V2_CONNECT_TIMEOUT_SECS,
+  V2_CREATE_AUTO_PAUSE,
+  V2_CREATE_TIMEOUT_SECS,
+} from '../wire-defaults.js';
 
 export interface SandboxTokens {
   envd(sandboxId: string): string;
@@ -37,6 +52,26 @@ export interface SandboxRouteDeps {
   /** Whether a custom extension is configured (non-empty customExtensionParams need one). */
   customExtensionConfigured: boolean;
 }
+
+/** What a create route fills in for fields the request leaves out. */
+interface CreateDefaults {
+  /** undefined: `[orchestrator].default_sandbox_timeout_secs`. */
+  timeoutSecs?: number;
+  autoPause: boolean;
+  /** v2 sandboxes are always secured (E2B `NewSandboxV2`); v1 ones when the request says so. */
+  secure: (requested: boolean | undefined) => boolean;
+}
+
+const V1_CREATE: CreateDefaults = {
+  autoPause: V1_CREATE_AUTO_PAUSE,
+  secure: (requested) => requested ?? false,
+};
+// `secure` is not a NewSandboxV2 field: whatever a client sends there, E2B secures the sandbox, and so does aenv.
+const V2_CREATE: CreateDefaults = {
+  timeoutSecs: V2_CREATE_TIMEOUT_SECS,
+  autoPause: V2_CREATE_AUTO_PAUSE,
+  secure: () => true,
+};
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
@@ -100,8 +135,9 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
   const created = (reply: FastifyReply, r: SandboxRecord, status: number) =>
     reply.code(status).header('x-agentenv-sandbox-id', r.id).send(sandboxView(r));
 
-  const create = async (body: unknown, reply: FastifyReply) => {
+  const create = async (body: unknown, reply: FastifyReply, defaults: CreateDefaults) => {
     const req = parseRequiredBody(newSandboxSchema, body, 'sandbox request');
+    refuseUnsupportedCreateFields(body);
     if (
       req.customExtensionParams &&
       Object.keys(req.customExtensionParams).length > 0 &&
@@ -117,14 +153,19 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
       denyOut: req.network?.denyOut,
       allowInternetAccess: req.allow_internet_access,
     });
-    const onTimeout = req.lifecycle?.onTimeout ?? (req.autoPause === false ? 'kill' : 'pause');
+    const onTimeout = req.lifecycle?.onTimeout ?? ((req.autoPause ?? defaults.autoPause) ? 'pause' : 'kill');
+    const autoResume = req.autoResume?.enabled ?? req.lifecycle?.autoResume ?? false;
+    // A filesystem-only snapshot cold-boots on resume: traffic cannot wake it (E2B `autoPauseMemory`).
+    if (req.autoPauseMemory === false && autoResume)
+      throw new ApiError(400, 'autoPauseMemory: false cannot be combined with autoResume');
+    const timeoutSecs = req.timeout ?? defaults.timeoutSecs;
     const r = await orch.create({
       templateId: req.templateID,
-      timeoutSecs: req.timeout,
+      ...(timeoutSecs !== undefined ? { timeoutSecs } : {}),
       onTimeout,
       ...(req.autoPauseMemory === false ? { autoPauseMemory: false } : {}),
-      autoResume: req.autoResume?.enabled ?? req.lifecycle?.autoResume ?? false,
-      secure: req.secure ?? false,
+      autoResume,
+      secure: defaults.secure(req.secure),
       metadata: req.metadata ?? {},
       envVars: req.envVars ?? {},
       allowPublicTraffic: req.network?.allowPublicTraffic ?? true,
@@ -133,8 +174,8 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
     return created(reply, r, 201);
   };
 
-  app.post('/sandboxes', async (req, reply) => create(req.body, reply));
-  app.post('/v2/sandboxes', async (req, reply) => create(req.body, reply));
+  app.post('/sandboxes', async (req, reply) => create(req.body, reply, V1_CREATE));
+  app.post('/v2/sandboxes', async (req, reply) => create(req.body, reply, V2_CREATE));
 
   app.get('/sandboxes', async (req) => {
     const filter = parseMetadataFilter((req.query as Record<string, unknown>).metadata);
@@ -174,7 +215,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
       .all()
       .filter((r) => matchesMetadata(r.metadata, filter))
       .filter((r) => !template || r.templateId === template || r.alias === template)
-      .filter((r) => startedAfter === undefined || Date.parse(r.createdAt) > startedAfter)
+      .filter((r) => startedAfter === undefined || Date.parse(r.createdAt) >= startedAfter)
       .filter((r) =>
         only === 'running' ? r.state === 'running' : only === 'paused' ? r.state === 'paused' : true,
       )
@@ -200,39 +241,46 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
 
   app.post<{ Params: { id: string } }>('/sandboxes/:id/timeout', async (req, reply) => {
     const body =
-      req.body === undefined ? { timeout: 15 } : parseBody(timeoutSchema, req.body, 'timeout request');
+      req.body === undefined
+        ? { timeout: SET_TIMEOUT_SECS }
+        : parseBody(timeoutSchema, req.body, 'timeout request');
     await orch.setTimeout(sandboxId(req.params.id), body.timeout);
     return reply.code(204).send();
   });
 
   app.post<{ Params: { id: string } }>('/sandboxes/:id/refreshes', async (req, reply) => {
     const body = parseBody(refreshSchema, req.body, 'refresh request');
-    await orch.refresh(sandboxId(req.params.id), body.duration ?? 15);
+    await orch.refresh(sandboxId(req.params.id), body.duration ?? REFRESH_DURATION_SECS);
     return reply.code(204).send();
   });
 
   const connect = async (id: string, timeout: number, reply: FastifyReply, memory?: boolean) => {
-    const { record, resumed } = await orch.connect(sandboxId(id), timeout, { memory });
+    const { record, resumed } = await orch.connect(sandboxId(id), timeout, {
+      memory: memory ?? KEEP_MEMORY,
+    });
     return created(reply, record, resumed ? 201 : 200);
   };
   app.post<{ Params: { id: string } }>('/sandboxes/:id/connect', async (req, reply) => {
-    const body = parseRequiredBody(timeoutSchema, req.body, 'connect request');
-    return connect(req.params.id, body.timeout, reply);
+    const body = parseRequiredBody(connectSchema, req.body, 'connect request');
+    return connect(req.params.id, body.timeout, reply, body.memory);
   });
   app.post<{ Params: { id: string } }>('/v2/sandboxes/:id/connect', async (req, reply) => {
     const body = parseBody(connectV2Schema, req.body, 'connect request');
-    return connect(req.params.id, body.timeout ?? 300, reply, body.memory);
+    return connect(req.params.id, body.timeout ?? V2_CONNECT_TIMEOUT_SECS, reply, body.memory);
   });
 
   app.post<{ Params: { id: string } }>('/sandboxes/:id/resume', async (req, reply) => {
-    const body = parseBody(optionalTimeoutSchema, req.body, 'resume request');
-    const r = await orch.resume(sandboxId(req.params.id), body.timeout ?? 15);
+    const body = parseBody(resumeSchema, req.body, 'resume request');
+    const r = await orch.resume(sandboxId(req.params.id), body.timeout ?? RESUME_TIMEOUT_SECS, {
+      memory: body.memory ?? KEEP_MEMORY,
+      ...(body.autoPause !== undefined ? { onTimeout: body.autoPause ? 'pause' : 'kill' } : {}),
+    });
     return created(reply, r, 201);
   });
 
   app.post<{ Params: { id: string } }>('/sandboxes/:id/pause', async (req, reply) => {
     const body = parseBody(pauseSchema, req.body, 'pause request');
-    await orch.pause(sandboxId(req.params.id), { memory: body.memory ?? true });
+    await orch.pause(sandboxId(req.params.id), { memory: body.memory ?? KEEP_MEMORY });
     return reply.code(204).send();
   });
 
@@ -249,6 +297,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
 
   app.put<{ Params: { id: string } }>('/sandboxes/:id/network', async (req, reply) => {
     const body = parseBody(networkUpdateSchema, req.body, 'network update');
+    refuseUnsupportedNetworkUpdateFields(req.body);
     const policy = deps.parsePolicy({
       allowOut: body.allowOut,
       denyOut: body.denyOut,

@@ -226,7 +226,8 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
   app.delete('/templates/:templateID', async (req, reply) => {
     const { templateID } = req.params as { templateID: string };
     const record = await findRecord(repo, templateID);
-    if (!record) return reply.code(204).send();
+    // E2B answers 404 for a template or snapshot that is not there (the SDK's deleteSnapshot then returns false).
+    if (!record) throw new ApiError(404, `template '${templateID}' not found`);
     const using = deps.sandboxesUsing(record.id);
     if (using > 0) {
       throw new ApiError(

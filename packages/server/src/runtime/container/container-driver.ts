@@ -26,6 +26,7 @@ import {
   writeCriuConfig,
   primeKerndatCache,
 } from './criu.js';
+import { writeBootId } from './boot-id.js';
 import { rewriteHostnameFiles, writeEtcFiles } from './etc-files.js';
 import { KeyedLock } from './keyed-lock.js';
 import { mountsUnder, readMounts } from './mountinfo.js';
@@ -528,6 +529,7 @@ export class ContainerDriver implements RuntimeDriver {
           else await this.cow.createDir(p.dir);
           await this.prepareDirs(p);
         }
+        await writeBootId(p.upper, spec.lowerDirs, this.opts.uidMapHostStart);
         await this.mountAndConfigure(spec, p, opts.tools);
         await this.runc.run(spec.id, p.bundle, p.pidFile, p.runcLog);
         const handle = { id: spec.id, pid: await this.readPid(p), sandboxDir: p.dir, upperDir: p.upper };

@@ -1,4 +1,5 @@
 import type { SandboxResources } from '../driver.js';
+import { BOOT_ID_FILE } from './boot-id.js';
 import type { OciSeccomp } from './seccomp.js';
 
 /** Docker's default capability set: enough for package managers, sudo and useradd; no admin powers. */
@@ -136,6 +137,25 @@ export function buildOciConfig(input: OciConfigInput): Json {
       mount('/sys', 'bind', input.sysfsDir, ['rbind', 'ro', 'nosuid', 'noexec', 'nodev']),
       mount(TOOLS_MOUNT_POINT, 'bind', input.toolsDir, ['rbind', 'ro', 'nosuid', 'nodev']),
     ],
+    // The sandbox's own boot id over the host's. runc refuses spec mounts inside /proc, so a createContainer hook
+    // (run by runc's init in the sandbox's namespaces, before pivot_root) binds it; a restore does not run it,
+    // CRIU brings the mount back itself. See boot-id.ts.
+    hooks: {
+      createContainer: [
+        {
+          path: '/bin/mount',
+          args: [
+            'mount',
+            '--bind',
+            '-o',
+            'ro',
+            `${input.rootfsDir}${BOOT_ID_FILE}`,
+            `${input.rootfsDir}/proc/sys/kernel/random/boot_id`,
+          ],
+          timeout: 30,
+        },
+      ],
+    },
     annotations: input.criuConfigPath ? { [CRIU_CONFIG_ANNOTATION]: input.criuConfigPath } : {},
     linux: {
       uidMappings: idMap,

@@ -1,0 +1,64 @@
+import { describe, expect, it } from 'vitest';
+import { ApiError } from './errors.js';
+import { refuseUnsupportedCreateFields, refuseUnsupportedNetworkUpdateFields } from './unsupported-fields.js';
+
+const refusal = (fn: () => void): { status: number; message: string } | undefined => {
+  try {
+    fn();
+    return undefined;
+  } catch (e) {
+    if (!(e instanceof ApiError)) throw e;
+    return { status: e.status, message: e.message };
+  }
+};
+
+describe('sandbox request fields aenv does not implement', () => {
+  it.each([
+    ['mcp', { mcp: { 'github-official': { githubPersonalAccessToken: 'x' } } }],
+    ['iam', { iam: { tokens: { aws: { audience: 'sts.amazonaws.com', tokenType: 'JWT-SVID' } } } }],
+    ['iam', { iam: 'yes' }],
+    ['volumeMounts', { volumeMounts: [{ name: 'vol', path: '/data' }] }],
+    [
+      'network.rules',
+      { network: { rules: { 'api.example.com': [{ transform: { headers: { a: 'b' } } }] } } },
+    ],
+    ['network.egressProxy', { network: { egressProxy: { address: 'proxy.example.com:1080' } } }],
+    ['network.maskRequestHost', { network: { maskRequestHost: '${PORT}-myhost.example.com' } }],
+    ['network.httpsPorts', { network: { httpsPorts: [8443] } }],
+  ])('refuses %s with a 400 that names it', (field, extra) => {
+    const r = refusal(() => refuseUnsupportedCreateFields({ templateID: 'base', ...extra }));
+    expect(r?.status).toBe(400);
+    expect(r?.message.startsWith(`${field} is not supported by this server (`)).toBe(true);
+  });
+
+  it('accepts a field that is left out or asks for nothing', () => {
+    for (const body of [
+      { templateID: 'base' },
+      { templateID: 'base', mcp: null, iam: {}, volumeMounts: [] },
+      { templateID: 'base', iam: { tokens: {} } },
+      {
+        templateID: 'base',
+        network: { rules: {}, egressProxy: null, maskRequestHost: '', httpsPorts: [], allowOut: ['1.1.1.1'] },
+      },
+      // Fields no SDK sends are ignored, as E2B's API ignores them.
+      { templateID: 'base', somethingNew: { enabled: true } },
+    ]) {
+      expect(refusal(() => refuseUnsupportedCreateFields(body))).toBeUndefined();
+    }
+  });
+
+  it('refuses egress rules and proxies on a network update too', () => {
+    expect(refusal(() => refuseUnsupportedNetworkUpdateFields({ rules: { '*.example.com': [{}] } }))).toEqual(
+      {
+        status: 400,
+        message: expect.stringMatching(/^rules is not supported/),
+      },
+    );
+    expect(
+      refusal(() => refuseUnsupportedNetworkUpdateFields({ egressProxy: { address: 'p.example.com:1' } })),
+    ).toMatchObject({ status: 400, message: expect.stringMatching(/^egressProxy is not supported/) });
+    expect(refusal(() => refuseUnsupportedNetworkUpdateFields({ allowOut: ['1.1.1.1'], rules: {} }))).toBe(
+      undefined,
+    );
+  });
+});

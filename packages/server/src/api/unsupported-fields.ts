@@ -1,0 +1,52 @@
+// Fields of E2B's sandbox requests (the e2b SDK's `NewSandbox`, `NewSandboxV2`, `SandboxNetworkConfig`,
+// `SandboxNetworkUpdateConfig`) that aenv does not implement. A request that asks for one is refused with a 400
+// naming it rather than served without it: most are security or network settings whose silent loss would leave
+// a sandbox more open than its creator asked for. Leaving a field out, or giving its "nothing" value (null, an
+// empty list or map), is accepted. Fields no SDK sends are ignored, as E2B's API ignores them
+// (docs/differences.md).
+import { ApiError } from './errors.js';
+
+type Json = Record<string, unknown>;
+
+const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** Whether `v` asks for something: not absent, null, "", [] or {}. */
+function given(v: unknown): boolean {
+  if (v === undefined || v === null || v === '') return false;
+  if (Array.isArray(v)) return v.length > 0;
+  if (isObject(v)) return Object.keys(v).length > 0;
+  return true;
+}
+
+function refuse(field: string, why: string): never {
+  throw new ApiError(400, `${field} is not supported by this server (${why}); leave it out`);
+}
+
+const NETWORK_FIELDS: [string, string][] = [
+  ['rules', 'per-domain egress request transforms are not implemented'],
+  ['egressProxy', 'egress through a SOCKS5 proxy is not implemented'],
+  ['maskRequestHost', 'rewriting the Host of proxied requests is not implemented'],
+  ['httpsPorts', 'the proxy reaches sandbox ports over plain HTTP only'],
+];
+
+function refuseNetwork(network: unknown, prefix: string): void {
+  if (!isObject(network)) return;
+  for (const [field, why] of NETWORK_FIELDS) {
+    if (given(network[field])) refuse(`${prefix}${field}`, why);
+  }
+}
+
+/** `POST /sandboxes`, `POST /v2/sandboxes`: refuses what the body asks for and aenv cannot do. */
+export function refuseUnsupportedCreateFields(body: unknown): void {
+  if (!isObject(body)) return;
+  if (given(body.mcp)) refuse('mcp', 'the MCP gateway is not implemented');
+  if (isObject(body.iam) ? given(body.iam.tokens) : given(body.iam))
+    refuse('iam', 'workload identity tokens are not implemented');
+  if (given(body.volumeMounts)) refuse('volumeMounts', 'volumes are not implemented');
+  refuseNetwork(body.network, 'network.');
+}
+
+/** `PUT /sandboxes/{id}/network`. */
+export function refuseUnsupportedNetworkUpdateFields(body: unknown): void {
+  refuseNetwork(body, '');
+}
