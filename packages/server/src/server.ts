@@ -13,6 +13,7 @@ import {
 } from '@aenv/config';
 import { ENVD_VERSION, ensureToolsDir } from '@aenv/envd';
 import { createLogger, type Logger } from './util/log.js';
+import { installProcessGuards } from './util/process-guard.js';
 import { uuidv7 } from './util/uuid.js';
 import { openStateDb, type StateDb } from './state/db.js';
 import { lockNodeDirs } from './util/node-lock.js';
@@ -43,6 +44,8 @@ import { createTemplateService, TemplateUploadEndpoint, uploadSecretFromApiKey }
 export interface RunServerOptions {
   configPath?: string;
   setupOnly: boolean;
+  /** Log unhandled rejections and uncaught exceptions and keep running (the `aenv server` process). */
+  processGuards?: boolean;
   flags?: Omit<ConfigFlags, 'config'>;
   env?: NodeJS.ProcessEnv;
 }
@@ -440,6 +443,7 @@ export async function runServer(opts: RunServerOptions): Promise<number> {
   }
   const { config } = loaded;
   const logger = createLogger(config.log_format, config.log_level);
+  if (opts.processGuards) installProcessGuards(logger);
   logger.info({ config: loaded.configPath }, 'configuration loaded');
   for (const w of loaded.warnings) logger.warn(w);
   const notice = containerModeNotice(config, loaded.keysWithoutEffectInContainerMode);
