@@ -14,6 +14,7 @@ import {
 import { ENVD_VERSION, ensureToolsDir } from '@aenv/envd';
 import { createLogger, type Logger } from './util/log.js';
 import { installProcessGuards } from './util/process-guard.js';
+import { dropSecretsFromEnvironment } from './util/exec.js';
 import { uuidv7 } from './util/uuid.js';
 import { openStateDb, type StateDb } from './state/db.js';
 import { lockNodeDirs } from './util/node-lock.js';
@@ -130,6 +131,8 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   });
   for (const w of seed.warnings) logger.warn(w);
   const tokens = new SandboxTokenIssuer(seed.seed);
+  // Read once; no host command or credential process started from here on inherits them.
+  dropSecretsFromEnvironment();
   const { identity, warnings: idWarnings } = resolveNodeIdentity(config.node_identity, {
     commit: await gitCommit(),
   });
