@@ -35,6 +35,12 @@ import { SandboxStore, orchestratorMigrations } from './orchestrator/store.js';
 import { SandboxProxy } from './proxy/proxy.js';
 import { OrchestratorDirectory } from './proxy/orchestrator-directory.js';
 import { createHttpServer } from './api/http-server.js';
+import {
+  AdmissionControl,
+  admissionLimitsFrom,
+  registerAdmission,
+  withResourceLimits,
+} from './api/admission.js';
 import { registerHealthRoutes } from './api/routes/health.js';
 import { registerNodeRoutes } from './api/routes/nodes.js';
 import { registerSandboxRoutes } from './api/routes/sandboxes.js';
@@ -251,10 +257,11 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     virtualizationMode: runtime.virtualizationMode,
     envdVersion: ENVD_VERSION,
   });
+  const admission = new AdmissionControl(admissionLimitsFrom(config));
   const orchestrator = new Orchestrator({
     store,
     backend,
-    templates: catalog,
+    templates: withResourceLimits(catalog, admission),
     newId: uuidv7,
     defaultTimeoutSecs: config.orchestrator.default_sandbox_timeout_secs,
     autoEvictIntervalMs: config.orchestrator.auto_evict_interval_ms,
@@ -339,6 +346,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       proxy,
     ),
   });
+  registerAdmission(app, admission);
   registerHealthRoutes(app, metrics.registry);
   registerNodeRoutes(app, {
     enabled: config.observability.enabled,
