@@ -68,17 +68,24 @@ function answerRaw(res: ServerResponse, status: number, message: string, request
   res.end(body);
 }
 
-/** A `{code, message}` answer written on a socket that has no HTTP response object (upgrades, parse errors). */
+/**
+ * A `{code, message}` answer written on a socket that has no HTTP response object (upgrades, parse errors),
+ * then the connection is closed: nothing after the bad bytes is read as a request. A socket whose current
+ * answer already started is only closed (the bytes would land inside that answer).
+ */
 function answerSocket(socket: Duplex, status: number, message: string): void {
   if (socket.destroyed) return;
-  const body = errorBody(status, message);
-  if (socket.writable) {
-    socket.end(
-      `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\nContent-Type: application/json\r\n` +
-        `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
-    );
+  const inFlight = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+  if (!socket.writable || inFlight?.headersSent) {
+    socket.destroy();
+    return;
   }
-  socket.destroy();
+  const body = errorBody(status, message);
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\nContent-Type: application/json\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    () => socket.destroy(),
+  );
 }
 
 /** What Node's HTTP parser rejected, as the status and message a client reads (docs/security.md). */
