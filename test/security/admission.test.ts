@@ -21,6 +21,9 @@ const LIMITS = [
 describe('admission limits on a real node', () => {
   let server: TestServer;
   let sbx: Sandbox;
+  // Names of this run only: a node's home outlives a test run.
+  const run = Date.now().toString(36);
+  const snapName = `sreq4-snap-${run}`;
 
   beforeAll(async () => {
     server = await startServer({ name: 'sreq4', toml: LIMITS.join('\n') });
@@ -33,18 +36,22 @@ describe('admission limits on a real node', () => {
 
   it('refuses template builds above max_cpu_count and max_memory_mb, storing nothing', async () => {
     const before = await storedState(server);
-    const cpu = await server.api('POST', '/v3/templates', { name: 'sreq4-cpu', cpuCount: 3 });
+    const cpu = await server.api('POST', '/v3/templates', { name: `sreq4-cpu-${run}`, cpuCount: 3 });
     expect(cpu.status).toBe(400);
     expect(cpu.body).toEqual({
       code: 400,
       message: "template build request: cpuCount 3 is above this node's limit of 2 (limits.max_cpu_count)",
     });
-    const mem = await server.api('POST', '/v3/templates', { name: 'sreq4-mem', memoryMB: 1_000_000 });
+    const mem = await server.api('POST', '/v3/templates', { name: `sreq4-mem-${run}`, memoryMB: 1_000_000 });
     expect(mem.status).toBe(400);
     expect(mem.body.message).toMatch(/memoryMB 1000000 .*limits\.max_memory_mb/);
     expect(await storedState(server)).toEqual(before);
     // At the limit is fine.
-    const ok = await server.api('POST', '/v3/templates', { name: 'sreq4-ok', cpuCount: 2, memoryMB: 2048 });
+    const ok = await server.api('POST', '/v3/templates', {
+      name: `sreq4-ok-${run}`,
+      cpuCount: 2,
+      memoryMB: 2048,
+    });
     expect(ok.status).toBe(202);
     expect((await server.api('DELETE', `/templates/${ok.body.templateID}`)).status).toBe(204);
   });
@@ -72,7 +79,7 @@ describe('admission limits on a real node', () => {
   });
 
   it('refuses a build with more steps than max_build_steps, or an ENV step above max_env_var_bytes', async () => {
-    const t = await server.api('POST', '/v3/templates', { name: 'sreq4-steps' });
+    const t = await server.api('POST', '/v3/templates', { name: `sreq4-steps-${run}` });
     expect(t.status).toBe(202);
     const id = t.body.templateID as string;
     try {
@@ -128,7 +135,7 @@ describe('admission limits on a real node', () => {
   });
 
   it('refuses to start a sandbox from a snapshot whose resources are above the limits of this node', async () => {
-    const snap = await server.api('POST', `/sandboxes/${sbx.sandboxId}/snapshots`, { name: 'sreq4-snap' });
+    const snap = await server.api('POST', `/sandboxes/${sbx.sandboxId}/snapshots`, { name: snapName });
     expect(snap.status).toBe(201);
     expect(snap.body.cpuCount).toBe(2);
     await server.killAll();
@@ -148,11 +155,11 @@ describe('admission limits on a real node', () => {
     useSdk(server);
     try {
       const before = await storedState(server);
-      const r = await server.api('POST', '/v2/sandboxes', { templateID: 'sreq4-snap' });
+      const r = await server.api('POST', '/v2/sandboxes', { templateID: snapName });
       expect(r.status).toBe(400);
       expect(r.body).toEqual({
         code: 400,
-        message: "template sreq4-snap: cpuCount 2 is above this node's limit of 1 (limits.max_cpu_count)",
+        message: `template ${snapName}: cpuCount 2 is above this node's limit of 1 (limits.max_cpu_count)`,
       });
       expect(await storedState(server)).toEqual(before);
     } finally {
