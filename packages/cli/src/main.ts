@@ -17,6 +17,8 @@ program
     const code = await runServer({
       configPath: opts.config,
       setupOnly: opts.setupOnly ?? false,
+      // One failing request must not end the node (docs/security.md).
+      processGuards: true,
       flags: { apiAddr: opts.apiAddr, homePath: opts.home },
     });
     process.exitCode = code;

@@ -89,6 +89,9 @@ reference's name, type and meaning.
   2^53 are rejected when the file is read, which also keeps every value <= i64::MAX.
 - \`sandbox.access_token_hash_seed\`, when set, is non-empty after trimming. The API key (not a config key,
   see below) must be 32-256 characters of \`[A-Za-z0-9._~-]\`.
+- \`[limits]\`: \`machine.vcpu_count <= limits.max_cpu_count\` and \`machine.mem_size_mib <= limits.max_memory_mb\`
+  (when those limits are not 0), \`runtime.default_disk_size_mb <= limits.max_disk_size_mb\`,
+  \`limits.max_fork_count <= limits.max_concurrent_creates\`.
 - Per key: types, ranges and enumerations as listed in the tables below; listen addresses are
   \`host:port\`; URLs are \`http(s)://\`; \`tools.drive_path\`/\`tools.url\` need \`tools.version\` (SemVer
   without build metadata); \`snapshot.repository_backend = "oss"\` needs \`backend.oss.endpoint\`,

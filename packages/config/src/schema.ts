@@ -102,6 +102,82 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
     { aenv: true },
   ),
 
+  limits: section(
+    'Admission limits: what one API caller may ask of this node. A request above a limit gets a 4xx naming the key (docs/security.md).',
+    {
+      max_cpu_count: int({
+        default: 0,
+        min: 0,
+        aenv: true,
+        doc: "Largest cpuCount of a template build and of the template a sandbox starts from; 0 = the host's CPU count (at least machine.vcpu_count).",
+      }),
+      max_memory_mb: int({
+        default: 0,
+        min: 0,
+        aenv: true,
+        doc: "Largest memoryMB of a template build and of the template a sandbox starts from; 0 = the host's memory (at least machine.mem_size_mib).",
+      }),
+      max_disk_size_mb: int({
+        default: 65536,
+        min: 1024,
+        aenv: true,
+        doc: 'Largest diskSizeMB of the template or snapshot a sandbox starts from (e.g. a record from a shared repository).',
+      }),
+      max_metadata_entries: int({
+        default: 64,
+        min: 0,
+        aenv: true,
+        doc: 'Most metadata entries one sandbox may carry.',
+      }),
+      max_metadata_bytes: int({
+        default: 16384,
+        min: 0,
+        aenv: true,
+        doc: "Largest total size of a sandbox's metadata keys and values, in UTF-8 bytes.",
+      }),
+      max_env_vars: int({
+        default: 256,
+        min: 0,
+        aenv: true,
+        doc: 'Most envVars entries of a sandbox create.',
+      }),
+      max_env_var_bytes: int({
+        default: 32768,
+        min: 1,
+        max: 131071,
+        aenv: true,
+        doc: 'Largest KEY=value of one envVars entry or template ENV/ARG step, in bytes (Linux refuses to run a program given one string over 128 KiB: E2BIG).',
+      }),
+      max_env_vars_bytes: int({
+        default: 262144,
+        min: 1,
+        max: 1048576,
+        aenv: true,
+        doc: "Largest total of a sandbox create's envVars (KEY=value strings), in bytes; every command of the sandbox carries them.",
+      }),
+      max_build_steps: int({
+        default: 256,
+        min: 1,
+        aenv: true,
+        doc: 'Most steps of one template build.',
+      }),
+      max_fork_count: int({
+        default: 16,
+        min: 1,
+        max: 100,
+        aenv: true,
+        doc: 'Largest count of one fork request (the API accepts 1-100); at most max_concurrent_creates.',
+      }),
+      max_concurrent_creates: int({
+        default: 16,
+        min: 1,
+        aenv: true,
+        doc: 'Sandbox creates and fork children in progress at once on this node; more get 429 (retry later).',
+      }),
+    },
+    { aenv: true },
+  ),
+
   runtime: section(
     'Container driver (virtualization_mode = "container").',
     {

@@ -259,6 +259,30 @@ const rules: { name: string; bad: string; message: string; good: string }[] = [
     message: 'runtime.default_disk_size_mb = 2000: must be a multiple of 1024',
     good: '[runtime]\ndefault_disk_size_mb = 2048',
   },
+  {
+    name: 'machine.vcpu_count within limits.max_cpu_count',
+    bad: '[limits]\nmax_cpu_count = 1\n[machine]\nvcpu_count = 2',
+    message: 'machine.vcpu_count = 2: must be <= limits.max_cpu_count (1)',
+    good: '[limits]\nmax_cpu_count = 0\n[machine]\nvcpu_count = 64',
+  },
+  {
+    name: 'machine.mem_size_mib within limits.max_memory_mb',
+    bad: '[limits]\nmax_memory_mb = 512\n[machine]\nmem_size_mib = 1024',
+    message: 'machine.mem_size_mib = 1024: must be <= limits.max_memory_mb (512)',
+    good: '[limits]\nmax_memory_mb = 1024\n[machine]\nmem_size_mib = 1024',
+  },
+  {
+    name: 'runtime.default_disk_size_mb within limits.max_disk_size_mb',
+    bad: '[limits]\nmax_disk_size_mb = 10240',
+    message: 'runtime.default_disk_size_mb = 20480: must be <= limits.max_disk_size_mb (10240)',
+    good: '[limits]\nmax_disk_size_mb = 20480',
+  },
+  {
+    name: 'a fork fits max_concurrent_creates',
+    bad: '[limits]\nmax_fork_count = 10\nmax_concurrent_creates = 4',
+    message: 'limits.max_fork_count = 10: must be <= limits.max_concurrent_creates (4)',
+    good: '[limits]\nmax_fork_count = 4\nmax_concurrent_creates = 4',
+  },
 ];
 
 describe('validation rules (reference §4.3 and aenv)', () => {

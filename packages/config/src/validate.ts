@@ -212,6 +212,31 @@ export function validateConfig(
   if (rt.default_disk_size_mb % 1024 !== 0)
     bad('runtime.default_disk_size_mb', rt.default_disk_size_mb, 'must be a multiple of 1024');
 
+  // aenv: admission limits. The node's own defaults must be admissible, and one fork must fit.
+  const lim = c.limits;
+  if (lim.max_cpu_count > 0 && c.machine.vcpu_count > lim.max_cpu_count)
+    bad('machine.vcpu_count', c.machine.vcpu_count, `must be <= limits.max_cpu_count (${lim.max_cpu_count})`);
+  if (lim.max_memory_mb > 0 && c.machine.mem_size_mib > lim.max_memory_mb)
+    bad(
+      'machine.mem_size_mib',
+      c.machine.mem_size_mib,
+      `must be <= limits.max_memory_mb (${lim.max_memory_mb})`,
+    );
+  if (rt.default_disk_size_mb > lim.max_disk_size_mb) {
+    bad(
+      'runtime.default_disk_size_mb',
+      rt.default_disk_size_mb,
+      `must be <= limits.max_disk_size_mb (${lim.max_disk_size_mb})`,
+    );
+  }
+  if (lim.max_fork_count > lim.max_concurrent_creates) {
+    bad(
+      'limits.max_fork_count',
+      lim.max_fork_count,
+      `must be <= limits.max_concurrent_creates (${lim.max_concurrent_creates})`,
+    );
+  }
+
   return out;
 }
 

@@ -13,6 +13,8 @@ import {
 } from '@aenv/config';
 import { ENVD_VERSION, ensureToolsDir } from '@aenv/envd';
 import { createLogger, type Logger } from './util/log.js';
+import { installProcessGuards } from './util/process-guard.js';
+import { dropSecretsFromEnvironment } from './util/exec.js';
 import { uuidv7 } from './util/uuid.js';
 import { openStateDb, type StateDb } from './state/db.js';
 import { lockNodeDirs } from './util/node-lock.js';
@@ -33,6 +35,12 @@ import { SandboxStore, orchestratorMigrations } from './orchestrator/store.js';
 import { SandboxProxy } from './proxy/proxy.js';
 import { OrchestratorDirectory } from './proxy/orchestrator-directory.js';
 import { createHttpServer } from './api/http-server.js';
+import {
+  AdmissionControl,
+  admissionLimitsFrom,
+  registerAdmission,
+  withResourceLimits,
+} from './api/admission.js';
 import { registerHealthRoutes } from './api/routes/health.js';
 import { registerNodeRoutes } from './api/routes/nodes.js';
 import { registerSandboxRoutes } from './api/routes/sandboxes.js';
@@ -43,6 +51,8 @@ import { createTemplateService, TemplateUploadEndpoint, uploadSecretFromApiKey }
 export interface RunServerOptions {
   configPath?: string;
   setupOnly: boolean;
+  /** Log unhandled rejections and uncaught exceptions and keep running (the `aenv server` process). */
+  processGuards?: boolean;
   flags?: Omit<ConfigFlags, 'config'>;
   env?: NodeJS.ProcessEnv;
 }
@@ -127,6 +137,8 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   });
   for (const w of seed.warnings) logger.warn(w);
   const tokens = new SandboxTokenIssuer(seed.seed);
+  // Read once; no host command or credential process started from here on inherits them.
+  dropSecretsFromEnvironment();
   const { identity, warnings: idWarnings } = resolveNodeIdentity(config.node_identity, {
     commit: await gitCommit(),
   });
@@ -245,10 +257,11 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     virtualizationMode: runtime.virtualizationMode,
     envdVersion: ENVD_VERSION,
   });
+  const admission = new AdmissionControl(admissionLimitsFrom(config));
   const orchestrator = new Orchestrator({
     store,
     backend,
-    templates: catalog,
+    templates: withResourceLimits(catalog, admission),
     newId: uuidv7,
     defaultTimeoutSecs: config.orchestrator.default_sandbox_timeout_secs,
     autoEvictIntervalMs: config.orchestrator.auto_evict_interval_ms,
@@ -333,6 +346,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       proxy,
     ),
   });
+  registerAdmission(app, admission);
   registerHealthRoutes(app, metrics.registry);
   registerNodeRoutes(app, {
     enabled: config.observability.enabled,
@@ -440,6 +454,7 @@ export async function runServer(opts: RunServerOptions): Promise<number> {
   }
   const { config } = loaded;
   const logger = createLogger(config.log_format, config.log_level);
+  if (opts.processGuards) installProcessGuards(logger);
   logger.info({ config: loaded.configPath }, 'configuration loaded');
   for (const w of loaded.warnings) logger.warn(w);
   const notice = containerModeNotice(config, loaded.keysWithoutEffectInContainerMode);

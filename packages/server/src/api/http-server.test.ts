@@ -83,6 +83,10 @@ describe('control-plane HTTP server', () => {
     app.get('/boom', async () => {
       throw new ApiError(409, 'sandbox cannot be paused from creating state');
     });
+    app.get('/internal', async () => {
+      throw new Error('runc exec /var/lib/aenv/secret-path failed: permission denied');
+    });
+    app.get<{ Params: { id: string } }>('/things/:id', async (req) => ({ id: req.params.id }));
     await app.listen({ host: '127.0.0.1', port: 0 });
     port = (server.address() as AddressInfo).port;
   });
@@ -181,6 +185,39 @@ describe('control-plane HTTP server', () => {
     });
   });
 
+  it('answers an internal failure with its request id, never its message', async () => {
+    const r = await rawRequest(port, ['GET /internal HTTP/1.1', `X-API-Key: ${KEY}`]);
+    expect(r.status).toBe(500);
+    const body = JSON.parse(r.body);
+    expect(body.code).toBe(500);
+    expect(body.message).toBe(
+      `internal server error; request id ${r.headers['x-request-id']} (details are in the server log)`,
+    );
+    expect(r.body).not.toContain('/var/lib/aenv');
+  });
+
+  it.each([
+    ['bad percent-encoding in a parameter', ['GET /things/%zz HTTP/1.1', `X-API-Key: ${KEY}`], 400],
+    [
+      'a parameter over the length limit',
+      [`GET /things/${'a'.repeat(600)} HTTP/1.1`, `X-API-Key: ${KEY}`],
+      414,
+    ],
+    ['headers over the size limit', ['GET /nodes HTTP/1.1', `X-Filler: ${'z'.repeat(20_000)}`], 431],
+    ['an invalid header name', ['GET /nodes HTTP/1.1', 'Bad Header: 1'], 400],
+    ['an unknown method', ['BREW /nodes HTTP/1.1'], 400],
+  ])('answers %s in the documented shape', async (_name, head, status) => {
+    const r = await rawRequest(port, head as string[]);
+    expect(r.status).toBe(status);
+    expect(r.headers['content-type']).toMatch(/^application\/json/);
+    expect(JSON.parse(r.body)).toEqual({ code: status, message: expect.any(String) });
+  });
+
+  it('does not take the request id from the client', async () => {
+    const r = await rawRequest(port, ['GET /nodes HTTP/1.1', `X-API-Key: ${KEY}`, 'X-Request-Id: chosen']);
+    expect(r.headers['x-request-id']).toMatch(/^[0-9a-f]{16}$/);
+  });
+
   it('serves /nodes/{id}, filters by clusterID and 404s unknown nodes', async () => {
     const ok = await rawRequest(port, ['GET /nodes/node-a HTTP/1.1', `X-API-Key: ${KEY}`]);
     expect(ok.status).toBe(200);
@@ -197,5 +234,50 @@ describe('control-plane HTTP server', () => {
     expect(JSON.parse(missing.body)).toEqual({ code: 404, message: 'node node-b not found' });
     const bad = await rawRequest(port, ['GET /nodes?clusterID=nope HTTP/1.1', `X-API-Key: ${KEY}`]);
     expect(bad.status).toBe(400);
+  });
+});
+
+describe('data-plane entry', () => {
+  it('answers a data plane that throws with a 500 naming the request id, and keeps serving', async () => {
+    const { app, server } = createHttpServer({
+      apiKey: KEY,
+      bodyLimitBytes: 1024,
+      logger: createLogger('json', 'info', silent),
+      metrics: new ServerMetrics(),
+      dataPlane: {
+        claims: (req) => {
+          if (req.url === '/claims-throws') throw new TypeError('classify: boom at /srv/x');
+          return req.url === '/handle-throws';
+        },
+        handle: () => {
+          throw new TypeError('handle: boom at /srv/y');
+        },
+        upgrade: () => {
+          throw new TypeError('upgrade: boom');
+        },
+      },
+    });
+    registerHealthRoutes(app, new ServerMetrics().registry);
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    const port = (server.address() as AddressInfo).port;
+    try {
+      for (const path of ['/claims-throws', '/handle-throws']) {
+        const r = await rawRequest(port, [`GET ${path} HTTP/1.1`]);
+        expect(r.status).toBe(500);
+        expect(JSON.parse(r.body)).toEqual({
+          code: 500,
+          message: `internal server error; request id ${r.headers['x-request-id']} (details are in the server log)`,
+        });
+      }
+      const up = await rawRequest(port, [
+        'GET /claims-throws HTTP/1.1',
+        'Upgrade: websocket',
+        'Connection: Upgrade',
+      ]);
+      expect(up.status).toBe(500);
+      expect((await rawRequest(port, ['GET /health HTTP/1.1'])).status).toBe(204);
+    } finally {
+      await app.close();
+    }
   });
 });

@@ -1,16 +1,24 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import {
+  createServer,
+  STATUS_CODES,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import type { Duplex } from 'node:stream';
-import { randomBytes } from 'node:crypto';
 import Fastify, {
   LogController,
   type FastifyInstance,
   type FastifyError,
   type FastifyBaseLogger,
+  type FastifyReply,
 } from 'fastify';
 import type { Logger } from '../util/log.js';
+import { newRequestId, runInRequest } from '../util/request-context.js';
+import { unhandledFaultPoint } from '../util/crash-point.js';
 import type { ServerMetrics } from '../observability/metrics.js';
 import { hasValidApiKey } from './auth.js';
-import { ApiError, toApiError } from './errors.js';
+import { ApiError, internalErrorMessage, toApiError } from './errors.js';
 
 /** The sandbox data plane (proxy): it claims requests before the control-plane router sees them. */
 export interface DataPlane {
@@ -29,38 +37,171 @@ export interface HttpServerOptions {
 }
 
 const OPEN_PATHS = new Set(['/health', '/metrics']);
+/** Longest path parameter routed (template aliases may have 255 characters); longer ones get a 414. */
+const MAX_PARAM_LENGTH = 512;
+const REQUEST_ID = Symbol('aenv.requestId');
+
+type TaggedRequest = IncomingMessage & { [REQUEST_ID]?: string };
 
 function pathOf(url: string): string {
   const q = url.indexOf('?');
   return q === -1 ? url : url.slice(0, q);
 }
 
+function errorBody(status: number, message: string): string {
+  return JSON.stringify({ code: status, message });
+}
+
+/** A `{code, message}` answer written on the raw response (outside Fastify); a started answer is cut instead. */
+function answerRaw(res: ServerResponse, status: number, message: string, requestId: string): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const body = errorBody(status, message);
+  res.writeHead(status, {
+    'content-type': 'application/json',
+    'content-length': String(Buffer.byteLength(body)),
+    'x-request-id': requestId,
+    connection: 'close',
+  });
+  res.end(body);
+}
+
+/**
+ * A `{code, message}` answer written on a socket that has no HTTP response object (upgrades, parse errors),
+ * then the connection is closed: nothing after the bad bytes is read as a request. A socket whose current
+ * answer already started is only closed (the bytes would land inside that answer).
+ */
+function answerSocket(socket: Duplex, status: number, message: string): void {
+  if (socket.destroyed) return;
+  const inFlight = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+  if (!socket.writable || inFlight?.headersSent) {
+    socket.destroy();
+    return;
+  }
+  const body = errorBody(status, message);
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\nContent-Type: application/json\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    () => socket.destroy(),
+  );
+}
+
+/** What Node's HTTP parser rejected, as the status and message a client reads (docs/security.md). */
+function clientErrorAnswer(err: NodeJS.ErrnoException): { status: number; message: string } {
+  switch (err.code) {
+    case 'HPE_HEADER_OVERFLOW':
+      return { status: 431, message: 'request headers are too large' };
+    case 'ERR_HTTP_REQUEST_TIMEOUT':
+    case 'ERR_HTTP_HEADERS_TIMEOUT':
+      return { status: 408, message: 'the request was not received in time' };
+    case 'HPE_CHUNK_EXTENSIONS_OVERFLOW':
+      return { status: 413, message: 'chunk extensions are too large' };
+    default:
+      return { status: 400, message: `malformed HTTP request (${err.code ?? 'parse error'})` };
+  }
+}
+
+/**
+ * The message of an error the framework raised itself (routing, body parsing, content type, limits), in words
+ * that do not depend on Fastify's own texts where those echo the raw input back.
+ */
+function frameworkMessage(err: FastifyError): string {
+  switch (err.code) {
+    case 'FST_ERR_BAD_URL':
+      return 'malformed URL: a path segment is not valid percent-encoding';
+    case 'FST_ERR_MAX_PARAM_LENGTH':
+      return `a path parameter is longer than ${MAX_PARAM_LENGTH} characters`;
+    default:
+      return err.message;
+  }
+}
+
 /**
  * The node's HTTP front: one Node server; sandbox traffic goes to the data plane, everything else to the
  * Fastify control plane with API-key auth, `{code, message}` errors and request metrics.
+ *
+ * No request can take the process down or get an answer in another shape: the data-plane entry is guarded
+ * here, every framework error (bad URL, body, content type, limits, HTTP parse errors, shutting down) is
+ * answered as `{code, message}`, and each request runs in its own context so that any later failure of it
+ * names its request id (docs/security.md, "Hostile API callers").
  */
 export function createHttpServer(opts: HttpServerOptions): { app: FastifyInstance; server: Server } {
   let server: Server | undefined;
+  let closing = false;
+  const log = opts.logger;
+
   const app = Fastify({
     loggerInstance: opts.logger as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: opts.bodyLimitBytes,
+    maxParamLength: MAX_PARAM_LENGTH,
     onProtoPoisoning: 'remove',
     onConstructorPoisoning: 'remove',
-    return503OnClosing: true,
-    requestIdHeader: 'x-request-id',
-    genReqId: () => randomBytes(8).toString('hex'),
+    // Answered below in the documented shape instead of Fastify's own body.
+    return503OnClosing: false,
+    requestIdHeader: false,
+    genReqId: (raw) => (raw as TaggedRequest)[REQUEST_ID] ?? newRequestId(),
+    // The logger adds `requestId` to every line of a request (util/log.ts); a binding would repeat it.
+    childLoggerFactory: (logger, bindings, childOpts) => {
+      const { reqId: _reqId, ...rest } = bindings as Record<string, unknown>;
+      return logger.child(rest, childOpts);
+    },
+    frameworkErrors: (err, req, reply) => {
+      const status =
+        typeof err.statusCode === 'number' && err.statusCode >= 400 && err.statusCode < 500
+          ? err.statusCode
+          : 500;
+      if (status >= 500) req.log.error({ err, url: req.url }, 'framework error');
+      const message = status >= 500 ? internalErrorMessage(req.id) : frameworkMessage(err);
+      // (the generic reply type of this option cannot take a status code: the raw response is typed plainly)
+      const answer = reply as unknown as FastifyReply;
+      void answer.code(status).header('x-request-id', req.id).send({ code: status, message });
+    },
+    clientErrorHandler: (err, socket) => {
+      if (err.code === 'ECONNRESET' || socket.destroyed) return;
+      const { status, message } = clientErrorAnswer(err);
+      log.debug({ err: { code: err.code, message: err.message }, status }, 'malformed HTTP request');
+      answerSocket(socket, status, message);
+    },
     serverFactory: (handler) => {
       server = createServer({ noDelay: true, keepAliveTimeout: 65_000 }, (req, res) => {
-        if (opts.dataPlane?.claims(req)) opts.dataPlane.handle(req, res);
-        else handler(req, res);
+        const requestId = newRequestId();
+        (req as TaggedRequest)[REQUEST_ID] = requestId;
+        runInRequest(requestId, () => {
+          if (closing) return answerRaw(res, 503, 'the server is shutting down', requestId);
+          unhandledFaultPoint('request');
+          let claimed = false;
+          try {
+            claimed = opts.dataPlane?.claims(req) ?? false;
+            if (claimed) opts.dataPlane!.handle(req, res);
+          } catch (err) {
+            log.error({ err, method: req.method, url: req.url }, 'data-plane request failed');
+            return answerRaw(res, 500, internalErrorMessage(requestId), requestId);
+          }
+          if (!claimed) handler(req, res);
+        });
       });
       server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-        if (opts.dataPlane?.claims(req)) opts.dataPlane.upgrade(req, socket, head);
-        else socket.end('HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+        const requestId = newRequestId();
+        runInRequest(requestId, () => {
+          try {
+            if (!closing && opts.dataPlane?.claims(req)) opts.dataPlane.upgrade(req, socket, head);
+            else if (closing) answerSocket(socket, 503, 'the server is shutting down');
+            else answerSocket(socket, 404, `no WebSocket endpoint at ${pathOf(req.url ?? '/')}`);
+          } catch (err) {
+            log.error({ err, url: req.url }, 'data-plane upgrade failed');
+            answerSocket(socket, 500, internalErrorMessage(requestId));
+          }
+        });
       });
       return server;
     },
+  });
+
+  app.addHook('preClose', async () => {
+    closing = true;
   });
 
   // An empty JSON body means "no body" (e.g. POST /timeout without one uses the default); anything else must parse.
@@ -111,10 +252,10 @@ export function createHttpServer(opts: HttpServerOptions): { app: FastifyInstanc
     let apiErr: ApiError;
     if (err instanceof ApiError) apiErr = err;
     else if ('validation' in err && err.validation) apiErr = new ApiError(400, err.message);
-    else if (typeof (err as FastifyError).statusCode === 'number' && (err as FastifyError).statusCode! < 500)
-      apiErr = new ApiError((err as FastifyError).statusCode!, err.message);
+    // Fastify's own client errors (body too large, bad content type or length) carry a 4xx statusCode.
     else apiErr = toApiError(err);
-    if (apiErr.status >= 500) req.log.error({ err, url: req.url }, 'request error');
+    if (!apiErr.expose || apiErr.status >= 500)
+      req.log.error({ err, method: req.method, url: req.url }, 'request error');
     void reply.code(apiErr.status).send(apiErr.toJSON());
   });
 

@@ -52,6 +52,8 @@ export class TemplateCatalog implements TemplateLookup {
       throw new ApiError(
         500,
         `template '${ref}' was captured in ${committed.virtualizationMode} mode; this node runs ${this.opts.virtualizationMode}`,
+        undefined,
+        { expose: true },
       );
     }
     return {

@@ -6,6 +6,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { DataPlane } from '../api/http-server.js';
 import type { Logger } from '../util/log.js';
+import { currentRequestId } from '../util/request-context.js';
+import { internalErrorMessage } from '../api/errors.js';
 import { isFilesHash, UploadError, type TemplateFileStore } from './file-store.js';
 
 const PATH_RE = /^\/templates\/([^/?#]+)\/files\/([^/?#]+)\/upload$/;
@@ -21,7 +23,9 @@ function answer(res: ServerResponse, status: number, message?: string, close = f
     return;
   }
   const body = message === undefined ? '' : JSON.stringify({ code: status, message });
+  const requestId = currentRequestId();
   res.writeHead(status, {
+    ...(requestId ? { 'x-request-id': requestId } : {}),
     'content-length': String(Buffer.byteLength(body)),
     ...(body ? { 'content-type': 'application/json' } : {}),
     ...(close ? { connection: 'close' } : {}),
@@ -44,24 +48,42 @@ export class TemplateUploadEndpoint implements DataPlane {
 
   upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     if (this.next?.claims(req)) return this.next.upgrade(req, socket, head);
-    socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+    const body = JSON.stringify({ code: 400, message: 'upload links do not accept WebSocket upgrades' });
+    socket.end(
+      'HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\n' +
+        `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
   }
 
   handle(req: IncomingMessage, res: ServerResponse): void {
     if (this.next?.claims(req)) return this.next.handle(req, res);
-    void this.upload(req, res);
+    this.upload(req, res).catch((err: unknown) => {
+      // Nothing of the failure reaches the client but the request id; the log has the details.
+      this.logger.error({ err, url: req.url }, 'template file upload failed');
+      answer(res, 500, internalErrorMessage(currentRequestId()), true);
+      if (!req.readableEnded) req.resume();
+    });
   }
 
   private async upload(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const url = new URL(req.url ?? '/', 'http://upload');
-    const m = PATH_RE.exec(url.pathname)!;
-    const templateId = decodeURIComponent(m[1]!);
-    const hash = m[2]!;
+    // The raw path, not a parsed URL: URL parsing would resolve `%2e%2e` segments into another path.
+    const rawUrl = req.url ?? '/';
+    const q = rawUrl.indexOf('?');
+    const m = PATH_RE.exec(q === -1 ? rawUrl : rawUrl.slice(0, q));
+    if (!m) return answer(res, 404, 'not an upload link', true);
+    const query = new URLSearchParams(q === -1 ? '' : rawUrl.slice(q + 1));
     // Errors before the body was read close the connection: the unread body must not be parsed as a request.
     if (req.method !== 'PUT')
       return answer(res, 405, `method ${req.method} not allowed: upload with PUT`, true);
+    let templateId: string;
+    try {
+      templateId = decodeURIComponent(m[1]!);
+    } catch {
+      return answer(res, 400, 'invalid upload link: the template id is not valid percent-encoding', true);
+    }
+    const hash = m[2]!;
     if (!isFilesHash(hash)) return answer(res, 400, `invalid files hash ${JSON.stringify(hash)}`, true);
-    const verdict = this.files.verifyToken(templateId, hash, url.searchParams.get('token') ?? '');
+    const verdict = this.files.verifyToken(templateId, hash, query.get('token') ?? '');
     if (verdict !== 'ok') {
       return answer(
         res,
@@ -84,9 +106,8 @@ export class TemplateUploadEndpoint implements DataPlane {
       );
       answer(res, 200);
     } catch (e) {
-      const status = e instanceof UploadError ? e.status : 500;
-      if (status >= 500) this.logger.error({ err: e, templateId, hash }, 'template file upload failed');
-      answer(res, status, e instanceof Error ? e.message : String(e), !req.readableEnded);
+      if (!(e instanceof UploadError) || e.status >= 500) throw e;
+      answer(res, e.status, e.message, !req.readableEnded);
       if (!req.readableEnded) req.resume();
     }
   }

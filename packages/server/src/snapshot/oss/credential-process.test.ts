@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import {
+  credentialProcessEnv,
   credentialProcessProvider,
   parseCredentialProcessOutput,
   splitCommandLine,
@@ -88,6 +89,66 @@ console.log(JSON.stringify({ Version: 1, AccessKeyId: 'AK', SecretAccessKey: 'SE
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe('credential_process environment', () => {
+  it('runs with the basics and the AWS settings only: no API key, seed or other secret', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'aenv-creds-env-'));
+    const planted = {
+      AENV_API_KEY: 'e2b_planted_api_key_0123456789abcdef',
+      E2B_API_KEY: 'e2b_planted_sdk_key_0123456789abcdef',
+      AENV_SANDBOX_ACCESS_TOKEN_HASH_SEED: 'planted-seed-0123456789',
+      SOME_SERVICE_PASSWORD: 'planted-password',
+      UNRELATED_SETTING: 'planted-unrelated',
+      AWS_PROFILE: 'aenv-test-profile',
+    };
+    const saved = Object.fromEntries(Object.keys(planted).map((k) => [k, process.env[k]]));
+    Object.assign(process.env, planted);
+    try {
+      const out = join(dir, 'env.json');
+      const script = join(dir, 'creds.mjs');
+      await writeFile(
+        script,
+        `import { writeFileSync } from 'node:fs';
+writeFileSync(${JSON.stringify(out)}, JSON.stringify(process.env));
+console.log(JSON.stringify({ Version: 1, AccessKeyId: 'AK', SecretAccessKey: 'SK' }));\n`,
+      );
+      await credentialProcessProvider([process.execPath, script])();
+      const { readFile } = await import('node:fs/promises');
+      const seen = JSON.parse(await readFile(out, 'utf8')) as Record<string, string>;
+      expect(seen.PATH).toBe(process.env.PATH);
+      expect(seen.AWS_PROFILE).toBe('aenv-test-profile');
+      for (const k of Object.keys(planted).filter((k) => k !== 'AWS_PROFILE'))
+        expect(seen).not.toHaveProperty(k);
+      expect(JSON.stringify(seen)).not.toMatch(/planted/);
+    } finally {
+      for (const [k, v] of Object.entries(saved)) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('keeps only what passes the allow-list', () => {
+    expect(
+      credentialProcessEnv({
+        PATH: '/bin',
+        HOME: '/root',
+        LC_ALL: 'C',
+        AWS_CONFIG_FILE: '/etc/aws',
+        https_proxy: 'http://127.0.0.1:3128',
+        AENV_API_KEY: 'k',
+        NODE_OPTIONS: '--require /tmp/x.js',
+      }),
+    ).toEqual({
+      PATH: '/bin',
+      HOME: '/root',
+      LC_ALL: 'C',
+      AWS_CONFIG_FILE: '/etc/aws',
+      https_proxy: 'http://127.0.0.1:3128',
+    });
   });
 });
 

@@ -9,6 +9,21 @@ export interface ResolvedCredentials {
   expiration?: Date;
 }
 
+/**
+ * What the credential process may see of the server's environment: the basics a program needs to run, the AWS
+ * tools' own settings (profile, config and credential files, region), TLS trust and proxies. Nothing else: in
+ * particular not the API key, the token seed or any other secret the server was started with.
+ */
+const PASSED_ENV =
+  /^(PATH|HOME|USER|LOGNAME|SHELL|LANG|LANGUAGE|LC_[A-Z_]+|TZ|TMPDIR|AWS_[A-Z0-9_]+|SSL_CERT_FILE|SSL_CERT_DIR|(HTTPS?|NO|ALL)_PROXY|(https?|no|all)_proxy)$/;
+
+/** The environment credential_process runs with (see PASSED_ENV). */
+export function credentialProcessEnv(env: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+  const out: NodeJS.ProcessEnv = {};
+  for (const [k, v] of Object.entries(env)) if (PASSED_ENV.test(k)) out[k] = v;
+  return out;
+}
+
 /** Refresh credentials this long before they expire. */
 const REFRESH_MARGIN_MS = 5 * 60 * 1000;
 const PROCESS_TIMEOUT_MS = 30_000;
@@ -100,7 +115,10 @@ export function credentialProcessProvider(argv: readonly string[]): () => Promis
     if (cached && fresh(cached)) return cached;
     inflight ??= (async () => {
       try {
-        const out = await run(argv[0]!, argv.slice(1), { timeoutMs: PROCESS_TIMEOUT_MS });
+        const out = await run(argv[0]!, argv.slice(1), {
+          timeoutMs: PROCESS_TIMEOUT_MS,
+          env: credentialProcessEnv(),
+        });
         cached = parseCredentialProcessOutput(out.stdout);
         return cached;
       } catch (err) {
