@@ -328,3 +328,59 @@ async function removeCgroupDir(dir: string): Promise<void> {
     }
   }
 }
+
+/** What the per-sandbox metrics need from one sandbox's cgroup (`GET /sandboxes/{id}/metrics`). */
+export interface CgroupUsage {
+  /** CPU time used since the cgroup was made, nanoseconds. */
+  cpuUsageNs: number;
+  /** Memory charged to the cgroup, page cache included, bytes. */
+  memoryUsageBytes: number;
+  /** Page cache part of it, bytes. */
+  memoryCacheBytes: number;
+  memoryLimitBytes: number;
+}
+
+/**
+ * Reads CPU and memory use of sandbox `id` under `cgroups` (read only; 4 small files, no process spawned).
+ * Throws RuntimeError NotFound when the sandbox has no cgroup.
+ */
+export async function readCgroupUsage(cgroups: Cgroups, id: string): Promise<CgroupUsage> {
+  const { layout, parent } = cgroups;
+  const at = (controller: string) => {
+    const root = layout.mode === 'v2' ? layout.unified : layout.v1.get(controller);
+    if (!root) throw new RuntimeError('HostSetup', `cgroup controller ${controller} is not mounted`);
+    return join(root, parent, id);
+  };
+  try {
+    if (layout.mode === 'v2') {
+      const d = at('');
+      const [cpu, current, max, stat] = await Promise.all([
+        readFile(join(d, 'cpu.stat'), 'utf8'),
+        readNumber(join(d, 'memory.current')),
+        readNumber(join(d, 'memory.max')),
+        readFile(join(d, 'memory.stat'), 'utf8'),
+      ]);
+      return {
+        cpuUsageNs: keyedValue(cpu, 'usage_usec') * 1000,
+        memoryUsageBytes: current,
+        memoryCacheBytes: keyedValue(stat, 'file'),
+        memoryLimitBytes: max,
+      };
+    }
+    const mem = at('memory');
+    const [cpu, usage, limit, stat] = await Promise.all([
+      readNumber(join(at('cpuacct'), 'cpuacct.usage')),
+      readNumber(join(mem, 'memory.usage_in_bytes')),
+      readNumber(join(mem, 'memory.limit_in_bytes')),
+      readFile(join(mem, 'memory.stat'), 'utf8'),
+    ]);
+    return {
+      cpuUsageNs: cpu,
+      memoryUsageBytes: usage,
+      memoryCacheBytes: keyedValue(stat, 'total_cache'),
+      memoryLimitBytes: limit,
+    };
+  } catch (e) {
+    throw missingCgroup(e, id);
+  }
+}
