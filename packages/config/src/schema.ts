@@ -829,6 +829,7 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
       "Per-sandbox metrics (GET /sandboxes/{id}/metrics): sampled from each running sandbox's cgroup and disk quota.",
       {
         interval_secs: int({
+          aenv: true,
           default: 5,
           min: 1,
           max: 3600,
@@ -836,6 +837,7 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
           doc: 'Seconds between two samples of every running sandbox (one pass over all of them).',
         }),
         max_samples: int({
+          aenv: true,
           default: 17280,
           min: 1,
           max: 1_000_000,
@@ -847,6 +849,7 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
       'Per-sandbox logs (GET /sandboxes/{id}/logs): lifecycle events in the state database.',
       {
         retention_hours: int({
+          aenv: true,
           default: 24,
           min: 0,
           max: 8760,
