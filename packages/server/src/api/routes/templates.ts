@@ -38,6 +38,9 @@ export interface TemplateRouteDeps {
   teamId: string;
 }
 
+/** A caller's string in a message: quoted, and cut to 80 characters. */
+const shown = (s: string) => JSON.stringify(s.length > 80 ? `${s.slice(0, 80)}…` : s);
+
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const MAX_NAME = 128;
 
@@ -68,7 +71,6 @@ function tagsOf(r: SnapshotRecord): { tag: string; createdAt: string }[] {
   return [{ tag: DEFAULT_TAG, createdAt: r.createdAt }, ...(r.tags ?? [])];
 }
 
-const shown = (s: string) => JSON.stringify(s.length > 80 ? `${s.slice(0, 80)}…` : s);
 
 /** Validates requested tags (each a Docker-style tag, at most MAX_TAGS); returns them distinct, in order. */
 function requestedTags(tags: readonly string[]): string[] {
@@ -96,7 +98,7 @@ async function templateByName(repo: SnapshotRepository, name: string): Promise<S
 /** A lookup argument that is not an id and not a valid alias names nothing (400, as the reference answers it). */
 async function findRecord(repo: SnapshotRepository, idOrAlias: string): Promise<SnapshotRecord | undefined> {
   if (!UUID.test(idOrAlias) && !isValidAlias(idOrAlias)) {
-    throw new ApiError(400, `invalid template id or alias ${JSON.stringify(idOrAlias)}`);
+    throw new ApiError(400, `invalid template id or alias ${shown(idOrAlias)}`);
   }
   const r = await repo.find(idOrAlias);
   return r && r.source.kind !== 'paused' ? r : undefined;
