@@ -1,4 +1,5 @@
-import { readFile, readdir, realpath, stat } from 'node:fs/promises';
+import { readFileSync, statSync } from 'node:fs';
+import { readdir, realpath, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import { readMounts, type MountEntry } from '../runtime/container/mountinfo.js';
 import { run } from '../util/exec.js';
@@ -59,7 +60,12 @@ export class QgroupDiskReader {
 
   async usage(dir: string): Promise<DiskUsage | undefined> {
     if (!this.qgroupsDir) return undefined;
-    const st = await stat(dir).catch(() => undefined);
+    let st;
+    try {
+      st = statSync(dir);
+    } catch {
+      return undefined;
+    }
     if (!st) return undefined;
     // A new subvolume at the same path (a resume makes a new sandbox dir) has another device or birth time.
     const key = `${st.dev}:${st.ino}:${st.birthtimeMs}`;
@@ -72,11 +78,17 @@ export class QgroupDiskReader {
       this.ids.set(dir, cached);
     }
     const q = join(this.qgroupsDir, `0_${cached.id}`);
-    const [referenced, max, flags] = await Promise.all([
-      readFile(join(q, 'referenced'), 'utf8').catch(() => undefined),
-      readFile(join(q, 'max_referenced'), 'utf8').catch(() => '0'),
-      readFile(join(q, 'limit_flags'), 'utf8').catch(() => '0'),
-    ]);
+    // sysfs files are made in memory: read synchronously (cheaper than a thread-pool hop each).
+    const read = (name: string) => {
+      try {
+        return readFileSync(join(q, name), 'utf8');
+      } catch {
+        return undefined;
+      }
+    };
+    const referenced = read('referenced');
+    const max = read('max_referenced') ?? '0';
+    const flags = read('limit_flags') ?? '0';
     if (referenced === undefined) return undefined;
     const limit = Number(max);
     return {

@@ -1,4 +1,4 @@
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { readFile, readdir, rmdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -342,7 +342,9 @@ export interface CgroupUsage {
 
 /**
  * Reads CPU and memory use of sandbox `id` under `cgroups` (read only; 4 small files, no process spawned).
- * Throws RuntimeError NotFound when the sandbox has no cgroup.
+ * Synchronous reads: cgroupfs files are generated in memory, and a thread-pool hop per file costs more than the
+ * read (the sampler reads them for every running sandbox each pass). Throws RuntimeError NotFound when the
+ * sandbox has no cgroup.
  */
 export async function readCgroupUsage(cgroups: Cgroups, id: string): Promise<CgroupUsage> {
   const { layout, parent } = cgroups;
@@ -351,34 +353,27 @@ export async function readCgroupUsage(cgroups: Cgroups, id: string): Promise<Cgr
     if (!root) throw new RuntimeError('HostSetup', `cgroup controller ${controller} is not mounted`);
     return join(root, parent, id);
   };
+  const text = (path: string) => readFileSync(path, 'utf8');
+  const num = (path: string) => {
+    const t = text(path).trim();
+    return t === 'max' ? Number.POSITIVE_INFINITY : Number(t);
+  };
   try {
     if (layout.mode === 'v2') {
       const d = at('');
-      const [cpu, current, max, stat] = await Promise.all([
-        readFile(join(d, 'cpu.stat'), 'utf8'),
-        readNumber(join(d, 'memory.current')),
-        readNumber(join(d, 'memory.max')),
-        readFile(join(d, 'memory.stat'), 'utf8'),
-      ]);
       return {
-        cpuUsageNs: keyedValue(cpu, 'usage_usec') * 1000,
-        memoryUsageBytes: current,
-        memoryCacheBytes: keyedValue(stat, 'file'),
-        memoryLimitBytes: max,
+        cpuUsageNs: keyedValue(text(join(d, 'cpu.stat')), 'usage_usec') * 1000,
+        memoryUsageBytes: num(join(d, 'memory.current')),
+        memoryCacheBytes: keyedValue(text(join(d, 'memory.stat')), 'file'),
+        memoryLimitBytes: num(join(d, 'memory.max')),
       };
     }
     const mem = at('memory');
-    const [cpu, usage, limit, stat] = await Promise.all([
-      readNumber(join(at('cpuacct'), 'cpuacct.usage')),
-      readNumber(join(mem, 'memory.usage_in_bytes')),
-      readNumber(join(mem, 'memory.limit_in_bytes')),
-      readFile(join(mem, 'memory.stat'), 'utf8'),
-    ]);
     return {
-      cpuUsageNs: cpu,
-      memoryUsageBytes: usage,
-      memoryCacheBytes: keyedValue(stat, 'total_cache'),
-      memoryLimitBytes: limit,
+      cpuUsageNs: num(join(at('cpuacct'), 'cpuacct.usage')),
+      memoryUsageBytes: num(join(mem, 'memory.usage_in_bytes')),
+      memoryCacheBytes: keyedValue(text(join(mem, 'memory.stat')), 'total_cache'),
+      memoryLimitBytes: num(join(mem, 'memory.limit_in_bytes')),
     };
   } catch (e) {
     throw missingCgroup(e, id);
