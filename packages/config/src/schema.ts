@@ -901,6 +901,38 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
 
   observability: section('Node APIs and scheduler reporting.', {
     enabled: bool({ default: true, doc: 'Serve /nodes.' }),
+    sandbox_metrics: section(
+      "Per-sandbox metrics (GET /sandboxes/{id}/metrics): sampled from each running sandbox's cgroup and disk quota.",
+      {
+        interval_secs: int({
+          aenv: true,
+          default: 5,
+          min: 1,
+          max: 3600,
+          env: 'AENV_SANDBOX_METRICS_INTERVAL_SECS',
+          doc: 'Seconds between two samples of every running sandbox (one pass over all of them).',
+        }),
+        max_samples: int({
+          aenv: true,
+          default: 17280,
+          min: 1,
+          max: 1_000_000,
+          doc: 'Samples kept per sandbox, in memory, for its lifetime; the oldest go first (17280 = a day at 5 s, 1.1 MB).',
+        }),
+      },
+    ),
+    sandbox_logs: section(
+      'Per-sandbox logs (GET /sandboxes/{id}/logs): lifecycle events in the state database.',
+      {
+        retention_hours: int({
+          aenv: true,
+          default: 24,
+          min: 0,
+          max: 8760,
+          doc: "Hours the logs of a killed sandbox stay readable; a running or paused sandbox's are kept.",
+        }),
+      },
+    ),
     scheduler_report: section('Heartbeats to the scheduler.', {
       enabled: bool({
         default: false,

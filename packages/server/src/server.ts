@@ -46,6 +46,11 @@ import { registerNodeRoutes } from './api/routes/nodes.js';
 import { registerSandboxRoutes } from './api/routes/sandboxes.js';
 import { registerSnapshotRoutes } from './api/routes/snapshots.js';
 import { registerTemplateRoutes } from './api/routes/templates.js';
+import { registerMetricsRoutes } from './api/routes/metrics.js';
+import { registerLogRoutes } from './api/routes/logs.js';
+import { localTeamId, registerTeamRoutes } from './api/routes/teams.js';
+import { SandboxObservability } from './observability/sandbox-observability.js';
+import { sandboxLogMigrations } from './observability/sandbox-log-store.js';
 import { createTemplateService, TemplateUploadEndpoint, uploadSecretFromApiKey } from './template/index.js';
 
 export interface RunServerOptions {
@@ -123,7 +128,11 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   // Sandbox uids must traverse $AENV_HOME to their dirs (search only; secrets/ itself is 0700).
   mkdirSync(config.home_path, { recursive: true, mode: 0o711 });
   const nodeLock = await lockNodeDirs(config);
-  const db = openStateDb(join(config.home_path, 'state.db'), [...orchestratorMigrations, ...imageMigrations]);
+  const db = openStateDb(join(config.home_path, 'state.db'), [
+    ...orchestratorMigrations,
+    ...imageMigrations,
+    ...sandboxLogMigrations,
+  ]);
   const store = new SandboxStore(db);
   const stored = store.loadAll().records;
 
@@ -252,6 +261,19 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     envdToken: (id) => tokens.envd(id),
     logger: logger.child({ component: 'backend' }),
   });
+  const observability = new SandboxObservability({
+    db,
+    cgroupParent: runtime.cgroupParent,
+    sandboxesDir: runtime.sandboxesDir,
+    containerIdOf: (r) => backend.containerIdOf(r),
+    envdPort: config.tools.control_plane_port,
+    envdToken: (id) => tokens.envd(id),
+    intervalMs: config.observability.sandbox_metrics.interval_secs * 1000,
+    maxSamples: config.observability.sandbox_metrics.max_samples,
+    logRetentionMs: config.observability.sandbox_logs.retention_hours * 3600_000,
+    registry: metrics.registry,
+    logger: logger.child({ component: 'sandbox-observability' }),
+  });
   const catalog = new TemplateCatalog({
     repository,
     virtualizationMode: runtime.virtualizationMode,
@@ -269,10 +291,12 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     transitionWaitMs: config.orchestrator.max_transition_wait_secs * 1000,
     logger: logger.child({ component: 'orchestrator' }),
     onInstanceStopped: (instanceId) => proxyRef.current?.closeInstance(instanceId),
+    onLifecycle: observability.onLifecycle,
     observe: (operation, fn, stage) => metrics.observe(operation, fn, stage),
   });
   metrics.trackSandboxStates(() => orchestrator.stateCounts());
   await orchestrator.init();
+  await observability.start(orchestrator);
 
   await ensureBaseTemplate({
     alias: config.template_build.base_template_alias,
@@ -374,9 +398,13 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     },
     envdVersion: ENVD_VERSION,
     onDeleted: (id) => backend.removeLocalSnapshot(id),
+    teamId: localTeamId(apiKey.key),
   });
 
   registerSnapshotRoutes(app, { orchestrator, repository });
+  registerMetricsRoutes(app, observability.metricsRoutes());
+  registerLogRoutes(app, observability.logRoutes());
+  registerTeamRoutes(app, { apiKey: apiKey.key });
 
   const [host, portText] = splitAddr(config.api_addr);
   await app.listen({ host, port: Number(portText) });
@@ -398,6 +426,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       logger.info('shutting down: pausing sandboxes');
       server.closeIdleConnections();
       await templates.close();
+      await observability.stop();
       await orchestrator.shutdown();
       await backend.close();
       proxy.closeAll();

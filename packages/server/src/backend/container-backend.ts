@@ -146,6 +146,11 @@ export class ContainerBackend implements SandboxBackend {
     return stateOf(record).containerId ?? record.id;
   }
 
+  /** The runtime's id of a running sandbox's container (its cgroup and dir name; per-sandbox metrics read them). */
+  containerIdOf(record: SandboxRecord): string {
+    return this.cid(record);
+  }
+
   private spec(
     id: string,
     templateId: string,

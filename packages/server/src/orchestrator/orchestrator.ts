@@ -54,6 +54,28 @@ export interface OrchestratorOptions {
   observe?: <T>(operation: string, fn: () => Promise<T>, stage?: string) => Promise<T>;
   /** Told when a sandbox instance stops serving traffic (so the proxy cuts its streams). */
   onInstanceStopped?: (instanceId: string) => void;
+  /** Told of each lifecycle event of a sandbox (its logs, `GET /sandboxes/{id}/logs`). */
+  onLifecycle?: (event: LifecycleEvent) => void;
+}
+
+/** One lifecycle event of a sandbox, as its logs show it. */
+export interface LifecycleEvent {
+  sandboxId: string;
+  event:
+    | 'created'
+    | 'restored'
+    | 'lost'
+    | 'paused'
+    | 'pause_failed'
+    | 'resumed'
+    | 'resume_failed'
+    | 'timeout'
+    | 'forked'
+    | 'snapshotted'
+    | 'killed';
+  level: 'info' | 'warn' | 'error';
+  message: string;
+  fields?: Record<string, string>;
 }
 
 /** Where the time of a snapshot went: the sandbox held (capture) and the repository write (publish). */
@@ -114,6 +136,12 @@ export class Orchestrator {
           'sandbox did not survive the restart; removed',
         );
         this.opts.store.delete(r.id);
+        this.emit({
+          sandboxId: r.id,
+          event: 'lost',
+          level: 'error',
+          message: 'sandbox did not survive the server restart; removed',
+        });
         continue;
       }
       if (outcome.kind === 'paused') {
@@ -125,6 +153,12 @@ export class Orchestrator {
       }
       this.sandboxes.set(r.id, r);
       this.opts.store.save(r);
+      this.emit({
+        sandboxId: r.id,
+        event: 'restored',
+        level: 'info',
+        message: `server restarted; sandbox is ${r.state}`,
+      });
     }
     this.opts.logger.info(
       { running: this.count('running'), paused: this.count('paused') },
@@ -140,6 +174,15 @@ export class Orchestrator {
     };
     this.evictTimer = setTimeout(tick, this.opts.autoEvictIntervalMs);
     this.evictTimer.unref();
+  }
+
+  /** Tells the lifecycle listener; its failure never affects the sandbox. */
+  private emit(event: LifecycleEvent): void {
+    try {
+      this.opts.onLifecycle?.(event);
+    } catch (err) {
+      this.opts.logger.warn({ err, sandboxId: event.sandboxId }, 'lifecycle listener failed');
+    }
   }
 
   private timed<T>(operation: string, fn: () => Promise<T>, stage?: string): Promise<T> {
@@ -293,6 +336,13 @@ export class Orchestrator {
         this.applyTimeout(record, { kind: 'set', secs: record.timeoutSecs });
         this.setState(record, 'running');
         this.createSuccesses++;
+        this.emit({
+          sandboxId: id,
+          event: 'created',
+          level: 'info',
+          message: `sandbox created from template ${template.alias ?? template.templateId}`,
+          fields: { templateID: template.templateId },
+        });
         return record;
       } catch (e) {
         this.createFails++;
@@ -341,6 +391,7 @@ export class Orchestrator {
       this.sandboxes.delete(id);
       this.opts.store.delete(id);
       this.notifySettled(id);
+      this.emit({ sandboxId: id, event: 'killed', level: 'info', message: 'sandbox killed' });
     });
   }
 
@@ -460,12 +511,26 @@ export class Orchestrator {
       );
       r.runtime = started.binding;
       r.backend = started.backend;
+      const kind = r.paused?.kind === 'memory' && memory ? 'memory' : 'filesystem';
       delete r.paused;
       this.applyTimeout(r, timeout);
       this.setState(r, 'running');
+      this.emit({
+        sandboxId: r.id,
+        event: 'resumed',
+        level: 'info',
+        message: kind === 'memory' ? 'sandbox resumed' : 'sandbox resumed from its disk (cold boot)',
+        fields: { kind },
+      });
     } catch (e) {
       this.opts.logger.error({ err: e, sandboxId: r.id }, 'resume failed; the sandbox stays paused');
       this.setState(r, 'paused');
+      this.emit({
+        sandboxId: r.id,
+        event: 'resume_failed',
+        level: 'error',
+        message: `resume failed; the sandbox stays paused: ${(e as Error).message}`,
+      });
       throw e;
     }
   }
@@ -508,9 +573,22 @@ export class Orchestrator {
         { sandboxId: r.id, kind: r.paused.kind, reason: r.paused.reason },
         'sandbox paused',
       );
+      this.emit({
+        sandboxId: r.id,
+        event: 'paused',
+        level: 'info',
+        message: r.paused.kind === 'memory' ? 'sandbox paused' : 'sandbox paused (filesystem only)',
+        fields: { kind: r.paused.kind, ...(r.paused.reason ? { reason: r.paused.reason } : {}) },
+      });
     } catch (e) {
       this.opts.logger.error({ err: e, sandboxId: r.id }, 'pause failed; the sandbox keeps running');
       this.setState(r, 'running');
+      this.emit({
+        sandboxId: r.id,
+        event: 'pause_failed',
+        level: 'error',
+        message: `pause failed; the sandbox keeps running: ${(e as Error).message}`,
+      });
       throw e;
     }
   }
@@ -572,6 +650,20 @@ export class Orchestrator {
           this.applyTimeout(child, { kind: 'set', secs: child.timeoutSecs });
           this.setState(child, 'running');
           this.createSuccesses++;
+          this.emit({
+            sandboxId: child.id,
+            event: 'created',
+            level: 'info',
+            message: `sandbox created as a fork of ${id}`,
+            fields: { templateID: child.templateId, forkedFrom: id },
+          });
+          this.emit({
+            sandboxId: id,
+            event: 'forked',
+            level: 'info',
+            message: `sandbox forked into ${child.id}`,
+            fields: { fork: child.id },
+          });
           return { ok: true as const, record: child };
         }
         this.sandboxes.delete(child.id);
@@ -596,6 +688,13 @@ export class Orchestrator {
     const t0 = performance.now();
     const captured = await this.timed('snapshot', () => this.snapshotCapture(id, target), 'capture');
     const t1 = performance.now();
+    this.emit({
+      sandboxId: id,
+      event: 'snapshotted',
+      level: 'info',
+      message: `snapshot ${target.recordId} taken`,
+      fields: { snapshotID: target.recordId },
+    });
     const publishing = this.timed('snapshot', () => captured.publish(), 'publish');
     this.publishing.add(publishing);
     try {
@@ -656,6 +755,13 @@ export class Orchestrator {
     await Promise.all(
       due.map(async (r) => {
         try {
+          this.emit({
+            sandboxId: r.id,
+            event: 'timeout',
+            level: 'info',
+            message: `sandbox timed out; ${r.onTimeout === 'pause' ? 'pausing' : 'killing'} it`,
+            fields: { action: r.onTimeout },
+          });
           if (r.onTimeout === 'pause') await this.pause(r.id, { memory: r.autoPauseMemory ?? true });
           else await this.kill(r.id);
           this.opts.logger.info({ sandboxId: r.id, action: r.onTimeout }, 'sandbox timed out');

@@ -48,6 +48,7 @@ const DEFAULT_STALE_AFTER_MS = 60 * 60 * 1000;
 const newRecordSchema = z.object({
   id: z.string().refine(isSnapshotId, 'must be a lowercase UUIDv7').optional(),
   alias: z.string().optional(),
+  tags: storedRecordSchema.shape.tags,
   source: storedRecordSchema.shape.source,
   resources: storedRecordSchema.shape.resources,
 });
@@ -82,6 +83,7 @@ export class CatalogRepository implements SnapshotRepository {
       version: SNAPSHOT_RECORD_VERSION,
       id: valid.id ?? newSnapshotId(),
       ...(valid.alias !== undefined ? { alias: valid.alias } : {}),
+      ...(valid.tags?.length ? { tags: valid.tags } : {}),
       source: valid.source,
       resources: valid.resources,
       createdAt: now,

@@ -5,8 +5,14 @@ import { isSnapshotId } from './ids.js';
 export const SNAPSHOT_RECORD_VERSION = 1;
 
 const ALIAS_RE = /^[A-Za-z0-9_-]+$/;
+/** Tags one record may carry (a bound on what a caller can make it store). */
+export const MAX_TAGS = 64;
 /** One path component on every filesystem we store aliases on (reference §5.6 sets no length limit). */
 export const MAX_ALIAS_LENGTH = 255;
+// A template tag (E2B `name:tag`), as Docker tags are spelled.
+const TAG_RE = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/;
+/** The tag every template has: its build (`name` alone means `name:default`). */
+export const DEFAULT_TAG = 'default';
 const ARTIFACT_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 const DIGEST_RE = /^sha256:[0-9a-f]{64}$/;
 const RFC3339_MS_RE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
@@ -93,10 +99,21 @@ export interface CommittedSnapshot {
 /** What the publisher describes; the repository fills in `layers` and `artifacts` from the files it stored. */
 export type CommittedSnapshotDraft = Omit<CommittedSnapshot, 'layers' | 'artifacts'>;
 
+/** A tag of a template record (`name:tag` names the record). */
+export interface TemplateTag {
+  tag: string;
+  /** RFC3339 UTC with milliseconds: when it was assigned. */
+  createdAt: string;
+}
+
 export interface SnapshotRecord {
   version: 1;
   id: string;
   alias?: string;
+  /** Tags besides `default` (which every record has implicitly). */
+  tags?: TemplateTag[];
+  /** E2B's `public` flag as last set (`PATCH /v2/templates/{id}`); absent = public. */
+  public?: boolean;
   source: SnapshotSource;
   resources: Resources;
   /** RFC3339 UTC with milliseconds. */
@@ -113,6 +130,7 @@ export interface NewSnapshotRecord {
   /** UUIDv7 (lowercase); generated when omitted. */
   id?: string;
   alias?: string;
+  tags?: TemplateTag[];
   source: SnapshotSource;
   resources: Resources;
 }
@@ -181,10 +199,17 @@ export const committedSchema = z.object({
   artifacts: z.record(z.string().regex(ARTIFACT_NAME_RE), layerRefSchema),
 });
 
+export const tagsSchema = z
+  .array(z.object({ tag: z.string().regex(TAG_RE), createdAt: timestamp }))
+  .max(MAX_TAGS)
+  .refine((tags) => new Set(tags.map((t) => t.tag)).size === tags.length, 'tags must be distinct');
+
 export const storedRecordSchema = z.object({
   version: z.literal(SNAPSHOT_RECORD_VERSION),
   id: idSchema,
   alias: aliasSchema.optional(),
+  tags: tagsSchema.optional(),
+  public: z.boolean().optional(),
   source: sourceSchema,
   resources: resourcesSchema,
   createdAt: timestamp,
@@ -242,6 +267,10 @@ export function assertValidAlias(alias: string): void {
       `invalid snapshot alias: ${shown}: must be 1-${MAX_ALIAS_LENGTH} characters of A-Z, a-z, 0-9, '_' and '-'`,
     );
   }
+}
+
+export function isValidTag(tag: string): boolean {
+  return TAG_RE.test(tag);
 }
 
 export function isValidArtifactName(name: string): boolean {

@@ -1,6 +1,6 @@
 import { ApiError } from '../api/errors.js';
 import type { LaunchableTemplate, TemplateLookup } from '../orchestrator/orchestrator.js';
-import type { SnapshotRecord, SnapshotRepository } from '../snapshot/index.js';
+import { DEFAULT_TAG, type SnapshotRecord, type SnapshotRepository } from '../snapshot/index.js';
 
 export interface TemplateCatalogOptions {
   repository: SnapshotRepository;
@@ -21,11 +21,26 @@ export function candidateNames(ref: string): string[] {
   return out;
 }
 
+/** `ns/name:tag` → `{name, tag}` (the namespace is dropped; no tag → undefined). */
+export function parseTemplateRef(ref: string): { name: string; tag?: string } {
+  const slash = ref.lastIndexOf('/');
+  const bare = slash >= 0 ? ref.slice(slash + 1) : ref;
+  const colon = bare.indexOf(':');
+  return colon >= 0 ? { name: bare.slice(0, colon), tag: bare.slice(colon + 1) } : { name: bare };
+}
+
+/** Whether `record` carries `tag` (every record has `default`). */
+export function hasTag(record: SnapshotRecord, tag: string | undefined): boolean {
+  return tag === undefined || tag === DEFAULT_TAG || (record.tags ?? []).some((t) => t.tag === tag);
+}
+
 /** Resolves `templateID` of a create request to a committed template or snapshot of the repository. */
 export class TemplateCatalog implements TemplateLookup {
   constructor(private readonly opts: TemplateCatalogOptions) {}
 
+  /** The record `ref` names: an id or alias, `ns/` dropped; with `:tag`, only if the record has that tag. */
   async find(ref: string): Promise<SnapshotRecord | undefined> {
+    const { tag } = parseTemplateRef(ref);
     for (const name of candidateNames(ref)) {
       let rec: SnapshotRecord | undefined;
       try {
@@ -35,7 +50,7 @@ export class TemplateCatalog implements TemplateLookup {
         if ((e as { kind?: string }).kind === 'InvalidRequest') continue;
         throw e;
       }
-      if (rec && rec.source.kind !== 'paused') return rec;
+      if (rec && rec.source.kind !== 'paused') return name === ref || hasTag(rec, tag) ? rec : undefined;
     }
     return undefined;
   }

@@ -5,11 +5,16 @@ import { ApiError } from '../errors.js';
 import { paginate, parseLimit } from '../pagination.js';
 import { parseBody } from '../schemas.js';
 import {
+  DEFAULT_TAG,
   isRepositoryError,
   isValidAlias,
+  isValidTag,
+  MAX_TAGS,
+  nowTimestamp,
   type SnapshotRecord,
   type SnapshotRepository,
 } from '../../snapshot/index.js';
+import { hasTag, parseTemplateRef } from '../../template/catalog.js';
 import type { TemplateBuilder } from '../../template/builder.js';
 import { parseLogLevel, type BuildLogStore } from '../../template/build-log.js';
 import { isFilesHash, type TemplateFileStore } from '../../template/file-store.js';
@@ -29,7 +34,12 @@ export interface TemplateRouteDeps {
   publicUrl?: string;
   /** After a delete (e.g. to drop the node's unpacked layers of the template). */
   onDeleted?: (id: string) => Promise<void>;
+  /** The node's one team (`GET /teams`): a `teamID` query naming another is refused. */
+  teamId: string;
 }
+
+/** A caller's string in a message: quoted, and cut to 80 characters. */
+const shown = (s: string) => JSON.stringify(s.length > 80 ? `${s.slice(0, 80)}…` : s);
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const MAX_NAME = 128;
@@ -56,14 +66,47 @@ function namesOf(r: SnapshotRecord): string[] {
   return [r.alias ?? r.id];
 }
 
+/** `default` first, then the record's own tags in the order they were assigned. */
+function tagsOf(r: SnapshotRecord): { tag: string; createdAt: string }[] {
+  return [{ tag: DEFAULT_TAG, createdAt: r.createdAt }, ...(r.tags ?? [])];
+}
+
+
+/** Validates requested tags (each a Docker-style tag, at most MAX_TAGS); returns them distinct, in order. */
+function requestedTags(tags: readonly string[]): string[] {
+  for (const t of tags) {
+    if (!isValidTag(t)) {
+      throw new ApiError(
+        400,
+        `invalid tag ${shown(t)}: must be 1-128 characters of A-Z, a-z, 0-9, '_', '.' and '-', not starting with '.' or '-'`,
+      );
+    }
+  }
+  const distinct = [...new Set(tags)];
+  if (distinct.length > MAX_TAGS) throw new ApiError(400, `at most ${MAX_TAGS} tags per template`);
+  return distinct;
+}
+
+/** A template named by `name` (alias or id; `ns/` dropped), or 404. */
+async function templateByName(repo: SnapshotRepository, name: string): Promise<SnapshotRecord> {
+  const record = await findRecord(repo, name);
+  if (!record || record.source.kind !== 'template')
+    throw new ApiError(404, `template ${shown(name)} not found`);
+  return record;
+}
+
 /** A lookup argument that is not an id and not a valid alias names nothing (400, as the reference answers it). */
 async function findRecord(repo: SnapshotRepository, idOrAlias: string): Promise<SnapshotRecord | undefined> {
   if (!UUID.test(idOrAlias) && !isValidAlias(idOrAlias)) {
-    throw new ApiError(400, `invalid template id or alias ${JSON.stringify(idOrAlias)}`);
+    throw new ApiError(400, `invalid template id or alias ${shown(idOrAlias)}`);
   }
   const r = await repo.find(idOrAlias);
   return r && r.source.kind !== 'paused' ? r : undefined;
 }
+
+const tagsRequestSchema = z.object({ target: z.string().min(1), tags: z.array(z.string()).min(1) }).strict();
+const untagRequestSchema = z.object({ name: z.string().min(1), tags: z.array(z.string()).min(1) }).strict();
+const updateRequestSchema = z.object({ public: z.boolean().optional() }).strict();
 
 function parseOffset(raw: unknown): number {
   if (raw === undefined || raw === '') return 0;
@@ -85,7 +128,7 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
     cpuCount: r.resources.cpuCount,
     memoryMB: r.resources.memoryMB,
     diskSizeMB: r.resources.diskSizeMB,
-    public: true,
+    public: r.public ?? true,
     names: namesOf(r),
     aliases: r.alias ? [r.alias] : [],
     createdAt: r.createdAt,
@@ -116,12 +159,23 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
 
   const templates = async () => repo.list({ kind: 'template' });
 
+  /** `teamID` (deprecated query of the list routes): only the node's own team has templates. */
+  const checkTeam = (q: Record<string, unknown>) => {
+    if (q.teamID !== undefined && q.teamID !== '' && q.teamID !== deps.teamId) {
+      throw new ApiError(403, `team ${shown(String(q.teamID))} is not this node's team (see GET /teams)`);
+    }
+  };
+
   app.post('/v3/templates', async (req, reply) => {
     const body = parseBody(requestV3Schema, req.body, 'template build request');
-    const name = (body.name ?? body.alias ?? '').trim();
-    if (!name) throw new ApiError(400, 'name is required');
-    if (name.includes(':')) throw new ApiError(400, 'template name tags are not supported yet');
-    if (body.tags && body.tags.length > 0) throw new ApiError(400, 'template tags are not supported yet');
+    const full = (body.name ?? body.alias ?? '').trim();
+    if (!full) throw new ApiError(400, 'name is required');
+    // `name:tag` is the same as `name` with `tag` in `tags`.
+    const colon = full.indexOf(':');
+    const name = colon >= 0 ? full.slice(0, colon) : full;
+    const tags = requestedTags([...(colon >= 0 ? [full.slice(colon + 1)] : []), ...(body.tags ?? [])]).filter(
+      (t) => t !== DEFAULT_TAG,
+    );
     if (name.length > MAX_NAME || !isValidAlias(name)) {
       throw new ApiError(
         400,
@@ -134,8 +188,10 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
     if (memoryMB < 128) throw new ApiError(400, 'memoryMB must be at least 128');
     let record: SnapshotRecord;
     try {
+      const now = nowTimestamp();
       record = await repo.create({
         alias: name,
+        ...(tags.length ? { tags: tags.map((tag) => ({ tag, createdAt: now })) } : {}),
         source: { kind: 'template', build: { status: 'waiting' } },
         resources: { cpuCount, memoryMB, diskSizeMB: deps.defaults.diskSizeMB },
       });
@@ -148,7 +204,7 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
       buildID: record.id,
       public: true,
       names: [name],
-      tags: [],
+      tags: tags.length ? tags : [DEFAULT_TAG],
       aliases: [name],
     });
   });
@@ -190,6 +246,7 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
 
   app.get('/v2/templates', async (req, reply) => {
     const q = req.query as Record<string, unknown>;
+    checkTeam(q);
     const items = (await templates()).map((r) => ({ id: r.id, createdAt: r.createdAt, r }));
     const page = paginate(
       items,
@@ -200,7 +257,10 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
     return page.items.map((i) => templateView(i.r));
   });
 
-  app.get('/templates', async () => (await templates()).map(templateView));
+  app.get('/templates', async (req) => {
+    checkTeam(req.query as Record<string, unknown>);
+    return (await templates()).map(templateView);
+  });
 
   app.get('/templates/:templateID', async (req) => {
     const { templateID } = req.params as { templateID: string };
@@ -212,7 +272,7 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
       typeof q.nextToken === 'string' && q.nextToken ? [] : [buildView(record)].slice(0, limit ?? 1);
     return {
       templateID: record.id,
-      public: true,
+      public: record.public ?? true,
       names: namesOf(record),
       aliases: record.alias ? [record.alias] : [],
       createdAt: record.createdAt,
@@ -243,7 +303,13 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
   });
 
   app.get('/templates/aliases/:alias', async (req) => {
-    const { alias } = req.params as { alias: string };
+    const { alias: ref } = req.params as { alias: string };
+    // `name:tag` exists when `name` does and carries the tag.
+    const { name: alias, tag } =
+      ref.includes(':') && !ref.includes('/') ? parseTemplateRef(ref) : { name: ref };
+    if (tag !== undefined && !isValidTag(tag)) {
+      throw new ApiError(400, `invalid tag ${shown(tag)} in template alias ${shown(ref)}`);
+    }
     if (!isValidAlias(alias)) {
       throw new ApiError(
         400,
@@ -251,8 +317,8 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
       );
     }
     const record = await repo.find(alias);
-    if (!record || record.source.kind === 'paused' || record.alias !== alias) {
-      throw new ApiError(404, `template alias not found: ${alias}`);
+    if (!record || record.source.kind === 'paused' || record.alias !== alias || !hasTag(record, tag)) {
+      throw new ApiError(404, `template alias not found: ${ref}`);
     }
     return { templateID: record.id, public: false };
   });
@@ -277,5 +343,74 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
       present: false,
       url: `${base}/templates/${encodeURIComponent(record.id)}/files/${hash}/upload?token=${token}`,
     });
+  });
+
+  // ---- tags (docs/templates.md): every template has `default`; others are assigned and removed here ----
+
+  app.get('/templates/:templateID/tags', async (req) => {
+    const { templateID } = req.params as { templateID: string };
+    const record = await templateByName(repo, templateID);
+    return tagsOf(record).map((t) => ({ tag: t.tag, buildID: record.id, createdAt: t.createdAt }));
+  });
+
+  app.post('/templates/tags', async (req, reply) => {
+    const body = parseBody(tagsRequestSchema, req.body, 'tag request');
+    const { name, tag } = parseTemplateRef(body.target);
+    if (body.target.includes('/'))
+      throw new ApiError(400, `invalid target ${shown(body.target)}: use name:tag`);
+    const tags = requestedTags(body.tags);
+    const record = await templateByName(repo, name);
+    if (!hasTag(record, tag))
+      throw new ApiError(404, `tag ${shown(tag ?? '')} not found for template ${shown(name)}`);
+    const now = nowTimestamp();
+    await repo.update(record.id, (r) => {
+      const have = new Set(tagsOf(r).map((t) => t.tag));
+      const added = tags.filter((t) => !have.has(t)).map((t) => ({ tag: t, createdAt: now }));
+      if ((r.tags?.length ?? 0) + added.length > MAX_TAGS)
+        throw new ApiError(400, `at most ${MAX_TAGS} tags per template`);
+      if (added.length) r.tags = [...(r.tags ?? []), ...added];
+    });
+    return reply.code(201).send({ buildID: record.id, tags });
+  });
+
+  app.delete('/templates/tags', async (req, reply) => {
+    const body = parseBody(untagRequestSchema, req.body, 'tag request');
+    if (body.name.includes(':') || body.name.includes('/'))
+      throw new ApiError(400, `invalid name ${shown(body.name)}: give the template name without a tag`);
+    const tags = requestedTags(body.tags);
+    if (tags.includes(DEFAULT_TAG)) throw new ApiError(400, `the ${DEFAULT_TAG} tag cannot be removed`);
+    const record = await templateByName(repo, body.name);
+    const missing = tags.filter((t) => !hasTag(record, t));
+    if (missing.length)
+      throw new ApiError(404, `tag ${shown(missing[0]!)} not found for template ${shown(body.name)}`);
+    await repo.update(record.id, (r) => {
+      const left = (r.tags ?? []).filter((t) => !tags.includes(t.tag));
+      if (left.length) r.tags = left;
+      else delete r.tags;
+    });
+    return reply.code(204).send();
+  });
+
+  // ---- PATCH: `public` is recorded and reported; a node has one team, so it changes no access ----
+
+  const updateTemplate = async (templateID: string, body: unknown) => {
+    const update = parseBody(updateRequestSchema, body, 'template update');
+    const record = await templateByName(repo, templateID);
+    const next =
+      update.public === undefined
+        ? record
+        : await repo.update(record.id, (r) => {
+            r.public = update.public;
+          });
+    return next;
+  };
+  app.patch('/v2/templates/:templateID', async (req) => {
+    const { templateID } = req.params as { templateID: string };
+    return { names: namesOf(await updateTemplate(templateID, req.body)) };
+  });
+  app.patch('/templates/:templateID', async (req, reply) => {
+    const { templateID } = req.params as { templateID: string };
+    await updateTemplate(templateID, req.body);
+    return reply.code(200).header('content-length', '0').send();
   });
 }

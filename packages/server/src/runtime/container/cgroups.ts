@@ -1,4 +1,4 @@
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { readFile, readdir, rmdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -326,5 +326,56 @@ async function removeCgroupDir(dir: string): Promise<void> {
       if (code !== 'EBUSY' || attempt >= 100) throw e;
       await sleep(attempt < 10 ? 2 : 20);
     }
+  }
+}
+
+/** What the per-sandbox metrics need from one sandbox's cgroup (`GET /sandboxes/{id}/metrics`). */
+export interface CgroupUsage {
+  /** CPU time used since the cgroup was made, nanoseconds. */
+  cpuUsageNs: number;
+  /** Memory charged to the cgroup, page cache included, bytes. */
+  memoryUsageBytes: number;
+  /** Page cache part of it, bytes. */
+  memoryCacheBytes: number;
+  memoryLimitBytes: number;
+}
+
+/**
+ * Reads CPU and memory use of sandbox `id` under `cgroups` (read only; 4 small files, no process spawned).
+ * Synchronous reads: cgroupfs files are generated in memory, and a thread-pool hop per file costs more than the
+ * read (the sampler reads them for every running sandbox each pass). Throws RuntimeError NotFound when the
+ * sandbox has no cgroup.
+ */
+export async function readCgroupUsage(cgroups: Cgroups, id: string): Promise<CgroupUsage> {
+  const { layout, parent } = cgroups;
+  const at = (controller: string) => {
+    const root = layout.mode === 'v2' ? layout.unified : layout.v1.get(controller);
+    if (!root) throw new RuntimeError('HostSetup', `cgroup controller ${controller} is not mounted`);
+    return join(root, parent, id);
+  };
+  const text = (path: string) => readFileSync(path, 'utf8');
+  const num = (path: string) => {
+    const t = text(path).trim();
+    return t === 'max' ? Number.POSITIVE_INFINITY : Number(t);
+  };
+  try {
+    if (layout.mode === 'v2') {
+      const d = at('');
+      return {
+        cpuUsageNs: keyedValue(text(join(d, 'cpu.stat')), 'usage_usec') * 1000,
+        memoryUsageBytes: num(join(d, 'memory.current')),
+        memoryCacheBytes: keyedValue(text(join(d, 'memory.stat')), 'file'),
+        memoryLimitBytes: num(join(d, 'memory.max')),
+      };
+    }
+    const mem = at('memory');
+    return {
+      cpuUsageNs: num(join(at('cpuacct'), 'cpuacct.usage')),
+      memoryUsageBytes: num(join(mem, 'memory.usage_in_bytes')),
+      memoryCacheBytes: keyedValue(text(join(mem, 'memory.stat')), 'total_cache'),
+      memoryLimitBytes: num(join(mem, 'memory.limit_in_bytes')),
+    };
+  } catch (e) {
+    throw missingCgroup(e, id);
   }
 }
