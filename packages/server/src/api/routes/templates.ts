@@ -71,7 +71,6 @@ function tagsOf(r: SnapshotRecord): { tag: string; createdAt: string }[] {
   return [{ tag: DEFAULT_TAG, createdAt: r.createdAt }, ...(r.tags ?? [])];
 }
 
-
 /** Validates requested tags (each a Docker-style tag, at most MAX_TAGS); returns them distinct, in order. */
 function requestedTags(tags: readonly string[]): string[] {
   for (const t of tags) {
