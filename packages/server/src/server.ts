@@ -238,6 +238,8 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     envdInitTimeoutMs: config.envd.init_timeout_secs * 1000,
     pidsLimit: config.runtime.pids_limit,
     envdToken: (id) => tokens.envd(id),
+    envdInitKey: (id) => tokens.envdInit(id),
+    signedUrlMaxLifetimeSecs: config.sandbox_proxy.signed_url_max_lifetime_secs,
     logger: logger.child({ component: 'backend' }),
   });
   const catalog = new TemplateCatalog({
@@ -295,6 +297,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     envdPollMs: config.envd.poll_ms,
     envdInitTimeoutMs: config.envd.init_timeout_secs * 1000,
     pidsLimit: config.runtime.pids_limit,
+    envdInitKey: (id) => tokens.envdInit(id),
     backend,
     maxConcurrentBuilds: config.template_build.max_concurrent_builds,
     maxUploadBytes: config.template_build.max_upload_mb * 1024 ** 2,
