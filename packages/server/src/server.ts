@@ -320,7 +320,10 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     domains,
     envdPort: config.tools.control_plane_port,
     platformApiKey: apiKey.key,
-    directory: new OrchestratorDirectory(orchestrator, tokens),
+    directory: new OrchestratorDirectory(orchestrator, tokens, {
+      signedUrlMaxLifetimeSecs: config.sandbox_proxy.signed_url_max_lifetime_secs,
+      signedUrlScanHashesPerSec: config.sandbox_proxy.signed_url_scan_hashes_per_sec,
+    }),
     logger: logger.child({ component: 'proxy' }),
   });
   proxyRef.current = proxy;

@@ -1,4 +1,10 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import {
+  createServer,
+  STATUS_CODES,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import type { Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
 import Fastify, {
@@ -35,6 +41,29 @@ function pathOf(url: string): string {
   return q === -1 ? url : url.slice(0, q);
 }
 
+function answerClientError(err: NodeJS.ErrnoException, socket: Duplex): void {
+  const status =
+    err.code === 'HPE_HEADER_OVERFLOW'
+      ? 431
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' || err.code === 'ERR_HTTP_HEADERS_TIMEOUT'
+        ? 408
+        : 400;
+  const pending = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+  if (err.code === 'ECONNRESET' || !socket.writable || pending?.headersSent) {
+    socket.destroy();
+    return;
+  }
+  const body = JSON.stringify({
+    code: status,
+    message: `malformed HTTP request (${err.code ?? 'parse error'})`,
+  });
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    () => socket.destroy(),
+  );
+}
+
 /**
  * The node's HTTP front: one Node server; sandbox traffic goes to the data plane, everything else to the
  * Fastify control plane with API-key auth, `{code, message}` errors and request metrics.
@@ -55,6 +84,9 @@ export function createHttpServer(opts: HttpServerOptions): { app: FastifyInstanc
         if (opts.dataPlane?.claims(req)) opts.dataPlane.handle(req, res);
         else handler(req, res);
       });
+      // What Node's parser refuses (CL with TE, repeated CL, obs-fold, bad chunks…) answers in the
+      // documented shape, then the connection closes (docs/security.md, "Request smuggling").
+      server.on('clientError', answerClientError);
       server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
         if (opts.dataPlane?.claims(req)) opts.dataPlane.upgrade(req, socket, head);
         else socket.end('HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
