@@ -44,7 +44,12 @@ describe('envd /init access', () => {
   });
 
   it('refuses /init without the boot key, whatever else the caller presents', async () => {
-    for (const headers of [{}, { 'x-aenv-init-key': 'x' }, { 'x-aenv-init-key': BOOT_KEY.slice(1) }]) {
+    const attempts: Record<string, string>[] = [
+      {},
+      { 'x-aenv-init-key': 'x' },
+      { 'x-aenv-init-key': BOOT_KEY.slice(1) },
+    ];
+    for (const headers of attempts) {
       const r = await init({ envVars: { PWNED: '1' }, accessToken: 'mine' }, headers);
       expect(r.status).toBe(401);
     }
