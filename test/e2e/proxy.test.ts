@@ -111,8 +111,13 @@ describe('data-plane proxy and access tokens', () => {
       expect(ok.status).toBe(200);
       // Proto3 JSON leaves an empty `processes` out.
       expect(await ok.json()).toEqual({});
-      // Health stays open (the SDK's isRunning sends no token); files need a token or a signature.
-      expect((await proxyFetch(server, id, ENVD_PORT, '/health')).status).toBe(204);
+      // Health included (stricter than E2B, docs/security.md); files need a token or a signature.
+      expect((await proxyFetch(server, id, ENVD_PORT, '/health')).status).toBe(401);
+      const health = await proxyFetch(server, id, ENVD_PORT, '/health', {
+        headers: { 'x-access-token': token },
+      });
+      expect(health.status).toBe(204);
+      expect(await sbx.isRunning()).toBe(true);
       expect((await proxyFetch(server, id, ENVD_PORT, '/files?path=secret.txt')).status).toBe(401);
       // The API key is not a data-plane credential.
       expect((await rpcList(server, id, { 'x-api-key': server.apiKey })).status).toBe(401);

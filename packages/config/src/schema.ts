@@ -480,6 +480,18 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
       env: 'AENV_SANDBOX_PROXY_DOMAINS',
       doc: 'DNS suffixes for {port}-{sandboxID}.{domain} routing; the first is advertised to clients.',
     }),
+    signed_url_max_lifetime_secs: int({
+      default: 86400,
+      min: 60,
+      aenv: true,
+      doc: 'Signed /files URLs: an expiration further away than this is refused, and a URL signed without expiration works only while its sandbox is younger than this.',
+    }),
+    signed_url_scan_hashes_per_sec: int({
+      default: 200000,
+      min: 100,
+      aenv: true,
+      doc: 'Budget for routing header-less signed /files URLs seen for the first time (one hash per running secure sandbox each); over it they get 429.',
+    }),
   }),
 
   network: section('Sandbox networking.', {

@@ -9,7 +9,8 @@ import { ENVD_PORT } from './version.js';
  * envd's configuration from its environment (set by the sandbox runtime on aenv-init, which envd
  * inherits) and its location in the tools dir (<tools>/envd/envd.cjs):
  *   ENVD_PORT (49983), ENVD_HOST (0.0.0.0), ENVD_LOG_LEVEL (info), ENVD_STATE_PATH (/run/agentenv/envd.json),
- *   E2B_SANDBOX_ID, E2B_TEMPLATE_ID, PATH, AENV_TOOLS_DIR (default: the parent of envd's directory).
+ *   E2B_SANDBOX_ID, E2B_TEMPLATE_ID, PATH, AENV_TOOLS_DIR (default: the parent of envd's directory),
+ *   AENV_ENVD_INIT_KEY (the node's /init credential; none = /init is open as in E2B).
  */
 export function optionsFromEnv(env: NodeJS.ProcessEnv, envdDir: string): EnvdOptions {
   const port = env.ENVD_PORT ? Number(env.ENVD_PORT) : ENVD_PORT;
@@ -26,6 +27,7 @@ export function optionsFromEnv(env: NodeJS.ProcessEnv, envdDir: string): EnvdOpt
     statePath: env.ENVD_STATE_PATH ?? '/run/agentenv/envd.json',
     sandboxId: env.E2B_SANDBOX_ID,
     templateId: env.E2B_TEMPLATE_ID,
+    ...(env.AENV_ENVD_INIT_KEY ? { bootInitKey: env.AENV_ENVD_INIT_KEY } : {}),
     basePath: env.PATH,
     logger: createLogger(['debug', 'info', 'warn', 'error'].includes(level) ? level : 'info'),
   };

@@ -38,6 +38,8 @@ export interface EnvdOptions {
   statePath?: string;
   sandboxId?: string;
   templateId?: string;
+  /** The node's credential for /init until /init replaces it (AENV_ENVD_INIT_KEY). */
+  bootInitKey?: string;
   /** PATH for processes (envd's own PATH); /init envVars may override it. */
   basePath?: string;
   passwdPath?: string;
@@ -67,6 +69,7 @@ export async function startEnvd(opts: EnvdOptions): Promise<RunningEnvd> {
     statePath: opts.statePath,
     sandboxId: opts.sandboxId,
     templateId: opts.templateId,
+    ...(opts.bootInitKey ? { bootInitKey: opts.bootInitKey } : {}),
     logger,
   });
   const ctx: EnvdContext = {
@@ -102,6 +105,7 @@ export async function startEnvd(opts: EnvdOptions): Promise<RunningEnvd> {
       signature: q.get('signature') ?? undefined,
       expiration: q.get('signature_expiration') ?? undefined,
       nowSeconds: Math.floor(Date.now() / 1000),
+      limits: state.signatureLimits,
     });
     if (denied) throw new HttpError(401, denied);
     let user;
@@ -119,11 +123,7 @@ export async function startEnvd(opts: EnvdOptions): Promise<RunningEnvd> {
   }
 
   async function handleInit(req: Req, res: Res): Promise<void> {
-    const current = state.accessToken;
-    const header = req.headers['x-access-token'];
-    // A token, once set, can only be changed by whoever knows it (envd is reachable through the proxy).
-    if (current && (typeof header !== 'string' || !safeEqual(header, current)))
-      throw new HttpError(401, UNAUTHORIZED_MESSAGE);
+    if (!mayInit(req)) throw new HttpError(401, UNAUTHORIZED_MESSAGE);
     let body;
     try {
       const raw = await readBody(req, 1024 * 1024);
@@ -141,6 +141,22 @@ export async function startEnvd(opts: EnvdOptions): Promise<RunningEnvd> {
       secure: !!state.accessToken,
     });
     sendEmpty(res, 204);
+  }
+
+  /**
+   * Only the node may run /init (docs/security.md, "envd /init"): it proves it with the init key it gave envd
+   * at boot or in the last /init. An envd that holds no init key falls back to E2B's rule: once a token is set,
+   * only whoever knows it.
+   */
+  function mayInit(req: Req): boolean {
+    const keys = state.initKeys;
+    if (keys.length > 0) {
+      const presented = req.headers['x-aenv-init-key'];
+      return typeof presented === 'string' && keys.some((k) => safeEqual(presented, k));
+    }
+    const current = state.accessToken;
+    const header = req.headers['x-access-token'];
+    return !current || (typeof header === 'string' && safeEqual(header, current));
   }
 
   async function route(req: Req, res: Res): Promise<void> {

@@ -259,6 +259,8 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     envdInitTimeoutMs: config.envd.init_timeout_secs * 1000,
     pidsLimit: config.runtime.pids_limit,
     envdToken: (id) => tokens.envd(id),
+    envdInitKey: (id) => tokens.envdInit(id),
+    signedUrlMaxLifetimeSecs: config.sandbox_proxy.signed_url_max_lifetime_secs,
     logger: logger.child({ component: 'backend' }),
   });
   const observability = new SandboxObservability({
@@ -332,6 +334,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     envdPollMs: config.envd.poll_ms,
     envdInitTimeoutMs: config.envd.init_timeout_secs * 1000,
     pidsLimit: config.runtime.pids_limit,
+    envdInitKey: (id) => tokens.envdInit(id),
     backend,
     maxConcurrentBuilds: config.template_build.max_concurrent_builds,
     maxUploadBytes: config.template_build.max_upload_mb * 1024 ** 2,
@@ -354,7 +357,10 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     domains,
     envdPort: config.tools.control_plane_port,
     platformApiKey: apiKey.key,
-    directory: new OrchestratorDirectory(orchestrator, tokens),
+    directory: new OrchestratorDirectory(orchestrator, tokens, {
+      signedUrlMaxLifetimeSecs: config.sandbox_proxy.signed_url_max_lifetime_secs,
+      signedUrlScanHashesPerSec: config.sandbox_proxy.signed_url_scan_hashes_per_sec,
+    }),
     logger: logger.child({ component: 'proxy' }),
   });
   proxyRef.current = proxy;

@@ -49,6 +49,15 @@ export interface SigningInput {
   signature: string | undefined;
   expiration: string | undefined;
   nowSeconds: number;
+  /** Limits the node sets through /init (docs/security.md, "Signed file URLs"); absent = E2B's (none). */
+  limits?: SignatureLimits;
+}
+
+export interface SignatureLimits {
+  /** An expiration further than this many seconds in the future is refused. */
+  maxLifetimeSecs?: number;
+  /** A signature without expiration is refused after this unix time (the sandbox's creation + the cap). */
+  unexpiringUntil?: number;
 }
 
 /** Returns undefined when a /files request is authorised, else the reason (sent as a 401). */
@@ -64,6 +73,23 @@ export function checkFileSigning(i: SigningInput): string | undefined {
   if (!safeEqual(expected, i.signature)) return 'invalid signature';
   if (i.expiration !== undefined && Number(i.expiration) < i.nowSeconds)
     return 'signature is already expired';
+  return signatureLimitViolation(i.expiration, i.nowSeconds, i.limits);
+}
+
+/** Why a valid signature is still refused by the node's limits, or undefined. */
+export function signatureLimitViolation(
+  expiration: string | undefined,
+  nowSeconds: number,
+  limits: SignatureLimits | undefined,
+): string | undefined {
+  if (!limits) return undefined;
+  if (expiration === undefined) {
+    if (limits.unexpiringUntil !== undefined && nowSeconds > limits.unexpiringUntil)
+      return 'signature without expiration is no longer accepted for this sandbox; sign with an expiration';
+    return undefined;
+  }
+  if (limits.maxLifetimeSecs !== undefined && Number(expiration) - nowSeconds > limits.maxLifetimeSecs)
+    return `signature expiration is more than ${limits.maxLifetimeSecs} s away`;
   return undefined;
 }
 

@@ -12,7 +12,23 @@ export interface InitData {
   /** aenv extensions: the server may pass the ids here instead of through envd's environment. */
   sandboxId?: string;
   templateId?: string;
+  /** aenv: the node's credential for the next /init (docs/security.md, "envd /init"). */
+  initKey?: string;
+  /** aenv: limits on signed /files URLs (see auth/access.ts SignatureLimits). */
+  signatureMaxLifetimeSecs?: number;
+  unexpiringSignaturesUntil?: number;
 }
+
+const STRING_FIELDS = [
+  'accessToken',
+  'defaultUser',
+  'defaultWorkdir',
+  'timestamp',
+  'sandboxId',
+  'templateId',
+  'initKey',
+] as const;
+const COUNT_FIELDS = ['signatureMaxLifetimeSecs', 'unexpiringSignaturesUntil'] as const;
 
 export interface EnvdStateOptions {
   /** File the init data is persisted to (mode 0600); undefined = memory only. */
@@ -20,6 +36,8 @@ export interface EnvdStateOptions {
   /** E2B_SANDBOX_ID / E2B_TEMPLATE_ID as given to envd by the runtime. */
   sandboxId?: string;
   templateId?: string;
+  /** AENV_ENVD_INIT_KEY as given by the runtime at boot: required by /init until /init replaces it. */
+  bootInitKey?: string;
   logger: Logger;
 }
 
@@ -39,6 +57,24 @@ export class EnvdState {
 
   get accessToken(): string | undefined {
     return this.data.accessToken || undefined;
+  }
+
+  /**
+   * The node credentials /init accepts in X-Aenv-Init-Key: the one the last /init set and the one this envd
+   * was booted with (a fresh boot on a saved disk reads its source's state file). Empty = /init is open (an
+   * envd restored from a capture made before init keys existed, or started without one).
+   */
+  get initKeys(): string[] {
+    return [this.data.initKey, this.opts.bootInitKey].filter((k): k is string => !!k);
+  }
+
+  get signatureLimits(): { maxLifetimeSecs?: number; unexpiringUntil?: number } | undefined {
+    const { signatureMaxLifetimeSecs: max, unexpiringSignaturesUntil: until } = this.data;
+    if (max === undefined && until === undefined) return undefined;
+    return {
+      ...(max !== undefined ? { maxLifetimeSecs: max } : {}),
+      ...(until !== undefined ? { unexpiringUntil: until } : {}),
+    };
   }
 
   get defaultUser(): string {
@@ -62,14 +98,10 @@ export class EnvdState {
   /** Applies /init: env vars merge into the existing ones, other fields replace when present. */
   applyInit(body: InitData): void {
     const next: InitData = { ...this.data, envVars: { ...this.data.envVars, ...body.envVars } };
-    for (const key of [
-      'accessToken',
-      'defaultUser',
-      'defaultWorkdir',
-      'timestamp',
-      'sandboxId',
-      'templateId',
-    ] as const) {
+    for (const key of STRING_FIELDS) {
+      if (body[key] !== undefined) next[key] = body[key];
+    }
+    for (const key of COUNT_FIELDS) {
       if (body[key] !== undefined) next[key] = body[key];
     }
     this.data = next;
@@ -110,17 +142,17 @@ export function validateInitBody(raw: unknown): InitData {
       out.envVars[k] = v;
     }
   }
-  for (const key of [
-    'accessToken',
-    'defaultUser',
-    'defaultWorkdir',
-    'timestamp',
-    'sandboxId',
-    'templateId',
-  ] as const) {
+  for (const key of STRING_FIELDS) {
     const v = body[key];
     if (v === undefined || v === null) continue;
     if (typeof v !== 'string') throw new InitBodyError(`${key} must be a string`);
+    out[key] = v;
+  }
+  for (const key of COUNT_FIELDS) {
+    const v = body[key];
+    if (v === undefined || v === null) continue;
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0)
+      throw new InitBodyError(`${key} must be a non-negative integer`);
     out[key] = v;
   }
   return out;

@@ -20,7 +20,7 @@ import type {
 import type { PausedState, SandboxRecord } from '../orchestrator/types.js';
 import type { PublishInput, SnapshotRecord, SnapshotRepository } from '../snapshot/index.js';
 import { SingleFlight } from '../image/single-flight.js';
-import { initEnvd, waitForEnvd, type EnvdInit } from '../envd/client.js';
+import { initEnvd, waitForEnvd, type EnvdInit, type EnvdInitCredentials } from '../envd/client.js';
 import { archiveDir, extractArchive, syncFilesystem } from './disk-archive.js';
 import { availableMemoryRatio } from './memory-pressure.js';
 import { crashPoint } from '../util/crash-point.js';
@@ -53,6 +53,10 @@ export interface ContainerBackendOptions {
   sharePaused: boolean;
   /** envd access token of a sandbox (secure sandboxes). */
   envdToken(sandboxId: string): string;
+  /** The node's credential for envd's /init of the container or sandbox with this id (docs/security.md). */
+  envdInitKey(id: string): string;
+  /** `[sandbox_proxy].signed_url_max_lifetime_secs`, handed to envd with /init. */
+  signedUrlMaxLifetimeSecs: number;
   logger: Logger;
 }
 
@@ -170,7 +174,13 @@ export class ContainerBackend implements SandboxBackend {
       },
       netnsPath: slot.netnsPath,
       nameservers: slot.dnsServer ? [slot.dnsServer] : [],
-      initEnv: { ...state.envdEnv, E2B_SANDBOX_ID: id, E2B_TEMPLATE_ID: templateId },
+      initEnv: {
+        ...state.envdEnv,
+        E2B_SANDBOX_ID: id,
+        E2B_TEMPLATE_ID: templateId,
+        // Not in envdEnv: captures record that, and the key is per container.
+        AENV_ENVD_INIT_KEY: this.opts.envdInitKey(id),
+      },
     };
   }
 
@@ -234,7 +244,9 @@ export class ContainerBackend implements SandboxBackend {
       undo(() => this.discardBooted(booted));
       this.opts.images.acquireLease(leaseHolder(record.id), booted.state.manifestDigest);
       undo(async () => this.opts.images.releaseLease(leaseHolder(record.id)));
-      await initEnvd(booted.slot.hostInteractionIp, this.opts.envdPort, this.initBody(record));
+      await initEnvd(booted.slot.hostInteractionIp, this.opts.envdPort, this.initBody(record), {
+        initKey: this.opts.envdInitKey(booted.containerId),
+      });
       return {
         binding: this.binding(booted.slot),
         backend: booted.state as unknown as Record<string, unknown>,
@@ -302,7 +314,9 @@ export class ContainerBackend implements SandboxBackend {
         this.opts.runtime.rename(warm.containerId, record.id),
         this.opts.network.applyPolicy(warm.slot, policy),
       ]);
-      await initEnvd(warm.slot.hostInteractionIp, this.opts.envdPort, this.initBody(record));
+      await initEnvd(warm.slot.hostInteractionIp, this.opts.envdPort, this.initBody(record), {
+        initKey: this.opts.envdInitKey(warm.containerId),
+      });
     } catch (err) {
       this.opts.images.releaseLease(leaseHolder(record.id));
       throw err;
@@ -344,7 +358,12 @@ export class ContainerBackend implements SandboxBackend {
     };
     const memory = committed.artifacts.memory ? join(local, 'memory') : undefined;
     const currentToken = extra.sourceSecure ? this.opts.envdToken(extra.sourceSandboxId) : undefined;
-    return this.launch(record, state, policy, { memory, disk: join(local, 'disk'), currentToken });
+    return this.launch(record, state, policy, {
+      memory,
+      disk: join(local, 'disk'),
+      currentId: extra.sourceSandboxId,
+      currentToken,
+    });
   }
 
   /**
@@ -355,7 +374,14 @@ export class ContainerBackend implements SandboxBackend {
     record: SandboxRecord,
     state: BackendState,
     policy: EgressPolicy,
-    from: { memory?: string; disk: string; currentToken?: string; leaseHeld?: boolean },
+    from: {
+      memory?: string;
+      disk: string;
+      /** The sandbox whose envd the memory holds (its init key and token are what envd holds). */
+      currentId: string;
+      currentToken?: string;
+      leaseHeld?: boolean;
+    },
   ): Promise<StartResult> {
     return this.transaction(record.id, async (undo) => {
       const slot = await this.opts.network.acquire();
@@ -391,7 +417,13 @@ export class ContainerBackend implements SandboxBackend {
       // envd keeps its token on the sandbox's disk (/run/agentenv), so a fresh boot on a saved disk finds the
       // same token a memory restore does: /init must prove it either way.
       await Promise.all([
-        this.envdReady(record, slot.hostInteractionIp, from.currentToken),
+        this.envdReady(
+          record,
+          slot.hostInteractionIp,
+          restored
+            ? { initKey: this.opts.envdInitKey(from.currentId), token: from.currentToken }
+            : { initKey: this.opts.envdInitKey(record.id), token: from.currentToken },
+        ),
         this.opts.runtime.diskLimitSet(record.id),
       ]);
       if (!restored && state.startCmd) {
@@ -413,9 +445,9 @@ export class ContainerBackend implements SandboxBackend {
   }
 
   /** Waits for envd and hands it the sandbox's identity, env, user, workdir and token (every start and resume). */
-  private async envdReady(record: SandboxRecord, host: string, currentToken?: string): Promise<void> {
+  private async envdReady(record: SandboxRecord, host: string, current: EnvdInitCredentials): Promise<void> {
     await this.envdHealthy(this.cid(record), host);
-    await initEnvd(host, this.opts.envdPort, this.initBody(record), currentToken);
+    await initEnvd(host, this.opts.envdPort, this.initBody(record), current);
   }
 
   /** Waits until envd in `containerId` answers `/health`; gives up early once the container has stopped. */
@@ -438,6 +470,10 @@ export class ContainerBackend implements SandboxBackend {
       defaultUser: record.defaultUser,
       ...(record.defaultWorkdir ? { defaultWorkdir: record.defaultWorkdir } : {}),
       timestamp: new Date().toISOString(),
+      initKey: this.opts.envdInitKey(record.id),
+      signatureMaxLifetimeSecs: this.opts.signedUrlMaxLifetimeSecs,
+      unexpiringSignaturesUntil:
+        Math.floor(Date.parse(record.createdAt) / 1000) + this.opts.signedUrlMaxLifetimeSecs,
     };
   }
 
@@ -627,6 +663,7 @@ export class ContainerBackend implements SandboxBackend {
     const result = await this.launch(record, state, policy, {
       memory,
       disk: join(dir, 'disk'),
+      currentId: record.id,
       currentToken: record.secure ? this.opts.envdToken(record.id) : undefined,
       leaseHeld: true,
     });
@@ -669,6 +706,7 @@ export class ContainerBackend implements SandboxBackend {
             const start = await this.launch(child, { ...state }, this.policyOf(child), {
               memory: join(work, 'memory'),
               disk: join(work, 'disk'),
+              currentId: source.id,
               currentToken,
             });
             return { ok: true, start };

@@ -10,6 +10,19 @@ export interface EnvdInit {
   defaultUser: string;
   defaultWorkdir?: string;
   timestamp: string;
+  /** aenv: the init key envd requires from the next /init on (docs/security.md, "envd /init"). */
+  initKey?: string;
+  /** aenv: limits on signed /files URLs (`[sandbox_proxy].signed_url_max_lifetime_secs`). */
+  signatureMaxLifetimeSecs?: number;
+  unexpiringSignaturesUntil?: number;
+}
+
+/** What proves to envd that this /init comes from the node. */
+export interface EnvdInitCredentials {
+  /** The init key envd holds now: the one it was booted with, or the one the last /init set. */
+  initKey: string;
+  /** The access token envd holds now (only an envd without an init key checks it). */
+  token?: string;
 }
 
 function call(
@@ -83,17 +96,19 @@ export async function waitForEnvd(
 }
 
 /**
- * `POST /init` (called after every start and resume). Once envd holds a token, only a caller presenting it may
- * re-init: `currentToken` is the token envd holds now (a restored fork or snapshot holds its source's).
+ * `POST /init` (called after every start and resume). envd accepts it only with the init key it holds
+ * (`current.initKey`: a fresh boot's is its container's, a restored fork or snapshot holds its source's); an
+ * envd from before init keys existed checks the access token it holds instead (`current.token`).
  */
 export async function initEnvd(
   host: string,
   port: number,
   init: EnvdInit,
-  currentToken?: string,
+  current: EnvdInitCredentials,
   timeoutMs = 10_000,
 ): Promise<void> {
-  const headers: Record<string, string> = currentToken ? { 'x-access-token': currentToken } : {};
+  const headers: Record<string, string> = { 'x-aenv-init-key': current.initKey };
+  if (current.token) headers['x-access-token'] = current.token;
   const r = await call(host, port, 'POST', '/init', timeoutMs, init, headers);
   if (r.status !== 204 && r.status !== 200) {
     throw new Error(`envd /init answered ${r.status}: ${r.body.slice(0, 200)}`);

@@ -20,7 +20,12 @@ export interface SandboxDirectory {
   autoResume(sandboxId: string): Promise<ProxyTarget>;
   verifyEnvdToken(sandboxId: string, token: string): boolean;
   verifyTrafficToken(sandboxId: string, token: string): boolean;
-  /** The running sandbox whose envd would accept this signed `/files` URL, if any. */
+  /** Whether this sandbox's envd accepts the signed `/files` URL (request target) within the node's limits. */
+  verifyFilesSignature(sandboxId: string, url: string, method: string): boolean;
+  /**
+   * The running sandbox whose envd accepts this signed `/files` URL, if any. May throw
+   * SignedUrlBudgetExceeded (answered 429) when too many new URLs arrive at once.
+   */
   findBySignedFilesUrl(url: string, method: string): string | undefined;
 }
 

@@ -1,9 +1,10 @@
-import { createHash } from 'node:crypto';
 import type { Orchestrator } from '../orchestrator/orchestrator.js';
 import { autoResumable, type SandboxRecord } from '../orchestrator/types.js';
 import type { SandboxTokenIssuer } from '../secrets/index.js';
-import { safeEqual } from '../secrets/index.js';
 import { AutoResumeTimeout, type ProxyTarget, type SandboxDirectory } from './directory.js';
+import { parseSignedFiles, SignedUrlRouter, type SigningCandidate } from './signed-urls.js';
+
+export { filesSignature } from './signed-urls.js';
 
 function target(r: SandboxRecord): ProxyTarget {
   return {
@@ -18,25 +19,32 @@ function target(r: SandboxRecord): ProxyTarget {
   };
 }
 
-/** envd's v1 signature of a `/files` URL (e2b-protocol §3.2). */
-export function filesSignature(
-  path: string,
-  op: 'read' | 'write',
-  username: string,
-  token: string,
-  expiration?: string,
-): string {
-  const text = `${path}:${op}:${username}:${token}${expiration ? `:${expiration}` : ''}`;
-  return 'v1_' + createHash('sha256').update(text).digest('base64').replace(/=+$/, '');
+export interface OrchestratorDirectoryOptions {
+  autoResumeWaitMs?: number;
+  /** `[sandbox_proxy].signed_url_max_lifetime_secs`. */
+  signedUrlMaxLifetimeSecs: number;
+  /** `[sandbox_proxy].signed_url_scan_hashes_per_sec`. */
+  signedUrlScanHashesPerSec: number;
 }
 
 /** The proxy's view of the orchestrator. */
 export class OrchestratorDirectory implements SandboxDirectory {
+  private readonly autoResumeWaitMs: number;
+  private readonly signedUrls: SignedUrlRouter;
+  /** envd tokens of secure sandboxes, derived once per sandbox instead of once per signed request. */
+  private readonly envdTokens = new Map<string, string>();
+
   constructor(
     private readonly orchestrator: Orchestrator,
     private readonly tokens: SandboxTokenIssuer,
-    private readonly autoResumeWaitMs = 60_000,
-  ) {}
+    opts: OrchestratorDirectoryOptions,
+  ) {
+    this.autoResumeWaitMs = opts.autoResumeWaitMs ?? 60_000;
+    this.signedUrls = new SignedUrlRouter({
+      maxLifetimeSecs: opts.signedUrlMaxLifetimeSecs,
+      hashesPerSec: opts.signedUrlScanHashesPerSec,
+    });
+  }
 
   lookup(id: string): ProxyTarget | undefined {
     const r = this.orchestrator.find(id);
@@ -68,19 +76,42 @@ export class OrchestratorDirectory implements SandboxDirectory {
     return this.tokens.verify('traffic', id, token);
   }
 
+  verifyFilesSignature(id: string, url: string, method: string): boolean {
+    const signed = parseSignedFiles(url, method);
+    const r = this.orchestrator.find(id);
+    return !!signed && !!r && r.secure && this.signedUrls.verify(signed, this.candidate(r));
+  }
+
   findBySignedFilesUrl(url: string, method: string): string | undefined {
-    const q = new URL(url, 'http://x').searchParams;
-    const signature = q.get('signature');
-    const path = q.get('path');
-    if (!signature || path === null) return undefined;
-    const op = method === 'GET' || method === 'HEAD' ? 'read' : 'write';
-    const username = q.get('username') ?? '';
-    const expiration = q.get('signature_expiration') ?? undefined;
-    for (const r of this.orchestrator.all()) {
-      if (!r.secure || r.state !== 'running') continue;
-      const expected = filesSignature(path, op, username, this.tokens.envd(r.id), expiration);
-      if (safeEqual(expected, signature)) return r.id;
+    const signed = parseSignedFiles(url, method);
+    if (!signed) return undefined;
+    const running = (r: SandboxRecord | undefined) => !!r && r.secure && r.state === 'running';
+    return this.signedUrls.find(
+      signed,
+      (id) => {
+        const r = this.orchestrator.find(id);
+        return running(r) ? this.candidate(r!) : undefined;
+      },
+      () => this.runningSecure(running),
+    );
+  }
+
+  private candidate(r: SandboxRecord): SigningCandidate {
+    let token = this.envdTokens.get(r.id);
+    if (token === undefined) {
+      token = this.tokens.envd(r.id);
+      this.envdTokens.set(r.id, token);
     }
-    return undefined;
+    return { id: r.id, createdAtMs: Date.parse(r.createdAt), token };
+  }
+
+  private runningSecure(running: (r: SandboxRecord) => boolean): SigningCandidate[] {
+    const all = this.orchestrator.all();
+    // Forget the tokens of sandboxes that are gone once they outnumber the live ones.
+    if (this.envdTokens.size > 2 * all.length + 64) {
+      const live = new Set(all.map((r) => r.id));
+      for (const id of this.envdTokens.keys()) if (!live.has(id)) this.envdTokens.delete(id);
+    }
+    return all.filter(running).map((r) => this.candidate(r));
   }
 }

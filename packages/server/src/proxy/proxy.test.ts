@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createServer, request, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { connect, type AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
 import { WebSocketServer, WebSocket } from 'ws';
 import { SandboxProxy } from './proxy.js';
@@ -12,6 +12,7 @@ const ID = '01936f8e-72f5-7000-8000-000000000001';
 const SECURE_ID = '01936f8e-72f5-7000-8000-000000000002';
 const PAUSED_ID = '01936f8e-72f5-7000-8000-000000000003';
 const PRIVATE_ID = '01936f8e-72f5-7000-8000-000000000004';
+const SLEEPING_ID = '01936f8e-72f5-7000-8000-000000000005';
 const silent = new Writable({ write: (_c, _e, cb) => cb() });
 
 /** A stand-in "sandbox" app: echoes what it received, streams on /stream, and accepts WebSockets. */
@@ -28,15 +29,19 @@ function startUpstream(): Promise<{ server: Server; port: number; wss: WebSocket
       const chunks: Buffer[] = [];
       req.on('data', (c) => chunks.push(c));
       req.on('end', () => {
-        res.writeHead(200, { 'content-type': 'application/json', connection: 'x-hop', 'x-hop': 'secret' });
-        res.end(
-          JSON.stringify({
-            url: req.url,
-            method: req.method,
-            headers: req.headers,
-            body: Buffer.concat(chunks).toString(),
-          }),
-        );
+        const seen = JSON.stringify({
+          url: req.url,
+          method: req.method,
+          headers: req.headers,
+          body: Buffer.concat(chunks).toString(),
+        });
+        res.writeHead(200, {
+          'content-type': 'application/json',
+          'content-length': Buffer.byteLength(seen),
+          connection: 'x-hop',
+          'x-hop': 'secret',
+        });
+        res.end(seen);
       });
     });
     const wss = new WebSocketServer({ server });
@@ -53,6 +58,7 @@ describe('SandboxProxy', () => {
   let frontPort = 0;
   let proxy: SandboxProxy;
   const targets = new Map<string, ProxyTarget>();
+  const resumes: string[] = [];
 
   beforeAll(async () => {
     upstream = await startUpstream();
@@ -69,14 +75,23 @@ describe('SandboxProxy', () => {
     targets.set(SECURE_ID, running(SECURE_ID, { secure: true }));
     targets.set(PRIVATE_ID, running(PRIVATE_ID, { allowPublicTraffic: false }));
     targets.set(PAUSED_ID, { ...running(PAUSED_ID), state: 'paused', upstream: undefined });
+    targets.set(SLEEPING_ID, {
+      ...running(SLEEPING_ID, { secure: true, autoResume: true }),
+      state: 'paused',
+      upstream: undefined,
+    });
     const directory: SandboxDirectory = {
       lookup: (id) => targets.get(id),
       settle: async (id) => targets.get(id),
-      autoResume: async () => {
-        throw new Error('not used');
+      autoResume: async (id) => {
+        resumes.push(id);
+        const t = running(id, { secure: true, autoResume: true });
+        targets.set(id, t);
+        return t;
       },
       verifyEnvdToken: (id, token) => token === `envd-${id}`,
       verifyTrafficToken: (id, token) => token === `traffic-${id}`,
+      verifyFilesSignature: () => false,
       findBySignedFilesUrl: (url) => (url.includes('signature=v1_good') ? ID : undefined),
     };
     proxy = new SandboxProxy({
@@ -195,7 +210,11 @@ describe('SandboxProxy', () => {
     const ok = await send('/x', { ...route(SECURE_ID), 'x-access-token': `envd-${SECURE_ID}` });
     expect(ok.status).toBe(200);
     expect(JSON.parse(ok.text).headers['x-access-token']).toBe(`envd-${SECURE_ID}`);
-    expect((await send('/health', route(SECURE_ID))).status).toBe(200);
+    // Health included: through the proxy a secure envd answers nothing without its token.
+    expect((await send('/health', route(SECURE_ID))).status).toBe(401);
+    expect(
+      (await send('/health', { ...route(SECURE_ID), 'x-access-token': `envd-${SECURE_ID}` })).status,
+    ).toBe(200);
     const insecure = await send('/x', { ...route(ID), 'x-access-token': 'anything' });
     expect(JSON.parse(insecure.text).headers['x-access-token']).toBeUndefined();
   });
@@ -271,5 +290,88 @@ describe('SandboxProxy', () => {
     });
     expect(reply).toBe('echo:hi');
     ws.close();
+  });
+
+  /** Raw bytes on one connection to the proxy; resolves with everything it answered once it closes. */
+  const raw = (bytes: string) =>
+    new Promise<string>((resolve) => {
+      const sock = connect(frontPort, '127.0.0.1', () => sock.write(bytes));
+      let got = '';
+      sock.on('data', (c: Buffer) => {
+        got += c.toString('latin1');
+        if (got.includes('"closing"')) sock.end();
+      });
+      sock.on('close', () => resolve(got));
+    });
+  const head = (id: string, port = upstream.port) =>
+    `Host: x\r\ne2b-sandbox-id: ${id}\r\ne2b-sandbox-port: ${port}\r\n`;
+
+  it('checks the token before auto-resuming a paused sandbox', async () => {
+    expect((await send('/health', route(SLEEPING_ID))).status).toBe(401);
+    expect((await send('/x', { ...route(SLEEPING_ID), 'x-access-token': 'wrong' })).status).toBe(401);
+    expect(resumes).toEqual([]);
+    const ok = await send('/x', { ...route(SLEEPING_ID), 'x-access-token': `envd-${SLEEPING_ID}` });
+    expect(ok.status).toBe(200);
+    expect(resumes).toEqual([SLEEPING_ID]);
+  });
+
+  it('refuses envd /init in every spelling envd would route to it', async () => {
+    for (const path of ['/init', '/init?x=1', '/./init', '/a/../init', '/%2e/init', '/%2E%2E/init']) {
+      const r = await send(path, route(ID), '{}', 'POST');
+      expect(r.status, path).toBe(403);
+      expect(JSON.parse(r.text)).toMatchObject({ code: 403 });
+    }
+    expect((await send('/initial', route(ID), '{}', 'POST')).status).toBe(200);
+  });
+
+  it('drops every header that carries the platform API key, in any spelling and count', async () => {
+    const answer = await raw(
+      `GET /echo HTTP/1.1\r\n${head(ID)}X-API-Key: ${KEY}\r\nx-api-key: ${KEY}\r\nAuthorization: Bearer ${KEY}\r\n` +
+        `Cookie: a=1\r\nCookie: k=${KEY}\r\nX-Other: ${KEY}!\r\nX-Kept: yes\r\nConnection: close\r\n\r\n`,
+    );
+    const seen = JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)).headers as Record<string, string>;
+    expect(Object.values(seen).filter((v) => v.includes(KEY))).toEqual([]);
+    expect(seen['x-kept']).toBe('yes');
+    expect((await send(`/q?key=${KEY}`, route(ID))).status).toBe(400);
+  });
+
+  it('re-frames a GET body instead of passing it on, and answers pipelined requests in order', async () => {
+    const hidden = 'GET /hidden HTTP/1.1\r\nHost: x\r\n\r\n';
+    const answer = await raw(
+      `GET /first HTTP/1.1\r\n${head(ID)}Transfer-Encoding: chunked\r\n\r\n` +
+        `${hidden.length.toString(16)}\r\n${hidden}\r\n0\r\n\r\n` +
+        `GET /closing HTTP/1.1\r\n${head(ID)}Connection: close\r\n\r\n`,
+    );
+    const bodies = answer
+      .split('HTTP/1.1 ')
+      .slice(1)
+      .map(
+        (r) =>
+          JSON.parse(r.slice(r.indexOf('\r\n\r\n') + 4)) as { url: string; method: string; body: string },
+      );
+    expect(bodies.map((b) => b.url)).toEqual(['/first', '/closing']);
+    expect(bodies[0]!.body).toBe(hidden);
+  });
+
+  it('refuses framing Node accepts but a proxy should not pass on, and upgrades with a body', async () => {
+    const gz = await raw(
+      `POST /x HTTP/1.1\r\n${head(ID)}Transfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n0\r\n\r\n`,
+    );
+    expect(gz).toMatch(/^HTTP\/1.1 400 /);
+    const up = await raw(
+      `GET /ws HTTP/1.1\r\n${head(ID)}Upgrade: websocket\r\nConnection: Upgrade\r\nContent-Length: 3\r\n\r\nabc`,
+    );
+    expect(up).toMatch(/^HTTP\/1.1 400 /);
+  });
+
+  it('relays a refused upgrade whole and closes, without reading what follows', async () => {
+    // No Sec-WebSocket-Key: the upstream's WebSocket server refuses the handshake.
+    const answer = await raw(
+      `GET /ws HTTP/1.1\r\n${head(ID)}Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n` +
+        `GET /after-upgrade HTTP/1.1\r\nHost: x\r\n\r\n`,
+    );
+    expect(answer).toMatch(/^HTTP\/1.1 400 /);
+    expect(answer).toContain('Connection: close');
+    expect(answer).not.toContain('after-upgrade');
   });
 });

@@ -1,16 +1,13 @@
-import {
-  Agent,
-  request as httpRequest,
-  type IncomingHttpHeaders,
-  type IncomingMessage,
-  type ServerResponse,
-} from 'node:http';
-import { connect as netConnect, type Socket } from 'node:net';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
+import { Agent, type Dispatcher } from 'undici';
 import type { Logger } from '../util/log.js';
 import type { DataPlane } from '../api/http-server.js';
 import { classify, RoutingError, type DataPlaneRoute } from './routing.js';
 import { AutoResumeTimeout, type ProxyTarget, type SandboxDirectory } from './directory.js';
+import { FramingError, requestFraming, type BodyFraming } from './framing.js';
+import { downstreamResponseHeaders, upstreamRequestHeaders } from './headers.js';
+import { envdUrl, SignedUrlBudgetExceeded } from './signed-urls.js';
 
 export interface SandboxProxyOptions {
   domains: readonly string[];
@@ -32,58 +29,47 @@ class ProxyReply extends Error {
   }
 }
 
-const HOP_BY_HOP = [
-  'connection',
-  'keep-alive',
-  'proxy-authenticate',
-  'proxy-authorization',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-];
-const ROUTING_HEADERS = [
-  'x-agentenv-sandbox-id',
-  'x-agentenv-target-port',
-  'e2b-sandbox-id',
-  'e2b-sandbox-port',
-  'e2b-traffic-access-token',
-];
+const clientError = (status: number, message: string) => new ProxyReply(status, { code: status, message });
+
+const ENVD_UNAUTHORIZED =
+  'unauthorized access, please provide a valid access token or method signing if supported';
 const CLAIM = Symbol('aenv.proxyClaim');
+/** Largest non-101 answer to an upgrade request relayed to the client (it is buffered to frame it). */
+const MAX_UPGRADE_REFUSAL_BYTES = 64 * 1024;
 
 type Claim = DataPlaneRoute | { signedFiles: true; upstreamPath: string } | RoutingError;
 type ClaimedRequest = IncomingMessage & { [CLAIM]?: Claim };
 
 interface Instance {
+  /** Keep-alive connections to this sandbox instance only (one pool per port): never shared with another. */
   agent: Agent;
   /** Open exchanges through this instance: destroyed together when the sandbox instance goes away. */
   open: Set<{ destroy(): void }>;
 }
 
-function stripHopByHop(
-  headers: IncomingHttpHeaders,
-  keepUpgrade: boolean,
-): Record<string, string | string[]> {
-  const out: Record<string, string | string[]> = {};
-  const nominated = new Set(
-    String(headers.connection ?? '')
-      .split(',')
-      .map((s) => s.trim().toLowerCase())
-      .filter((s) => s && !(keepUpgrade && s === 'upgrade')),
-  );
-  for (const [k, v] of Object.entries(headers)) {
-    if (v === undefined) continue;
-    if (nominated.has(k)) continue;
-    if (HOP_BY_HOP.includes(k) && !(keepUpgrade && (k === 'upgrade' || k === 'connection'))) continue;
-    out[k] = v;
-  }
-  return out;
+interface Routed {
+  route: DataPlaneRoute;
+  target: ProxyTarget;
+  framing: BodyFraming;
+  /** The envd token, forwarded only when it was validated for this request. */
+  accessToken?: string;
 }
+
+class ResponseTimeout extends Error {}
+class ClientGone extends Error {}
+
+function singleHeader(req: IncomingMessage, name: string): string | undefined {
+  const v = req.headers[name];
+  return Array.isArray(v) ? v[0] : v;
+}
+
+const STATUS_TEXT = /^[\t\x20-\x7e\x80-\xff]*$/;
 
 /**
  * The data-plane reverse proxy (reference §2.7): routes by host, `/proxy` prefix, routing headers or a signed
- * `/files` URL to `http://<sandbox host-interaction ip>:<port>`, enforces per-port tokens, streams both ways,
- * bridges WebSockets, and tears down every open exchange of a sandbox instance when it stops.
+ * `/files` URL to `http://<sandbox host-interaction ip>:<port>`, enforces per-port tokens before anything else
+ * happens (auto-resume included), streams both ways through undici with every body re-framed, bridges
+ * WebSockets, and tears down every open exchange of a sandbox instance when it stops (docs/security.md).
  */
 export class SandboxProxy implements DataPlane {
   private readonly instances = new Map<string, Instance>();
@@ -114,7 +100,7 @@ export class SandboxProxy implements DataPlane {
     if (!inst) return;
     this.instances.delete(instanceId);
     for (const x of inst.open) x.destroy();
-    inst.agent.destroy();
+    inst.agent.destroy().catch(() => {});
   }
 
   closeAll(): void {
@@ -126,71 +112,152 @@ export class SandboxProxy implements DataPlane {
   }
 
   upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
-    this.bridgeUpgrade(req as ClaimedRequest, socket, head).catch((err: unknown) => {
-      const reply = err instanceof ProxyReply ? err : new ProxyReply(502, 'upstream unavailable');
-      const body = typeof reply.body === 'string' ? reply.body : JSON.stringify(reply.body);
-      socket.end(
-        `HTTP/1.1 ${reply.status} ${reply.status === 401 ? 'Unauthorized' : 'Error'}\r\n` +
-          `Content-Type: ${typeof reply.body === 'string' ? 'text/plain; charset=utf-8' : 'application/json'}\r\n` +
-          `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
-      );
-    });
+    // Nothing the client sends after the handshake is read before the sandbox has switched protocols.
+    socket.pause();
+    this.bridgeUpgrade(req as ClaimedRequest, socket, head).catch((err: unknown) =>
+      this.refuseUpgrade(socket, err),
+    );
+  }
+
+  private reply(err: unknown): ProxyReply {
+    if (err instanceof ProxyReply) return err;
+    this.opts.logger.warn({ err }, 'proxy failure');
+    return new ProxyReply(502, 'upstream unavailable');
   }
 
   private fail(res: ServerResponse, err: unknown): void {
-    if (res.headersSent) {
+    if (res.headersSent || res.destroyed) {
       res.destroy();
       return;
     }
-    const reply =
-      err instanceof ProxyReply
-        ? err
-        : (this.opts.logger.warn({ err }, 'proxy failure'), new ProxyReply(502, 'upstream unavailable'));
-    if (typeof reply.body === 'string') {
-      res.writeHead(reply.status, { 'content-type': 'text/plain; charset=utf-8' }).end(reply.body);
-    } else {
-      res.writeHead(reply.status, { 'content-type': 'application/json' }).end(JSON.stringify(reply.body));
-    }
+    const reply = this.reply(err);
+    const json = typeof reply.body !== 'string';
+    const body = json ? JSON.stringify(reply.body) : (reply.body as string);
+    res
+      .writeHead(reply.status, {
+        'content-type': json ? 'application/json' : 'text/plain; charset=utf-8',
+        'content-length': String(Buffer.byteLength(body)),
+      })
+      .end(body);
   }
 
-  private async route(req: ClaimedRequest): Promise<{ route: DataPlaneRoute; target: ProxyTarget }> {
+  private refuseUpgrade(socket: Duplex, err: unknown): void {
+    const reply = this.reply(err);
+    const json = typeof reply.body !== 'string';
+    const body = json ? JSON.stringify(reply.body) : (reply.body as string);
+    if (socket.writable) {
+      socket.end(
+        `HTTP/1.1 ${reply.status} ${reply.status === 401 ? 'Unauthorized' : 'Error'}\r\n` +
+          `Content-Type: ${json ? 'application/json' : 'text/plain; charset=utf-8'}\r\n` +
+          `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+        () => socket.destroy(),
+      );
+    } else socket.destroy();
+  }
+
+  /** Routing, framing and authorisation: all decided before the sandbox is touched (resumed or sent a byte). */
+  private async route(req: ClaimedRequest, upgrade: boolean): Promise<Routed> {
     const claim = req[CLAIM];
     if (!claim) throw new ProxyReply(400, 'missing sandbox routing header');
     if (claim instanceof RoutingError) throw new ProxyReply(claim.status, claim.message);
+    let framing: BodyFraming;
+    try {
+      framing = requestFraming(req);
+    } catch (e) {
+      if (e instanceof FramingError) throw clientError(400, e.message);
+      throw e;
+    }
+    if (upgrade && framing.hasBody) throw clientError(400, 'an upgrade request cannot have a body');
+    if ((req.url ?? '').includes(this.opts.platformApiKey))
+      throw clientError(400, 'the platform API key must not be sent to a sandbox');
     let route: DataPlaneRoute;
+    let signatureVerified = false;
     if ('signedFiles' in claim) {
-      const id = this.opts.directory.findBySignedFilesUrl(claim.upstreamPath, req.method ?? 'GET');
-      if (!id)
-        throw new ProxyReply(401, { code: 401, message: 'no running sandbox accepts this signed URL' });
+      let id: string | undefined;
+      try {
+        id = this.opts.directory.findBySignedFilesUrl(claim.upstreamPath, req.method ?? 'GET');
+      } catch (e) {
+        if (e instanceof SignedUrlBudgetExceeded) throw clientError(429, e.message);
+        throw e;
+      }
+      if (!id) throw clientError(401, 'no running sandbox accepts this signed URL');
       route = { sandboxId: id, port: this.opts.envdPort, upstreamPath: claim.upstreamPath, via: 'signature' };
+      signatureVerified = true;
     } else {
       route = claim;
     }
-    const target = await this.resolveTarget(
-      route.sandboxId,
-      route.port,
-      req.method === 'GET' && route.upstreamPath.split('?', 1)[0] === '/health',
-    );
-    this.authorize(req, route, target);
-    return { route, target };
+    const found = this.opts.directory.lookup(route.sandboxId);
+    if (!found || found.state === 'killing') throw this.notFound(route.sandboxId);
+    const accessToken = this.authorize(req, route, found, signatureVerified);
+    const target = await this.resolveTarget(req, route, found);
+    return { route, target, framing, ...(accessToken !== undefined ? { accessToken } : {}) };
   }
 
   private notFound(sandboxId: string): ProxyReply {
     return new ProxyReply(502, { sandboxId, message: 'The sandbox was not found', code: 502 });
   }
 
-  /** `envdHealth`: the request is envd's `GET /health`, the SDK's isRunning() probe. */
-  private async resolveTarget(sandboxId: string, port: number, envdHealth = false): Promise<ProxyTarget> {
+  /** envd's view of the request target: the same URL parser envd routes with. */
+  private envdPath(route: DataPlaneRoute): string {
+    try {
+      return envdUrl(route.upstreamPath).pathname;
+    } catch {
+      throw clientError(400, 'invalid request target');
+    }
+  }
+
+  /**
+   * Throws unless the request may reach `target`; returns the validated envd token to forward, if any. Uses
+   * only what the sandbox's record says (secure, public traffic), so it runs before any resume or wait.
+   */
+  private authorize(
+    req: IncomingMessage,
+    route: DataPlaneRoute,
+    target: ProxyTarget,
+    signatureVerified: boolean,
+  ): string | undefined {
+    if (route.port === this.opts.envdPort) {
+      const path = this.envdPath(route);
+      // Only the node initialises envd (it calls envd directly, never through here).
+      if (path === '/init') throw clientError(403, 'envd /init is reserved for the node');
+      if (!target.secure) return undefined;
+      const token = singleHeader(req, 'x-access-token');
+      if (token !== undefined) {
+        if (this.opts.directory.verifyEnvdToken(target.sandboxId, token)) return token;
+        throw clientError(401, ENVD_UNAUTHORIZED);
+      }
+      if (signatureVerified) return undefined;
+      if (
+        path === '/files' &&
+        this.opts.directory.verifyFilesSignature(target.sandboxId, route.upstreamPath, req.method ?? 'GET')
+      )
+        return undefined;
+      throw clientError(401, ENVD_UNAUTHORIZED);
+    }
+    if (target.allowPublicTraffic) return undefined;
+    const token = singleHeader(req, 'e2b-traffic-access-token');
+    if (token && this.opts.directory.verifyTrafficToken(target.sandboxId, token)) return undefined;
+    throw clientError(401, 'unauthorized: missing or invalid traffic access token');
+  }
+
+  /** Waits out transitions and auto-resumes (the request is already authorised). */
+  private async resolveTarget(
+    req: IncomingMessage,
+    route: DataPlaneRoute,
+    found: ProxyTarget,
+  ): Promise<ProxyTarget> {
+    const { sandboxId, port } = route;
     const dir = this.opts.directory;
-    let t = dir.lookup(sandboxId);
-    if (!t || t.state === 'killing') throw this.notFound(sandboxId);
+    let t: ProxyTarget | undefined = found;
     if (t.state !== 'running' && t.state !== 'paused') {
       t = await dir.settle(sandboxId);
       if (!t || t.state === 'killing') throw this.notFound(sandboxId);
     }
     if (t.state === 'paused') {
       // isRunning() must read false for a paused sandbox (E2B answers 502 there); anything else gets the 410.
-      if (!t.autoResume && envdHealth && port === this.opts.envdPort) {
+      const envdHealth =
+        port === this.opts.envdPort && req.method === 'GET' && this.envdPath(route) === '/health';
+      if (!t.autoResume && envdHealth) {
         throw new ProxyReply(502, { sandboxId, message: 'The sandbox is paused', code: 502 });
       }
       if (!t.autoResume) throw new ProxyReply(410, 'sandbox is not proxyable in its current state');
@@ -213,61 +280,29 @@ export class SandboxProxy implements DataPlane {
     return t;
   }
 
-  private authorize(req: IncomingMessage, route: DataPlaneRoute, target: ProxyTarget): void {
-    const header = (name: string) => {
-      const v = req.headers[name];
-      return Array.isArray(v) ? v[0] : v;
-    };
-    if (route.port === this.opts.envdPort) {
-      if (!target.secure) return;
-      const token = header('x-access-token');
-      if (token && this.opts.directory.verifyEnvdToken(target.sandboxId, token)) return;
-      const path = route.upstreamPath.split('?', 1)[0];
-      // envd answers these itself without a token: health probes and signed file URLs (it checks the signature).
-      if (!token && req.method === 'GET' && path === '/health') return;
-      if (!token && path === '/files' && /[?&]signature=/.test(route.upstreamPath)) return;
-      throw new ProxyReply(401, {
-        code: 401,
-        message: 'unauthorized access, please provide a valid access token or method signing if supported',
-      });
-    }
-    if (target.allowPublicTraffic) return;
-    const token = header('e2b-traffic-access-token');
-    if (token && this.opts.directory.verifyTrafficToken(target.sandboxId, token)) return;
-    throw new ProxyReply(401, {
-      code: 401,
-      message: 'unauthorized: missing or invalid traffic access token',
+  private upstreamHeaders(req: IncomingMessage, r: Routed): Record<string, string | string[]> {
+    const headers = upstreamRequestHeaders(req.headers, {
+      platformApiKey: this.opts.platformApiKey,
+      ...(r.accessToken !== undefined ? { validatedAccessToken: r.accessToken } : {}),
+      upstreamHost: `${r.target.upstream!.host}:${r.route.port}`,
+      method: req.method ?? 'GET',
+      upstreamPath: r.route.upstreamPath,
     });
-  }
-
-  private upstreamHeaders(
-    req: IncomingMessage,
-    route: DataPlaneRoute,
-    target: ProxyTarget,
-    keepUpgrade: boolean,
-  ): Record<string, string | string[]> {
-    const h = stripHopByHop(req.headers, keepUpgrade);
-    for (const k of ROUTING_HEADERS) delete h[k];
-    const tokenValidated =
-      route.port === this.opts.envdPort &&
-      target.secure &&
-      typeof h['x-access-token'] === 'string' &&
-      this.opts.directory.verifyEnvdToken(target.sandboxId, h['x-access-token']);
-    if (!tokenValidated) delete h['x-access-token'];
-    if (h['x-api-key'] === this.opts.platformApiKey) delete h['x-api-key'];
-    if (req.headers.host) h['x-forwarded-host'] = req.headers.host;
-    h['x-forwarded-proto'] = 'http';
-    h['x-forwarded-method'] = req.method ?? 'GET';
-    h['x-forwarded-uri'] = route.upstreamPath;
-    h.host = `${target.upstream!.host}:${route.port}`;
-    return h;
+    if (r.framing.length !== undefined) headers['content-length'] = String(r.framing.length);
+    return headers;
   }
 
   private instance(instanceId: string): Instance {
     let inst = this.instances.get(instanceId);
     if (!inst) {
       inst = {
-        agent: new Agent({ keepAlive: true, maxSockets: Infinity, maxFreeSockets: 32 }),
+        agent: new Agent({
+          pipelining: 1,
+          // Streams (process output, watches, SSE) may stay silent for long; the proxy times only the headers.
+          headersTimeout: 0,
+          bodyTimeout: 0,
+          connect: { timeout: this.connectTimeoutMs },
+        }),
         open: new Set(),
       };
       this.instances.set(instanceId, inst);
@@ -275,128 +310,230 @@ export class SandboxProxy implements DataPlane {
     return inst;
   }
 
+  /** The answer for an upstream failure before any response byte reached the client. */
+  private upstreamError(err: Error, r: Routed): ProxyReply {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ECONNREFUSED')
+      return new ProxyReply(502, {
+        sandboxId: r.target.sandboxId,
+        message: 'The sandbox is running but port is not open',
+        port: r.route.port,
+        code: 502,
+      });
+    if (err instanceof ResponseTimeout || code === 'UND_ERR_CONNECT_TIMEOUT') return new ProxyReply(504, '');
+    if (code === 'UND_ERR_INVALID_ARG')
+      return clientError(400, `request cannot be forwarded: ${err.message}`);
+    this.opts.logger.debug({ err: err.message, code }, 'upstream request failed');
+    return new ProxyReply(502, '');
+  }
+
   private async forward(req: ClaimedRequest, res: ServerResponse): Promise<void> {
-    const { route, target } = await this.route(req);
-    const upstream = target.upstream!;
+    const r = await this.route(req, false);
+    const upstream = r.target.upstream!;
     const inst = this.instance(upstream.instanceId);
-    const up = httpRequest({
-      host: upstream.host,
-      port: route.port,
-      method: req.method,
-      path: route.upstreamPath,
-      headers: this.upstreamHeaders(req, route, target, false),
-      agent: inst.agent,
-    });
+    let controller: Dispatcher.DispatchController | undefined;
+    let pendingAbort: Error | undefined;
+    let timer: NodeJS.Timeout | undefined;
+    let settled = false;
+    let draining = false;
+    const abort = (reason: Error) => {
+      if (controller) controller.abort(reason);
+      else pendingAbort = reason;
+    };
     const exchange = {
       destroy: () => {
-        up.destroy();
+        abort(new ClientGone('sandbox instance closed'));
         res.destroy();
       },
     };
+    const finish = () => {
+      settled = true;
+      if (timer) clearTimeout(timer);
+      inst.open.delete(exchange);
+    };
+    const arm = () => {
+      timer = setTimeout(() => {
+        if (controller) return controller.abort(new ResponseTimeout('no response in time'));
+        // Still waiting for a connection: answer now; the request is dropped when it gets one.
+        pendingAbort = new ResponseTimeout('no response in time');
+        finish();
+        this.fail(res, new ProxyReply(504, ''));
+      }, this.responseTimeoutMs);
+    };
     inst.open.add(exchange);
-    const done = () => inst.open.delete(exchange);
     res.on('close', () => {
-      done();
-      if (!res.writableFinished) up.destroy();
+      if (!settled) abort(new ClientGone('client went away'));
     });
+    // The wait for the response starts once the request is all sent, so a long upload is not cut; a client
+    // that stalls is the front's requestTimeout's business.
+    if (r.framing.hasBody) req.once('end', () => !settled && !res.headersSent && arm());
+    else arm();
 
-    let timer: NodeJS.Timeout | undefined;
-    const arm = (ms: number, onTimeout: () => void) => {
-      if (timer) clearTimeout(timer);
-      timer = setTimeout(onTimeout, ms);
+    const onDrain = () => {
+      draining = false;
+      controller?.resume();
     };
-    const responseTimeout = () => {
-      up.destroy();
-      this.fail(res, new ProxyReply(504, ''));
+    const handler: Dispatcher.DispatchHandler = {
+      onRequestStart: (c) => {
+        controller = c;
+        if (pendingAbort) c.abort(pendingAbort);
+      },
+      onResponseStart: (c, statusCode, headers, statusMessage) => {
+        if (statusCode < 200) return;
+        if (timer) clearTimeout(timer);
+        try {
+          const message = statusMessage && STATUS_TEXT.test(statusMessage) ? statusMessage : undefined;
+          if (message) res.writeHead(statusCode, message, downstreamResponseHeaders(headers));
+          else res.writeHead(statusCode, downstreamResponseHeaders(headers));
+          // A stream's headers go out at once (the SDK waits for them); a sized answer's go with its body.
+          if (headers['content-length'] === undefined) res.flushHeaders();
+        } catch (err) {
+          // A header Node will not send (the sandbox answered it); nothing was written yet.
+          c.abort(err as Error);
+        }
+      },
+      onResponseData: (c, chunk) => {
+        if (!res.write(chunk) && !draining) {
+          draining = true;
+          c.pause();
+          res.once('drain', onDrain);
+        }
+      },
+      onResponseEnd: () => {
+        if (settled) return;
+        finish();
+        res.end();
+      },
+      onResponseError: (_c, err) => {
+        if (settled) return;
+        finish();
+        if (err instanceof ClientGone || res.destroyed) {
+          res.destroy();
+          return;
+        }
+        this.fail(res, res.headersSent ? err : this.upstreamError(err, r));
+      },
     };
-    up.on('socket', (socket: Socket) => {
-      if (socket.connecting) {
-        arm(this.connectTimeoutMs, responseTimeout);
-        socket.once('connect', () => arm(this.responseTimeoutMs, responseTimeout));
-      } else {
-        arm(this.responseTimeoutMs, responseTimeout);
-      }
-    });
-    // The response timer restarts while the request body is still arriving (large uploads).
-    req.on('data', () => {
-      if (timer && !res.headersSent) arm(this.responseTimeoutMs, responseTimeout);
-    });
-
-    up.on('response', (ures) => {
-      if (timer) clearTimeout(timer);
-      res.writeHead(ures.statusCode ?? 502, stripHopByHop(ures.headers, false));
-      res.flushHeaders();
-      ures.pipe(res);
-      ures.on('error', () => res.destroy());
-      ures.on('aborted', () => res.destroy());
-    });
-    up.on('error', (err: NodeJS.ErrnoException) => {
-      if (timer) clearTimeout(timer);
-      done();
-      if (res.headersSent) {
-        res.destroy();
-        return;
-      }
-      if (err.code === 'ECONNREFUSED') {
-        this.fail(
-          res,
-          new ProxyReply(502, {
-            sandboxId: target.sandboxId,
-            message: 'The sandbox is running but port is not open',
-            port: route.port,
-            code: 502,
-          }),
-        );
-      } else {
-        this.fail(res, new ProxyReply(502, ''));
-      }
-    });
-    req.pipe(up);
+    inst.agent.dispatch(
+      {
+        origin: `http://${upstream.host}:${r.route.port}`,
+        path: r.route.upstreamPath,
+        method: req.method ?? 'GET',
+        headers: this.upstreamHeaders(req, r),
+        body: r.framing.hasBody ? req : null,
+        // A service that does not read chunked bodies would take this one's data for requests: never reuse
+        // its connection for someone else's (undici does the same for bodies on GET, DELETE, OPTIONS…).
+        reset: r.framing.hasBody && r.framing.length === undefined,
+      },
+      handler,
+    );
   }
 
   private async bridgeUpgrade(req: ClaimedRequest, client: Duplex, head: Buffer): Promise<void> {
-    const { route, target } = await this.route(req);
-    const upstream = target.upstream!;
+    const protocol = singleHeader(req, 'upgrade') ?? '';
+    if (req.method !== 'GET' || protocol.trim().toLowerCase() !== 'websocket')
+      throw clientError(400, 'only WebSocket upgrades (GET) are proxied');
+    const r = await this.route(req, true);
+    const upstream = r.target.upstream!;
     const inst = this.instance(upstream.instanceId);
-    const headers = this.upstreamHeaders(req, route, target, true);
-    const lines = [`${req.method ?? 'GET'} ${route.upstreamPath} HTTP/1.1`];
-    for (const [k, v] of Object.entries(headers)) {
-      for (const one of Array.isArray(v) ? v : [v]) lines.push(`${k}: ${one}`);
-    }
-    const up = netConnect({ host: upstream.host, port: route.port });
-    const exchange = {
-      destroy: () => {
-        up.destroy();
-        client.destroy();
-      },
-    };
-    inst.open.add(exchange);
-    const handshake = setTimeout(() => {
-      up.destroy();
-      client.end('HTTP/1.1 504 Gateway Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
-    }, this.responseTimeoutMs);
-    up.once('data', () => clearTimeout(handshake));
-    up.on('connect', () => {
-      up.write(lines.join('\r\n') + '\r\n\r\n');
-      if (head.length) up.write(head);
-      up.pipe(client);
-      client.pipe(up);
-    });
+    let controller: Dispatcher.DispatchController | undefined;
+    let tunnel: Duplex | undefined;
+    let closed = false;
     const close = () => {
+      if (closed) return;
+      closed = true;
       clearTimeout(handshake);
+      if (!tunnel) controller?.abort(new ClientGone('client went away'));
       inst.open.delete(exchange);
-      up.destroy();
+      tunnel?.destroy();
       client.destroy();
     };
-    up.on('error', (err: NodeJS.ErrnoException) => {
-      if (!client.writableEnded && up.bytesRead === 0) {
-        client.end('HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
-      }
-      this.opts.logger.debug({ err: err.message }, 'websocket upstream error');
-      close();
-    });
-    up.on('close', close);
+    const exchange = { destroy: close };
+    inst.open.add(exchange);
+    const handshake = setTimeout(() => {
+      if (!tunnel) controller?.abort(new ResponseTimeout('no handshake in time'));
+      if (closed) return;
+      inst.open.delete(exchange);
+      closed = true;
+      this.refuseUpgrade(client, new ProxyReply(504, ''));
+    }, this.responseTimeoutMs);
     client.on('error', close);
     client.on('close', close);
+
+    // A refusal (any non-101 answer) is relayed whole with Connection: close, so that nothing the client
+    // sent after its handshake is ever read as a request.
+    let refusal:
+      | { status: number; headers: Record<string, string | string[]>; body: Buffer[]; size: number }
+      | undefined;
+    const handler: Dispatcher.DispatchHandler = {
+      onRequestStart: (c) => {
+        controller = c;
+        if (closed) c.abort(new ClientGone('client went away'));
+      },
+      onRequestUpgrade: (_c, statusCode, headers, socket) => {
+        clearTimeout(handshake);
+        tunnel = socket;
+        if (closed) {
+          socket.destroy();
+          return;
+        }
+        const lines = [`HTTP/1.1 ${statusCode} Switching Protocols`, 'Connection: Upgrade'];
+        const upgradeTo = headers.upgrade;
+        lines.push(`Upgrade: ${Array.isArray(upgradeTo) ? upgradeTo[0] : (upgradeTo ?? 'websocket')}`);
+        for (const [k, v] of Object.entries(downstreamResponseHeaders(headers))) {
+          for (const one of Array.isArray(v) ? v : [v]) lines.push(`${k}: ${one}`);
+        }
+        client.write(lines.join('\r\n') + '\r\n\r\n');
+        if (head.length) socket.write(head);
+        socket.on('error', close);
+        socket.on('close', close);
+        socket.pipe(client);
+        client.pipe(socket);
+        client.resume();
+      },
+      onResponseStart: (_c, statusCode, headers) => {
+        if (statusCode < 200) return;
+        refusal = { status: statusCode, headers: downstreamResponseHeaders(headers), body: [], size: 0 };
+      },
+      onResponseData: (c, chunk) => {
+        if (!refusal) return;
+        refusal.size += chunk.length;
+        if (refusal.size > MAX_UPGRADE_REFUSAL_BYTES) c.abort(new Error('upgrade refusal too large'));
+        else refusal.body.push(chunk);
+      },
+      onResponseEnd: () => {
+        clearTimeout(handshake);
+        if (!refusal || closed) return close();
+        const body = Buffer.concat(refusal.body);
+        const lines = [`HTTP/1.1 ${refusal.status} Upgrade Refused`];
+        for (const [k, v] of Object.entries(refusal.headers)) {
+          if (k === 'content-length') continue;
+          for (const one of Array.isArray(v) ? v : [v]) lines.push(`${k}: ${one}`);
+        }
+        lines.push(`Content-Length: ${body.length}`, 'Connection: close');
+        inst.open.delete(exchange);
+        closed = true;
+        client.end(Buffer.concat([Buffer.from(lines.join('\r\n') + '\r\n\r\n', 'latin1'), body]), () =>
+          client.destroy(),
+        );
+      },
+      onResponseError: (_c, err) => {
+        clearTimeout(handshake);
+        if (closed || refusal) return close();
+        inst.open.delete(exchange);
+        closed = true;
+        this.refuseUpgrade(client, this.upstreamError(err, r));
+      },
+    };
+    inst.agent.dispatch(
+      {
+        origin: `http://${upstream.host}:${r.route.port}`,
+        path: r.route.upstreamPath,
+        method: 'GET',
+        headers: this.upstreamHeaders(req, r),
+        upgrade: 'websocket',
+      },
+      handler,
+    );
   }
 }

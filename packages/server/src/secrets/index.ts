@@ -24,6 +24,7 @@ export {
 export {
   envdAccessToken,
   trafficAccessToken,
+  envdInitKey,
   verifyToken,
   safeEqual,
   SandboxTokenIssuer,

@@ -4,6 +4,7 @@ import { inspect } from 'node:util';
 export type TokenKind = 'envd' | 'traffic';
 
 const TRAFFIC_PREFIX = 'sandbox-traffic-';
+const ENVD_INIT_PREFIX = 'envd-init-';
 const TOKEN_HEX = /^[0-9a-fA-F]{64}$/;
 
 /** Lowercase hex HMAC-SHA256(key = seed bytes, message = sandbox id) (reference §5.10). */
@@ -14,6 +15,14 @@ export function envdAccessToken(seed: string, sandboxId: string): string {
 /** Lowercase hex HMAC-SHA256(key = seed bytes, message = "sandbox-traffic-" + sandbox id). */
 export function trafficAccessToken(seed: string, sandboxId: string): string {
   return mac(seed, TRAFFIC_PREFIX + sandboxId).toString('hex');
+}
+
+/**
+ * Lowercase hex HMAC-SHA256(key = seed bytes, message = "envd-init-" + sandbox id): the node's credential for
+ * envd's `/init` (docs/security.md, "envd /init"). Never leaves the node except to the sandbox's own envd.
+ */
+export function envdInitKey(seed: string, sandboxId: string): string {
+  return mac(seed, ENVD_INIT_PREFIX + sandboxId).toString('hex');
 }
 
 /**
@@ -52,6 +61,10 @@ export class SandboxTokenIssuer {
 
   traffic(sandboxId: string): string {
     return trafficAccessToken(this.#seed, sandboxId);
+  }
+
+  envdInit(sandboxId: string): string {
+    return envdInitKey(this.#seed, sandboxId);
   }
 
   verify(kind: TokenKind, sandboxId: string, candidate: string): boolean {

@@ -21,6 +21,8 @@ export interface BuildSandboxesOptions {
   envdPollMs: number;
   envdInitTimeoutMs: number;
   pidsLimit: number;
+  /** The node's credential for envd's /init of the container with this id (docs/security.md). */
+  envdInitKey(id: string): string;
   logger: Logger;
 }
 
@@ -64,12 +66,17 @@ export class BuildSandboxes {
 
   /** `/init` with the template's env, user and workdir (what launches from a memory capture start with). */
   async init(sb: BuildSandbox, ctx: CommandContext): Promise<void> {
-    await initEnvd(sb.slot.hostInteractionIp, this.opts.envdPort, {
-      envVars: ctx.envVars,
-      defaultUser: ctx.user ?? 'root',
-      ...(ctx.workdir && ctx.workdir !== '/' ? { defaultWorkdir: ctx.workdir } : {}),
-      timestamp: new Date().toISOString(),
-    });
+    await initEnvd(
+      sb.slot.hostInteractionIp,
+      this.opts.envdPort,
+      {
+        envVars: ctx.envVars,
+        defaultUser: ctx.user ?? 'root',
+        ...(ctx.workdir && ctx.workdir !== '/' ? { defaultWorkdir: ctx.workdir } : {}),
+        timestamp: new Date().toISOString(),
+      },
+      { initKey: this.opts.envdInitKey(sb.id) },
+    );
   }
 
   /** Releases image leases of build sandboxes a crash left behind (the sandboxes themselves are gone). */
@@ -101,7 +108,12 @@ export class BuildSandboxes {
           },
           netnsPath: slot.netnsPath,
           nameservers: slot.dnsServer ? [slot.dnsServer] : [],
-          initEnv: { ...spec.envdEnv, E2B_SANDBOX_ID: spec.id, E2B_TEMPLATE_ID: spec.templateId },
+          initEnv: {
+            ...spec.envdEnv,
+            E2B_SANDBOX_ID: spec.id,
+            E2B_TEMPLATE_ID: spec.templateId,
+            AENV_ENVD_INIT_KEY: this.opts.envdInitKey(spec.id),
+          },
         },
         { tools: this.opts.tools, ...(spec.diskSource ? { diskSource: spec.diskSource } : {}) },
       );
@@ -115,11 +127,12 @@ export class BuildSandboxes {
         }),
         this.opts.runtime.diskLimitSet(spec.id),
       ]);
-      await initEnvd(slot.hostInteractionIp, this.opts.envdPort, {
-        envVars: {},
-        defaultUser: 'root',
-        timestamp: new Date().toISOString(),
-      });
+      await initEnvd(
+        slot.hostInteractionIp,
+        this.opts.envdPort,
+        { envVars: {}, defaultUser: 'root', timestamp: new Date().toISOString() },
+        { initKey: this.opts.envdInitKey(spec.id) },
+      );
       return {
         id: spec.id,
         slot,

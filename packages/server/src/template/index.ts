@@ -37,6 +37,8 @@ export interface TemplateServiceOptions {
   envdPollMs: number;
   envdInitTimeoutMs: number;
   pidsLimit: number;
+  /** The node's credential for envd's /init of a build sandbox (docs/security.md). */
+  envdInitKey(id: string): string;
   /** `[template_build].max_concurrent_builds` */
   maxConcurrentBuilds: number;
   /** `[image.resolver].default_image` */
@@ -92,6 +94,7 @@ export async function createTemplateService(o: TemplateServiceOptions): Promise<
     envdPollMs: o.envdPollMs,
     envdInitTimeoutMs: o.envdInitTimeoutMs,
     pidsLimit: o.pidsLimit,
+    envdInitKey: o.envdInitKey,
     logger,
   });
   const cache = new BuildCache({
