@@ -145,6 +145,12 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       allowedRegistries: config.image.resolver.allowed_registries,
       convertStandardOci: config.image.resolver.convert_standard_oci,
       tryReferrersOverlaybdPrefixes: config.image.resolver.try_referrers_overlaybd_prefixes,
+      localImageDirs: config.image.resolver.local_image_dirs,
+    },
+    limits: {
+      maxLayerBytes: config.image.limits.max_layer_mb * 1024 ** 2,
+      maxImageBytes: config.image.limits.max_image_mb * 1024 ** 2,
+      maxLayerEntries: config.image.limits.max_layer_entries,
     },
     gc: {
       enabled: config.image.cache.gc.enabled,
