@@ -303,6 +303,11 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     pidsLimit: config.runtime.pids_limit,
     backend,
     maxConcurrentBuilds: config.template_build.max_concurrent_builds,
+    maxBuildMs: config.template_build.max_build_secs * 1000,
+    logLimits: {
+      maxEntries: config.template_build.max_log_lines,
+      maxBytes: config.template_build.max_log_mb * 1024 ** 2,
+    },
     maxUploadBytes: config.template_build.max_upload_mb * 1024 ** 2,
     uploadLinkTtlMs: config.template_build.upload_link_ttl_secs * 1000,
     uploadRetentionMs: config.template_build.upload_retention_hours * 3600_000,
