@@ -1,5 +1,11 @@
+import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { createReadStream } from 'node:fs';
 import { mkdir, rename, rm } from 'node:fs/promises';
 import { dirname } from 'node:path';
+import { Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { RepositoryError } from '../snapshot/errors.js';
 import { run } from '../util/exec.js';
 
 // GNU tar keeps what a sandbox disk needs: overlay whiteouts (char 0/0), `trusted.overlay.*` xattrs on opaque
@@ -26,10 +32,70 @@ export async function archiveDir(dir: string, out: string): Promise<void> {
   }
 }
 
-/** Extracts an archive made by `archiveDir` into `dir` (created; must not exist). */
-export async function extractArchive(file: string, dir: string): Promise<void> {
+/** What a repository record says an archive is (its signed digest and size, docs/snapshots.md#record-signing). */
+export interface ExpectedArchive {
+  digest: string;
+  size: number;
+}
+
+/**
+ * Extracts an archive made by `archiveDir` into `dir` (created; must not exist). With `expected` (archives from
+ * the snapshot repository, restored as root), tar reads the archive through a hash: what it extracted is exactly
+ * what was verified, even if the file is swapped after the repository checked it (a shared directory hands out
+ * its own file). A mismatch fails with IntegrityMismatch and removes `dir`.
+ */
+export async function extractArchive(file: string, dir: string, expected?: ExpectedArchive): Promise<void> {
   await mkdir(dir, { recursive: true });
-  await run('tar', [...TAR_FLAGS, '--same-permissions', '--same-owner', '-C', dir, '-xf', file]);
+  const args = [...TAR_FLAGS, '--same-permissions', '--same-owner', '-C', dir];
+  if (!expected) {
+    await run('tar', [...args, '-xf', file]);
+    return;
+  }
+  try {
+    const got = await extractHashing(file, args);
+    if (got.digest !== expected.digest || got.size !== expected.size) {
+      throw new RepositoryError(
+        'IntegrityMismatch',
+        `archive ${expected.digest} changed after it was verified (read ${got.digest}, ${got.size} bytes); its extraction was removed`,
+      );
+    }
+  } catch (e) {
+    await rm(dir, { recursive: true, force: true });
+    throw e;
+  }
+}
+
+async function extractHashing(file: string, args: string[]): Promise<{ digest: string; size: number }> {
+  const child = spawn('tar', [...args, '-xf', '-'], { stdio: ['pipe', 'ignore', 'pipe'] });
+  const stderr: Buffer[] = [];
+  child.stderr.on('data', (b: Buffer) => stderr.push(b));
+  const exited = new Promise<number | null>((resolve, reject) => {
+    child.on('error', reject);
+    child.on('close', resolve);
+  });
+  const hash = createHash('sha256');
+  let size = 0;
+  const meter = new Transform({
+    transform(chunk: Buffer, _enc, cb) {
+      hash.update(chunk);
+      size += chunk.length;
+      cb(null, chunk);
+    },
+  });
+  const fed = pipeline(createReadStream(file), meter, child.stdin).catch((e: unknown) => e);
+  const code = await exited;
+  const feedError = await fed;
+  if (code !== 0) {
+    const detail = Buffer.concat(stderr).toString().trim().split('\n').slice(-3).join('; ');
+    throw new Error(`tar -x of ${file} exited with ${code}${detail ? `: ${detail}` : ''}`);
+  }
+  if (feedError) {
+    // tar stopped reading at the archive's end: the rest of the file was not hashed, so it cannot match.
+    if ((feedError as NodeJS.ErrnoException).code === 'EPIPE')
+      throw new RepositoryError('IntegrityMismatch', `${file} has data after the end of its archive`);
+    throw feedError;
+  }
+  return { digest: `sha256:${hash.digest('hex')}`, size };
 }
 
 /** Flushes the filesystem holding `path` (syncfs), so what was written there survives a power loss. */

@@ -514,7 +514,7 @@ export class TemplateBuilder {
     if (more.length > 0 || (layer && layer.mediaType !== DISK_MEDIA_TYPE)) {
       throw new ApiError(400, `fromTemplate '${spec.base.ref}' has a disk format this node cannot build on`);
     }
-    if (layer) await extractArchive(await this.o.repository.fetch(layer), join(diskDir, 'upper'));
+    if (layer) await extractArchive(await this.o.repository.fetch(layer), join(diskDir, 'upper'), layer);
     return {
       image,
       ...(layer ? { disk: diskDir } : {}),
