@@ -18,13 +18,19 @@ import { openStateDb, type StateDb } from './state/db.js';
 import { lockNodeDirs } from './util/node-lock.js';
 import { ServerMetrics } from './observability/metrics.js';
 import { HostMetricsSampler } from './observability/host-metrics.js';
-import { resolveApiKey, resolveAccessTokenSeed, SandboxTokenIssuer } from './secrets/index.js';
+import {
+  resolveApiKey,
+  resolveAccessTokenSeed,
+  resolveRecordSigningKey,
+  SandboxTokenIssuer,
+} from './secrets/index.js';
 import { resolveNodeIdentity } from './identity/index.js';
 import { ImageService, imageMigrations } from './image/index.js';
 import { NetworkManager, parseNetworkPolicy } from './network/index.js';
 import { ContainerDriver, defaultCriuPath } from './runtime/index.js';
 import type { ToolsMount } from './runtime/driver.js';
 import { createSnapshotRepository, type SnapshotRepository } from './snapshot/index.js';
+import { signUnsignedAtStartup, unsignedReadMode } from './snapshot/unsigned-records.js';
 import { ContainerBackend } from './backend/container-backend.js';
 import { TemplateCatalog } from './template/catalog.js';
 import { ensureBaseTemplate } from './template/base-template.js';
@@ -209,8 +215,18 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   });
   await runtime.init();
 
+  const signingKey = resolveRecordSigningKey({
+    homePath: config.home_path,
+    explicitSecret: config.snapshot.record_signing_secret,
+    sharedRepository: config.snapshot.repository_backend === 'oss',
+  });
+  for (const w of signingKey.warnings) logger.warn(w);
   const repository = createSnapshotRepository({
     backend: config.snapshot.repository_backend,
+    signing: {
+      secret: signingKey.secret,
+      unsigned: unsignedReadMode(config.snapshot.unsigned_records),
+    },
     posixFs: { snapshotStore: config.backend.posix_fs.snapshot_store },
     ...(config.snapshot.repository_backend === 'oss' ? { oss: ossOptions(config) } : {}),
     localCachePath: config.snapshot.local_cache_path,
@@ -220,6 +236,12 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       level: config.snapshot.publish_compression.level,
     },
     logger: logger.child({ component: 'repository' }),
+  });
+  await signUnsignedAtStartup(repository, {
+    policy: config.snapshot.unsigned_records,
+    backend: config.snapshot.repository_backend,
+    markerPath: join(config.home_path, 'snapshot-records-signed'),
+    logger,
   });
   await repository.reconcile();
 
