@@ -1,7 +1,7 @@
 // Archives from the repository are extracted (as root) through a hash of exactly the bytes tar reads: a file
 // swapped after the repository verified it fails, and what it extracted is removed.
 
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import {
   existsSync,
   mkdirSync,
@@ -39,6 +39,18 @@ describe('extractArchive with the expected digest', () => {
     const dir = join(base, 'good-out');
     await extractArchive(tar, dir, digestOf(tar));
     expect(readFileSync(join(dir, 'home', 'file.txt'), 'utf8')).toBe('hello');
+  });
+
+  it('extracts a larger archive (tar may stop reading before the padding after its end marker)', async () => {
+    const src = join(base, 'large-src');
+    mkdirSync(src);
+    for (let i = 0; i < 200; i++) writeFileSync(join(src, `f${i}`), randomBytes(1000 + i * 97));
+    writeFileSync(join(src, 'big'), randomBytes(3 * 1024 * 1024 + 123));
+    const tar = join(base, 'large.tar');
+    await archiveDir(src, tar);
+    const dir = join(base, 'large-out');
+    await extractArchive(tar, dir, digestOf(tar));
+    expect(readFileSync(join(dir, 'big')).equals(readFileSync(join(src, 'big')))).toBe(true);
   });
 
   it('refuses an archive swapped after it was verified, and removes what it extracted', async () => {
