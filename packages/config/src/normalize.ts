@@ -80,6 +80,12 @@ export function normalizeConfig(
   if (c.sandbox.access_token_hash_seed !== undefined) {
     c.sandbox.access_token_hash_seed = c.sandbox.access_token_hash_seed.trim();
   }
+  if (c.snapshot.record_signing_secret !== undefined) {
+    c.snapshot.record_signing_secret = c.snapshot.record_signing_secret.trim();
+  }
+  c.image.resolver.local_image_dirs = c.image.resolver.local_image_dirs.map((d) =>
+    d.trim() === '/' ? '/' : d.trim().replace(/\/+$/, ''),
+  );
 
   return { issues, warnings };
 }

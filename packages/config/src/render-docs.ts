@@ -67,6 +67,8 @@ reference's name, type and meaning.
 - \`cluster.scheduler_endpoint\`, \`custom_extension.url\` and the optional identity keys are trimmed; blank = unset.
 - \`node_identity.cluster_id\` that is not a UUID → the nil UUID, with a warning.
 - \`sandbox.access_token_hash_seed\` trimmed; blank is an error.
+- \`snapshot.record_signing_secret\` trimmed; blank is an error. \`image.resolver.local_image_dirs\` entries trimmed,
+  trailing \`/\` removed.
 
 ## Validation (startup fails)
 
@@ -87,6 +89,7 @@ reference's name, type and meaning.
   must be four different files, compared as written and after resolving symlinks.
 - \`machine.disk_rate_limit\` (when enabled): a burst needs its sustained limit nonzero. Integers above
   2^53 are rejected when the file is read, which also keeps every value <= i64::MAX.
+- \`image.resolver.local_image_dirs\`: every entry absolute, without \`..\`, and not \`/\`.
 - \`sandbox.access_token_hash_seed\`, when set, is non-empty after trimming. The API key (not a config key,
   see below) must be 32-256 characters of \`[A-Za-z0-9._~-]\`.
 - \`[limits]\`: \`machine.vcpu_count <= limits.max_cpu_count\` and \`machine.mem_size_mib <= limits.max_memory_mb\`

@@ -384,7 +384,36 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
         aenv: true,
         doc: 'API base URL of registries whose API is not served at their name, or mirrors: "<registry>=<http(s) URL>" entries. Docker Hub needs one for docker.io references.',
       }),
+      local_image_dirs: strList({
+        default: ['/var/cache/aenv/images'],
+        aenv: true,
+        doc: 'Absolute directories that oci:<dir> and oci-archive:<file> references must lie under (read without following symlinks below them); [] = local references are refused.',
+      }),
     }),
+    limits: section(
+      'Limits on what one image pull may unpack.',
+      {
+        max_layer_mb: int({
+          default: 16384,
+          min: 1,
+          aenv: true,
+          doc: 'Largest uncompressed size of one layer, in MiB; a larger layer fails the pull (413).',
+        }),
+        max_image_mb: int({
+          default: 32768,
+          min: 1,
+          aenv: true,
+          doc: 'Largest uncompressed size of all layers of one image (and of an oci-archive file), in MiB.',
+        }),
+        max_layer_entries: int({
+          default: 500000,
+          min: 1,
+          aenv: true,
+          doc: 'Most files, directories and links one layer may hold.',
+        }),
+      },
+      { aenv: true },
+    ),
     cache: section('Local image cache.', {
       root_dir: path({ default: '$AENV_HOME/image-cache', commented: true, doc: 'Root of the image cache.' }),
       capacity_gb: int({
@@ -651,6 +680,24 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
         aenv: true,
         doc: 'Build-step results unused for this long are dropped.',
       }),
+      max_build_secs: int({
+        default: 3600,
+        min: 1,
+        aenv: true,
+        doc: 'Deadline of one build from the moment it starts running; a build past it ends "error" and its sandbox is removed.',
+      }),
+      max_log_lines: int({
+        default: 50000,
+        min: 100,
+        aenv: true,
+        doc: 'Most log entries kept per build; further command output is dropped (the log says so).',
+      }),
+      max_log_mb: int({
+        default: 8,
+        min: 1,
+        aenv: true,
+        doc: 'Most log bytes kept per build, in MiB; further command output is dropped (the log says so).',
+      }),
     },
     { aenv: true },
   ),
@@ -665,6 +712,20 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
     repository_backend: oneOf(['posix_fs', 'oss'], {
       default: 'posix_fs',
       doc: 'Durable repository: a local or shared directory, or S3-compatible object storage.',
+    }),
+    record_signing_secret: str({
+      env: 'AENV_SNAPSHOT_RECORD_SIGNING_SECRET',
+      envBlankIsValue: true,
+      commented: true,
+      aenv: true,
+      secret: true,
+      example: 'replace-with-the-same-long-random-secret-on-every-node',
+      doc: 'HMAC key that signs every repository record; nodes sharing a repository need the same value. Unset = a managed key under $AENV_HOME/secrets (one node only).',
+    }),
+    unsigned_records: oneOf(['auto', 'refuse', 'sign_at_startup', 'accept'], {
+      default: 'auto',
+      aenv: true,
+      doc: "Records without a signature (written before signing existed): auto = sign those of a posix_fs repository at this node's first start with signing, refuse later ones and all of oss; refuse; sign_at_startup = sign every unsigned record at each start (trusting the store then); accept = use them unverified (insecure).",
     }),
     p2p_enabled: bool({
       default: true,

@@ -230,6 +230,26 @@ const rules: { name: string; bad: string; message: string; good: string }[] = [
     good: '[sandbox]\naccess_token_hash_seed = " s "',
   },
   {
+    name: 'explicit record signing secret is non-empty after trim',
+    bad: '[snapshot]\nrecord_signing_secret = "  "',
+    message:
+      'snapshot.record_signing_secret = "": must not be empty when set (unset it to use the managed key)',
+    good: '[snapshot]\nrecord_signing_secret = " k "',
+  },
+  {
+    name: 'local image dirs are absolute and not the root',
+    bad: '[image.resolver]\nlocal_image_dirs = ["/srv/images", "images"]',
+    message: 'image.resolver.local_image_dirs[1] = "images": must be an absolute path without ".."',
+    good: '[image.resolver]\nlocal_image_dirs = ["/srv/images/"]',
+  },
+  {
+    name: 'local image dirs never include /',
+    bad: '[image.resolver]\nlocal_image_dirs = ["/"]',
+    message:
+      'image.resolver.local_image_dirs[0] = "/": must not be "/" (name the directories that hold image layouts)',
+    good: '[image.resolver]\nlocal_image_dirs = []',
+  },
+  {
     name: 'tools.drive_path needs tools.version',
     bad: '[tools]\ndrive_path = "/t.ext4"',
     message: 'tools.version is not set: required when tools.drive_path is set',

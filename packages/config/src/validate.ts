@@ -1,4 +1,4 @@
-import { basename, dirname, join } from 'node:path';
+import { basename, dirname, isAbsolute, join } from 'node:path';
 import { cidrSize, cidrsOverlap, parseIpv4Cidr, type Ipv4Cidr } from './cidr.js';
 import { issue, missing, type ConfigIssue, type ValueSource } from './errors.js';
 import type { MutableConfig } from './types.js';
@@ -146,6 +146,23 @@ export function validateConfig(
     }
     if (rl.iops_burst > 0 && rl.iops === 0)
       bad(rlKey('iops_burst'), rl.iops_burst, 'requires a nonzero iops');
+  }
+
+  // Local image directories: absolute, and not "/" (that would let the build API read any host file).
+  c.image.resolver.local_image_dirs.forEach((dir, i) => {
+    if (!isAbsolute(dir) || dir.split('/').includes('..')) {
+      bad(`image.resolver.local_image_dirs[${i}]`, dir, 'must be an absolute path without ".."');
+    } else if (dir === '/') {
+      bad(
+        `image.resolver.local_image_dirs[${i}]`,
+        dir,
+        'must not be "/" (name the directories that hold image layouts)',
+      );
+    }
+  });
+
+  if (c.snapshot.record_signing_secret === '') {
+    bad('snapshot.record_signing_secret', '', 'must not be empty when set (unset it to use the managed key)');
   }
 
   // Access-token seed: when configured it must be non-empty after trimming.

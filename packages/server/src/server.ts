@@ -20,13 +20,19 @@ import { openStateDb, type StateDb } from './state/db.js';
 import { lockNodeDirs } from './util/node-lock.js';
 import { ServerMetrics } from './observability/metrics.js';
 import { HostMetricsSampler } from './observability/host-metrics.js';
-import { resolveApiKey, resolveAccessTokenSeed, SandboxTokenIssuer } from './secrets/index.js';
+import {
+  resolveApiKey,
+  resolveAccessTokenSeed,
+  resolveRecordSigningKey,
+  SandboxTokenIssuer,
+} from './secrets/index.js';
 import { resolveNodeIdentity } from './identity/index.js';
 import { ImageService, imageMigrations } from './image/index.js';
 import { NetworkManager, parseNetworkPolicy } from './network/index.js';
 import { ContainerDriver, defaultCriuPath } from './runtime/index.js';
 import type { ToolsMount } from './runtime/driver.js';
 import { createSnapshotRepository, type SnapshotRepository } from './snapshot/index.js';
+import { signUnsignedAtStartup, unsignedReadMode } from './snapshot/unsigned-records.js';
 import { ContainerBackend } from './backend/container-backend.js';
 import { TemplateCatalog } from './template/catalog.js';
 import { ensureBaseTemplate } from './template/base-template.js';
@@ -166,6 +172,12 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       allowedRegistries: config.image.resolver.allowed_registries,
       convertStandardOci: config.image.resolver.convert_standard_oci,
       tryReferrersOverlaybdPrefixes: config.image.resolver.try_referrers_overlaybd_prefixes,
+      localImageDirs: config.image.resolver.local_image_dirs,
+    },
+    limits: {
+      maxLayerBytes: config.image.limits.max_layer_mb * 1024 ** 2,
+      maxImageBytes: config.image.limits.max_image_mb * 1024 ** 2,
+      maxLayerEntries: config.image.limits.max_layer_entries,
     },
     gc: {
       enabled: config.image.cache.gc.enabled,
@@ -224,8 +236,18 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   });
   await runtime.init();
 
+  const signingKey = resolveRecordSigningKey({
+    homePath: config.home_path,
+    explicitSecret: config.snapshot.record_signing_secret,
+    sharedRepository: config.snapshot.repository_backend === 'oss',
+  });
+  for (const w of signingKey.warnings) logger.warn(w);
   const repository = createSnapshotRepository({
     backend: config.snapshot.repository_backend,
+    signing: {
+      secret: signingKey.secret,
+      unsigned: unsignedReadMode(config.snapshot.unsigned_records),
+    },
     posixFs: { snapshotStore: config.backend.posix_fs.snapshot_store },
     ...(config.snapshot.repository_backend === 'oss' ? { oss: ossOptions(config) } : {}),
     localCachePath: config.snapshot.local_cache_path,
@@ -235,6 +257,12 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       level: config.snapshot.publish_compression.level,
     },
     logger: logger.child({ component: 'repository' }),
+  });
+  await signUnsignedAtStartup(repository, {
+    policy: config.snapshot.unsigned_records,
+    backend: config.snapshot.repository_backend,
+    markerPath: join(config.home_path, 'snapshot-records-signed'),
+    logger,
   });
   await repository.reconcile();
 
@@ -337,6 +365,11 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     envdInitKey: (id) => tokens.envdInit(id),
     backend,
     maxConcurrentBuilds: config.template_build.max_concurrent_builds,
+    maxBuildMs: config.template_build.max_build_secs * 1000,
+    logLimits: {
+      maxEntries: config.template_build.max_log_lines,
+      maxBytes: config.template_build.max_log_mb * 1024 ** 2,
+    },
     maxUploadBytes: config.template_build.max_upload_mb * 1024 ** 2,
     uploadLinkTtlMs: config.template_build.upload_link_ttl_secs * 1000,
     uploadRetentionMs: config.template_build.upload_retention_hours * 3600_000,

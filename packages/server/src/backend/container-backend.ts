@@ -813,10 +813,12 @@ export class ContainerBackend implements SandboxBackend {
           await extractArchive(
             await this.opts.repository.fetchArtifact(snapshot.id, 'memory'),
             join(tmp, 'memory'),
+            committed.artifacts.memory,
           );
         }
         const disk = committed.layers[0];
-        if (disk) await extractArchive(await this.opts.repository.fetch(disk), join(tmp, 'disk', 'upper'));
+        if (disk)
+          await extractArchive(await this.opts.repository.fetch(disk), join(tmp, 'disk', 'upper'), disk);
         else await mkdir(join(tmp, 'disk', 'upper'), { recursive: true });
         await writeFile(join(tmp, COMPLETE), '');
         await this.removeLocalSnapshot(snapshot.id);

@@ -2,7 +2,7 @@
 
 import { createHash, type Hash } from 'node:crypto';
 import { Transform, type TransformCallback } from 'node:stream';
-import { ImageError } from './errors.js';
+import { ImageError, shownValue } from './errors.js';
 
 const ALGORITHMS = { sha256: 64, sha512: 128 } as const;
 export type DigestAlgorithm = keyof typeof ALGORITHMS;
@@ -13,17 +13,24 @@ export interface ParsedDigest {
   digest: string;
 }
 
+/** A digest for a message, when it is shaped like one; other text (a document may be anything) is not repeated. */
+function digestText(s: string): string {
+  return /^[a-z0-9]{1,16}:[A-Za-z0-9]{0,140}$/.test(s) ? shownValue(s, 160) : 'value';
+}
+
 /** Validates "sha256:<64 hex>" / "sha512:<128 hex>" (lower-case hex, as OCI requires). Throws a plain Error. */
 export function parseDigest(s: string): ParsedDigest {
   const colon = s.indexOf(':');
-  if (colon < 0) throw new Error(`digest "${s}" must look like sha256:<hex>`);
+  if (colon < 0) throw new Error(`digest ${digestText(s)} must look like sha256:<hex>`);
   const algorithm = s.slice(0, colon);
   const hex = s.slice(colon + 1);
-  if (!(algorithm in ALGORITHMS))
-    throw new Error(`digest algorithm "${algorithm}" is not supported (sha256, sha512)`);
+  if (!Object.hasOwn(ALGORITHMS, algorithm)) {
+    const alg = /^[a-z0-9]{1,16}$/.test(algorithm) ? shownValue(algorithm) : '';
+    throw new Error(`digest algorithm ${alg || '(invalid)'} is not supported (sha256, sha512)`);
+  }
   const len = ALGORITHMS[algorithm as DigestAlgorithm];
   if (hex.length !== len || !/^[0-9a-f]+$/.test(hex)) {
-    throw new Error(`digest "${s}" must have ${len} lower-case hex digits`);
+    throw new Error(`digest ${digestText(s)} must have ${len} lower-case hex digits`);
   }
   return { algorithm: algorithm as DigestAlgorithm, hex, digest: s };
 }

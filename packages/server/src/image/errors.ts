@@ -6,6 +6,7 @@ export type ImageErrorKind =
   | 'NotFound'
   | 'Unauthorized'
   | 'UnsupportedImage'
+  | 'TooLarge'
   | 'DigestMismatch'
   | 'Unreachable'
   | 'Internal';
@@ -15,6 +16,7 @@ const STATUS: Record<ImageErrorKind, number> = {
   NotFound: 404,
   Unauthorized: 401,
   UnsupportedImage: 415,
+  TooLarge: 413,
   DigestMismatch: 502,
   Unreachable: 503,
   Internal: 500,
@@ -25,6 +27,7 @@ const USER_ERROR: Record<ImageErrorKind, boolean> = {
   NotFound: true,
   Unauthorized: true,
   UnsupportedImage: true,
+  TooLarge: true,
   DigestMismatch: false,
   Unreachable: false,
   Internal: false,
@@ -58,4 +61,12 @@ export function asImageError(e: unknown, context: string): ImageError {
   if (e instanceof ImageError) return e;
   const msg = e instanceof Error ? e.message : String(e);
   return new ImageError('Internal', `${context}: ${msg}`, { cause: e });
+}
+
+/**
+ * A value taken from a document or a reference, for an error message: quoted (JSON escapes control characters)
+ * and cut short, since documents may be anything, including host files.
+ */
+export function shownValue(v: string, max = 80): string {
+  return JSON.stringify(v.length > max ? `${v.slice(0, max)}…` : v);
 }

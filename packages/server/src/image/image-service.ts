@@ -93,10 +93,33 @@ export interface ImageServiceOptions {
   syncLayers?: boolean;
   pythonPath?: string;
   zstdPath?: string;
+  /** `[image.limits]`: what one pull may unpack (a zip bomb stops at these, docs/images.md#limits). */
+  limits?: ImageLimits;
   /** Platform to pick from multi-platform images; default: this host. */
   platform?: Platform;
   /** Clock (ms since epoch), injectable for GC tests. */
   now?: () => number;
+}
+
+export interface ImageLimits {
+  /** `max_layer_mb` in bytes: uncompressed size of one layer. */
+  maxLayerBytes: number;
+  /** `max_image_mb` in bytes: uncompressed size of one image's layers, and of an oci-archive file. */
+  maxImageBytes: number;
+  /** `max_layer_entries`: files, directories and links of one layer. */
+  maxLayerEntries: number;
+}
+
+const MIB = 1024 * 1024;
+export const DEFAULT_IMAGE_LIMITS: ImageLimits = {
+  maxLayerBytes: 16384 * MIB,
+  maxImageBytes: 32768 * MIB,
+  maxLayerEntries: 500_000,
+};
+
+/** Uncompressed bytes a pull may still unpack, shared by its concurrent layer downloads. */
+interface ImageBudget {
+  remaining: number;
 }
 
 export interface PullProgress {
@@ -144,6 +167,10 @@ async function mapLimit<T>(
   if (failed !== undefined) throw failed;
 }
 
+function mib(bytes: number): number {
+  return Math.round((bytes / MIB) * 100) / 100;
+}
+
 function isCodeTransient(e: unknown): boolean {
   const code = (e as NodeJS.ErrnoException).code ?? (e as { cause?: NodeJS.ErrnoException }).cause?.code;
   return (
@@ -173,6 +200,7 @@ export class ImageService {
   private readonly uidRange: number;
   private readonly platform: Platform;
   private readonly retry: RetryPolicy;
+  private readonly limits: { layerBytes: number; imageBytes: number; layerEntries: number };
   private readonly imageFlights = new SingleFlight<StoredImage>();
   private readonly layerFlights = new SingleFlight<void>();
   private readonly syncer: SyncCoalescer;
@@ -202,6 +230,12 @@ export class ImageService {
     this.now = opts.now ?? Date.now;
     this.platform = opts.platform ?? hostPlatform();
     this.retry = opts.retry ?? DEFAULT_RETRY;
+    const limits = opts.limits ?? DEFAULT_IMAGE_LIMITS;
+    this.limits = {
+      layerBytes: limits.maxLayerBytes,
+      imageBytes: limits.maxImageBytes,
+      layerEntries: limits.maxLayerEntries,
+    };
     this.metrics = new ImageMetrics(opts.metricsRegistry);
     const idMap = idMapName(this.uidShift, this.uidRange);
     this.store = new ImageMetadataStore(opts.db, idMap);
@@ -304,26 +338,24 @@ export class ImageService {
       const source = new RegistrySource(this.client, ref, opts.credentials, c.canonical);
       return this.pullFromSource(source, c.canonical, null, opts);
     }
+    const local = c.local!;
     if (ref.transport === 'oci') {
-      return this.pullFromSource(
-        new OciLayoutSource(ref.path, ref.tag, c.canonical),
-        c.canonical,
-        null,
-        opts,
-      );
+      return this.pullFromSource(new OciLayoutSource(local, ref.tag, c.canonical), c.canonical, null, opts);
     }
     // oci-archive: unpacking the archive to read its index is costly, so a cached pull of the same file
     // (same inode, size and mtime) is reused without opening it.
-    const stamp = await fileStamp(ref.path);
+    const stamp = await fileStamp(local).catch((e: unknown) => {
+      throw e instanceof ImageError ? new ImageError(e.kind, `${c.canonical}: ${e.message}`) : e;
+    });
     if (!opts.refresh) {
       const cached = this.cachedByRef(c.canonical, stamp);
       if (cached) return this.hit(cached, c.canonical);
     }
     const tmp = await this.layers.makeTmp('oci-archive');
     try {
-      await extractOciArchive(ref.path, tmp, opts.signal);
+      await extractOciArchive(local, c.canonical, tmp, this.limits.imageBytes, opts.signal);
       return await this.pullFromSource(
-        new OciLayoutSource(tmp, ref.tag, c.canonical),
+        new OciLayoutSource({ root: tmp, components: [] }, ref.tag, c.canonical),
         c.canonical,
         stamp,
         opts,
@@ -449,6 +481,11 @@ export class ImageService {
       this.store.acquireLease(holder, manifestDigest, this.now());
     });
     let ok = false;
+    const cachedBytes = image.layers.reduce(
+      (sum, l) => sum + (this.layerPresent(l.diffId) ? (this.store.getLayer(l.diffId)?.diskBytes ?? 0) : 0),
+      0,
+    );
+    const budget: ImageBudget = { remaining: this.limits.imageBytes - cachedBytes };
     try {
       await mapLimit(image.layers, this.opts.maxConcurrentLayers ?? 3, async (l, i) => {
         const desc = manifest.layers[i]!;
@@ -465,7 +502,7 @@ export class ImageService {
         }
         await this.layerFlights.run(
           l.diffId,
-          (s) => this.downloadLayer(source, desc, l.diffId, s, reference, manifestDigest, onProgress),
+          (s) => this.downloadLayer(source, desc, l.diffId, s, reference, manifestDigest, onProgress, budget),
           signal,
         );
       });
@@ -489,6 +526,7 @@ export class ImageService {
     reference: string,
     manifestDigest: string,
     onProgress: PullOptions['onProgress'],
+    budget: ImageBudget,
   ): Promise<void> {
     if (this.layerPresent(diffId)) return;
     this.metrics.misses.inc({ kind: 'layer' });
@@ -503,6 +541,7 @@ export class ImageService {
     for (let attempt = 0; ; attempt++) {
       const blob = await source.openBlob(desc, signal);
       const tmp = await this.layers.makeTmp(parseDigest(diffId).hex.slice(0, 16));
+      const unpacked = { bytes: 0 };
       try {
         let stats: UnpackStats | undefined;
         await pipeline(
@@ -513,6 +552,8 @@ export class ImageService {
           ),
           (src: AsyncIterable<Buffer>) =>
             decompressLayer(src, this.opts.zstdPath ? { zstdPath: this.opts.zstdPath } : {}),
+          (src: AsyncIterable<Buffer>) =>
+            this.capUncompressed(src, budget, unpacked, `layer ${desc.digest} of ${source.name}`),
           new VerifyingStream(
             { digest: diffId },
             `uncompressed layer ${desc.digest} of ${source.name} (diff id)`,
@@ -520,6 +561,7 @@ export class ImageService {
           async (src: AsyncIterable<Buffer>) => {
             stats = await unpackLayer(src, tmp, {
               idMap: { hostStart: this.uidShift, size: this.uidRange },
+              maxEntries: this.limits.layerEntries,
               signal,
               ...(this.opts.pythonPath ? { python: this.opts.pythonPath } : {}),
               onWarning: (m) => log.warn({}, m),
@@ -542,6 +584,7 @@ export class ImageService {
         return;
       } catch (e) {
         blob.destroy();
+        budget.remaining += unpacked.bytes; // a retry counts its bytes again
         await this.layers.removeTmp(tmp).catch(() => {});
         if (signal.aborted) throw signal.reason ?? e;
         const err =
@@ -565,6 +608,32 @@ export class ImageService {
         );
         await sleep(delay, undefined, { signal });
       }
+    }
+  }
+
+  /** Passes a layer's uncompressed tar through, failing (TooLarge) once it exceeds a layer or image limit. */
+  private async *capUncompressed(
+    src: AsyncIterable<Buffer>,
+    budget: ImageBudget,
+    unpacked: { bytes: number },
+    what: string,
+  ): AsyncGenerator<Buffer> {
+    for await (const chunk of src) {
+      unpacked.bytes += chunk.length;
+      budget.remaining -= chunk.length;
+      if (unpacked.bytes > this.limits.layerBytes) {
+        throw new ImageError(
+          'TooLarge',
+          `${what} is larger than ${mib(this.limits.layerBytes)} MiB uncompressed (image.limits.max_layer_mb)`,
+        );
+      }
+      if (budget.remaining < 0) {
+        throw new ImageError(
+          'TooLarge',
+          `the image's layers are larger than ${mib(this.limits.imageBytes)} MiB uncompressed (image.limits.max_image_mb)`,
+        );
+      }
+      yield chunk;
     }
   }
 

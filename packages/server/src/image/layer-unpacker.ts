@@ -24,6 +24,8 @@ export interface IdMap {
 
 export interface UnpackOptions {
   idMap: IdMap;
+  /** Most entries the layer may hold (`[image.limits].max_layer_entries`); more fails with TooLarge. */
+  maxEntries?: number;
   signal?: AbortSignal;
   /** python3 used for whiteouts, fifos and xattrs. */
   python?: string;
@@ -400,8 +402,15 @@ export async function unpackLayer(
   const fs = new FsWriter();
   const w = new LayerWriter(dir, opts, fs);
   try {
+    let entries = 0;
     for await (const entry of readTar(source)) {
       opts.signal?.throwIfAborted();
+      if (opts.maxEntries !== undefined && ++entries > opts.maxEntries) {
+        throw new ImageError(
+          'TooLarge',
+          `the layer holds more than ${opts.maxEntries} entries (image.limits.max_layer_entries)`,
+        );
+      }
       await w.entry(entry);
     }
     await w.finish();

@@ -119,4 +119,21 @@ describe('manifest parsing', () => {
       ),
     ).toThrow(/only linux/);
   });
+
+  it("never quotes a document in an error message (a manifest may be a host file or a registry's bait)", () => {
+    const shadow = 'root:$6$c2VjcmV0:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n';
+    const messages: string[] = [];
+    for (const body of [shadow, `{"mediaType": ${JSON.stringify(shadow.repeat(50))}}`, '{"a":']) {
+      try {
+        parseManifestOrIndex(Buffer.from(body), undefined, 'm');
+      } catch (e) {
+        messages.push((e as Error).message);
+      }
+    }
+    expect(messages).toHaveLength(3);
+    for (const m of messages) {
+      expect(m).not.toContain('c2VjcmV0');
+      expect(m.length).toBeLessThan(200);
+    }
+  });
 });

@@ -1,6 +1,6 @@
 // OCI / Docker v2 manifests, indexes and image configs: media types, validation, platform choice.
 
-import { ImageError } from './errors.js';
+import { ImageError, shownValue } from './errors.js';
 import { parseImageDigest } from './digest.js';
 import type { ImageConfig } from './types.js';
 
@@ -82,12 +82,20 @@ function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
+/** A media type for a message; anything that is not shaped like one (RFC 6838) is not repeated. */
+function mediaTypeText(v: string): string {
+  return /^[A-Za-z0-9][\w.+-]{0,126}\/[A-Za-z0-9][\w.+-]{0,126}$/.test(v)
+    ? shownValue(v)
+    : '(not a media type)';
+}
+
 function parseJson(body: Buffer, what: string): Record<string, unknown> {
   let v: unknown;
   try {
     v = JSON.parse(body.toString('utf8'));
-  } catch (e) {
-    throw unsupported(what, `not valid JSON (${(e as Error).message})`);
+  } catch {
+    // JSON.parse's message quotes the text around the error: the document's content stays out of messages.
+    throw unsupported(what, `not valid JSON (${body.length} bytes)`);
   }
   if (!isObject(v)) throw unsupported(what, 'not a JSON object');
   return v;
@@ -155,7 +163,8 @@ export function parseManifestOrIndex(
     declared === MediaType.OciManifest ||
     declared === MediaType.DockerManifest ||
     ((!declared || declared === 'application/json') && isObject(doc.config) && Array.isArray(doc.layers));
-  if (!isManifest) throw unsupported(what, `media type "${declared}" is not an image manifest or index`);
+  if (!isManifest)
+    throw unsupported(what, `media type ${mediaTypeText(declared)} is not an image manifest or index`);
   if (!Array.isArray(doc.layers)) throw unsupported(what, 'manifest has no "layers" array');
   const config = parseDescriptor(doc.config, `${what} config`);
   if (
@@ -165,14 +174,14 @@ export function parseManifestOrIndex(
   ) {
     throw unsupported(
       what,
-      `config media type "${config.mediaType}" is not a container image (an artifact?)`,
+      `config media type ${mediaTypeText(config.mediaType)} is not a container image (an artifact?)`,
     );
   }
   const layers = doc.layers.map((l, i) => {
     const d = parseDescriptor(l, `${what} layers[${i}]`);
     const compression = LAYER_TYPES[d.mediaType];
     if (compression === undefined)
-      throw unsupported(what, `layer ${d.digest} has unsupported media type "${d.mediaType}"`);
+      throw unsupported(what, `layer ${d.digest} has unsupported media type ${mediaTypeText(d.mediaType)}`);
     return { ...d, compression };
   });
   return { kind: 'manifest', mediaType: declared || MediaType.OciManifest, config, layers };
@@ -260,7 +269,11 @@ export function parseImageConfig(body: Buffer, what: string): ParsedImageConfig 
   }
   const diffIds = rootfs.diff_ids.map((d, i) => parseImageDigest(d, `${what} rootfs.diff_ids[${i}]`).digest);
   const os = typeof doc.os === 'string' ? doc.os : 'linux';
-  if (os !== 'linux') throw unsupported(what, `image OS is "${os}"; only linux images can run`);
+  if (os !== 'linux')
+    throw unsupported(
+      what,
+      `image OS is ${/^[\w.-]{1,32}$/.test(os) ? shownValue(os) : '(invalid)'}; only linux images can run`,
+    );
   const platform: Platform = {
     os,
     architecture: typeof doc.architecture === 'string' ? doc.architecture : '',

@@ -110,8 +110,20 @@ describe('token (Bearer) registry', () => {
     await tokens?.stop();
   });
 
-  it('anonymous → the token endpoint refuses → Unauthorized', async () => {
+  // The token server is plain HTTP on another port: it must be listed as insecure like the registry.
+  const tokenHost = () => new URL(tokens.config.realm).host;
+
+  it('a plain-HTTP token realm that is not listed in insecure_registries is refused', async () => {
     const h = await harness(reg.host);
+    const before = tokens.stats.refused + tokens.stats.issued;
+    const e = await pullError(h.service.pull(`${reg.host}/private/app:v1`));
+    expect(e.kind).toBe('Unauthorized');
+    expect(e.message).toMatch(/not HTTPS/);
+    expect(tokens.stats.refused + tokens.stats.issued).toBe(before);
+  });
+
+  it('anonymous → the token endpoint refuses → Unauthorized', async () => {
+    const h = await harness(reg.host, { insecureRegistries: [reg.host, tokenHost()] });
     const refusedBefore = tokens.stats.refused;
     const e = await pullError(h.service.pull(`${reg.host}/private/app:v1`));
     expect(e.kind).toBe('Unauthorized');
@@ -120,7 +132,7 @@ describe('token (Bearer) registry', () => {
   });
 
   it('challenge → token with docker config credentials → pull', async () => {
-    const h = await harness(reg.host);
+    const h = await harness(reg.host, { insecureRegistries: [reg.host, tokenHost()] });
     const svc = await h.restart({ dockerConfigDir: dockerConfig(h.dir, reg.host) });
     const issuedBefore = tokens.stats.issued;
     const pulled = await svc.pull(`${reg.host}/private/app:v1`);

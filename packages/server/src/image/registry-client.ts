@@ -1,6 +1,7 @@
 // OCI distribution v2 client (pull side) over undici: manifests and blobs, anonymous / bearer-token / basic
-// auth, plain HTTP only for registries configured as insecure, manual redirects (Authorization is never sent
-// to another origin), clear errors.
+// auth, plain HTTP only for hosts configured as insecure (registries, their redirects and token realms alike),
+// at most MAX_REDIRECTS manual redirects (Authorization is never sent to another origin), clear errors. What a
+// registry writes in an error body goes to the log, never into an error message: messages reach API callers.
 
 import { Agent, errors as undiciErrors, request, type Dispatcher } from 'undici';
 import type { Readable } from 'node:stream';
@@ -159,6 +160,11 @@ export class RegistryClient {
     return this.insecure.has(registry.toLowerCase());
   }
 
+  /** Plain HTTP only to a host listed in insecure_registries or to the origin the operator configured. */
+  private plainHttpAllowed(url: URL, configuredOrigin: string): boolean {
+    return url.protocol === 'https:' || url.origin === configuredOrigin || this.isInsecure(url.host);
+  }
+
   /** Base URL of a registry's API, without trailing slash. */
   baseUrl(registry: string): string {
     const override = this.opts.endpoints?.[registry];
@@ -309,26 +315,30 @@ export class RegistryClient {
       if (res.statusCode >= 200 && res.statusCode < 300) return res;
       const text = await discard(res.body);
       const detail = registryErrorText(text);
+      if (detail) {
+        this.opts.logger?.warn(
+          { registry: ref.registry, status: res.statusCode, body: detail },
+          `${what}: registry error`,
+        );
+      }
       if (res.statusCode === 401 && !authTried) {
         authTried = true;
         const challenge = parseWwwAuthenticate(headerValue(res.headers, 'www-authenticate') ?? '');
         await this.authenticate(ref, challenge, ctx, what);
         continue;
       }
-      throw this.statusError(res.statusCode, what, detail, ref, ctx, authTried);
+      throw this.statusError(res.statusCode, what, ref, ctx, authTried);
     }
   }
 
   private statusError(
     status: number,
     what: string,
-    detail: string,
     ref: RepositoryRef,
     ctx: RequestContext,
     authTried: boolean,
   ): ImageError {
-    const suffix = detail ? ` (${detail})` : '';
-    if (status === 404) return new ImageError('NotFound', `${what} not found${suffix}`);
+    if (status === 404) return new ImageError('NotFound', `${what} not found`);
     if (status === 401 || status === 403) {
       const how = ctx.credentials
         ? 'with the given credentials'
@@ -337,16 +347,16 @@ export class RegistryClient {
           : 'anonymously';
       return new ImageError(
         'Unauthorized',
-        `${what}: access denied ${how} (HTTP ${status})${suffix}; the image may not exist or may be private ` +
+        `${what}: access denied ${how} (HTTP ${status}); the image may not exist or may be private ` +
           `(log in to ${ref.registry} with docker login, or pass credentials)`,
       );
     }
     if (status === 429 || status >= 500) {
-      return new ImageError('Unreachable', `${what}: registry answered HTTP ${status}${suffix}`, {
+      return new ImageError('Unreachable', `${what}: registry answered HTTP ${status}`, {
         transient: true,
       });
     }
-    return new ImageError('Internal', `${what}: registry answered HTTP ${status}${suffix}`);
+    return new ImageError('Internal', `${what}: registry answered HTTP ${status}`);
   }
 
   private async authenticate(
@@ -378,12 +388,15 @@ export class RegistryClient {
     try {
       realm = new URL(challenge.params.realm);
     } catch {
-      throw new ImageError('Unauthorized', `${what}: token realm "${challenge.params.realm}" is not a URL`);
+      throw new ImageError('Unauthorized', `${what}: the token realm is not a URL`);
     }
-    if (realm.protocol !== 'https:' && !(realm.protocol === 'http:' && this.isInsecure(ref.registry))) {
+    if (
+      (realm.protocol !== 'https:' && realm.protocol !== 'http:') ||
+      !this.plainHttpAllowed(realm, new URL(this.baseUrl(ref.registry)).origin)
+    ) {
       throw new ImageError(
         'Unauthorized',
-        `${what}: token realm ${realm.origin} is not HTTPS (allowed only for registries in insecure_registries)`,
+        `${what}: token realm ${realm.protocol === 'http:' ? realm.origin : realm.protocol} is not HTTPS (plain HTTP only for hosts in insecure_registries)`,
       );
     }
     if (challenge.params.service) realm.searchParams.set('service', challenge.params.service);
@@ -459,6 +472,7 @@ export class RegistryClient {
   ): Promise<Dispatcher.ResponseData> {
     let url = new URL(startUrl);
     const origin = url.origin;
+    let hopOrigins = '';
     for (let hop = 0; ; hop++) {
       const h: Record<string, string> = { 'user-agent': this.opts.userAgent ?? 'aenv', ...headers };
       if (auth && url.origin === origin) h.authorization = auth;
@@ -487,17 +501,27 @@ export class RegistryClient {
         const location = headerValue(res.headers, 'location');
         await discard(res.body);
         if (!location) throw new ImageError('Internal', `${what}: redirect without Location`);
-        if (hop >= MAX_REDIRECTS) throw new ImageError('Unreachable', `${what}: too many redirects`);
-        const next = new URL(location, url);
-        if (next.protocol !== 'https:' && next.protocol !== 'http:') {
-          throw new ImageError('Internal', `${what}: redirect to unsupported URL scheme ${next.protocol}`);
+        if (hop >= MAX_REDIRECTS)
+          throw new ImageError('Unreachable', `${what}: more than ${MAX_REDIRECTS} redirects${hopOrigins}`);
+        let next: URL;
+        try {
+          next = new URL(location, url);
+        } catch {
+          throw new ImageError('Unreachable', `${what}: redirect to an invalid URL`);
         }
-        if (url.protocol === 'https:' && next.protocol === 'http:') {
+        if (next.protocol !== 'https:' && next.protocol !== 'http:') {
+          throw new ImageError('Unreachable', `${what}: redirect to unsupported URL scheme ${next.protocol}`);
+        }
+        if (
+          next.protocol === 'http:' &&
+          (url.protocol === 'https:' || !this.plainHttpAllowed(next, origin))
+        ) {
           throw new ImageError(
-            'Internal',
-            `${what}: refusing redirect from HTTPS to plain HTTP (${next.origin})`,
+            'Unreachable',
+            `${what}: refusing a redirect to plain HTTP (${next.origin}): plain HTTP only for hosts in insecure_registries`,
           );
         }
+        if (hop === 0) hopOrigins = ` (via ${next.origin})`;
         url = next;
         continue;
       }

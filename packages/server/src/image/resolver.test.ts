@@ -89,8 +89,36 @@ describe('resolver', () => {
   });
 
   it('local transports bypass registry gating but can be disabled', () => {
-    expect(resolve({ allowedRegistries: [] }, 'oci:/srv/base:latest')).toEqual(['oci:/srv/base:latest']);
-    expect(resolveError({ allowLocalTransports: false }, 'oci:/srv/base').message).toContain('disabled');
+    const srv = { localImageDirs: ['/srv'] };
+    expect(resolve({ ...srv, allowedRegistries: [] }, 'oci:/srv/base:latest')).toEqual([
+      'oci:/srv/base:latest',
+    ]);
+    expect(resolveError({ localImageDirs: [] }, 'oci:/srv/base').message).toContain('disabled');
+  });
+
+  it('local paths must lie below local_image_dirs (default: the base-image cache only)', () => {
+    expect(resolve({}, 'oci:/var/cache/aenv/images/base:latest')).toEqual([
+      'oci:/var/cache/aenv/images/base:latest',
+    ]);
+    const [c] = resolveReference(normalizeResolverConfig({}), 'oci:/var/cache/aenv/images/base:latest');
+    expect(c!.local).toEqual({ root: '/var/cache/aenv/images', components: ['base'] });
+    const cfg = { localImageDirs: ['/srv/images/', '/opt/layouts'] };
+    expect(resolve(cfg, 'oci-archive:/opt/layouts/a/b.tar')).toEqual(['oci-archive:/opt/layouts/a/b.tar']);
+    for (const outside of [
+      'oci:/etc',
+      'oci-archive:/etc/shadow',
+      'oci:/srv/images/../../etc:latest', // normalised to /etc before the check
+      'oci:/srv/imagesX/base',
+      'oci:/srv',
+      'oci:/var/cache/aenv/images/base',
+      'oci-archive:/proc/self/environ',
+    ]) {
+      const e = resolveError(cfg, outside);
+      expect(e.kind, outside).toBe('InvalidReference');
+      expect(e.status).toBe(400);
+      expect(e.message).toContain('local_image_dirs');
+    }
+    expect(() => normalizeResolverConfig({ localImageDirs: ['relative'] })).toThrow(/absolute/);
   });
 
   it('accepts a docker:// prefix', () => {

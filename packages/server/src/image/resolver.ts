@@ -3,6 +3,7 @@
 // ImageService's job.
 
 import { ImageError } from './errors.js';
+import { containedPath, normalizeLocalDirs, type ContainedPath } from './local-files.js';
 import {
   formatReference,
   isValidRegistryHost,
@@ -28,21 +29,28 @@ export interface ResolverConfig {
   convertStandardOci?: boolean;
   /** `try_referrers_overlaybd_prefixes`: parsed for compatibility; the container driver never uses referrers. */
   tryReferrersOverlaybdPrefixes?: readonly string[];
-  /** Whether `oci:` / `oci-archive:` references (paths on this host) may be used. Default true. */
-  allowLocalTransports?: boolean;
+  /**
+   * `local_image_dirs`: directories that `oci:` / `oci-archive:` paths must lie under; [] refuses local
+   * references. Default: the base-image cache that scripts/build-base-image.sh writes.
+   */
+  localImageDirs?: readonly string[];
 }
+
+export const DEFAULT_LOCAL_IMAGE_DIRS: readonly string[] = ['/var/cache/aenv/images'];
 
 export interface NormalizedResolverConfig {
   defaultImage: string;
   searchRegistries: string[];
   allowedRegistries: string[] | undefined;
-  allowLocalTransports: boolean;
+  localImageDirs: string[];
 }
 
 export interface ResolvedReference {
   reference: ImageReference;
   /** formatReference(reference): the key the cache stores the pull under. */
   canonical: string;
+  /** Local references: where the path lies below its allowed directory. */
+  local?: ContainedPath;
 }
 
 function normalizeRegistryList(list: readonly string[], key: string): string[] {
@@ -74,7 +82,7 @@ export function normalizeResolverConfig(cfg: ResolverConfig = {}): NormalizedRes
       cfg.allowedRegistries === undefined || cfg.allowedRegistries === null
         ? undefined
         : normalizeRegistryList(cfg.allowedRegistries, 'allowed_registries'),
-    allowLocalTransports: cfg.allowLocalTransports ?? true,
+    localImageDirs: normalizeLocalDirs(cfg.localImageDirs ?? DEFAULT_LOCAL_IMAGE_DIRS),
   };
 }
 
@@ -100,13 +108,22 @@ function describeAllowed(cfg: NormalizedResolverConfig): string {
 export function resolveReference(cfg: NormalizedResolverConfig, input: string): ResolvedReference[] {
   const local = parseLocalReference(input);
   if (local) {
-    if (!cfg.allowLocalTransports) {
+    // Local paths are an operator feature: only below the configured directories (the build API is reachable
+    // by every API caller, docs/security.md).
+    if (cfg.localImageDirs.length === 0) {
       throw new ImageError(
         'InvalidReference',
-        `image reference "${input}": local ${local.transport}: references are disabled`,
+        `image reference "${input}": local ${local.transport}: references are disabled (image.resolver.local_image_dirs = [])`,
       );
     }
-    return [{ reference: local, canonical: formatReference(local) }];
+    const contained = containedPath(cfg.localImageDirs, local.path);
+    if (!contained) {
+      throw new ImageError(
+        'InvalidReference',
+        `image reference "${input}": ${local.path} is not below a directory listed in image.resolver.local_image_dirs`,
+      );
+    }
+    return [{ reference: local, canonical: formatReference(local), local: contained }];
   }
   const parsed = parseRegistryReference(stripDockerTransport(input));
   if (parsed.registry !== undefined) {

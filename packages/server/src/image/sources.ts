@@ -1,7 +1,7 @@
 // Where an image's manifests and blobs come from: a registry, an OCI image layout directory (`oci:`), or a tar
 // of one (`oci-archive:`, unpacked into a private temporary layout first).
 
-import { mkdir, open, readFile, stat } from 'node:fs/promises';
+import { mkdir, open, type FileHandle } from 'node:fs/promises';
 import { constants as C } from 'node:fs';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
@@ -12,6 +12,7 @@ import type { BasicCredentials } from './credentials.js';
 import type { RegistryClient } from './registry-client.js';
 import type { LocalReference, RegistryReference } from './reference.js';
 import { readTar } from './tar-reader.js';
+import { below, openContained, readAllBounded, readContained, type ContainedPath } from './local-files.js';
 
 export interface RootManifest {
   body: Buffer;
@@ -62,7 +63,7 @@ export class RegistrySource implements ImageSource {
 
   async fetchBlob(d: Descriptor, limit: number, signal?: AbortSignal): Promise<Buffer> {
     if (d.size > limit)
-      throw new ImageError('UnsupportedImage', `blob ${d.digest} is ${d.size} bytes (limit ${limit})`);
+      throw new ImageError('TooLarge', `blob ${d.digest} is ${d.size} bytes (limit ${limit})`);
     const blob = await this.client.openBlob(this.ref, d.digest, this.ctx(signal));
     const chunks: Buffer[] = [];
     let n = 0;
@@ -88,71 +89,85 @@ export class RegistrySource implements ImageSource {
 }
 
 const REF_NAME = 'org.opencontainers.image.ref.name';
+/** `oci-layout` is a one-line JSON file. */
+const MAX_LAYOUT_FILE_BYTES = 64 * 1024;
 
-/** An OCI image layout directory (image-spec image-layout.md). */
+/**
+ * An OCI image layout directory (image-spec image-layout.md), read below its allowed directory without following
+ * symlinks (local-files.ts). Messages name files of the layout, never their content.
+ */
 export class OciLayoutSource implements ImageSource {
   readonly name: string;
 
   constructor(
-    private readonly dir: string,
+    private readonly layout: ContainedPath,
     private readonly tag: string | undefined,
     name: string,
   ) {
     this.name = name;
   }
 
-  private blobPath(digest: string): string {
+  private blobPath(digest: string): ContainedPath {
     const { algorithm, hex } = parseImageDigest(digest, this.name);
-    return join(this.dir, 'blobs', algorithm, hex);
+    return below(this.layout, 'blobs', algorithm, hex);
+  }
+
+  private async openBlobFile(d: Descriptor): Promise<FileHandle> {
+    let fh: FileHandle;
+    try {
+      fh = await openContained(this.blobPath(d.digest), 'file');
+    } catch (e) {
+      if (e instanceof ImageError && e.kind === 'NotFound') {
+        throw new ImageError('NotFound', `${this.name}: blob ${d.digest} is missing from the layout`);
+      }
+      throw prefixed(this.name, e);
+    }
+    const { size } = await fh.stat();
+    if (size !== d.size) {
+      await fh.close();
+      throw new ImageError(
+        'DigestMismatch',
+        `${this.name}: blob ${d.digest}: size mismatch: expected ${d.size} bytes, the file has ${size}`,
+      );
+    }
+    return fh;
   }
 
   private async readBlob(d: Descriptor, limit: number): Promise<Buffer> {
     if (d.size > limit)
-      throw new ImageError(
-        'UnsupportedImage',
-        `${this.name}: blob ${d.digest} is ${d.size} bytes (limit ${limit})`,
-      );
+      throw new ImageError('TooLarge', `${this.name}: blob ${d.digest} is ${d.size} bytes (limit ${limit})`);
+    const fh = await this.openBlobFile(d);
     let data: Buffer;
     try {
-      // O_NOFOLLOW on the last component only: the layout is the operator's own directory.
-      const fh = await open(this.blobPath(d.digest), C.O_RDONLY | C.O_NOFOLLOW);
-      try {
-        data = await fh.readFile();
-      } finally {
-        await fh.close();
-      }
+      data = await readAllBounded(fh, d.size, `${this.name}: blob ${d.digest}`);
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') {
-        throw new ImageError('NotFound', `${this.name}: blob ${d.digest} is missing from the layout`);
-      }
-      throw new ImageError('Internal', `${this.name}: reading blob ${d.digest}: ${(e as Error).message}`, {
-        cause: e,
-      });
+      throw e instanceof ImageError && e.kind === 'TooLarge'
+        ? new ImageError('DigestMismatch', `${this.name}: blob ${d.digest}: more than ${d.size} bytes`)
+        : e;
+    } finally {
+      await fh.close();
     }
     verifyBuffer(data, d, `${this.name}: blob ${d.digest}`);
     return data;
   }
 
-  async fetchRoot(): Promise<RootManifest> {
-    let indexBody: Buffer;
+  private async readLayoutFile(name: string, limit: number): Promise<Buffer> {
     try {
-      const layout = JSON.parse(await readFile(join(this.dir, 'oci-layout'), 'utf8')) as {
-        imageLayoutVersion?: unknown;
-      };
-      if (typeof layout.imageLayoutVersion !== 'string') throw new Error('no imageLayoutVersion');
-      indexBody = await readFile(join(this.dir, 'index.json'));
+      return await readContained(below(this.layout, name), limit, name);
     } catch (e) {
-      const code = (e as NodeJS.ErrnoException).code;
-      if (code === 'ENOENT' || code === 'ENOTDIR') {
-        throw new ImageError(
-          'NotFound',
-          `${this.name}: ${this.dir} is not an OCI image layout (no oci-layout or index.json)`,
-        );
+      if (e instanceof ImageError && e.kind === 'NotFound') {
+        throw new ImageError('NotFound', `${this.name}: not an OCI image layout (it has no ${name})`);
       }
-      throw new ImageError('UnsupportedImage', `${this.name}: invalid OCI layout: ${(e as Error).message}`, {
-        cause: e,
-      });
+      throw prefixed(this.name, e);
     }
+  }
+
+  async fetchRoot(): Promise<RootManifest> {
+    const layout = parseJsonObject(await this.readLayoutFile('oci-layout', MAX_LAYOUT_FILE_BYTES));
+    if (typeof layout?.imageLayoutVersion !== 'string') {
+      throw new ImageError('UnsupportedImage', `${this.name}: oci-layout has no imageLayoutVersion`);
+    }
+    const indexBody = await this.readLayoutFile('index.json', MAX_MANIFEST_BYTES);
     const index = parseManifestOrIndex(indexBody, undefined, `${this.name} index.json`);
     if (index.kind !== 'index')
       throw new ImageError('UnsupportedImage', `${this.name}: index.json is not an image index`);
@@ -163,7 +178,7 @@ export class OciLayoutSource implements ImageSource {
         const tags = index.manifests.map((m) => m.annotations?.[REF_NAME]).filter((t): t is string => !!t);
         throw new ImageError(
           'NotFound',
-          `${this.name}: no image tagged "${this.tag}" in the layout (tags: ${tags.join(', ') || 'none'})`,
+          `${this.name}: no image tagged "${this.tag}" in the layout (tags: ${tags.slice(0, 20).join(', ') || 'none'})`,
         );
       }
     } else if (index.manifests.length === 1) {
@@ -187,30 +202,35 @@ export class OciLayoutSource implements ImageSource {
   }
 
   async openBlob(d: Descriptor): Promise<Readable> {
-    const path = this.blobPath(d.digest);
-    try {
-      const fh = await open(path, C.O_RDONLY | C.O_NOFOLLOW);
-      return fh.createReadStream({ highWaterMark: 1024 * 1024 });
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') {
-        throw new ImageError('NotFound', `${this.name}: blob ${d.digest} is missing from the layout`);
-      }
-      throw new ImageError('Internal', `${this.name}: opening blob ${d.digest}: ${(e as Error).message}`, {
-        cause: e,
-      });
-    }
+    const fh = await this.openBlobFile(d);
+    // `end` is inclusive: at most one byte more than announced is read, which the verifier then rejects.
+    return fh.createReadStream({ highWaterMark: 1024 * 1024, start: 0, end: d.size });
   }
 }
 
-/** Identifies a local file's content cheaply (changes when the file is replaced or rewritten). */
-export async function fileStamp(path: string): Promise<string> {
+function parseJsonObject(body: Buffer): Record<string, unknown> | undefined {
   try {
-    const s = await stat(path);
+    const v: unknown = JSON.parse(body.toString('utf8'));
+    return typeof v === 'object' && v !== null && !Array.isArray(v)
+      ? (v as Record<string, unknown>)
+      : undefined;
+  } catch {
+    return undefined; // the parser's message quotes the content: never shown
+  }
+}
+
+function prefixed(name: string, e: unknown): unknown {
+  return e instanceof ImageError ? new ImageError(e.kind, `${name}: ${e.message}`, { cause: e }) : e;
+}
+
+/** Identifies a local file's content cheaply (changes when the file is replaced or rewritten). */
+export async function fileStamp(file: ContainedPath): Promise<string> {
+  const fh = await openContained(file, 'file');
+  try {
+    const s = await fh.stat();
     return `${s.dev}:${s.ino}:${s.size}:${s.mtimeMs}`;
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT')
-      throw new ImageError('NotFound', `${path} does not exist`);
-    throw new ImageError('Internal', `stat ${path}: ${(e as Error).message}`, { cause: e });
+  } finally {
+    await fh.close();
   }
 }
 
@@ -218,37 +238,53 @@ const LAYOUT_FILE = /^(oci-layout|index\.json|blobs\/(sha256|sha512)\/[0-9a-f]{6
 
 /**
  * Extracts the layout files of an oci-archive (oci-layout, index.json, blobs/<alg>/<hex>) into `dir`, which must
- * be an empty private directory. Anything else in the archive is ignored; nothing is written outside `dir`.
+ * be an empty private directory. Anything else in the archive is ignored; nothing is written outside `dir`. An
+ * archive larger than `maxBytes` is refused (checked before and while reading).
  */
-export async function extractOciArchive(file: string, dir: string, signal?: AbortSignal): Promise<void> {
+export async function extractOciArchive(
+  file: ContainedPath,
+  name: string,
+  dir: string,
+  maxBytes: number,
+  signal?: AbortSignal,
+): Promise<void> {
   await mkdir(join(dir, 'blobs', 'sha256'), { recursive: true });
   await mkdir(join(dir, 'blobs', 'sha512'), { recursive: true });
-  let source: Readable;
+  let fh: FileHandle;
   try {
-    const fh = await open(file, C.O_RDONLY);
-    source = fh.createReadStream({ highWaterMark: 1024 * 1024 });
+    fh = await openContained(file, 'file');
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT')
-      throw new ImageError('NotFound', `oci-archive ${file} does not exist`);
-    throw new ImageError('Internal', `opening ${file}: ${(e as Error).message}`, { cause: e });
+    throw prefixed(name, e);
   }
+  const { size } = await fh.stat();
+  if (size > maxBytes) {
+    await fh.close();
+    throw new ImageError('TooLarge', `${name}: the archive is ${size} bytes (limit ${maxBytes})`);
+  }
+  const source = fh.createReadStream({ highWaterMark: 1024 * 1024, start: 0, end: maxBytes });
+  let read = 0;
+  const bounded = async function* (): AsyncGenerator<Buffer> {
+    for await (const chunk of source) {
+      read += (chunk as Buffer).length;
+      if (read > maxBytes)
+        throw new ImageError('TooLarge', `${name}: the archive is larger than ${maxBytes} bytes`);
+      yield chunk as Buffer;
+    }
+  };
   try {
-    for await (const entry of readTar(source)) {
+    for await (const entry of readTar(bounded())) {
       signal?.throwIfAborted();
-      const name = entry.header.name.replace(/^(\.\/)+/, '').replace(/^\/+/, '');
-      if (entry.header.type !== 'file' || !LAYOUT_FILE.test(name)) continue;
-      const fh = await open(join(dir, name), C.O_WRONLY | C.O_CREAT | C.O_TRUNC | C.O_NOFOLLOW, 0o600);
+      const entryName = entry.header.name.replace(/^(\.\/)+/, '').replace(/^\/+/, '');
+      if (entry.header.type !== 'file' || !LAYOUT_FILE.test(entryName)) continue;
+      const out = await open(join(dir, entryName), C.O_WRONLY | C.O_CREAT | C.O_TRUNC | C.O_NOFOLLOW, 0o600);
       try {
-        for await (const chunk of entry.body()) await fh.write(chunk);
+        for await (const chunk of entry.body()) await out.write(chunk);
       } finally {
-        await fh.close();
+        await out.close();
       }
     }
   } catch (e) {
-    if (e instanceof ImageError) {
-      throw new ImageError(e.kind, `oci-archive ${file}: ${e.message}`, { cause: e });
-    }
-    throw e;
+    throw prefixed(name, e);
   } finally {
     source.destroy();
   }

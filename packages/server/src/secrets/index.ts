@@ -22,6 +22,13 @@ export {
   type SeedSource,
 } from './access-token-seed.js';
 export {
+  resolveRecordSigningKey,
+  RECORD_SIGNING_ENV,
+  type RecordSigningKeySource,
+  type ResolveRecordSigningKeyOptions,
+  type ResolvedRecordSigningKey,
+} from './record-signing-key.js';
+export {
   envdAccessToken,
   trafficAccessToken,
   envdInitKey,

@@ -14,6 +14,7 @@ import {
   MAX_ALIAS_LENGTH,
   nowTimestamp,
   parseStored,
+  parseStoredValue,
   sandboxIdOf,
   SNAPSHOT_RECORD_VERSION,
   storedRecordSchema,
@@ -32,15 +33,21 @@ import type {
   PublishInput,
   PublishOptions,
   ReconcileResult,
+  SignUnsignedResult,
   SnapshotRepository,
 } from './repository.js';
 import type { BlobLocation, LockHandle, LockMode, LockName, RepositoryStore } from './store.js';
+import { untrusted, type RecordSigner, type SignedNamespace } from './signing.js';
 
 export interface CatalogOptions {
   store: RepositoryStore;
   logger: Logger;
   /** How long an operation waits for a record/alias/GC lock held by someone else. */
   lockTimeoutMs: number;
+  /** Signs every record and commit marker written, and verifies every one read (docs/snapshots.md#record-signing). */
+  signer: RecordSigner;
+  /** Documents without a signature: refused (default), or used unverified (`unsigned_records = "accept"`). */
+  unsigned?: 'refuse' | 'accept';
 }
 
 const DEFAULT_STALE_AFTER_MS = 60 * 60 * 1000;
@@ -60,12 +67,17 @@ export class CatalogRepository implements SnapshotRepository {
   private readonly store: RepositoryStore;
   private readonly log: Logger;
   private readonly lockTimeoutMs: number;
+  private readonly signer: RecordSigner;
+  private readonly acceptUnsigned: boolean;
+  private readonly warnedUnsigned = new Set<string>();
   private initialized: Promise<void> | undefined;
 
   constructor(opts: CatalogOptions) {
     this.store = opts.store;
     this.log = opts.logger;
     this.lockTimeoutMs = opts.lockTimeoutMs;
+    this.signer = opts.signer;
+    this.acceptUnsigned = opts.unsigned === 'accept';
   }
 
   get backend(): 'posix_fs' | 'oss' {
@@ -97,7 +109,14 @@ export class CatalogRepository implements SnapshotRepository {
       }
       // Alias before record: a crash in between leaves a dangling alias, which lookups clean up.
       if (record.alias !== undefined) await this.claimAlias(record.alias, record.id);
-      const written = await this.store.writeDoc('records', record.id, serialize(record), { ifAbsent: true });
+      const written = await this.store.writeDoc(
+        'records',
+        record.id,
+        this.encode('records', record.id, record),
+        {
+          ifAbsent: true,
+        },
+      );
       if (!written) throw invalidRequest(`snapshot ${record.id} already exists`);
     });
     this.log.debug(
@@ -131,7 +150,7 @@ export class CatalogRepository implements SnapshotRepository {
         { ...rest, updatedAt: nowTimestamp() },
         'updated record',
       );
-      await this.store.writeDoc('records', key, serialize(next));
+      await this.store.writeDoc('records', key, this.encode('records', key, next));
       return view(next, committed);
     });
   }
@@ -160,12 +179,14 @@ export class CatalogRepository implements SnapshotRepository {
     const loaded = [...records].map(([id, text]) => {
       try {
         if (!isSnapshotId(id)) return undefined;
-        const stored = parseStored(storedRecordSchema, text, `record ${id}`);
+        const stored = this.decode(storedRecordSchema, 'records', id, text, `record ${id}`);
         const markerText = commits.get(id);
         const marker =
           markerText === undefined
             ? undefined
-            : parseStored(commitMarkerSchema, markerText, `commit marker of ${id}`);
+            : this.decode(commitMarkerSchema, 'commits', id, markerText, `commit marker of ${id}`);
+        if (stored.id !== id || (marker && marker.id !== id))
+          throw untrusted(`record ${id} holds another id`);
         return view(stored, marker?.committed);
       } catch (err) {
         // One unreadable record must not hide the others.
@@ -205,7 +226,7 @@ export class CatalogRepository implements SnapshotRepository {
       if (current.alias === alias) return current;
       const { committed, ...stored } = current;
       const next: StoredRecord = { ...stored, alias, updatedAt: nowTimestamp() };
-      await this.store.writeDoc('records', key, serialize(next));
+      await this.store.writeDoc('records', key, this.encode('records', key, next));
       return view(next, committed);
     });
   }
@@ -256,7 +277,9 @@ export class CatalogRepository implements SnapshotRepository {
         committed,
       };
       // The commit marker is written last and only once: it is what makes the record committed.
-      const written = await this.store.writeDoc('commits', key, serialize(marker), { ifAbsent: true });
+      const written = await this.store.writeDoc('commits', key, this.encode('commits', key, marker), {
+        ifAbsent: true,
+      });
       if (!written) throw invalidRequest(`snapshot ${key} is already committed`);
       await opts.onProgress?.({ step: 'committed', id: key });
       const next: StoredRecord = { ...stored, updatedAt: marker.committedAt };
@@ -271,7 +294,7 @@ export class CatalogRepository implements SnapshotRepository {
         };
       }
       try {
-        await this.store.writeDoc('records', key, serialize(next));
+        await this.store.writeDoc('records', key, this.encode('records', key, next));
       } catch (err) {
         // Committed regardless: the view derives `ready` from the marker.
         this.log.warn({ id: key, err: errMessage(err) }, 'record update after commit failed');
@@ -402,11 +425,70 @@ export class CatalogRepository implements SnapshotRepository {
     return result;
   }
 
+  async signUnsigned(): Promise<SignUnsignedResult> {
+    await this.ready();
+    const result: SignUnsignedResult = { signed: [], skipped: [] };
+    for (const ns of ['records', 'commits'] as const) {
+      for (const id of await this.store.listDocs(ns)) {
+        if (!isSnapshotId(id)) continue;
+        await this.withLocks([[{ kind: 'record', id }, 'exclusive']], async () => {
+          const text = await this.store.readDoc(ns, id);
+          if (text === undefined) return;
+          const where = `${ns === 'records' ? 'record' : 'commit marker of'} ${id}`;
+          try {
+            const json = parseJson(text, where);
+            if (this.signer.open(ns, id, json, where).signed) return;
+            // Only what parses as a record is signed: the store is trusted now, not whatever it holds.
+            const schema = ns === 'records' ? storedRecordSchema : commitMarkerSchema;
+            const doc = parseStoredValue(schema as z.ZodType<{ id: string }>, json, where);
+            if (doc.id !== id) throw untrusted(`${where} holds id ${doc.id}`);
+            await this.store.writeDoc(ns, id, this.encode(ns, id, doc));
+            result.signed.push(`${ns}/${id}`);
+          } catch (err) {
+            // A bad signature stays bad: signing over it would launder a tampered record.
+            this.log.warn({ id, ns, err: errMessage(err) }, 'not signing an unreadable snapshot record');
+            result.skipped.push(`${ns}/${id}`);
+          }
+        });
+      }
+    }
+    if (result.signed.length || result.skipped.length)
+      this.log.info(
+        { signed: result.signed.length, skipped: result.skipped },
+        'signed the unsigned records of the snapshot repository',
+      );
+    return result;
+  }
+
   async close(): Promise<void> {
     await this.store.close();
   }
 
   // ---- internals ----
+
+  private encode(ns: SignedNamespace, name: string, value: object): string {
+    return serialize(this.signer.seal(ns, name, value));
+  }
+
+  /** Parses, verifies (signature or unsigned policy) and validates a stored record or commit marker. */
+  private decode<T>(schema: z.ZodType<T>, ns: SignedNamespace, name: string, text: string, where: string): T {
+    const opened = this.signer.open(ns, name, parseJson(text, where), where);
+    if (!opened.signed) {
+      if (!this.acceptUnsigned) {
+        throw untrusted(
+          `${where} is not signed (written before record signing, or by a node without the key; see snapshot.unsigned_records)`,
+        );
+      }
+      if (!this.warnedUnsigned.has(`${ns}/${name}`)) {
+        this.warnedUnsigned.add(`${ns}/${name}`);
+        this.log.warn(
+          { ns, id: name },
+          'using an unsigned snapshot record (snapshot.unsigned_records = "accept")',
+        );
+      }
+    }
+    return parseStoredValue(schema, opened.doc, where);
+  }
 
   private ready(): Promise<void> {
     this.initialized ??= this.store.init().catch((err) => {
@@ -455,7 +537,7 @@ export class CatalogRepository implements SnapshotRepository {
   private async readStored(id: string): Promise<StoredRecord | undefined> {
     const text = await this.store.readDoc('records', id);
     if (text === undefined) return undefined;
-    const record = parseStored(storedRecordSchema, text, `record ${id}`);
+    const record = this.decode(storedRecordSchema, 'records', id, text, `record ${id}`);
     if (record.id !== id) throw new RepositoryError('Backend', `record ${id} holds id ${record.id}`);
     return record;
   }
@@ -463,7 +545,7 @@ export class CatalogRepository implements SnapshotRepository {
   private async readCommit(id: string): Promise<CommitMarker | undefined> {
     const text = await this.store.readDoc('commits', id);
     if (text === undefined) return undefined;
-    const marker = parseStored(commitMarkerSchema, text, `commit marker of ${id}`);
+    const marker = this.decode(commitMarkerSchema, 'commits', id, text, `commit marker of ${id}`);
     if (marker.id !== id)
       throw new RepositoryError('Backend', `commit marker of ${id} holds id ${marker.id}`);
     return marker;
@@ -512,7 +594,16 @@ export class CatalogRepository implements SnapshotRepository {
     }
     const target = await this.aliasTarget(idOrAlias);
     if (target === undefined) return undefined;
-    if (await this.exists(target)) return target;
+    // Alias documents are not signed: the (signed) record must carry the alias, or the alias was repointed.
+    const stored = await this.readStored(target);
+    if (stored) {
+      if (stored.alias !== idOrAlias) {
+        throw untrusted(
+          `alias '${idOrAlias}' points at snapshot ${target}, whose signed record is ${stored.alias === undefined ? 'not named' : `named '${stored.alias}'`}`,
+        );
+      }
+      return target;
+    }
     return (await this.cleanDanglingAlias(idOrAlias, target)) ? target : undefined;
   }
 
@@ -630,6 +721,15 @@ function view(stored: StoredRecord, committed: CommittedSnapshot | undefined): S
 
 function serialize(value: unknown): string {
   return `${JSON.stringify(value, null, 2)}\n`;
+}
+
+function parseJson(text: string, where: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    // The parser's message quotes the document; it stays in the log.
+    throw new RepositoryError('Backend', `${where} is not valid JSON`, { cause: err });
+  }
 }
 
 function snapshotNotFound(idOrAlias: string): RepositoryError {

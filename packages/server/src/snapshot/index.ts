@@ -3,12 +3,14 @@ import { CatalogRepository } from './core.js';
 import { invalidRequest } from './errors.js';
 import { S3Store, type OssOptions } from './oss/s3-store.js';
 import { PosixStore } from './posix/posix-store.js';
+import { RecordSigner } from './signing.js';
 import type { SnapshotRepository } from './repository.js';
 
 export * from './errors.js';
 export * from './record.js';
 export * from './repository.js';
 export { newSnapshotId, isSnapshotId } from './ids.js';
+export { RecordSigner, canonicalJson } from './signing.js';
 export type { OssOptions, OssCredentials } from './oss/s3-store.js';
 
 export interface CompressionOptions {
@@ -32,6 +34,11 @@ export interface SnapshotRepositoryOptions {
   /** `[snapshot.publish_compression]` */
   compression: CompressionOptions;
   logger: Logger;
+  /**
+   * Record signing (docs/snapshots.md#record-signing): the cluster secret, and what to do with documents that have
+   * no signature (default refuse). Every node sharing a repository needs the same secret.
+   */
+  signing: { secret: string; unsigned?: 'refuse' | 'accept' };
   /** How long an operation waits for a record/alias/GC lock (default 60 s). */
   lockTimeoutMs?: number;
   /** Cache entries used more recently than this are not evicted (default 60 s), so a fetched path stays valid. */
@@ -43,12 +50,17 @@ const DEFAULT_LOCK_TIMEOUT_MS = 60_000;
 export function createSnapshotRepository(opts: SnapshotRepositoryOptions): SnapshotRepository {
   const logger = opts.logger.child({ component: 'snapshot-repository', backend: opts.backend });
   const lockTimeoutMs = opts.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS;
+  const signing = {
+    signer: new RecordSigner(opts.signing.secret),
+    unsigned: opts.signing.unsigned ?? 'refuse',
+  } as const;
   if (opts.backend === 'posix_fs') {
     if (!opts.posixFs?.snapshotStore) throw invalidRequest('backend.posix_fs.snapshot_store is required');
     return new CatalogRepository({
       store: new PosixStore({ snapshotStore: opts.posixFs.snapshotStore, logger }),
       logger,
       lockTimeoutMs,
+      ...signing,
     });
   }
   if (opts.backend === 'oss') {
@@ -67,7 +79,7 @@ export function createSnapshotRepository(opts: SnapshotRepositoryOptions): Snaps
       compression: opts.compression,
       logger,
     });
-    return new CatalogRepository({ store, logger, lockTimeoutMs });
+    return new CatalogRepository({ store, logger, lockTimeoutMs, ...signing });
   }
   throw invalidRequest(
     `unknown snapshot repository backend ${JSON.stringify(opts.backend)} (posix_fs | oss)`,

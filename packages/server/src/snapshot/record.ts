@@ -242,10 +242,14 @@ export function parseStored<T>(schema: z.ZodType<T>, text: string, where: string
   try {
     json = JSON.parse(text);
   } catch (err) {
-    throw new RepositoryError('Backend', `${where} is not valid JSON: ${(err as Error).message}`, {
-      cause: err,
-    });
+    // The parser's message quotes the document: it goes to the log through `cause`, not into the message.
+    throw new RepositoryError('Backend', `${where} is not valid JSON`, { cause: err });
   }
+  return parseStoredValue(schema, json, where);
+}
+
+/** Validates a parsed stored document. */
+export function parseStoredValue<T>(schema: z.ZodType<T>, json: unknown, where: string): T {
   const r = schema.safeParse(json);
   if (!r.success)
     throw new RepositoryError('Backend', `${where} is not a valid record: ${describeIssues(r.error)}`);

@@ -57,6 +57,13 @@ export interface ReconcileResult {
   danglingAliasesRemoved: string[];
 }
 
+export interface SignUnsignedResult {
+  /** "records/<id>" / "commits/<id>" documents that were unsigned and are signed now. */
+  signed: string[];
+  /** Documents left alone: unreadable, or with a signature that does not verify. */
+  skipped: string[];
+}
+
 /**
  * The snapshot repository: one catalog of templates, snapshots and (shared backends) paused sandboxes.
  * Every method throws `RepositoryError` (see errors.ts) on failure.
@@ -91,5 +98,10 @@ export interface SnapshotRepository {
   gcLayers(): Promise<GcResult>;
   /** Startup clean-up of what crashed publishes/deletes left behind (older than `staleAfterMs`, default 1 h). */
   reconcile(opts?: { staleAfterMs?: number }): Promise<ReconcileResult>;
+  /**
+   * Signs every record and commit marker that has no signature yet (a store written before record signing, that
+   * the operator trusts as it is now: `snapshot.unsigned_records`). Documents with a bad signature stay as they are.
+   */
+  signUnsigned(): Promise<SignUnsignedResult>;
   close(): Promise<void>;
 }

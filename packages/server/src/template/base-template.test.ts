@@ -26,6 +26,7 @@ describe('ensureBaseTemplate on a repository that has the alias already', () => 
       localCachePath: join(dir, 'cache'),
       cacheMaxSizeGb: 1,
       compression: { enabled: false, level: 3 },
+      signing: { secret: 'base-template-test' },
       logger,
     });
     await repository.reconcile();

@@ -2,13 +2,13 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { BuildLogStore, parseLogLevel, selectEntries } from './build-log.js';
+import { BuildLogStore, parseLogLevel, selectEntries, type BuildLogLimits } from './build-log.js';
 
 const dirs: string[] = [];
-function store(): BuildLogStore {
+function store(limits?: BuildLogLimits): BuildLogStore {
   const d = mkdtempSync(join(tmpdir(), 'buildlog-'));
   dirs.push(d);
-  return new BuildLogStore(d);
+  return new BuildLogStore(d, limits);
 }
 afterEach(() => {
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
@@ -65,5 +65,40 @@ describe('build logs', () => {
     log.add('info', 'x'.repeat(20_000));
     expect(log.entries[0]!.message.length).toBeLessThan(9000);
     await s.finish('b2');
+  });
+
+  it("caps command output by entries, says so once, and keeps aenv's own entries (the failure) after it", async () => {
+    const s = store({ maxEntries: 100, maxBytes: 1024 * 1024 });
+    const log = s.open('b3');
+    log.add('info', 'FROM base', 'base');
+    const w = log.lineWriter('info', '1');
+    w.write(Buffer.from(Array.from({ length: 5000 }, (_, i) => `line ${i}`).join('\n') + '\n'));
+    w.flush();
+    log.add('error', 'build failed: exit 1', '1');
+    await s.finish('b3');
+    const entries = await new BuildLogStore(s.dir).read('b3');
+    const truncated = entries.filter((e) => e.message.startsWith('build log truncated'));
+    expect(truncated).toHaveLength(1);
+    expect(truncated[0]!.message).toContain('100 entries (template_build.max_log_lines)');
+    expect(entries.filter((e) => e.message.startsWith('line ')).length).toBeLessThan(100);
+    expect(entries.map((e) => e.message)).toContain('build failed: exit 1');
+    expect(entries.at(-1)!.message).toMatch(/^\d+ log lines were dropped/);
+    expect(entries.length).toBeLessThan(105);
+  });
+
+  it('caps command output by bytes (each 8 KiB line counts) and stops writing the file too', async () => {
+    const s = store({ maxEntries: 50_000, maxBytes: 1024 * 1024 });
+    const log = s.open('b4');
+    const w = log.lineWriter('info', '1');
+    const long = 'y'.repeat(8000);
+    for (let i = 0; i < 1000; i++) w.write(Buffer.from(`${long}\n`));
+    w.flush();
+    log.add('info', 'template is ready', 'finalize');
+    await s.finish('b4');
+    const size = readFileSync(s.pathOf('b4')).length;
+    expect(size).toBeLessThan(1024 * 1024 + 64 * 1024);
+    const entries = await new BuildLogStore(s.dir).read('b4');
+    expect(entries.some((e) => e.message.includes('1 MiB (template_build.max_log_mb)'))).toBe(true);
+    expect(entries.map((e) => e.message)).toContain('template is ready');
   });
 });

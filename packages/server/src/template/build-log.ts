@@ -25,8 +25,26 @@ export interface LogQuery {
 }
 
 const MAX_LINE = 8 * 1024;
-const MAX_ENTRIES = 50_000;
 const RECENT_CACHE = 16;
+
+/** `[template_build].max_log_lines` / `max_log_mb`: what one build's log may hold (docs/templates.md#logs). */
+export interface BuildLogLimits {
+  maxEntries: number;
+  maxBytes: number;
+}
+
+export const DEFAULT_LOG_LIMITS: BuildLogLimits = { maxEntries: 50_000, maxBytes: 8 * 1024 * 1024 };
+
+/**
+ * Entries of aenv's own (build progress, the failure) still kept once command output filled the log: a few per
+ * step, so a build that printed too much still ends with its status line.
+ */
+const OWN_ENTRIES_RESERVE = 1000;
+
+function sizeText(bytes: number): string {
+  const mib = bytes / (1024 * 1024);
+  return Number.isInteger(mib) ? `${mib} MiB` : `${bytes} bytes`;
+}
 
 function rank(l: LogLevel): number {
   return LOG_LEVELS.indexOf(l);
@@ -50,14 +68,22 @@ export function selectEntries(all: readonly BuildLogEntry[], q: LogQuery): Build
   return filtered.slice(start, q.limit === undefined ? undefined : start + q.limit);
 }
 
-/** The log of one running build. */
+/**
+ * The log of one running build. Command output counts against the limits; once they are reached further output
+ * is dropped and one warning says so. aenv's own entries are still kept (up to a reserve).
+ */
 export class BuildLog {
   private readonly list: BuildLogEntry[] = [];
   private readonly out: WriteStream;
+  private bytes = 0;
   private dropped = 0;
+  private full = false;
   private closed = false;
 
-  constructor(readonly path: string) {
+  constructor(
+    readonly path: string,
+    private readonly limits: BuildLogLimits = DEFAULT_LOG_LIMITS,
+  ) {
     this.out = createWriteStream(path, { flags: 'w', mode: 0o600 });
     this.out.on('error', () => {
       // A full disk must not fail the build; the in-memory copy is still served.
@@ -68,12 +94,36 @@ export class BuildLog {
     return this.list;
   }
 
+  /** An entry of aenv's own (kept even when command output filled the log). */
   add(level: LogLevel, message: string, step?: string): void {
-    if (this.closed) return;
-    if (this.list.length >= MAX_ENTRIES) {
+    if (this.list.length >= this.limits.maxEntries + OWN_ENTRIES_RESERVE) {
       this.dropped++;
       return;
     }
+    this.push(level, message, step);
+  }
+
+  /** A line of command output: dropped once the log holds max_log_lines entries or max_log_mb bytes. */
+  private output(level: LogLevel, message: string, step: string | undefined): void {
+    if (this.closed) return;
+    if (!this.full) {
+      const size = Buffer.byteLength(message) + 100;
+      if (this.list.length < this.limits.maxEntries && this.bytes + size <= this.limits.maxBytes) {
+        this.push(level, message, step);
+        return;
+      }
+      this.full = true;
+      this.push(
+        'warn',
+        `build log truncated: it reached ${this.list.length >= this.limits.maxEntries ? `${this.limits.maxEntries} entries (template_build.max_log_lines)` : `${sizeText(this.limits.maxBytes)} (template_build.max_log_mb)`}; further command output is dropped`,
+        step,
+      );
+    }
+    this.dropped++;
+  }
+
+  private push(level: LogLevel, message: string, step: string | undefined): void {
+    if (this.closed) return;
     const text = message.length > MAX_LINE ? `${message.slice(0, MAX_LINE)}… (truncated)` : message;
     const entry: BuildLogEntry = {
       timestamp: new Date().toISOString(),
@@ -81,8 +131,10 @@ export class BuildLog {
       message: text,
       ...(step ? { step } : {}),
     };
+    const line = `${JSON.stringify(entry)}\n`;
+    this.bytes += Buffer.byteLength(line);
     this.list.push(entry);
-    this.out.write(`${JSON.stringify(entry)}\n`);
+    this.out.write(line);
   }
 
   /** Splits command output into lines; call `flush()` when the command ended. */
@@ -101,10 +153,10 @@ export class BuildLog {
           lines.push(partial);
           partial = '';
         }
-        for (const l of lines) this.add(level, prefix + l, step);
+        for (const l of lines) this.output(level, prefix + l, step);
       },
       flush: () => {
-        if (partial) this.add(level, prefix + partial, step);
+        if (partial) this.output(level, prefix + partial, step);
         partial = '';
       },
     };
@@ -113,7 +165,7 @@ export class BuildLog {
   async close(): Promise<void> {
     if (this.closed) return;
     if (this.dropped > 0) {
-      const note = `${this.dropped} further log entries were dropped (limit ${MAX_ENTRIES})`;
+      const note = `${this.dropped} log lines were dropped (limits: ${this.limits.maxEntries} entries, ${sizeText(this.limits.maxBytes)})`;
       this.list.push({ timestamp: new Date().toISOString(), level: 'warn', message: note });
       this.out.write(`${JSON.stringify(this.list[this.list.length - 1])}\n`);
     }
@@ -127,7 +179,10 @@ export class BuildLogStore {
   private readonly active = new Map<string, BuildLog>();
   private readonly recent = new Map<string, BuildLogEntry[]>();
 
-  constructor(readonly dir: string) {
+  constructor(
+    readonly dir: string,
+    private readonly limits: BuildLogLimits = DEFAULT_LOG_LIMITS,
+  ) {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
   }
 
@@ -138,7 +193,7 @@ export class BuildLogStore {
   /** Starts (or restarts) the log of a build. */
   open(buildId: string): BuildLog {
     this.recent.delete(buildId);
-    const log = new BuildLog(this.pathOf(buildId));
+    const log = new BuildLog(this.pathOf(buildId), this.limits);
     this.active.set(buildId, log);
     return log;
   }

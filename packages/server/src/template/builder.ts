@@ -61,6 +61,8 @@ export interface TemplateBuilderOptions {
   /** Where `<id>.running` markers live. */
   markersDir: string;
   maxConcurrentBuilds: number;
+  /** `[template_build].max_build_secs` in ms: a build running longer is aborted and ends `error`. */
+  maxBuildMs: number;
   /** `[image.resolver].default_image` */
   defaultImage: string;
   runtimeVersions: Record<string, string>;
@@ -238,9 +240,20 @@ export class TemplateBuilder {
       await new Promise<void>((resolve) => this.queue.push(resolve));
     }
     this.running++;
+    // The deadline runs from the moment the build gets its slot; aborting ends it like a delete does (error,
+    // build sandbox removed), with this reason.
+    const secs = Math.round(this.o.maxBuildMs / 1000);
+    const deadline = setTimeout(
+      () =>
+        job.abort.abort(
+          new Error(`the build exceeded its deadline of ${secs} s (template_build.max_build_secs)`),
+        ),
+      this.o.maxBuildMs,
+    );
     try {
       await this.build(job, log);
     } finally {
+      clearTimeout(deadline);
       this.running--;
       this.queue.shift()?.();
       this.jobs.delete(job.id);
@@ -501,7 +514,7 @@ export class TemplateBuilder {
     if (more.length > 0 || (layer && layer.mediaType !== DISK_MEDIA_TYPE)) {
       throw new ApiError(400, `fromTemplate '${spec.base.ref}' has a disk format this node cannot build on`);
     }
-    if (layer) await extractArchive(await this.o.repository.fetch(layer), join(diskDir, 'upper'));
+    if (layer) await extractArchive(await this.o.repository.fetch(layer), join(diskDir, 'upper'), layer);
     return {
       image,
       ...(layer ? { disk: diskDir } : {}),

@@ -9,7 +9,7 @@ import type { SnapshotRepository } from '../snapshot/index.js';
 import type { Logger } from '../util/log.js';
 import { uuidv7 } from '../util/uuid.js';
 import { BuildCache } from './build-cache.js';
-import { BuildLogStore } from './build-log.js';
+import { BuildLogStore, type BuildLogLimits } from './build-log.js';
 import { BuildSandboxes } from './build-sandbox.js';
 import { TemplateBuilder, type StartupTimings } from './builder.js';
 import { BackendCapture, FilesystemCapture, type TemplateCapture } from './capture.js';
@@ -41,6 +41,10 @@ export interface TemplateServiceOptions {
   envdInitKey(id: string): string;
   /** `[template_build].max_concurrent_builds` */
   maxConcurrentBuilds: number;
+  /** `[template_build].max_build_secs` in ms (default 1 h). */
+  maxBuildMs?: number;
+  /** `[template_build].max_log_lines` / `max_log_mb`. */
+  logLimits?: BuildLogLimits;
   /** `[image.resolver].default_image` */
   defaultImage: string;
   runtimeVersions: Record<string, string>;
@@ -84,7 +88,7 @@ export async function createTemplateService(o: TemplateServiceOptions): Promise<
     ...(o.uploadLinkTtlMs !== undefined ? { linkTtlMs: o.uploadLinkTtlMs } : {}),
   });
   await files.init();
-  const logs = new BuildLogStore(join(o.homePath, 'builds'));
+  const logs = new BuildLogStore(join(o.homePath, 'builds'), o.logLimits);
   const sandboxes = new BuildSandboxes({
     runtime: o.runtime,
     network: o.network,
@@ -128,6 +132,7 @@ export async function createTemplateService(o: TemplateServiceOptions): Promise<
     workDir: join(o.sandboxesDir, '.template-build-work'),
     markersDir: logs.dir,
     maxConcurrentBuilds: o.maxConcurrentBuilds,
+    maxBuildMs: o.maxBuildMs ?? 3600_000,
     defaultImage: o.defaultImage,
     runtimeVersions: o.runtimeVersions,
     virtualizationMode: o.virtualizationMode,

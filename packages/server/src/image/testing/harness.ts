@@ -67,6 +67,12 @@ export async function startHarness(extra: Partial<ImageServiceOptions> = {}): Pr
       syncLayers: false,
       ...extra,
       ...x,
+      // Tests write their layouts under the system temp dir; the base-image cache stays allowed as by default.
+      resolver: {
+        localImageDirs: [tmpdir(), '/var/cache/aenv/images'],
+        ...extra.resolver,
+        ...x.resolver,
+      },
     });
   const h: Harness = {
     dir,

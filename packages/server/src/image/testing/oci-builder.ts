@@ -81,6 +81,15 @@ export function buildImage(spec: ImageSpec): BuiltImage {
     const data = compress(tar, c);
     return { digest: sha256(data), data, mediaType: layerMediaType(c, docker), diffId: sha256(tar) };
   });
+  return imageOfLayers(layers, spec);
+}
+
+/** An image over ready-made layer blobs (e.g. a hostile layer built by streaming). */
+export function imageOfLayers(
+  layers: (Blob & { diffId: string })[],
+  spec: Omit<ImageSpec, 'layers'> = {},
+): BuiltImage {
+  const docker = spec.docker ?? false;
   const platform = {
     os: spec.os ?? 'linux',
     architecture: spec.architecture ?? 'amd64',

@@ -58,6 +58,11 @@ function header(name: Buffer, typeflag: string, size: number, s: TarSpec, linkna
   return b;
 }
 
+/** The ustar header of a regular file of `size` bytes (its content and padding follow it in the archive). */
+export function fileHeader(name: string, size: number, mode = 0o644): Buffer {
+  return header(Buffer.from(name), TYPEFLAG.file, size, { name, mode }, Buffer.alloc(0));
+}
+
 function pad(n: number): Buffer {
   return Buffer.alloc((512 - (n % 512)) % 512);
 }

@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -69,6 +69,7 @@ async function makeTarget(prefix: string) {
     cacheMaxSizeGb: 1,
     compression: { enabled: true, level: 3 },
     lockTimeoutMs: 30_000,
+    signing: { secret: 'contract-test-secret' },
   };
   return { local, options };
 }
@@ -119,6 +120,38 @@ defineRepositoryContract(
         );
       },
       aliasExists: (alias) => exists(`${prefix}catalog/aliases/${alias}.json`),
+      async readRawDoc(ns, name) {
+        try {
+          const obj = await client.send(
+            new GetObjectCommand({ Bucket: bucket, Key: `${prefix}catalog/${ns}/${name}.json` }),
+          );
+          return await obj.Body!.transformToString();
+        } catch {
+          return undefined;
+        }
+      },
+      async writeRawDoc(ns, name, text) {
+        await client.send(
+          new PutObjectCommand({ Bucket: bucket, Key: `${prefix}catalog/${ns}/${name}.json`, Body: text }),
+        );
+      },
+      async writeRawBlob(ref, content) {
+        // What an attacker stores: the raw bytes, with metadata claiming whatever the record expects.
+        const digest = `sha256:${createHash('sha256').update(content).digest('hex')}`;
+        await client.send(
+          new PutObjectCommand({
+            Bucket: bucket,
+            Key: blobKey(prefix, ref),
+            Body: content,
+            Metadata: {
+              'aenv-digest': ref.kind === 'layer' ? ref.digest : digest,
+              'aenv-codec': 'none',
+              'aenv-raw-size': String(content.length),
+              'aenv-compressed-size': String(content.length),
+            },
+          }),
+        );
+      },
       async leaveTemporary() {
         const key = `${prefix}layers/sha256/${'0'.repeat(64)}`;
         await client.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: key }));

@@ -4,7 +4,7 @@
  * raw-storage helpers to simulate crashes and corruption.
  */
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import { randomBytes, randomUUID } from 'node:crypto';
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -15,7 +15,13 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createSnapshotRepository, type SnapshotRepositoryOptions } from '../index.js';
 import { newSnapshotId } from '../ids.js';
-import type { CommittedSnapshotDraft, NewSnapshotRecord, SnapshotRecord } from '../record.js';
+import type {
+  CommittedSnapshotDraft,
+  LayerRef,
+  NewSnapshotRecord,
+  Resources,
+  SnapshotRecord,
+} from '../record.js';
 import type { PublishInput, PublishProgress, SnapshotRepository } from '../repository.js';
 
 export type StoredBlobRef =
@@ -30,6 +36,12 @@ export interface ContractTarget {
   /** Writes an alias document pointing at `id` without any record (what a crash mid-create leaves). */
   writeDanglingAlias(alias: string, id: string): Promise<void>;
   aliasExists(alias: string): Promise<boolean>;
+  /** A catalog document as stored, bypassing the repository (what a writer of the bucket or directory sees). */
+  readRawDoc(ns: 'records' | 'commits' | 'aliases', name: string): Promise<string | undefined>;
+  /** Writes a catalog document directly, bypassing the repository (what a writer of the bucket can do). */
+  writeRawDoc(ns: 'records' | 'commits' | 'aliases', name: string, text: string): Promise<void>;
+  /** Stores `content` as blob `ref` directly, with whatever store metadata makes it look right. */
+  writeRawBlob(ref: StoredBlobRef, content: Buffer): Promise<void>;
   /** Leaves what an interrupted blob write leaves (a temp file / an unfinished multipart upload). */
   leaveTemporary(): Promise<void>;
   temporaryCount(): Promise<number>;
@@ -513,6 +525,218 @@ export function defineRepositoryContract(
       expect(await target.aliasExists(alias('abandoned'))).toBe(false);
       expect(await repo.find(template.id)).toBeDefined();
       expect((await repo.get(committed.id)).committed).toBeDefined();
+    });
+
+    describe('a hostile writer of the store (record signing, docs/snapshots.md#record-signing)', () => {
+      type Doc = Record<string, unknown> & { signature?: unknown };
+      const raw = async (ns: 'records' | 'commits', id: string): Promise<Doc> =>
+        JSON.parse((await target.readRawDoc(ns, id))!) as Doc;
+      const write = (ns: 'records' | 'commits' | 'aliases', id: string, v: unknown) =>
+        target.writeRawDoc(ns, id, typeof v === 'string' ? v : `${JSON.stringify(v, null, 2)}\n`);
+      /** Runs `tamper`, checks the record is refused everywhere while others work, then puts it back. */
+      const refusedWhile = async (
+        rec: SnapshotRecord,
+        tamper: () => Promise<void>,
+        message: RegExp,
+        opts: { artifact?: boolean } = {},
+      ) => {
+        const saved = {
+          records: await target.readRawDoc('records', rec.id),
+          commits: await target.readRawDoc('commits', rec.id),
+        };
+        const bystander = await publishNew();
+        await tamper();
+        for (const r of [repo, open()]) {
+          const err = await expectError(r.get(rec.id), 'IntegrityMismatch', 409);
+          expect(err.message).toMatch(message);
+          expect(err.message).toMatch(/refusing to use it/);
+          const listed = (await r.list()).map((x) => x.id);
+          expect(listed).not.toContain(rec.id);
+          expect(listed).toContain(bystander.id);
+          expect((await r.get(bystander.id)).committed).toEqual(bystander.committed);
+          if (opts.artifact !== false)
+            await expectError(r.fetchArtifact(rec.id, 'memory'), 'IntegrityMismatch', 409);
+        }
+        await expectError(
+          repo.update(rec.id, () => {}),
+          'IntegrityMismatch',
+          409,
+        );
+        for (const ns of ['records', 'commits'] as const) if (saved[ns]) await write(ns, rec.id, saved[ns]);
+        expect(await repo.get(rec.id)).toEqual(rec);
+      };
+
+      it('writes a signature into every record and commit marker', async () => {
+        const rec = await publishNew({ alias: alias('signed') });
+        for (const ns of ['records', 'commits'] as const) {
+          expect((await raw(ns, rec.id)).signature).toMatchObject({
+            alg: 'hmac-sha256',
+            keyId: expect.stringMatching(/^[0-9a-f]{16}$/),
+            mac: expect.stringMatching(/^[0-9a-f]{64}$/),
+          });
+        }
+      });
+
+      it('refuses a record whose fields were changed (resources, source, alias)', async () => {
+        const rec = await publishNew({ alias: alias('tamper-rec') });
+        const edits: ((d: Doc) => void)[] = [
+          (d) => void ((d.resources as Resources).memoryMB = 65536),
+          (d) => void (d.source = { kind: 'template', build: { status: 'ready' } }),
+          (d) => void (d.alias = alias('stolen')),
+          (d) => void (d.extraField = 'x'),
+        ];
+        for (const edit of edits) {
+          await refusedWhile(
+            rec,
+            async () => {
+              const d = await raw('records', rec.id);
+              edit(d);
+              await write('records', rec.id, d);
+            },
+            /does not match its signature/,
+          );
+        }
+      });
+
+      it('refuses a commit marker whose content, layer digest or artifact digest was changed', async () => {
+        const rec = await publishNew();
+        const other = await publishNew();
+        const edits: ((d: Doc) => void)[] = [
+          (d) => void ((d.committed as CommittedSnapshotDraft).context.envVars.LD_PRELOAD = '/tmp/x.so'),
+          (d) => void ((d.committed as CommittedSnapshotDraft).extra = { lowerDirs: ['/'] }),
+          // Point the record at another record's (genuine, signed) blobs: digests and sizes are bound too.
+          (d) => void ((d.committed as { layers: unknown }).layers = other.committed!.layers),
+          (d) =>
+            void ((d.committed as { artifacts: Record<string, unknown> }).artifacts.memory =
+              other.committed!.artifacts.memory),
+        ];
+        for (const edit of edits) {
+          await refusedWhile(
+            rec,
+            async () => {
+              const d = await raw('commits', rec.id);
+              edit(d);
+              await write('commits', rec.id, d);
+            },
+            /commit marker of .* does not match its signature/,
+          );
+        }
+      });
+
+      it('refuses a swapped artifact, and one swapped together with its digest in the marker', async () => {
+        const rec = await publishNew();
+        const evil = randomBytes(4096);
+        const evilDigest = `sha256:${createHash('sha256').update(evil).digest('hex')}`;
+        const original = await readFile(await repo.fetchArtifact(rec.id, 'memory'));
+        // Swap the bytes only: the fetch verifies them against the signed digest.
+        await target.writeRawBlob({ kind: 'artifact', id: rec.id, name: 'memory' }, evil);
+        const cold = open({ localCachePath: await mkdtemp(join(tmpdir(), 'aenv-cold-')) });
+        await expectError(cold.fetchArtifact(rec.id, 'memory'), 'IntegrityMismatch', 409);
+        // Swap the bytes and their digest in the marker: the marker's signature fails.
+        await refusedWhile(
+          rec,
+          async () => {
+            const d = await raw('commits', rec.id);
+            const memory = (d.committed as { artifacts: Record<string, LayerRef> }).artifacts.memory!;
+            memory.digest = evilDigest;
+            await write('commits', rec.id, d);
+          },
+          /does not match its signature/,
+        );
+        await target.writeRawBlob({ kind: 'artifact', id: rec.id, name: 'memory' }, original);
+        expectBytes(await readFile(await open().fetchArtifact(rec.id, 'memory')), original);
+      });
+
+      it('refuses a signed record copied under another id, and a marker moved to another record', async () => {
+        const a = await publishNew();
+        const b = await publishNew();
+        await refusedWhile(
+          b,
+          async () => {
+            await write('records', b.id, (await target.readRawDoc('records', a.id))!);
+            await write('commits', b.id, (await target.readRawDoc('commits', a.id))!);
+          },
+          /does not match its signature/,
+        );
+        await refusedWhile(
+          b,
+          async () => write('commits', b.id, (await target.readRawDoc('commits', a.id))!),
+          /commit marker of .* does not match its signature/,
+        );
+      });
+
+      it('refuses an unsigned record (a planted one, or a signature stripped)', async () => {
+        const rec = await publishNew();
+        await refusedWhile(
+          rec,
+          async () => {
+            const d = await raw('commits', rec.id);
+            delete d.signature;
+            await write('commits', rec.id, d);
+          },
+          /is not signed/,
+        );
+        const planted = newSnapshotId();
+        const d = await raw('records', rec.id);
+        delete d.signature;
+        await write('records', planted, { ...d, id: planted, alias: undefined });
+        await expectError(repo.get(planted), 'IntegrityMismatch', 409);
+        expect((await repo.list()).map((r) => r.id)).not.toContain(planted);
+        expect(await repo.delete(planted)).toBe(true); // the operator can still remove it
+      });
+
+      it('refuses records signed with another key, naming both keys', async () => {
+        const foreign = open({ signing: { secret: 'another cluster' } });
+        const rec = await foreign.create(sandboxRecord());
+        const err = await expectError(repo.get(rec.id), 'IntegrityMismatch', 409);
+        expect(err.message).toMatch(
+          /signed with another key [0-9a-f]{16} \(this node's key is [0-9a-f]{16}\)/,
+        );
+        expect(err.message).toMatch(/record_signing_secret/);
+        expect(await foreign.delete(rec.id)).toBe(true);
+      });
+
+      it('refuses an alias repointed at another record', async () => {
+        const named = await publishNew({ alias: alias('victim') });
+        const attacker = await publishNew({ alias: alias('attacker') });
+        const unnamed = await publishNew();
+        for (const target2 of [attacker.id, unnamed.id]) {
+          await write('aliases', alias('victim'), JSON.stringify(target2));
+          const err = await expectError(repo.get(alias('victim')), 'IntegrityMismatch', 409);
+          expect(err.message).toMatch(/alias '.*' points at snapshot .*, whose signed record is/);
+          expect(await repo.delete(alias('victim')).catch((e: { kind?: string }) => e.kind)).toBe(
+            'IntegrityMismatch',
+          );
+          expect((await repo.get(target2)).committed).toBeDefined();
+        }
+        await write('aliases', alias('victim'), JSON.stringify(named.id));
+        expect((await repo.get(alias('victim'))).id).toBe(named.id);
+      });
+
+      it('migrates an unsigned store: signUnsigned signs what parses, never a bad signature', async () => {
+        const old = await publishNew({ alias: alias('old') });
+        const bad = await publishNew();
+        for (const ns of ['records', 'commits'] as const) {
+          const d = await raw(ns, old.id);
+          delete d.signature;
+          await write(ns, old.id, d);
+        }
+        const tampered = await raw('records', bad.id);
+        (tampered.resources as Resources).cpuCount = 64;
+        await write('records', bad.id, tampered);
+        await expectError(repo.get(old.id), 'IntegrityMismatch', 409);
+        // unsigned_records = "accept" reads it unverified
+        expect(
+          (await open({ signing: { secret: 'contract-test-secret', unsigned: 'accept' } }).get(old.id)).id,
+        ).toBe(old.id);
+        const result = await repo.signUnsigned();
+        expect(result.signed).toEqual(expect.arrayContaining([`records/${old.id}`, `commits/${old.id}`]));
+        expect(result.signed).not.toContain(`records/${bad.id}`);
+        expect(result.skipped).toContain(`records/${bad.id}`);
+        expect(await repo.get(alias('old'))).toEqual(old);
+        await expectError(repo.get(bad.id), 'IntegrityMismatch', 409);
+        expect((await repo.signUnsigned()).signed).toEqual([]);
+      });
     });
 
     // posix_fs has no cache to test: its fetch returns the stored file itself.
