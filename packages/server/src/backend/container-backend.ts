@@ -249,16 +249,20 @@ export class ContainerBackend implements SandboxBackend {
   ): Promise<BootedSandbox> {
     const baseImage = boot.committed.baseImage!;
     return this.transaction(containerId, async (undo) => {
+      let policyApplied: Promise<void> | undefined;
       const [pulled, acquired] = await Promise.allSettled([
         this.opts.images.pull(baseImage.reference),
-        this.opts.network.acquire(),
+        this.opts.network.acquire().then((slot) => {
+          // Installed while the image is looked up and the container prepared.
+          if (policy) policyApplied = this.installPolicy(slot, policy);
+          return slot;
+        }),
       ]);
       if (acquired.status === 'fulfilled') undo(() => this.opts.network.release(acquired.value));
       if (pulled.status === 'rejected') throw pulled.reason;
       if (acquired.status === 'rejected') throw acquired.reason;
       const image = pulled.value;
       const slot = acquired.value;
-      const policyApplied = policy ? this.installPolicy(slot, policy) : undefined;
       const state: BackendState = {
         imageRef: baseImage.reference,
         manifestDigest: image.manifestDigest,
