@@ -502,13 +502,14 @@ export class NetworkManager {
       await Promise.all([
         destroySlotPlumbing(this.ctx, index),
         hasChain ? this.nft.apply(slotRemovalScript(this.names, index)) : Promise.resolve(),
+        // The sandbox's processes are gone by now: nothing of it can add entries meanwhile.
+        this.forgetSlotFlows(index),
       ]);
     } catch (e) {
       this.metrics.errors.inc({ op: 'destroy_slot' });
       throw e;
     }
     end();
-    await this.forgetSlotFlows(index);
   }
 
   /**
