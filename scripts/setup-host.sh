@@ -18,6 +18,7 @@ HOST_PACKAGES=(
   skopeo umoci busybox-static zstd jq uidmap e2fsprogs util-linux ca-certificates gcc libc6-dev
   # the image cache writes whiteouts, fifos and xattrs through python3 (Node has no API for them)
   python3-minimal
+  conntrack # cuts the connections a stricter egress policy denies (docs/networking.md)
   # used by this script itself
   binutils dpkg
 )

@@ -534,9 +534,28 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
           '172.16.0.0/12',
           '192.168.0.0/16',
         ],
-        doc: 'IPv4 networks sandboxes can never reach, whatever their allowOut says.',
+        doc: 'IPv4 networks sandboxes can never reach, whatever their allowOut says. Added to the built-in denies (0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 100.100.100.200, 168.63.129.16, 192.0.0.192: cloud metadata and the host itself), which this list cannot remove.',
       }),
     }),
+    dns: section(
+      'The resolver sandboxes are given.',
+      {
+        nameserver: str({
+          default: '',
+          trim: true,
+          aenv: true,
+          check: {
+            test: (v) =>
+              v === '' ||
+              /^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}$/.test(v),
+            rule: 'an IPv4 address, or empty',
+            label: 'IPv4 address',
+          },
+          doc: "IPv4 address written as the sandboxes' nameserver; DNS (port 53) to it is the only DNS they may send, and only when their policy allows it. Empty: the host's first non-loopback IPv4 nameserver (/run/systemd/resolve/resolv.conf, then /etc/resolv.conf); none: no DNS.",
+        }),
+      },
+      { aenv: true },
+    ),
     internal: section('Internal address pools for sandbox network namespaces.', {
       host_interaction_cidr: str({
         default: '10.11.0.0/16',

@@ -87,6 +87,12 @@ const rules: { name: string; bad: string; message: string; good: string }[] = [
     good: '[network.egress]\nalways_denied_cidrs = ["10.0.0.0/8", "192.0.2.0/24"]',
   },
   {
+    name: 'dns.nameserver is an IPv4 address',
+    bad: '[network.dns]\nnameserver = "10.0.0.256"',
+    message: 'network.dns.nameserver = "10.0.0.256": an IPv4 address, or empty',
+    good: '[network.dns]\nnameserver = "10.0.0.2"',
+  },
+  {
     name: 'host_interaction_cidr is a CIDR',
     bad: '[network.internal]\nhost_interaction_cidr = "10.11.0.0"',
     message: 'network.internal.host_interaction_cidr = "10.11.0.0": is not an IPv4 CIDR (a.b.c.d/n)',

@@ -208,6 +208,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       vethCidr: config.network.internal.veth_cidr,
     },
     egress: { alwaysDeniedCidrs: config.network.egress.always_denied_cidrs },
+    nameserver: config.network.dns.nameserver,
     pool: {
       lowWatermark: config.pool.low_watermark,
       highWatermark: config.pool.high_watermark,

@@ -26,7 +26,6 @@ import { availableMemoryRatio } from './memory-pressure.js';
 import { crashPoint } from '../util/crash-point.js';
 import { PausedSharing } from './paused-sharing.js';
 import { WarmPool } from './warm-pool.js';
-import { DEFAULT_EGRESS_POLICY } from '../network/index.js';
 
 export interface ContainerBackendOptions {
   runtime: RuntimeDriver;
@@ -114,7 +113,8 @@ export class ContainerBackend implements SandboxBackend {
     this.warm = new WarmPool({
       size: opts.warmSandboxes,
       maxTemplates: 4,
-      boot: (spec) => this.bootContainer(`warm-${randomUUID()}`, spec, DEFAULT_EGRESS_POLICY),
+      // No policy: a pre-started sandbox is denied all traffic until it is handed out with its own.
+      boot: (spec) => this.bootContainer(`warm-${randomUUID()}`, spec, null),
       discard: (b) => this.discardBooted(b),
       logger: opts.logger,
     });
@@ -255,26 +255,31 @@ export class ContainerBackend implements SandboxBackend {
   }
 
   /**
-   * Starts a container for a template on its image, in a slot with `policy`, and waits until envd answers
-   * (without /init: a warm sandbox is /init'ed when it is handed out). Leaves nothing behind on failure.
+   * Starts a container for a template on its image, in a slot with `policy` (null: none yet, the slot is denied
+   * everything), and waits until envd answers (without /init: a warm sandbox is /init'ed when it is handed out).
+   * Leaves nothing behind on failure.
    */
   private async bootContainer(
     containerId: string,
     boot: BootSpec,
-    policy: EgressPolicy,
+    policy: EgressPolicy | null,
   ): Promise<BootedSandbox> {
     const baseImage = boot.committed.baseImage!;
     return this.transaction(containerId, async (undo) => {
+      let policyApplied: Promise<void> | undefined;
       const [pulled, acquired] = await Promise.allSettled([
         this.opts.images.pull(baseImage.reference),
-        this.opts.network.acquire(),
+        this.opts.network.acquire().then((slot) => {
+          // Installed while the image is looked up and the container prepared.
+          if (policy) policyApplied = this.installPolicy(slot, policy);
+          return slot;
+        }),
       ]);
       if (acquired.status === 'fulfilled') undo(() => this.opts.network.release(acquired.value));
       if (pulled.status === 'rejected') throw pulled.reason;
       if (acquired.status === 'rejected') throw acquired.reason;
       const image = pulled.value;
       const slot = acquired.value;
-      const policyApplied = this.opts.network.applyPolicy(slot, policy);
       const state: BackendState = {
         imageRef: baseImage.reference,
         manifestDigest: image.manifestDigest,
@@ -291,6 +296,7 @@ export class ContainerBackend implements SandboxBackend {
       };
       await this.opts.runtime.create(this.spec(containerId, boot.templateId, boot.resources, slot, state), {
         tools: this.opts.tools,
+        ...(policyApplied ? { startAfter: policyApplied } : {}),
       });
       undo(() => this.opts.runtime.destroy(containerId));
       await policyApplied;
@@ -300,6 +306,16 @@ export class ContainerBackend implements SandboxBackend {
       ]);
       return { containerId, slot, state };
     });
+  }
+
+  /**
+   * Starts installing `policy` in `slot` (while the container is being prepared); the runtime starts the sandbox's
+   * first process only once it is in place (`startAfter`). A failure is handled where the promise is awaited.
+   */
+  private installPolicy(slot: NetworkSlot, policy: EgressPolicy): Promise<void> {
+    const applied = this.opts.network.applyPolicy(slot, policy);
+    applied.catch(() => {});
+    return applied;
   }
 
   /** Hands a pre-started sandbox to `record`: its name, egress policy, image lease and envd /init. */
@@ -391,7 +407,7 @@ export class ContainerBackend implements SandboxBackend {
         this.opts.images.acquireLease(leaseHolder(record.id), state.manifestDigest);
         undo(async () => this.opts.images.releaseLease(leaseHolder(record.id)));
       }
-      const policyApplied = this.opts.network.applyPolicy(slot, policy);
+      const policyApplied = this.installPolicy(slot, policy);
       const spec = this.spec(record.id, record.templateId, record.resources, slot, state);
       let restored = false;
       if (from.memory) {
@@ -399,9 +415,12 @@ export class ContainerBackend implements SandboxBackend {
           await this.opts.runtime.restore(spec, from.memory, {
             tools: this.toolsFor(state.toolsVersion),
             diskSource: from.disk,
+            startAfter: policyApplied,
           });
           restored = true;
         } catch (err) {
+          // Without its policy the sandbox cannot run at all: no fallback to its disk.
+          await policyApplied;
           this.log.warn(
             { err, sandboxId: record.id },
             'memory restore failed; booting the saved disk instead',
@@ -410,7 +429,11 @@ export class ContainerBackend implements SandboxBackend {
       }
       if (!restored) {
         state.toolsVersion = this.opts.tools.version;
-        await this.opts.runtime.create(spec, { tools: this.opts.tools, diskSource: from.disk });
+        await this.opts.runtime.create(spec, {
+          tools: this.opts.tools,
+          diskSource: from.disk,
+          startAfter: policyApplied,
+        });
       }
       undo(() => this.opts.runtime.destroy(record.id));
       await policyApplied;
@@ -881,6 +904,7 @@ export class ContainerBackend implements SandboxBackend {
     }
     const runtimeReport = await this.opts.runtime.reconcile(keepIds);
     const networkReport = await this.opts.network.init(keepSlots);
+    await this.reinstallPolicies(records, outcomes);
     await this.removeOrphanStoreDirs(outcomes);
     for (const [id, outcome] of outcomes) {
       if (outcome.kind === 'gone') this.opts.images.releaseLease(leaseHolder(id));
@@ -906,6 +930,34 @@ export class ContainerBackend implements SandboxBackend {
       }
     }
     return outcomes;
+  }
+
+  /**
+   * Installs again the stored policy of every sandbox that survived the restart: a slot from an older version may
+   * lack its chain (it would be denied everything), and a crash in the middle of a policy change left the old one.
+   * A slot this fails for stays as it was, or denied everything.
+   */
+  private async reinstallPolicies(
+    records: readonly SandboxRecord[],
+    outcomes: Map<string, RecoveryOutcome>,
+  ): Promise<void> {
+    await Promise.all(
+      records.map(async (r) => {
+        const o = outcomes.get(r.id);
+        if (o?.kind !== 'running') return;
+        try {
+          await this.opts.network.applyPolicy(
+            this.opts.network.attach(o.binding.slotIndex),
+            this.policyOf(r),
+          );
+        } catch (err) {
+          this.log.error(
+            { err, sandboxId: r.id },
+            'could not install the egress policy of an adopted sandbox',
+          );
+        }
+      }),
+    );
   }
 
   /** A capture cut short by a crash leaves its repository record uncommitted: remove it, freeing its name. */

@@ -9,7 +9,6 @@ export {
 } from './manager.js';
 export {
   parseNetworkPolicy,
-  hasRuntimeRules,
   NetworkPolicyError,
   DEFAULT_EGRESS_POLICY,
   DOMAIN_ENTRIES_UNSUPPORTED,

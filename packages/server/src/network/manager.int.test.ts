@@ -26,6 +26,10 @@ const WAN_DNS = '198.51.100.53';
 const WAN_FAR = '198.51.100.100';
 const FAR_CIDR = '198.51.100.64/26';
 const HTTP_PORT = 8080;
+/** UDP and TCP echo on every upstream host (port 53 echoes only on the resolvers). */
+const ECHO_PORT = 9000;
+/** Alibaba Cloud's metadata address, one of the built-in denies: played by the fake upstream. */
+const BUILTIN_DENIED = '100.100.100.200';
 const ENVD_PORT = 49983;
 const PREFIX = `aet${PID % 100_000}`;
 const CRASH_PREFIX = `aec${PID % 100_000}`;
@@ -42,7 +46,7 @@ const inWan = () => ['nsenter', `--net=${wanNetns}`];
 /** Starts a long-running node script in a namespace and waits for it to print "ready". */
 async function startServer(prefix: string[], script: string, args: string[] = []): Promise<ChildProcess> {
   const [cmd, ...rest] = [...prefix, process.execPath, '-e', script, ...args] as [string, ...string[]];
-  const child = spawn(cmd, rest, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(cmd, rest, { stdio: ['pipe', 'pipe', 'pipe'] });
   children.push(child);
   await new Promise<void>((resolve, reject) => {
     let out = '';
@@ -58,21 +62,25 @@ async function startServer(prefix: string[], script: string, args: string[] = []
 }
 
 // HTTP: "peer=<remote address>", or at /seen the source addresses of all UDP datagrams received.
-// Port 53: echoes UDP datagrams and TCP bytes (a stand-in resolver).
+// ECHO_PORT on every host and port 53 on the resolvers: echo UDP datagrams and TCP bytes.
 const WAN_SERVER = `
 const http = require('http'), net = require('net'), dgram = require('dgram');
 const [httpHosts, dnsHosts] = JSON.parse(process.argv[1]);
 const seen = [];
-let pending = httpHosts.length + dnsHosts.length * 2;
+let pending = httpHosts.length * 3 + dnsHosts.length * 2;
 const up = () => { if (--pending === 0) console.log('ready'); };
-for (const h of httpHosts) http.createServer((q, r) =>
-  r.end(q.url === '/seen' ? JSON.stringify(seen) : 'peer=' + q.socket.remoteAddress)).listen(${HTTP_PORT}, h, up);
-for (const h of dnsHosts) {
+const echo = (h, port) => {
   const u = dgram.createSocket('udp4');
   u.on('message', (m, r) => { seen.push(r.address); u.send(m, r.port, r.address); });
-  u.bind(53, h, up);
-  net.createServer((s) => s.pipe(s)).listen(53, h, up);
-}`;
+  u.bind(port, h, up);
+  net.createServer((s) => { s.on('error', () => {}); s.pipe(s); }).listen(port, h, up);
+};
+for (const h of httpHosts) {
+  http.createServer((q, r) =>
+    r.end(q.url === '/seen' ? JSON.stringify(seen) : 'peer=' + q.socket.remoteAddress)).listen(${HTTP_PORT}, h, up);
+  echo(h, ${ECHO_PORT});
+}
+for (const h of dnsHosts) echo(h, 53);`;
 
 const SLOT_SERVER = `
 require('http').createServer((q, r) => r.end('slot-envd')).listen(${ENVD_PORT}, '0.0.0.0', () => console.log('ready'));`;
@@ -122,7 +130,50 @@ async function probe(prefix: string[], targets: Target[]): Promise<ProbeResult[]
 }
 
 const http = (host: string, port = HTTP_PORT): Target => ({ kind: 'http', host, port });
+
+// Holds one TCP connection to each host (ECHO_PORT; port 53 for the last, a resolver); for every line on stdin it
+// sends a byte on each and prints a JSON array: "ok" when it came back, else the error ("TIMEOUT" after 3 s).
+const CONNECTION_HOLDER = `
+const net = require('net');
+const hosts = JSON.parse(process.argv[1]);
+const socks = hosts.map((h, i) => {
+  const s = net.connect({ host: h, port: i === hosts.length - 1 ? 53 : ${ECHO_PORT} });
+  s.state = 'connecting';
+  s.on('connect', () => { s.state = 'ok'; if (socks.every((x) => x.state === 'ok')) console.log('ready'); });
+  s.on('error', (e) => { s.state = e.code; });
+  s.on('close', () => { if (s.state === 'ok') s.state = 'CLOSED'; });
+  return s;
+});
+const one = (s) => new Promise((resolve) => {
+  if (s.state !== 'ok') return resolve(s.state);
+  const timer = setTimeout(() => resolve('TIMEOUT'), 3000);
+  s.once('data', () => { clearTimeout(timer); resolve('ok'); });
+  s.once('error', (e) => { clearTimeout(timer); resolve(e.code); });
+  s.write('x');
+});
+require('readline').createInterface({ input: process.stdin }).on('line', async () => {
+  console.log(JSON.stringify(await Promise.all(socks.map(one))));
+});`;
+
+/** One exchange on every connection of a CONNECTION_HOLDER. */
+async function ask(holder: ChildProcess): Promise<string[]> {
+  return new Promise((resolve) => {
+    let out = '';
+    const onData = (b: Buffer) => {
+      out += b.toString();
+      const line = out.split('\n').find((l) => l.startsWith('['));
+      if (line) {
+        holder.stdout!.off('data', onData);
+        resolve(JSON.parse(line) as string[]);
+      }
+    };
+    holder.stdout!.on('data', onData);
+    holder.stdin!.write('go\n');
+  });
+}
 const refused = { ok: false, code: 'ECONNREFUSED' };
+/** A refused UDP datagram (ICMP admin-prohibited). */
+const unreachable = { ok: false, code: 'EHOSTUNREACH' };
 
 /** Polls `check` (bounded) until it returns true. */
 async function eventually(check: () => boolean | Promise<boolean>, what: string): Promise<void> {
@@ -199,6 +250,7 @@ beforeAll(async () => {
   const wan = [
     ...[WAN_A, WAN_B, WAN_DNS].map((a) => `addr add ${a}/24 dev wan0`),
     `addr add ${WAN_FAR}/24 dev wan0`,
+    `addr add ${BUILTIN_DENIED}/32 dev wan0`,
     'link set wan0 up',
     'link set lo up',
     // Lets the ingress test play a LAN host that routes sandbox addresses through this machine.
@@ -207,9 +259,11 @@ beforeAll(async () => {
   await run('nsenter', [`--net=${wanNetns}`, 'ip', '-batch', '-'], { input: wan.join('\n') + '\n' });
   await run('ip', ['route', 'add', FAR_CIDR, 'via', WAN_A, 'dev', WAN_HOST_IF]);
   await run('ip', ['route', 'add', '198.51.100.128/25', 'via', WAN_A, 'dev', WAN_HOST_IF]);
+  // Goes with WAN_HOST_IF when the test ends.
+  await run('ip', ['route', 'add', `${BUILTIN_DENIED}/32`, 'via', WAN_A, 'dev', WAN_HOST_IF]);
   await startServer(inWan(), WAN_SERVER, [
     JSON.stringify([
-      [WAN_A, WAN_B, WAN_DNS, WAN_FAR],
+      [WAN_A, WAN_B, WAN_DNS, WAN_FAR, BUILTIN_DENIED],
       [WAN_DNS, WAN_A],
     ]),
   ]);
@@ -255,6 +309,12 @@ describe('network slots against a fake upstream namespace', () => {
     expect(report.adopted).toEqual([]);
     a = await nm.acquire();
     b = await nm.acquire();
+    // Before any policy, a slot is denied everything (here: before its "sandbox" ran anything).
+    expect(await probe(inSlot(a), [http(WAN_A), { kind: 'udp', host: WAN_DNS, port: 53 }])).toEqual([
+      refused,
+      unreachable,
+    ]);
+    await Promise.all([nm.applyPolicy(a, DEFAULT_EGRESS_POLICY), nm.applyPolicy(b, DEFAULT_EGRESS_POLICY)]);
     await startServer(inSlot(a), SLOT_SERVER);
     await startServer(inSlot(b), SLOT_SERVER);
   });
@@ -336,20 +396,57 @@ describe('network slots against a fake upstream namespace', () => {
     expect(await probe(inSlot(a), [http(WAN_FAR)])).toEqual([refused]);
   });
 
-  it('passes DNS to the slot nameserver only, ahead of always_denied and a deny-all policy', async () => {
-    await nm.applyPolicy(a, parseNetworkPolicy({ allowInternetAccess: false }));
-    const [udp, tcp, other, otherResolver] = await probe(inSlot(a), [
+  it('passes DNS to the slot nameserver only, and only when the policy allows it', async () => {
+    const dnsProbes: Target[] = [
       { kind: 'udp', host: WAN_DNS, port: 53 },
       { kind: 'tcp', host: WAN_DNS, port: 53 },
       http(WAN_DNS),
       { kind: 'udp', host: WAN_A, port: 53 },
-    ]);
-    expect(udp).toEqual({ ok: true, body: 'ping' });
-    expect(tcp).toEqual({ ok: true, body: 'ping' });
-    expect(other).toEqual(refused);
-    expect(otherResolver?.ok).toBe(false);
-    expect(otherResolver?.code).not.toBe('TIMEOUT');
+      { kind: 'tcp', host: WAN_A, port: 53 },
+    ];
+    const pinged = { ok: true, body: 'ping' };
+    // Internet on: the resolver (in an always-denied range) on port 53 only, no other resolver.
     await nm.applyPolicy(a, DEFAULT_EGRESS_POLICY);
+    expect(await probe(inSlot(a), dnsProbes)).toEqual([pinged, pinged, refused, unreachable, refused]);
+    // Internet off: no DNS at all, it would be a tunnel out.
+    await nm.applyPolicy(a, parseNetworkPolicy({ allowInternetAccess: false }));
+    expect(await probe(inSlot(a), dnsProbes)).toEqual([unreachable, refused, refused, unreachable, refused]);
+    // ...unless allowOut names the resolver; allowOut naming a host opens its port 53 too.
+    await nm.applyPolicy(a, parseNetworkPolicy({ allowInternetAccess: false, allowOut: [WAN_DNS, WAN_A] }));
+    expect(await probe(inSlot(a), dnsProbes)).toEqual([pinged, pinged, refused, pinged, pinged]);
+    // denyOut naming the resolver takes DNS away with internet on.
+    await nm.applyPolicy(a, parseNetworkPolicy({ denyOut: [WAN_DNS] }));
+    expect(await probe(inSlot(a), dnsProbes.slice(0, 2))).toEqual([unreachable, refused]);
+    await nm.applyPolicy(a, DEFAULT_EGRESS_POLICY);
+  });
+
+  it('keeps the built-in denies closed though always_denied_cidrs leaves them out, even for allowOut', async () => {
+    expect((await probe([], [http(BUILTIN_DENIED)]))[0]?.ok).toBe(true);
+    expect(await probe(inSlot(a), [http(BUILTIN_DENIED)])).toEqual([refused]);
+    await nm.applyPolicy(a, parseNetworkPolicy({ allowOut: [BUILTIN_DENIED] }));
+    expect(await probe(inSlot(a), [http(BUILTIN_DENIED)])).toEqual([refused]);
+    await nm.applyPolicy(a, DEFAULT_EGRESS_POLICY);
+  });
+
+  it('cuts the open connections a stricter policy denies, and only those', async () => {
+    const holder = await startServer(inSlot(a), CONNECTION_HOLDER, [JSON.stringify([WAN_A, WAN_B, WAN_DNS])]);
+    try {
+      const exchange = () => ask(holder);
+      expect(await exchange()).toEqual(['ok', 'ok', 'ok']);
+      await nm.applyPolicy(a, parseNetworkPolicy({ denyOut: [WAN_B] }));
+      const [toA, toB, toResolver] = await exchange();
+      expect(toA).toBe('ok');
+      expect(toB).not.toBe('ok');
+      expect(toResolver).toBe('ok');
+      // Internet off: the DNS connection goes too.
+      await nm.applyPolicy(a, parseNetworkPolicy({ allowInternetAccess: false, allowOut: [WAN_A] }));
+      const [stillA, , dns] = await exchange();
+      expect(stillA).toBe('ok');
+      expect(dns).not.toBe('ok');
+    } finally {
+      holder.kill('SIGKILL');
+      await nm.applyPolicy(a, DEFAULT_EGRESS_POLICY);
+    }
   });
 
   it('blocks a sandbox from other sandboxes', async () => {
@@ -385,8 +482,8 @@ describe('network slots against a fake upstream namespace', () => {
     await run('nsenter', [`--net=${a.netnsPath}`, 'ip', 'addr', 'add', '198.51.100.77/32', 'dev', 'lo']);
     try {
       const [spoofed, honest] = await probe(inSlot(a), [
-        { kind: 'udp', host: WAN_A, port: 53, localAddress: '198.51.100.77' },
-        { kind: 'udp', host: WAN_A, port: 53 },
+        { kind: 'udp', host: WAN_A, port: ECHO_PORT, localAddress: '198.51.100.77' },
+        { kind: 'udp', host: WAN_A, port: ECHO_PORT },
       ]);
       expect(spoofed).toEqual({ ok: false, code: 'TIMEOUT' });
       expect(honest).toEqual({ ok: true, body: 'ping' });
@@ -399,9 +496,13 @@ describe('network slots against a fake upstream namespace', () => {
     }
   });
 
-  it('release removes the netns, veth, route and nft rules of the slot', async () => {
+  it('release removes the netns, veth, route, nft rules and conntrack entries of the slot', async () => {
     const c = await nm.acquire();
     await nm.applyPolicy(c, parseNetworkPolicy({ denyOut: [WAN_B] }));
+    expect((await probe(inSlot(c), [http(WAN_A)]))[0]?.ok).toBe(true);
+    const tracked = async () =>
+      (await run('conntrack', ['-L', '-s', c.sandboxLinkIp])).stdout.split('\n').filter(Boolean);
+    expect(await tracked()).not.toEqual([]);
     let now = await hostLeftovers(PREFIX, join(scratch, 'run'));
     expect(now.links).toContain(c.hostIfName);
     expect(now.slotChains).toContain(`slot${c.index}`);
@@ -412,6 +513,8 @@ describe('network slots against a fake upstream namespace', () => {
     expect(now.mounts).not.toContain(c.netnsPath);
     expect(now.slotChains).not.toContain(`slot${c.index}`);
     expect(now.routes.join('\n')).not.toContain(c.hostInteractionIp);
+    // The address may be handed out again: no flow of this sandbox may be waiting for it.
+    expect(await tracked()).toEqual([]);
     await expect(nm.applyPolicy(c, DEFAULT_EGRESS_POLICY)).rejects.toThrow(/not in use/);
     await expect(nm.release(c)).rejects.toThrow(/not in use/);
   });

@@ -5,13 +5,17 @@ import { isAbsolute, join } from 'node:path';
 import type { Registry } from 'prom-client';
 import { run } from '../util/exec.js';
 import { AddressPlan } from './addressing.js';
-import { parseCidr, type Cidr } from './ip.js';
+import { BUILTIN_DENIED_CIDRS } from './builtin-denies.js';
+import { deleteFlows, flowOf, forgetAddresses, listFlowsFrom } from './conntrack.js';
+import { resolverAllowed, verdictFor, type EgressBase } from './egress-model.js';
+import { parseCidr, parseIPv4, type Cidr } from './ip.js';
 import { NetworkMetrics } from './metrics.js';
 import { SlotNames } from './names.js';
 import {
   BASE_CHAINS,
-  EGRESS_MAP,
   SHARED_CHAINS,
+  SLOT_MAPS,
+  type SlotMap,
   dropTableScript,
   sharedTableScript,
   slotPolicyScript,
@@ -27,7 +31,6 @@ import {
   releaseNetnsDir,
   type PlumbingContext,
 } from './plumbing.js';
-import { hasRuntimeRules } from './policy.js';
 import { DEFAULT_RESOLV_CONF_PATHS, resolveSandboxNameserver } from './resolv.js';
 import type { EgressPolicy, NetworkSlot } from './types.js';
 import { RefillTarget } from './watermark.js';
@@ -45,8 +48,10 @@ export interface NetworkManagerOptions {
   runtimePath: string;
   /** `[network.internal]`. */
   internal: { hostInteractionCidr: string; vethCidr: string };
-  /** `[network.egress]`: IPv4 CIDRs no policy can open. */
+  /** `[network.egress]`: IPv4 CIDRs no policy can open, in addition to the built-in ones (builtin-denies.ts). */
   egress: { alwaysDeniedCidrs: readonly string[] };
+  /** `[network.dns].nameserver`: the sandboxes' resolver; empty or absent: the host's (see resolvConfPaths). */
+  nameserver?: string;
   /** `[pool]` watermarks and `[pool.network]` switches (`enabled: false`: no warm slots at all). */
   pool: {
     lowWatermark: number;
@@ -85,8 +90,10 @@ type SlotState = 'creating' | 'ready' | 'in-use' | 'releasing' | 'leaked';
 interface SlotEntry {
   state: SlotState;
   slot: NetworkSlot;
-  /** The slot has its own nft chain and vmap element (a policy with rules was applied). */
+  /** The slot has its own nft chain and vmap elements (a policy was applied); without them it is denied all. */
   hasChain: boolean;
+  /** A sandbox may have opened connections through the slot (it had a policy, or was adopted running). */
+  mayHaveFlows: boolean;
   /** Serialises applyPolicy/release on one slot. */
   tail: Promise<void>;
 }
@@ -98,10 +105,20 @@ const RETRY_FILL_MS = 1000;
 const TEARDOWN_CONCURRENCY = 4;
 const LEAK_RETRY_MS = 10_000;
 
+/**
+ * Fault injection for tests: `AENV_FAULT_POLICY_DELAY_MS` holds the first policy installation of every slot back
+ * this long, which widens any window in which a sandbox would run before its policy is in place. Unset in
+ * production: no delay.
+ */
+async function faultPolicyDelay(): Promise<void> {
+  const ms = Number(process.env.AENV_FAULT_POLICY_DELAY_MS ?? 0);
+  if (Number.isFinite(ms) && ms > 0) await new Promise((r) => setTimeout(r, ms));
+}
+
 export class NetworkManager {
   private readonly names: SlotNames;
   private readonly plan: AddressPlan;
-  private readonly alwaysDenied: Cidr[];
+  private readonly deniedCidrs: Cidr[];
   private readonly log: NetworkLogger;
   private readonly nft: NftWriter;
   private readonly target: RefillTarget;
@@ -128,7 +145,7 @@ export class NetworkManager {
     }
     this.names = new SlotNames(opts.namePrefix ?? 'aenv');
     this.plan = new AddressPlan(opts.internal.hostInteractionCidr, opts.internal.vethCidr);
-    this.alwaysDenied = opts.egress.alwaysDeniedCidrs.map((text) => {
+    const configured = opts.egress.alwaysDeniedCidrs.map((text) => {
       const cidr = typeof text === 'string' ? parseCidr(text.trim()) : null;
       if (!cidr || cidr.family !== 4) {
         throw new Error(
@@ -137,6 +154,13 @@ export class NetworkManager {
       }
       return cidr;
     });
+    // The configured list adds to the built-in one; it cannot take anything out of it.
+    this.deniedCidrs = [...BUILTIN_DENIED_CIDRS, ...configured];
+    const ns = opts.nameserver?.trim() ?? '';
+    if (ns !== '' && parseIPv4(ns) === null)
+      throw new Error(
+        `network.dns.nameserver must be an IPv4 address, got ${JSON.stringify(opts.nameserver)}`,
+      );
     this.log = opts.logger ?? noopLogger;
     const enabled = opts.pool.enabled !== false;
     let low = enabled ? opts.pool.lowWatermark : 0;
@@ -197,7 +221,11 @@ export class NetworkManager {
       await mkdir(this.ctx.netnsDir, { recursive: true, mode: 0o755 });
       this.ctx = { ...this.ctx, netnsDir: await realpath(this.ctx.netnsDir) };
       await ensureNetnsDir(this.ctx.netnsDir);
-      this.dnsServer = await resolveSandboxNameserver(this.opts.resolvConfPaths ?? DEFAULT_RESOLV_CONF_PATHS);
+      const configured = this.opts.nameserver?.trim() ?? '';
+      this.dnsServer =
+        configured !== ''
+          ? configured
+          : await resolveSandboxNameserver(this.opts.resolvConfPaths ?? DEFAULT_RESOLV_CONF_PATHS);
       if (this.dnsServer === null)
         this.log.warn({}, 'no non-loopback IPv4 nameserver on the host; sandboxes get no DNS');
       const report = await this.reconcileNow(keep);
@@ -236,28 +264,59 @@ export class NetworkManager {
   }
 
   /**
-   * Installs the sandbox's egress policy, replacing the previous one. A policy without rules
-   * (no allowOut/denyOut, internet not denied) removes the slot's rules.
+   * Installs the sandbox's egress policy, replacing the previous one; until the first one is in place the slot
+   * is denied everything. Replacing a policy also cuts the slot's tracked connections the new one does not
+   * allow, so a stricter policy holds for connections opened before it too.
    */
   async applyPolicy(slot: NetworkSlot, policy: EgressPolicy): Promise<void> {
     const entry = this.inUseEntry(slot, 'applyPolicy');
-    const withRules = hasRuntimeRules(policy);
+    const resolver = this.dnsServer !== null ? parseIPv4(this.dnsServer) : null;
+    const dnsAllowed = resolver !== null && resolverAllowed(policy, resolver);
     // Built before queueing so a malformed policy fails here and changes nothing.
-    const script = withRules
-      ? slotPolicyScript(this.names, slot.index, policy)
-      : slotRemovalScript(this.names, slot.index);
+    const script = slotPolicyScript(this.names, slot.index, policy, { dnsAllowed });
     await this.serial(entry, async () => {
-      if (!withRules && !entry.hasChain) return;
       const end = this.metrics.policyApplySeconds.startTimer();
+      const replacing = entry.mayHaveFlows;
       try {
+        if (!replacing) await faultPolicyDelay();
         await this.nft.apply(script);
+        entry.hasChain = true;
+        entry.mayHaveFlows = true;
       } catch (e) {
         this.metrics.errors.inc({ op: 'apply_policy' });
         throw e;
       }
       end();
-      entry.hasChain = withRules;
+      // A slot that never had a policy was denied everything: it has no connections to cut.
+      if (replacing) await this.cutDisallowedFlows(slot, policy);
     });
+  }
+
+  /** Deletes the conntrack entries of the slot's own connections that `policy` does not allow. */
+  private async cutDisallowedFlows(slot: NetworkSlot, policy: EgressPolicy): Promise<void> {
+    try {
+      const flows = await listFlowsFrom([slot.sandboxLinkIp, slot.hostInteractionIp]);
+      const base = this.egressBase();
+      const doomed = flows.filter((f) => verdictFor(base, policy, flowOf(f)) === 'deny');
+      await deleteFlows(doomed);
+      this.metrics.flowsCut.inc(doomed.length);
+      if (doomed.length > 0)
+        this.log.info({ index: slot.index, cut: doomed.length }, 'cut connections the new policy denies');
+    } catch (e) {
+      this.metrics.errors.inc({ op: 'cut_flows' });
+      throw new Error(
+        `the new egress policy is in place, but the connections it denies could not be cut: ${(e as Error).message}`,
+        { cause: e },
+      );
+    }
+  }
+
+  private egressBase(): EgressBase {
+    return {
+      internalCidrs: this.plan.internalCidrs,
+      deniedCidrs: this.deniedCidrs,
+      resolver: this.dnsServer !== null ? parseIPv4(this.dnsServer) : null,
+    };
   }
 
   /** Tears the slot down (a netns that ran a sandbox is never reused). */
@@ -401,7 +460,13 @@ export class NetworkManager {
   private createSlot(stateAfter: 'ready' | 'in-use'): Promise<NetworkSlot> {
     const index = this.allocateIndex();
     const slot = this.slotFor(index);
-    const entry: SlotEntry = { state: 'creating', slot, hasChain: false, tail: Promise.resolve() };
+    const entry: SlotEntry = {
+      state: 'creating',
+      slot,
+      hasChain: false,
+      mayHaveFlows: false,
+      tail: Promise.resolve(),
+    };
     this.slots.set(index, entry);
     const addrs = this.plan.forIndex(index);
     const end = this.metrics.slotCreateSeconds.startTimer();
@@ -437,12 +502,26 @@ export class NetworkManager {
       await Promise.all([
         destroySlotPlumbing(this.ctx, index),
         hasChain ? this.nft.apply(slotRemovalScript(this.names, index)) : Promise.resolve(),
+        // The sandbox's processes are gone by now: nothing of it can add entries meanwhile.
+        this.forgetSlotFlows(index),
       ]);
     } catch (e) {
       this.metrics.errors.inc({ op: 'destroy_slot' });
       throw e;
     }
     end();
+  }
+
+  /**
+   * Drops the conntrack entries of a torn-down slot's addresses, so a later slot on the same address cannot
+   * ride its predecessor's flows. Best effort: round-robin indexes already make quick reuse rare.
+   */
+  private async forgetSlotFlows(index: number): Promise<void> {
+    const a = this.plan.forIndex(index);
+    await forgetAddresses([a.sandboxLinkIp, a.hostInteractionIp]).catch((err: unknown) => {
+      this.metrics.errors.inc({ op: 'forget_flows' });
+      this.log.warn({ err, index }, 'could not drop the conntrack entries of a removed slot');
+    });
   }
 
   /** Fills the pool up to the refill target, one slot at a time. */
@@ -541,6 +620,7 @@ export class NetworkManager {
         state: 'in-use',
         slot,
         hasChain: result.chains.has(index),
+        mayHaveFlows: true,
         tail: Promise.resolve(),
       });
       adopted.push(slot);
@@ -568,6 +648,7 @@ export class NetworkManager {
       await forEachLimited(doomed, TEARDOWN_CONCURRENCY, async (index) => {
         try {
           await destroySlotPlumbing(this.ctx, index);
+          await this.forgetSlotFlows(index);
           if (this.slots.get(index)?.state === 'leaked') this.slots.delete(index);
         } catch (e) {
           failed.push(index);
@@ -578,7 +659,7 @@ export class NetworkManager {
         if (entry.state === 'leaked' && !all.has(index)) this.slots.delete(index);
       }
 
-      const staleElements = table.elements.filter((key) => {
+      const staleElements = table.elements.filter(({ key }) => {
         const index = this.names.indexOfVeth(key);
         return index === null || !live(index);
       });
@@ -592,7 +673,7 @@ export class NetworkManager {
           {
             names: this.names,
             internalCidrs: this.plan.internalCidrs,
-            alwaysDeniedCidrs: this.alwaysDenied,
+            deniedCidrs: this.deniedCidrs,
             dnsServer: this.dnsServer,
           },
           { elements: staleElements, chains: staleChains, mismatchedBaseChains: table.mismatchedBaseChains },
@@ -619,7 +700,7 @@ export class NetworkManager {
 
   private async listTable(): Promise<{
     regularChains: string[];
-    elements: string[];
+    elements: { map: SlotMap; key: string }[];
     mismatchedBaseChains: string[];
   }> {
     const res = await run('nft', ['-j', 'list', 'table', 'inet', this.names.table], {
@@ -633,7 +714,7 @@ export class NetworkManager {
     }
     const doc = JSON.parse(res.stdout) as { nftables: Record<string, unknown>[] };
     const regularChains: string[] = [];
-    const elements: string[] = [];
+    const elements: { map: SlotMap; key: string }[] = [];
     const mismatchedBaseChains: string[] = [];
     for (const item of doc.nftables) {
       const chain = item['chain'] as
@@ -649,10 +730,11 @@ export class NetworkManager {
         }
       }
       const map = item['map'] as { name: string; elem?: unknown[] } | undefined;
-      if (map?.name === EGRESS_MAP) {
+      const slotMap = SLOT_MAPS.find((m) => m === map?.name);
+      if (map && slotMap) {
         for (const el of map.elem ?? []) {
           const key = Array.isArray(el) ? el[0] : undefined;
-          if (typeof key === 'string') elements.push(key);
+          if (typeof key === 'string') elements.push({ map: slotMap, key });
         }
       }
     }
@@ -664,6 +746,8 @@ async function checkHostTools(): Promise<void> {
   const tools: [string, string[]][] = [
     ['ip', ['-V']],
     ['nft', ['--version']],
+    // Cuts the connections a stricter policy no longer allows (conntrack.ts).
+    ['conntrack', ['--version']],
     ['unshare', ['--version']],
     ['umount', ['--version']],
   ];

@@ -17,6 +17,7 @@ export class NetworkMetrics {
   readonly policyApplySeconds: Histogram;
   readonly acquisitions: Counter<'result'>;
   readonly errors: Counter<'op'>;
+  readonly flowsCut: Counter;
 
   constructor(registry: Registry | undefined, counts: () => PoolCounts) {
     const registers = registry ? [registry] : [];
@@ -48,6 +49,11 @@ export class NetworkMetrics {
       name: 'aenv_network_errors_total',
       help: 'Failed network operations by operation',
       labelNames: ['op'],
+      registers,
+    });
+    this.flowsCut = new Counter({
+      name: 'aenv_network_flows_cut_total',
+      help: 'Tracked connections deleted because a replaced egress policy no longer allows them',
       registers,
     });
     new Gauge({

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { parseCidr, type Cidr } from './ip.js';
 import { SlotNames } from './names.js';
 import { sharedTableScript, slotPolicyScript, slotRemovalScript } from './nft-rules.js';
+import type { EgressPolicy } from './types.js';
 
 const names = new SlotNames('aenv');
 const cidrs = (...t: string[]) => t.map((x) => parseCidr(x) as Cidr);
@@ -9,7 +10,7 @@ const cidrs = (...t: string[]) => t.map((x) => parseCidr(x) as Cidr);
 const spec = {
   names,
   internalCidrs: cidrs('10.11.0.0/16', '10.12.0.0/16'),
-  alwaysDeniedCidrs: cidrs('10.0.0.0/8', '169.254.0.0/16'),
+  deniedCidrs: cidrs('10.0.0.0/8', '169.254.0.0/16'),
   dnsServer: '192.0.2.53',
 };
 
@@ -22,17 +23,18 @@ const rulesOf = (script: string, chain: string) =>
 describe('sharedTableScript', () => {
   const script = sharedTableScript(spec);
 
-  it('orders sandbox egress as the reference: established, DNS, internal, always-denied, per-slot rules', () => {
+  it('orders sandbox egress as egress-model.ts: internal, DNS per slot, denied, per-slot rules, deny', () => {
     expect(rulesOf(script, 'sandbox_egress')).toEqual([
       'ct state established,related accept',
       'ct state invalid drop',
       'meta nfproto ipv6 goto deny',
       'fib saddr . iif oif missing drop',
-      'ip daddr 192.0.2.53 meta l4proto { tcp, udp } th dport 53 accept',
       'ip daddr { 10.11.0.0/16, 10.12.0.0/16 } goto deny',
+      'ip daddr 192.0.2.53 meta l4proto { tcp, udp } th dport 53 iifname vmap @dns',
       'ip daddr { 10.0.0.0/8, 169.254.0.0/16 } goto deny',
       'iifname vmap @egress',
-      'accept',
+      // A slot without a policy (fresh, warm, or mid-restore) is denied everything.
+      'goto deny',
     ]);
   });
 
@@ -44,7 +46,7 @@ describe('sharedTableScript', () => {
     expect(rulesOf(script, 'input')).toEqual(['iifname "aenv-v*" jump sandbox_input']);
     expect(rulesOf(script, 'sandbox_input')).toEqual([
       'ct state established,related accept',
-      'ip daddr 192.0.2.53 meta l4proto { tcp, udp } th dport 53 accept',
+      'ip daddr 192.0.2.53 meta l4proto { tcp, udp } th dport 53 iifname vmap @dns',
       'goto deny',
     ]);
     expect(rulesOf(script, 'sandbox_ingress')).toEqual(['ct state established,related accept', 'drop']);
@@ -72,20 +74,26 @@ describe('sharedTableScript', () => {
   });
 
   it('leaves out the DNS exception without a nameserver and the deny rule without CIDRs', () => {
-    const bare = sharedTableScript({ ...spec, dnsServer: null, alwaysDeniedCidrs: [] });
+    const bare = sharedTableScript({ ...spec, dnsServer: null, deniedCidrs: [] });
     expect(bare).not.toContain('dport 53');
     expect(rulesOf(bare, 'sandbox_egress')).toHaveLength(7);
   });
 
   it('removes stale elements and chains after flushing, and re-creates mismatched base chains', () => {
     const s = sharedTableScript(spec, {
-      elements: ['aenv-v7', 'weird"name'],
+      elements: [
+        { map: 'egress', key: 'aenv-v7' },
+        { map: 'dns', key: 'aenv-v7' },
+        { map: 'egress', key: 'weird"name' },
+      ],
       chains: ['slot7', 'stray'],
       mismatchedBaseChains: ['forward'],
     });
     const lines = s.split('\n');
     const at = (l: string) => lines.indexOf(l);
     expect(at('delete element inet aenv egress { "aenv-v7" }')).toBeGreaterThan(0);
+    expect(at('delete element inet aenv dns { "aenv-v7" }')).toBeGreaterThan(0);
+    expect(s).not.toContain('weird');
     expect(at('flush chain inet aenv slot7')).toBeLessThan(at('delete chain inet aenv slot7'));
     expect(at('delete chain inet aenv forward')).toBeLessThan(
       lines.findIndex((l) => l.startsWith('add chain inet aenv forward {')),
@@ -100,12 +108,23 @@ describe('sharedTableScript', () => {
 });
 
 describe('slotPolicyScript', () => {
+  const script = (policy: Partial<EgressPolicy>, dnsAllowed = true) =>
+    slotPolicyScript(
+      names,
+      7,
+      { allowOut: [], denyOut: [], allowInternetAccess: null, ...policy },
+      { dnsAllowed },
+    );
+
   it('writes allowOut accept, denyOut reject, base deny, then maps the veth to the chain', () => {
-    const s = slotPolicyScript(names, 7, {
-      allowOut: ['198.51.100.0/24', '198.51.100.10/32', '2001:db8::/32'],
-      denyOut: ['203.0.113.0/24'],
-      allowInternetAccess: false,
-    });
+    const s = script(
+      {
+        allowOut: ['198.51.100.0/24', '198.51.100.10/32', '2001:db8::/32'],
+        denyOut: ['203.0.113.0/24'],
+        allowInternetAccess: false,
+      },
+      false,
+    );
     expect(s.split('\n').filter(Boolean)).toEqual([
       'add chain inet aenv slot7',
       'flush chain inet aenv slot7',
@@ -113,38 +132,43 @@ describe('slotPolicyScript', () => {
       'add rule inet aenv slot7 ip daddr { 203.0.113.0/24 } goto deny',
       'add rule inet aenv slot7 goto deny',
       'add element inet aenv egress { "aenv-v7" : jump slot7 }',
+      'add element inet aenv dns { "aenv-v7" : accept }',
+      'delete element inet aenv dns { "aenv-v7" }',
     ]);
   });
 
-  it('has no base deny unless allow_internet_access is false', () => {
-    const s = slotPolicyScript(names, 7, {
-      allowOut: [],
-      denyOut: ['203.0.113.0/24'],
-      allowInternetAccess: true,
-    });
-    expect(s).not.toContain('slot7 goto deny');
+  it('with internet on ends in accept, after refusing port 53 to anything but the resolver', () => {
+    expect(rulesOf(script({ denyOut: ['203.0.113.0/24'], allowInternetAccess: true }), 'slot7')).toEqual([
+      'ip daddr { 203.0.113.0/24 } goto deny',
+      'meta l4proto { tcp, udp } th dport 53 goto deny',
+      'accept',
+    ]);
+    // The default policy gets a chain too: without one the slot is denied everything.
+    expect(rulesOf(script({}), 'slot7')).toEqual([
+      'meta l4proto { tcp, udp } th dport 53 goto deny',
+      'accept',
+    ]);
+  });
+
+  it('keeps the DNS element only when the resolver is allowed', () => {
+    expect(script({}, true)).not.toContain('delete element');
+    expect(script({}, false)).toContain('delete element inet aenv dns { "aenv-v7" }');
   });
 
   it('refuses entries that are not normalized CIDRs instead of pasting them', () => {
-    expect(() =>
-      slotPolicyScript(names, 7, {
-        allowOut: ['1.2.3.4/32 accept; flush ruleset'],
-        denyOut: [],
-        allowInternetAccess: null,
-      }),
-    ).toThrow(/not a normalized CIDR/);
-    expect(() =>
-      slotPolicyScript(names, 7, { allowOut: [], denyOut: ['example.com'], allowInternetAccess: null }),
-    ).toThrow(/denyOut/);
+    expect(() => script({ allowOut: ['1.2.3.4/32 accept; flush ruleset'] })).toThrow(/not a normalized CIDR/);
+    expect(() => script({ denyOut: ['example.com'] })).toThrow(/not a normalized CIDR/);
   });
 });
 
 describe('slotRemovalScript', () => {
-  it('adds before deleting so it succeeds whether or not the chain exists', () => {
+  it('adds before deleting so it succeeds whether or not the chain and elements exist', () => {
     expect(slotRemovalScript(names, 3).split('\n').filter(Boolean)).toEqual([
       'add chain inet aenv slot3',
       'add element inet aenv egress { "aenv-v3" : jump slot3 }',
+      'add element inet aenv dns { "aenv-v3" : accept }',
       'delete element inet aenv egress { "aenv-v3" }',
+      'delete element inet aenv dns { "aenv-v3" }',
       'flush chain inet aenv slot3',
       'delete chain inet aenv slot3',
     ]);

@@ -1,20 +1,28 @@
 // nftables scripts (for `nft -f -`) of the aenv table. Pure text generation; every address that
 // reaches a script has been parsed into a Cidr first, so no caller string is ever pasted in.
+// The order of the egress decision is egress-model.ts's; these chains are its nftables form.
 //
 // table inet <prefix>
 //   forward (hook forward, prio filter-10): iif sandbox veth → sandbox_egress; oif sandbox veth → sandbox_ingress
-//   sandbox_egress: established → [anti-spoof, v6 off] → DNS → internal CIDRs → always_denied → vmap @egress
-//                   (per-slot chain: allowOut accept → denyOut reject → base deny) → accept
+//   sandbox_egress: established → [v6 off, anti-spoof] → internal CIDRs → DNS to the resolver (vmap @dns)
+//                   → built-in + always_denied → vmap @egress (per-slot chain, always ends in a verdict)
+//                   → deny (a slot without a policy yet)
 //   sandbox_ingress: only replies reach a sandbox through the forward path
 //   input (hook input, prio filter-10): iif sandbox veth → sandbox_input (replies and DNS only)
 //   postrouting (nat, prio srcnat-10): masquerade internal sources leaving through a non-sandbox interface
 //   deny: tcp reset / icmp admin-prohibited, so refused connections fail at once
 
-import { collapseCidrs, formatCidr, parseCidr, parseIPv4, type Cidr } from './ip.js';
+import { DNS_PORT, slotRules, type SlotRule } from './egress-model.js';
+import { collapseCidrs, formatCidr, parseIPv4, type Cidr } from './ip.js';
 import type { SlotNames } from './names.js';
 import type { EgressPolicy } from './types.js';
 
+/** Slot veth → `jump slotN`: the slot's policy. A veth without an element is denied everything. */
 export const EGRESS_MAP = 'egress';
+/** Slot veth → `accept`: the slot may query the node's resolver. */
+export const DNS_MAP = 'dns';
+export const SLOT_MAPS = [EGRESS_MAP, DNS_MAP] as const;
+export type SlotMap = (typeof SLOT_MAPS)[number];
 
 interface BaseChain {
   type: 'filter' | 'nat';
@@ -39,15 +47,16 @@ export interface SharedRulesSpec {
   names: SlotNames;
   /** host_interaction_cidr and veth_cidr. */
   internalCidrs: readonly Cidr[];
-  alwaysDeniedCidrs: readonly Cidr[];
-  /** IPv4 nameserver the sandboxes may query on port 53; null: no DNS exception. */
+  /** Built-in denies and always_denied_cidrs. */
+  deniedCidrs: readonly Cidr[];
+  /** IPv4 nameserver slots whose policy allows it may query on port 53; null: no DNS exception. */
   dnsServer: string | null;
 }
 
 /** What a listing of the table found that must go (see reconcile). */
 export interface StaleObjects {
-  /** vmap keys (interface names) to delete. */
-  elements: readonly string[];
+  /** vmap keys (interface names) to delete, per map. */
+  elements: readonly { map: SlotMap; key: string }[];
   /** Regular chains to flush and delete. */
   chains: readonly string[];
   /** Base chains whose hook or priority differ from BASE_CHAINS: dropped and re-created. */
@@ -70,7 +79,8 @@ function v4Set(cidrs: readonly Cidr[]): string | null {
 export function sharedTableScript(spec: SharedRulesSpec, stale: StaleObjects = NO_STALE): string {
   const t = `inet ${spec.names.table}`;
   const veths = JSON.stringify(spec.names.vethWildcard);
-  const lines: string[] = [`add table ${t}`, `add map ${t} ${EGRESS_MAP} { type ifname : verdict ; }`];
+  const lines: string[] = [`add table ${t}`];
+  for (const map of SLOT_MAPS) lines.push(`add map ${t} ${map} { type ifname : verdict ; }`);
   for (const name of REGULAR_CHAINS) lines.push(`add chain ${t} ${name}`);
   for (const name of stale.mismatchedBaseChains)
     lines.push(`flush chain ${t} ${name}`, `delete chain ${t} ${name}`);
@@ -81,10 +91,10 @@ export function sharedTableScript(spec: SharedRulesSpec, stale: StaleObjects = N
   }
   for (const name of SHARED_CHAINS) lines.push(`flush chain ${t} ${name}`);
   // Only aenv writes this map, so other keys are unexpected; ones nft could not parse back are left.
-  const elements = stale.elements.filter((k) => /^[A-Za-z0-9_.-]+$/.test(k));
-  if (elements.length > 0) {
-    const keys = elements.map((k) => JSON.stringify(k)).join(', ');
-    lines.push(`delete element ${t} ${EGRESS_MAP} { ${keys} }`);
+  for (const map of SLOT_MAPS) {
+    const keys = stale.elements.filter((e) => e.map === map && /^[A-Za-z0-9_.-]+$/.test(e.key));
+    if (keys.length > 0)
+      lines.push(`delete element ${t} ${map} { ${keys.map((e) => JSON.stringify(e.key)).join(', ')} }`);
   }
   for (const name of stale.chains) lines.push(`flush chain ${t} ${name}`);
   for (const name of stale.chains) lines.push(`delete chain ${t} ${name}`);
@@ -96,27 +106,30 @@ export function sharedTableScript(spec: SharedRulesSpec, stale: StaleObjects = N
   rule('forward', `iifname ${veths} jump sandbox_egress`);
   rule('forward', `oifname ${veths} jump sandbox_ingress`);
 
+  // Tightening a policy cuts the tracked connections it no longer allows (conntrack.ts), so established
+  // flows may be accepted before the policy is looked at.
   rule('sandbox_egress', 'ct state established,related accept');
   rule('sandbox_egress', 'ct state invalid drop');
   // IPv6 is not configured in slots; refuse it explicitly anyway.
   rule('sandbox_egress', 'meta nfproto ipv6 goto deny');
   // Source must be routed back through the interface it came in on: no spoofing from raw sockets.
   rule('sandbox_egress', 'fib saddr . iif oif missing drop');
-  const dns = spec.dnsServer !== null ? dnsAddress(spec.dnsServer) : null;
-  if (dns) rule('sandbox_egress', `ip daddr ${dns} meta l4proto { tcp, udp } th dport 53 accept`);
   const internal = v4Set(spec.internalCidrs);
   if (internal) rule('sandbox_egress', `ip daddr ${internal} goto deny`);
-  const denied = v4Set(spec.alwaysDeniedCidrs);
+  const dns = spec.dnsServer !== null ? dnsAddress(spec.dnsServer) : null;
+  const dnsRule = `ip daddr ${dns} meta l4proto { tcp, udp } th dport ${DNS_PORT} iifname vmap @${DNS_MAP}`;
+  if (dns) rule('sandbox_egress', dnsRule);
+  const denied = v4Set(spec.deniedCidrs);
   if (denied) rule('sandbox_egress', `ip daddr ${denied} goto deny`);
   rule('sandbox_egress', `iifname vmap @${EGRESS_MAP}`);
-  rule('sandbox_egress', 'accept');
+  rule('sandbox_egress', 'goto deny');
 
   rule('sandbox_ingress', 'ct state established,related accept');
   rule('sandbox_ingress', 'drop');
 
   rule('input', `iifname ${veths} jump sandbox_input`);
   rule('sandbox_input', 'ct state established,related accept');
-  if (dns) rule('sandbox_input', `ip daddr ${dns} meta l4proto { tcp, udp } th dport 53 accept`);
+  if (dns) rule('sandbox_input', dnsRule);
   rule('sandbox_input', 'goto deny');
 
   rule('postrouting', `oifname ${veths} return`);
@@ -124,23 +137,42 @@ export function sharedTableScript(spec: SharedRulesSpec, stale: StaleObjects = N
   return lines.join('\n') + '\n';
 }
 
-/** Replaces the slot's own rules (allowOut accept → denyOut reject → base deny) and hooks its veth to them. */
-export function slotPolicyScript(names: SlotNames, index: number, policy: EgressPolicy): string {
+/**
+ * Replaces the slot's own chain with `policy`'s rules and hooks its veth to it; adds or removes the veth's
+ * DNS element (`dnsAllowed`: see egress-model.ts `resolverAllowed`). One transaction.
+ */
+export function slotPolicyScript(
+  names: SlotNames,
+  index: number,
+  policy: EgressPolicy,
+  opts: { dnsAllowed: boolean },
+): string {
   const t = `inet ${names.table}`;
   const chain = names.chain(index);
+  const key = JSON.stringify(names.veth(index));
   const lines = [`add chain ${t} ${chain}`, `flush chain ${t} ${chain}`];
-  const allow = v4Set(policyCidrs(policy.allowOut, 'allowOut'));
-  const deny = v4Set(policyCidrs(policy.denyOut, 'denyOut'));
-  if (allow) lines.push(`add rule ${t} ${chain} ip daddr ${allow} accept`);
-  if (deny) lines.push(`add rule ${t} ${chain} ip daddr ${deny} goto deny`);
-  if (policy.allowInternetAccess === false) lines.push(`add rule ${t} ${chain} goto deny`);
-  lines.push(`add element ${t} ${EGRESS_MAP} { ${JSON.stringify(names.veth(index))} : jump ${chain} }`);
+  for (const r of slotRules(policy)) lines.push(`add rule ${t} ${chain} ${renderSlotRule(r)}`);
+  lines.push(`add element ${t} ${EGRESS_MAP} { ${key} : jump ${chain} }`);
+  lines.push(`add element ${t} ${DNS_MAP} { ${key} : accept }`);
+  if (!opts.dnsAllowed) lines.push(`delete element ${t} ${DNS_MAP} { ${key} }`);
   return lines.join('\n') + '\n';
 }
 
+function renderSlotRule(rule: SlotRule): string {
+  const parts: string[] = [];
+  if (rule.to) {
+    const set = v4Set(rule.to);
+    if (!set) throw new Error('a slot rule names no IPv4 destination');
+    parts.push(`ip daddr ${set}`);
+  }
+  if (rule.tcpUdpPort !== undefined) parts.push(`meta l4proto { tcp, udp } th dport ${rule.tcpUdpPort}`);
+  parts.push(rule.verdict === 'accept' ? 'accept' : 'goto deny');
+  return parts.join(' ');
+}
+
 /**
- * Removes the slot's element and chain. Adding both first makes the transaction succeed whether or
- * not they exist, so no listing is needed.
+ * Removes the slot's elements and chain: the slot is denied everything again. Adding them first makes the
+ * transaction succeed whether or not they exist, so no listing is needed.
  */
 export function slotRemovalScript(names: SlotNames, index: number): string {
   const t = `inet ${names.table}`;
@@ -150,7 +182,9 @@ export function slotRemovalScript(names: SlotNames, index: number): string {
     [
       `add chain ${t} ${chain}`,
       `add element ${t} ${EGRESS_MAP} { ${key} : jump ${chain} }`,
+      `add element ${t} ${DNS_MAP} { ${key} : accept }`,
       `delete element ${t} ${EGRESS_MAP} { ${key} }`,
+      `delete element ${t} ${DNS_MAP} { ${key} }`,
       `flush chain ${t} ${chain}`,
       `delete chain ${t} ${chain}`,
     ].join('\n') + '\n'
@@ -160,17 +194,6 @@ export function slotRemovalScript(names: SlotNames, index: number): string {
 /** Deletes the whole table if it exists. */
 export function dropTableScript(names: SlotNames): string {
   return `add table inet ${names.table}\ndelete table inet ${names.table}\n`;
-}
-
-function policyCidrs(entries: readonly string[], field: string): Cidr[] {
-  return entries.map((entry) => {
-    const cidr = parseCidr(entry);
-    if (!cidr)
-      throw new Error(
-        `${field} entry ${JSON.stringify(entry)} is not a normalized CIDR (use parseNetworkPolicy)`,
-      );
-    return cidr;
-  });
 }
 
 function dnsAddress(text: string): string {

@@ -1,10 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import {
-  DOMAIN_ENTRIES_UNSUPPORTED,
-  hasRuntimeRules,
-  NetworkPolicyError,
-  parseNetworkPolicy,
-} from './policy.js';
+import { DOMAIN_ENTRIES_UNSUPPORTED, NetworkPolicyError, parseNetworkPolicy } from './policy.js';
 
 function rejection(input: Parameters<typeof parseNetworkPolicy>[0]): NetworkPolicyError {
   try {
@@ -113,19 +108,5 @@ describe('parseNetworkPolicy', () => {
   it('rejects values of the wrong type', () => {
     expect(rejection({ allowOut: '192.0.2.1' }).message).toBe('allowOut must be an array of strings');
     expect(rejection({ denyOut: [42] }).message).toBe('denyOut must be an array of strings');
-  });
-});
-
-describe('hasRuntimeRules', () => {
-  it('is true for base deny or any explicit entry only', () => {
-    expect(hasRuntimeRules({ allowOut: [], denyOut: [], allowInternetAccess: null })).toBe(false);
-    expect(hasRuntimeRules({ allowOut: [], denyOut: [], allowInternetAccess: true })).toBe(false);
-    expect(hasRuntimeRules({ allowOut: [], denyOut: [], allowInternetAccess: false })).toBe(true);
-    expect(hasRuntimeRules({ allowOut: ['192.0.2.1/32'], denyOut: [], allowInternetAccess: null })).toBe(
-      true,
-    );
-    expect(hasRuntimeRules({ allowOut: [], denyOut: ['192.0.2.1/32'], allowInternetAccess: true })).toBe(
-      true,
-    );
   });
 });

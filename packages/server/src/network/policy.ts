@@ -69,11 +69,6 @@ export function parseNetworkPolicy(input: NetworkPolicyInput): EgressPolicy {
   return { allowOut, denyOut, allowInternetAccess: allowInternetAccess ?? null };
 }
 
-/** True when the policy needs per-sandbox rules (reference: base Deny or explicit entries). */
-export function hasRuntimeRules(policy: EgressPolicy): boolean {
-  return policy.allowInternetAccess === false || policy.allowOut.length > 0 || policy.denyOut.length > 0;
-}
-
 export const DEFAULT_EGRESS_POLICY: EgressPolicy = Object.freeze({
   allowOut: [],
   denyOut: [],

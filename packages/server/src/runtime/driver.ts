@@ -44,6 +44,11 @@ export interface CreateOptions {
    * becomes the new sandbox's upper, copy-on-write where the volume allows).
    */
   diskSource?: string;
+  /**
+   * Awaited right before the sandbox's first process starts (the sandbox's network policy being installed, so no
+   * sandbox process ever runs without it). Its rejection fails the create.
+   */
+  startAfter?: Promise<unknown>;
 }
 
 export interface RestoreOptions {
@@ -54,6 +59,8 @@ export interface RestoreOptions {
    * stopping checkpoint). Given: a fresh sandbox dir is made from it (resume elsewhere, fork).
    */
   diskSource?: string;
+  /** As CreateOptions.startAfter: awaited right before the restored processes run again. */
+  startAfter?: Promise<unknown>;
 }
 
 export interface CheckpointOptions {

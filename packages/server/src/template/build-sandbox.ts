@@ -93,7 +93,13 @@ export class BuildSandboxes {
       undo.push(() => this.opts.network.release(slot));
       this.opts.images.acquireLease(BUILD_LEASE_PREFIX + spec.id, spec.image.manifestDigest);
       undo.push(async () => this.opts.images.releaseLease(BUILD_LEASE_PREFIX + spec.id));
-      await this.opts.network.applyPolicy(slot, { allowOut: [], denyOut: [], allowInternetAccess: null });
+      // Installed while the container is prepared; its first process starts once it is in place.
+      const policyApplied = this.opts.network.applyPolicy(slot, {
+        allowOut: [],
+        denyOut: [],
+        allowInternetAccess: null,
+      });
+      policyApplied.catch(() => {});
       const lowerDirs = spec.image.layers.map((l) => l.dir);
       await this.opts.runtime.create(
         {
@@ -115,9 +121,14 @@ export class BuildSandboxes {
             AENV_ENVD_INIT_KEY: this.opts.envdInitKey(spec.id),
           },
         },
-        { tools: this.opts.tools, ...(spec.diskSource ? { diskSource: spec.diskSource } : {}) },
+        {
+          tools: this.opts.tools,
+          startAfter: policyApplied,
+          ...(spec.diskSource ? { diskSource: spec.diskSource } : {}),
+        },
       );
       undo.push(() => this.opts.runtime.destroy(spec.id));
+      await policyApplied;
       await Promise.all([
         waitForEnvd(slot.hostInteractionIp, this.opts.envdPort, {
           pollMs: this.opts.envdPollMs,

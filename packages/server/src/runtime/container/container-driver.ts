@@ -531,6 +531,7 @@ export class ContainerDriver implements RuntimeDriver {
         }
         await writeBootId(p.upper, spec.lowerDirs, this.opts.uidMapHostStart);
         await this.mountAndConfigure(spec, p, opts.tools);
+        await opts.startAfter;
         await this.runc.run(spec.id, p.bundle, p.pidFile, p.runcLog);
         const handle = { id: spec.id, pid: await this.readPid(p), sandboxDir: p.dir, upperDir: p.upper };
         this.limitDiskSoon(spec, p);
@@ -782,6 +783,7 @@ export class ContainerDriver implements RuntimeDriver {
         const work = this.criuWorkDir(spec.id, 'restore');
         await rm(work, { recursive: true, force: true });
         await mkdir(work, { recursive: true });
+        await opts.startAfter;
         try {
           await this.runc.restore(spec.id, p.bundle, spec.netnsPath, imagesDir, work, p.pidFile, p.runcLog);
         } catch (e) {

@@ -1,0 +1,119 @@
+// What a sandbox may send, as data. nft-rules.ts writes it into nftables; `verdictFor` answers the same question
+// in process, to find the tracked connections a new policy no longer allows (they are then cut, conntrack.ts).
+// Both follow the order below, so the kernel and the server agree on every flow:
+//
+//   1. internal CIDRs (other sandboxes, host link ends)            deny
+//   2. TCP/UDP port 53 to the node's resolver                     accept if the slot's policy allows the resolver
+//   3. built-in denies ∪ always_denied_cidrs                       deny
+//   4. no policy installed yet (fresh slot)                        deny
+//   5. the slot's rules: allowOut accept → denyOut deny → (internet on: port 53 elsewhere deny, then accept)
+//                                                                  (internet off: deny)
+//
+// A later resolver for domain allow-lists plugs in at 2 (its address) and 5 (rules naming resolved addresses).
+
+import { cidrContainsAddress, collapseCidrs, parseCidr, type Cidr } from './ip.js';
+import type { EgressPolicy } from './types.js';
+
+export const DNS_PORT = 53;
+export const PROTO_TCP = 6;
+export const PROTO_UDP = 17;
+
+/** A new outbound flow of a sandbox, as the filter sees its first packet. */
+export interface Flow {
+  /** IPv4 destination. */
+  daddr: bigint;
+  /** IANA protocol number. */
+  protocol: number;
+  /** Destination port (TCP, UDP); null for protocols without ports. */
+  dport: number | null;
+}
+
+export type Verdict = 'accept' | 'deny';
+
+/** One rule of a slot's own chain: a match, and what happens to a flow that matches. */
+export interface SlotRule {
+  /** Destination in one of these IPv4 CIDRs (absent: any destination). */
+  to?: readonly Cidr[];
+  /** TCP or UDP to this port only (absent: any protocol and port). */
+  tcpUdpPort?: number;
+  verdict: Verdict;
+}
+
+/** The node-wide part of the decision (the same for every slot). */
+export interface EgressBase {
+  /** host_interaction_cidr and veth_cidr. */
+  internalCidrs: readonly Cidr[];
+  /** Built-in denies and always_denied_cidrs. */
+  deniedCidrs: readonly Cidr[];
+  /** The node's resolver (IPv4), or null: sandboxes get no DNS. */
+  resolver: bigint | null;
+}
+
+const v4 = (entries: readonly string[]): Cidr[] =>
+  collapseCidrs(
+    entries.map((entry) => {
+      const cidr = parseCidr(entry);
+      if (!cidr)
+        throw new Error(`${JSON.stringify(entry)} is not a normalized CIDR (use parseNetworkPolicy)`);
+      return cidr;
+    }),
+  ).filter((c) => c.family === 4);
+
+/** The slot's own chain for `policy` (step 5). It always ends in a verdict: nothing falls through. */
+export function slotRules(policy: EgressPolicy): SlotRule[] {
+  const rules: SlotRule[] = [];
+  const allow = v4(policy.allowOut);
+  const deny = v4(policy.denyOut);
+  if (allow.length > 0) rules.push({ to: allow, verdict: 'accept' });
+  if (deny.length > 0) rules.push({ to: deny, verdict: 'deny' });
+  if (policy.allowInternetAccess === false) {
+    rules.push({ verdict: 'deny' });
+  } else {
+    // DNS goes to the node's resolver only (step 2): a resolver of the sandbox's choosing is a way around it.
+    rules.push({ tcpUdpPort: DNS_PORT, verdict: 'deny' });
+    rules.push({ verdict: 'accept' });
+  }
+  return rules;
+}
+
+/**
+ * Whether the slot may query the node's resolver (step 2): the resolver counts as a destination of the policy
+ * (allowOut first, then denyOut, then allow_internet_access), except that always-denied ranges do not block it,
+ * as resolvers often sit in private or link-local ranges.
+ */
+export function resolverAllowed(policy: EgressPolicy, resolver: bigint): boolean {
+  const hit = (cidrs: readonly Cidr[]) => cidrs.some((c) => inCidr(c, resolver));
+  if (hit(v4(policy.allowOut))) return true;
+  if (hit(v4(policy.denyOut))) return false;
+  return policy.allowInternetAccess !== false;
+}
+
+/** The verdict the filter gives the first packet of `flow` from a slot with `policy` (null: none installed). */
+export function verdictFor(base: EgressBase, policy: EgressPolicy | null, flow: Flow): Verdict {
+  const hit = (cidrs: readonly Cidr[]) => cidrs.some((c) => inCidr(c, flow.daddr));
+  if (hit(base.internalCidrs)) return 'deny';
+  if (
+    base.resolver !== null &&
+    flow.daddr === base.resolver &&
+    isTcpUdp(flow) &&
+    flow.dport === DNS_PORT &&
+    policy !== null &&
+    resolverAllowed(policy, base.resolver)
+  ) {
+    return 'accept';
+  }
+  if (hit(base.deniedCidrs)) return 'deny';
+  if (policy === null) return 'deny';
+  for (const rule of slotRules(policy)) if (ruleMatches(rule, flow)) return rule.verdict;
+  return 'deny';
+}
+
+function ruleMatches(rule: SlotRule, flow: Flow): boolean {
+  if (rule.to && !rule.to.some((c) => inCidr(c, flow.daddr))) return false;
+  if (rule.tcpUdpPort !== undefined && !(isTcpUdp(flow) && flow.dport === rule.tcpUdpPort)) return false;
+  return true;
+}
+
+const isTcpUdp = (flow: Flow) => flow.protocol === PROTO_TCP || flow.protocol === PROTO_UDP;
+
+const inCidr = (cidr: Cidr, addr: bigint) => cidrContainsAddress(cidr, { family: 4, value: addr });
