@@ -31,7 +31,7 @@ interface Recorded {
 describe('proxy tokens and platform credentials', () => {
   let server: TestServer;
   let open: Sandbox;
-  /** A secure sandbox, as the raw API creates it (the 2.51 SDK does not send `secure`). */
+  /** A secure sandbox, created through the raw v1 route, which answers its token. */
   let secure: { id: string; token: string; sbx: Sandbox };
 
   const createSecure = async (extra: Record<string, unknown> = {}) => {
@@ -63,7 +63,11 @@ describe('proxy tokens and platform credentials', () => {
   beforeAll(async () => {
     server = await startServer({ name: 'sprx2', toml: `[sandbox_proxy]\ndomains = ["${DOMAIN}"]\n` });
     useSdk(server);
-    open = await Sandbox.create({ timeoutMs: 600_000 });
+    // Not secure: v1's default (every v2 create, the SDK's, is secured).
+    const created = await server.api('POST', '/sandboxes', { templateID: 'base', timeout: 600 });
+    expect(created.status).toBe(201);
+    expect(created.body.envdAccessToken).toBeUndefined();
+    open = await Sandbox.connect(created.body.sandboxID as string, { timeoutMs: 600_000 });
     const s = await createSecure();
     secure = { ...s, sbx: await Sandbox.connect(s.id) };
   });
