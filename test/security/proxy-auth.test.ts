@@ -156,6 +156,32 @@ describe('proxy tokens and platform credentials', () => {
     expect((await secure.sbx.commands.run('echo secured')).stdout).toBe('secured\n');
   });
 
+  it('answers a request refused for its token once, even when its body is malformed', async () => {
+    const { id, token } = secure;
+    // Hidden in the body, with the token: an envd that ever read it as a request would take the upload.
+    const path = '/tmp/after-refusal';
+    const hidden = httpRequest(
+      [`POST /files?path=${path} HTTP/1.1`, 'Host: envd', `X-Access-Token: ${token}`, 'Content-Length: 1'],
+      'x',
+    );
+    const head = ['GET /health HTTP/1.1', 'Host: x', ...envdRoute(id), 'Transfer-Encoding: chunked'];
+    // The proxy refuses these (401) before their bodies are read, unless the parser meets the bad chunk first
+    // (400): either way, one answer and the connection closed.
+    const malformed = {
+      'chunk data longer than its size': `1\r\n${hidden}\r\n0\r\n\r\n`,
+      'a chunk size that is not hex': `zz\r\n${hidden}\r\n0\r\n\r\n`,
+      'a chunk size line without CR': `${hidden.length.toString(16)}\n${hidden}\r\n0\r\n\r\n`,
+    };
+    for (const [name, body] of Object.entries(malformed)) {
+      const ex = await rawExchange(server.port, httpRequest(head, body), Number.POSITIVE_INFINITY);
+      expect(ex.responses, name).toHaveLength(1);
+      expect([400, 401], name).toContain(ex.responses[0]!.status);
+      expect(JSON.parse(ex.responses[0]!.body), name).toMatchObject({ code: ex.responses[0]!.status });
+      expect(ex.closed, name).toBe(true);
+    }
+    expect(await secure.sbx.files.exists(path)).toBe(false);
+  });
+
   it('lets only the node run envd /init: refused by the proxy in every spelling, and by envd without the init key', async () => {
     const body = JSON.stringify({ envVars: { PWNED: 'yes' }, accessToken: 'attacker-token' });
     const post = (target: string, routeLines: string[], extra: string[] = []) =>
