@@ -189,7 +189,13 @@ describe('E2B API currency through the e2b SDK', () => {
     );
     await sbx.pause({ keepMemory: false });
     await released(sbx.sandboxId);
-    const health = await proxyFetch(server, sbx.sandboxId, ENVD_PORT, '/health');
+    // The token is checked before anything else (docs/security.md); past it, health reads the pause as E2B's.
+    expect((await proxyFetch(server, sbx.sandboxId, ENVD_PORT, '/health')).status).toBe(401);
+    const token = (await info(sbx.sandboxId)).envdAccessToken as string;
+    expect(token).toMatch(/.+/);
+    const health = await proxyFetch(server, sbx.sandboxId, ENVD_PORT, '/health', {
+      headers: { 'x-access-token': token },
+    });
     expect(health.status).toBe(502);
     expect(await sbx.isRunning()).toBe(false);
     expect((await proxyFetch(server, sbx.sandboxId, 8000, '/', { prefix: true })).status).toBe(410);

@@ -31,6 +31,10 @@ describe('pause and resume (resident) through the e2b SDK', () => {
     return s;
   };
   const info = async (id: string) => (await server.api('GET', `/sandboxes/${id}`)).body;
+  /** The envd token header of a sandbox (the SDK's are all secured; the proxy checks it before anything). */
+  const envdToken = async (id: string) => ({
+    'x-access-token': (await info(id)).envdAccessToken as string,
+  });
   const nodeCounters = async () => {
     const nodes = await server.api('GET', '/nodes');
     expect(nodes.status).toBe(200);
@@ -341,7 +345,9 @@ describe('pause and resume (resident) through the e2b SDK', () => {
     await sbx.pause();
     expect((await info(sbx.sandboxId)).state).toBe('paused');
     // envd's /health through the proxy wakes it.
-    const health = await proxyFetch(server, sbx.sandboxId, ENVD_PORT, '/health');
+    const health = await proxyFetch(server, sbx.sandboxId, ENVD_PORT, '/health', {
+      headers: await envdToken(sbx.sandboxId),
+    });
     expect(health.status).toBe(204);
     const resumed = await info(sbx.sandboxId);
     expect(resumed.state).toBe('running');
@@ -383,10 +389,13 @@ describe('pause and resume (resident) through the e2b SDK', () => {
     const sbx = track(await Sandbox.create({ timeoutMs: 60_000, lifecycle: { onTimeout: 'pause' } }));
     await sbx.pause();
     // envd's /health is the SDK's isRunning() probe: E2B answers 502 for a paused sandbox, which reads false.
-    const health = await proxyFetch(server, sbx.sandboxId, ENVD_PORT, '/health');
+    const headers = await envdToken(sbx.sandboxId);
+    const health = await proxyFetch(server, sbx.sandboxId, ENVD_PORT, '/health', { headers });
     expect(health.status).toBe(502);
     expect(await sbx.isRunning()).toBe(false);
-    const files = await proxyFetch(server, sbx.sandboxId, ENVD_PORT, '/files?path=/etc/hostname');
+    const files = await proxyFetch(server, sbx.sandboxId, ENVD_PORT, '/files?path=/etc/hostname', {
+      headers,
+    });
     expect(files.status).toBe(410);
     expect(await files.text()).toBe('sandbox is not proxyable in its current state');
     expect((await proxyFetch(server, sbx.sandboxId, 8000, '/', { prefix: true })).status).toBe(410);

@@ -66,7 +66,11 @@ describe('data-plane proxy and access tokens', () => {
   beforeAll(async () => {
     server = await startServer({ name: 'proxy', toml: `[sandbox_proxy]\ndomains = ["${DOMAIN}"]\n` });
     useSdk(server);
-    open = await Sandbox.create({ timeoutMs: 300_000 });
+    // Not secure: v1's default (every v2 create, the SDK's, is secured).
+    const created = await server.api('POST', '/sandboxes', { templateID: 'base', timeout: 300 });
+    expect(created.status).toBe(201);
+    expect(created.body.envdAccessToken).toBeUndefined();
+    open = await Sandbox.connect(created.body.sandboxID as string, { timeoutMs: 300_000 });
     await startUpstream(server, open);
   });
   afterAll(async () => {

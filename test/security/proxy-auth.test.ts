@@ -31,7 +31,7 @@ interface Recorded {
 describe('proxy tokens and platform credentials', () => {
   let server: TestServer;
   let open: Sandbox;
-  /** A secure sandbox, as the raw API creates it (the 2.51 SDK does not send `secure`). */
+  /** A secure sandbox, created through the raw v1 route, which answers its token. */
   let secure: { id: string; token: string; sbx: Sandbox };
 
   const createSecure = async (extra: Record<string, unknown> = {}) => {
@@ -63,7 +63,11 @@ describe('proxy tokens and platform credentials', () => {
   beforeAll(async () => {
     server = await startServer({ name: 'sprx2', toml: `[sandbox_proxy]\ndomains = ["${DOMAIN}"]\n` });
     useSdk(server);
-    open = await Sandbox.create({ timeoutMs: 600_000 });
+    // Not secure: v1's default (every v2 create, the SDK's, is secured).
+    const created = await server.api('POST', '/sandboxes', { templateID: 'base', timeout: 600 });
+    expect(created.status).toBe(201);
+    expect(created.body.envdAccessToken).toBeUndefined();
+    open = await Sandbox.connect(created.body.sandboxID as string, { timeoutMs: 600_000 });
     const s = await createSecure();
     secure = { ...s, sbx: await Sandbox.connect(s.id) };
   });
@@ -150,6 +154,32 @@ describe('proxy tokens and platform credentials', () => {
     // The SDK always sends the token: it keeps working, isRunning() included.
     expect(await secure.sbx.isRunning()).toBe(true);
     expect((await secure.sbx.commands.run('echo secured')).stdout).toBe('secured\n');
+  });
+
+  it('answers a request refused for its token once, even when its body is malformed', async () => {
+    const { id, token } = secure;
+    // Hidden in the body, with the token: an envd that ever read it as a request would take the upload.
+    const path = '/tmp/after-refusal';
+    const hidden = httpRequest(
+      [`POST /files?path=${path} HTTP/1.1`, 'Host: envd', `X-Access-Token: ${token}`, 'Content-Length: 1'],
+      'x',
+    );
+    const head = ['GET /health HTTP/1.1', 'Host: x', ...envdRoute(id), 'Transfer-Encoding: chunked'];
+    // The proxy refuses these (401) before their bodies are read, unless the parser meets the bad chunk first
+    // (400): either way, one answer and the connection closed.
+    const malformed = {
+      'chunk data longer than its size': `1\r\n${hidden}\r\n0\r\n\r\n`,
+      'a chunk size that is not hex': `zz\r\n${hidden}\r\n0\r\n\r\n`,
+      'a chunk size line without CR': `${hidden.length.toString(16)}\n${hidden}\r\n0\r\n\r\n`,
+    };
+    for (const [name, body] of Object.entries(malformed)) {
+      const ex = await rawExchange(server.port, httpRequest(head, body), Number.POSITIVE_INFINITY);
+      expect(ex.responses, name).toHaveLength(1);
+      expect([400, 401], name).toContain(ex.responses[0]!.status);
+      expect(JSON.parse(ex.responses[0]!.body), name).toMatchObject({ code: ex.responses[0]!.status });
+      expect(ex.closed, name).toBe(true);
+    }
+    expect(await secure.sbx.files.exists(path)).toBe(false);
   });
 
   it('lets only the node run envd /init: refused by the proxy in every spelling, and by envd without the init key', async () => {

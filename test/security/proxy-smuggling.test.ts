@@ -62,8 +62,12 @@ describe('no request smuggling through the data-plane proxy', () => {
   beforeAll(async () => {
     server = await startServer({ name: 'sprx1' });
     useSdk(server);
-    // Not secure: its envd takes uploads without a token, so a smuggled one would land.
-    sbx = await Sandbox.create({ timeoutMs: 600_000 });
+    // Not secure, so its envd takes uploads without a token and a smuggled one would land: v1's default (every
+    // v2 create, the SDK's, is secured).
+    const created = await server.api('POST', '/sandboxes', { templateID: 'base', timeout: 600 });
+    expect(created.status).toBe(201);
+    expect(created.body.envdAccessToken).toBeUndefined();
+    sbx = await Sandbox.connect(created.body.sandboxID as string, { timeoutMs: 600_000 });
     routeEnvd = [`e2b-sandbox-id: ${sbx.sandboxId}`, `e2b-sandbox-port: ${ENVD_PORT}`];
     routeRecorder = [`e2b-sandbox-id: ${sbx.sandboxId}`, `e2b-sandbox-port: ${RECORDER_PORT}`];
     await sbx.files.write('/tmp/recorder.py', RECORDER);

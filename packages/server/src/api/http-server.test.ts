@@ -44,6 +44,18 @@ function rawRequest(port: number, head: string[], body = ''): Promise<RawRespons
   });
 }
 
+/** Sends `bytes` as they are, ends the sending side, and returns everything read until the server closes. */
+function rawExchange(port: number, bytes: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const sock = connect(port, '127.0.0.1');
+    const chunks: Buffer[] = [];
+    sock.on('data', (c) => chunks.push(c));
+    sock.on('error', reject);
+    sock.on('close', () => resolve(Buffer.concat(chunks).toString('latin1')));
+    sock.end(bytes);
+  });
+}
+
 describe('control-plane HTTP server', () => {
   const metrics = new ServerMetrics();
   const { app, server } = createHttpServer({
@@ -211,6 +223,29 @@ describe('control-plane HTTP server', () => {
     expect(r.status).toBe(status);
     expect(r.headers['content-type']).toMatch(/^application\/json/);
     expect(JSON.parse(r.body)).toEqual({ code: status, message: expect.any(String) });
+  });
+
+  it('answers a request once: a malformed body after its answer closes the connection, with no second answer', async () => {
+    const bodies = {
+      'chunk data longer than its size': '1\r\nPOST /echo HTTP/1.1\r\n\r\n0\r\n\r\n',
+      'a chunk size that is not hex': 'zz\r\nabc\r\n0\r\n\r\n',
+      'a chunk size line without CR': '3\nabc\r\n0\r\n\r\n',
+    };
+    const send = (keyLine: string, body: string) =>
+      rawExchange(
+        port,
+        `POST /echo HTTP/1.1\r\nHost: x\r\n${keyLine}Content-Type: application/json\r\n` +
+          `Transfer-Encoding: chunked\r\n\r\n${body}`,
+      );
+    for (const [name, body] of Object.entries(bodies)) {
+      // Refused for its key (401) before its body is read, unless the parser meets the bad chunk first (400).
+      const refused = await send('', body).then((t) => t.match(/^HTTP\/1\.1 \d{3} /gm));
+      expect(refused, name).toHaveLength(1);
+      expect(['HTTP/1.1 400 ', 'HTTP/1.1 401 '], name).toContain(refused![0]);
+      // Read before it is answered, the same body gets the one answer it is due: a 400.
+      const read = await send(`X-API-Key: ${KEY}\r\n`, body);
+      expect(read.match(/^HTTP\/1\.1 \d{3} /gm), name).toEqual(['HTTP/1.1 400 ']);
+    }
   });
 
   it('does not take the request id from the client', async () => {

@@ -40,8 +40,21 @@ const OPEN_PATHS = new Set(['/health', '/metrics']);
 /** Longest path parameter routed (template aliases may have 255 characters); longer ones get a 414. */
 const MAX_PARAM_LENGTH = 512;
 const REQUEST_ID = Symbol('aenv.requestId');
+const LAST_EXCHANGE = Symbol('aenv.lastExchange');
 
 type TaggedRequest = IncomingMessage & { [REQUEST_ID]?: string };
+/** A client connection, with the request its parser last started and that request's answer. */
+type TrackedSocket = Duplex & { [LAST_EXCHANGE]?: { req: IncomingMessage; res: ServerResponse } };
+
+/**
+ * True when the parser failed inside the body of a request that was already answered (refused before its body
+ * was read, e.g. for a missing key or token): the error belongs to that request, and a second answer would be
+ * read by the client as the answer to its next request (docs/security.md, "Request smuggling").
+ */
+function failedInAnsweredBody(socket: Duplex): boolean {
+  const last = (socket as TrackedSocket)[LAST_EXCHANGE];
+  return last !== undefined && !last.req.complete && last.res.headersSent;
+}
 
 function pathOf(url: string): string {
   const q = url.indexOf('?');
@@ -163,12 +176,14 @@ export function createHttpServer(opts: HttpServerOptions): { app: FastifyInstanc
       if (err.code === 'ECONNRESET' || socket.destroyed) return;
       const { status, message } = clientErrorAnswer(err);
       log.debug({ err: { code: err.code, message: err.message }, status }, 'malformed HTTP request');
-      answerSocket(socket, status, message);
+      if (failedInAnsweredBody(socket)) socket.destroy();
+      else answerSocket(socket, status, message);
     },
     serverFactory: (handler) => {
       server = createServer({ noDelay: true, keepAliveTimeout: 65_000 }, (req, res) => {
         const requestId = newRequestId();
         (req as TaggedRequest)[REQUEST_ID] = requestId;
+        (req.socket as TrackedSocket)[LAST_EXCHANGE] = { req, res };
         runInRequest(requestId, () => {
           if (closing) return answerRaw(res, 503, 'the server is shutting down', requestId);
           unhandledFaultPoint('request');
