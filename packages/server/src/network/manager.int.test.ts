@@ -720,8 +720,11 @@ describe('crash recovery', () => {
     await expect(m.release(s2)).rejects.toThrow(/injected nft failure/);
     expect((await hostLeftovers(CRASH_PREFIX, runtimePath())).slotChains).toEqual([`slot${s2.index}`]);
     failRemovals = false;
+    // The retry counts the slot released only after its teardown's last step (its conntrack entries), so wait
+    // for both: the host objects gone and the count back to zero.
     await eventually(
-      async () => (await hostLeftovers(CRASH_PREFIX, runtimePath())).slotChains.length === 0,
+      async () =>
+        (await hostLeftovers(CRASH_PREFIX, runtimePath())).slotChains.length === 0 && m.stats().leaked === 0,
       'background retry of the leaked slot',
     );
     expect(await hostLeftovers(CRASH_PREFIX, runtimePath())).toEqual(NOTHING);
