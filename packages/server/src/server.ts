@@ -23,6 +23,7 @@ import { resolveNodeIdentity } from './identity/index.js';
 import { ImageService, imageMigrations } from './image/index.js';
 import { NetworkManager, parseNetworkPolicy } from './network/index.js';
 import { ContainerDriver, defaultCriuPath } from './runtime/index.js';
+import { IdRangeAllocator, idRangeMigrations } from './runtime/container/id-range-allocator.js';
 import type { ToolsMount } from './runtime/driver.js';
 import { createSnapshotRepository, type SnapshotRepository } from './snapshot/index.js';
 import { ContainerBackend } from './backend/container-backend.js';
@@ -113,7 +114,11 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   // Sandbox uids must traverse $AENV_HOME to their dirs (search only; secrets/ itself is 0700).
   mkdirSync(config.home_path, { recursive: true, mode: 0o711 });
   const nodeLock = await lockNodeDirs(config);
-  const db = openStateDb(join(config.home_path, 'state.db'), [...orchestratorMigrations, ...imageMigrations]);
+  const db = openStateDb(join(config.home_path, 'state.db'), [
+    ...orchestratorMigrations,
+    ...imageMigrations,
+    ...idRangeMigrations,
+  ]);
   const store = new SandboxStore(db);
   const stored = store.loadAll().records;
 
@@ -195,6 +200,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     criuPath: config.runtime.criu_path || defaultCriuPath(config.deps_path),
     uidMapHostStart: config.runtime.uid_map_host_start,
     uidMapSize: config.runtime.uid_map_size,
+    uidRanges: config.runtime.uid_ranges,
     cowVolume: config.runtime.cow_volume,
     cowVolumeSizeGb: config.runtime.cow_volume_size_gb,
     diskLimits: config.runtime.disk_limits,
@@ -202,6 +208,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     logger: logger.child({ component: 'runtime' }),
   });
   await runtime.init();
+  const idRanges = new IdRangeAllocator(db, runtime.idLayout);
 
   const repository = createSnapshotRepository({
     backend: config.snapshot.repository_backend,
@@ -238,6 +245,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     envdInitTimeoutMs: config.envd.init_timeout_secs * 1000,
     pidsLimit: config.runtime.pids_limit,
     envdToken: (id) => tokens.envd(id),
+    idRanges,
     logger: logger.child({ component: 'backend' }),
   });
   const catalog = new TemplateCatalog({
@@ -295,6 +303,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     envdPollMs: config.envd.poll_ms,
     envdInitTimeoutMs: config.envd.init_timeout_secs * 1000,
     pidsLimit: config.runtime.pids_limit,
+    idRanges,
     backend,
     maxConcurrentBuilds: config.template_build.max_concurrent_builds,
     maxUploadBytes: config.template_build.max_upload_mb * 1024 ** 2,

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import type { ImageService } from '../image/index.js';
 import type { NetworkManager } from '../network/index.js';
 import type { RuntimeDriver, ToolsMount } from '../runtime/driver.js';
+import type { IdRangeAllocator } from '../runtime/container/id-range-allocator.js';
 import type { SnapshotRepository } from '../snapshot/index.js';
 import type { Logger } from '../util/log.js';
 import { uuidv7 } from '../util/uuid.js';
@@ -37,6 +38,8 @@ export interface TemplateServiceOptions {
   envdPollMs: number;
   envdInitTimeoutMs: number;
   pidsLimit: number;
+  /** Uid ranges for build sandboxes (the backend's allocator). */
+  idRanges: IdRangeAllocator;
   /** `[template_build].max_concurrent_builds` */
   maxConcurrentBuilds: number;
   /** `[image.resolver].default_image` */
@@ -92,6 +95,7 @@ export async function createTemplateService(o: TemplateServiceOptions): Promise<
     envdPollMs: o.envdPollMs,
     envdInitTimeoutMs: o.envdInitTimeoutMs,
     pidsLimit: o.pidsLimit,
+    idRanges: o.idRanges,
     logger,
   });
   const cache = new BuildCache({
