@@ -16,6 +16,7 @@ import { createLogger, type Logger } from './util/log.js';
 import { uuidv7 } from './util/uuid.js';
 import { openStateDb, type StateDb } from './state/db.js';
 import { lockNodeDirs } from './util/node-lock.js';
+import type { HeldFlock } from './util/flock.js';
 import { ServerMetrics } from './observability/metrics.js';
 import { HostMetricsSampler } from './observability/host-metrics.js';
 import { resolveApiKey, resolveAccessTokenSeed, SandboxTokenIssuer } from './secrets/index.js';
@@ -114,6 +115,16 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   // Sandbox uids must traverse $AENV_HOME to their dirs (search only; secrets/ itself is 0700).
   mkdirSync(config.home_path, { recursive: true, mode: 0o711 });
   const nodeLock = await lockNodeDirs(config);
+  try {
+    return await startLockedNode(config, logger, nodeLock);
+  } catch (err) {
+    // The lock is held by a child process, which would keep a failed server alive: let go, then fail.
+    await nodeLock.release().catch(() => {});
+    throw err;
+  }
+}
+
+async function startLockedNode(config: AenvConfig, logger: Logger, nodeLock: HeldFlock): Promise<Node> {
   const db = openStateDb(join(config.home_path, 'state.db'), [
     ...orchestratorMigrations,
     ...imageMigrations,
