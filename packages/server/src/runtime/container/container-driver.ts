@@ -513,8 +513,13 @@ export class ContainerDriver implements RuntimeDriver {
     return spec.lowerDirs.map((_, i) => join(p.lowers, String(i)));
   }
 
+  /** bundle/layers.json: the layers (bottom first), the range owning them on disk, the sandbox's range. */
   private layersRecord(spec: SandboxSpec): string {
-    return JSON.stringify({ lowerDirs: spec.lowerDirs, idRange: spec.idRange });
+    return JSON.stringify({
+      lowerDirs: spec.lowerDirs,
+      layersIdRange: imageRange(this.idLayout),
+      idRange: spec.idRange,
+    });
   }
 
   private fstabFor(spec: SandboxSpec, p: SandboxPaths) {
