@@ -4,7 +4,7 @@
 // the nodes (started on first use), the raw-twin lab, and their cleanup.
 import { MAIN_NODE, DISK_NODE, WARM_NODE, removeNode, startNode } from './lib/nodes.mjs';
 import { RawLab, removeRawLeftovers } from './lib/raw.mjs';
-import { sandboxLowerDirs, sandboxOciConfig } from './lib/sandbox-facts.mjs';
+import { sandboxLayers, sandboxOciConfig } from './lib/sandbox-facts.mjs';
 import { createSuite } from './lib/suites/create.mjs';
 import { execSuite } from './lib/suites/exec.mjs';
 import { memorySuite } from './lib/suites/memory.mjs';
@@ -51,10 +51,12 @@ export function createContext(opts, report, log) {
         const main = await ctx.mainNode();
         const ref = await Sandbox.create({ ...main.sdk, timeoutMs: 300_000 });
         try {
+          const layers = sandboxLayers(main, ref.sandboxId);
           const l = new RawLab({
             criuPath: opts.criuPath,
             template: sandboxOciConfig(main, ref.sandboxId),
-            lowerDirs: sandboxLowerDirs(main, ref.sandboxId),
+            lowerDirs: layers.lowerDirs,
+            layersOwner: layers.owner,
           });
           await l.init();
           return l;

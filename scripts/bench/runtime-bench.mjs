@@ -166,6 +166,8 @@ try {
     criuPath: hasCriu ? CRIU : null,
     uidMapHostStart: UID,
     uidMapSize: 65536,
+    uidRanges: 64,
+    subidFiles: [],
     cowVolume: 'loop-btrfs',
     cowVolumeSizeGb: 8,
     cgroupParent,
@@ -186,9 +188,17 @@ try {
     return f;
   };
   const resources = { cpuCount: 1, memoryMB: 256, pidsLimit: 256 };
+  // Every sandbox its own uid range for life, as the server's allocator hands them out (the raw twin keeps
+  // the one shared range).
+  const ranges = new Map();
+  const rangeOf = (id) => {
+    if (!ranges.has(id)) ranges.set(id, { hostStart: UID + 65536 * ((ranges.size % 64) + 1), size: 65536 });
+    return ranges.get(id);
+  };
   const specFor = (id, netnsPath) => ({
     id,
     hostname: id,
+    idRange: rangeOf(id),
     lowerDirs: [lower],
     resources,
     netnsPath,

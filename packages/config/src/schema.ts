@@ -195,13 +195,19 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
         default: 100000,
         min: 1,
         aenv: true,
-        doc: 'First host uid/gid that sandbox uid/gid 0 maps to (user namespace).',
+        doc: "First host uid/gid of aenv's id span. Its first uid_map_size ids own the cached image layers (no sandbox runs as them); each sandbox then gets its own range of uid_map_size ids after them. The whole span must not overlap /etc/subuid or /etc/subgid (the server refuses to start), nor another aenv server's on the same host.",
       }),
       uid_map_size: int({
         default: 65536,
         min: 1,
         aenv: true,
-        doc: 'Number of uids/gids mapped into each sandbox.',
+        doc: 'Number of uids/gids mapped into each sandbox (the size of every range).',
+      }),
+      uid_ranges: int({
+        default: 1024,
+        min: 1,
+        aenv: true,
+        doc: 'Number of per-sandbox uid/gid ranges: how many sandboxes (running, paused, pre-started and template builds) a node can hold at once. The span is uid_map_host_start .. uid_map_host_start + uid_map_size × (1 + uid_ranges) - 1.',
       }),
       pids_limit: int({
         default: 1024,

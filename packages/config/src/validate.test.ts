@@ -274,10 +274,11 @@ const rules: { name: string; bad: string; message: string; good: string }[] = [
     good: '[snapshot]\nrepository_backend = "oss"\n[backend.oss]\nendpoint = "http://127.0.0.1:9000"\nbucket = "b"\nregion = "r"',
   },
   {
-    name: 'uid map fits in 32 bits',
-    bad: '[runtime]\nuid_map_host_start = 4294901760\nuid_map_size = 65536',
-    message: 'runtime.uid_map_size = 65536: with uid_map_host_start (4294901760) must stay below 4294967295',
-    good: '[runtime]\nuid_map_host_start = 4294901760\nuid_map_size = 65534',
+    name: 'uid span fits in 32 bits',
+    bad: '[runtime]\nuid_map_host_start = 4227858432\nuid_map_size = 65536\nuid_ranges = 1024',
+    message:
+      'runtime.uid_ranges = 1024: with uid_map_host_start (4227858432) and uid_map_size (65536) the uid span must stay below 4294967295',
+    good: '[runtime]\nuid_map_host_start = 4227858432\nuid_map_size = 65536\nuid_ranges = 1022',
   },
   {
     name: 'default_disk_size_mb is a multiple of 1024',

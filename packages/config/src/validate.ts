@@ -219,11 +219,11 @@ export function validateConfig(
 
   // aenv: container driver.
   const rt = c.runtime;
-  if (rt.uid_map_host_start + rt.uid_map_size > 2 ** 32 - 1) {
+  if (rt.uid_map_host_start + rt.uid_map_size * (1 + rt.uid_ranges) > 2 ** 32 - 1) {
     bad(
-      'runtime.uid_map_size',
-      rt.uid_map_size,
-      `with uid_map_host_start (${rt.uid_map_host_start}) must stay below 4294967295`,
+      'runtime.uid_ranges',
+      rt.uid_ranges,
+      `with uid_map_host_start (${rt.uid_map_host_start}) and uid_map_size (${rt.uid_map_size}) the uid span must stay below 4294967295`,
     );
   }
   if (rt.default_disk_size_mb % 1024 !== 0)

@@ -18,6 +18,7 @@ import { dropSecretsFromEnvironment } from './util/exec.js';
 import { uuidv7 } from './util/uuid.js';
 import { openStateDb, type StateDb } from './state/db.js';
 import { lockNodeDirs } from './util/node-lock.js';
+import type { HeldFlock } from './util/flock.js';
 import { ServerMetrics } from './observability/metrics.js';
 import { HostMetricsSampler } from './observability/host-metrics.js';
 import {
@@ -30,6 +31,7 @@ import { resolveNodeIdentity } from './identity/index.js';
 import { ImageService, imageMigrations } from './image/index.js';
 import { NetworkManager, parseNetworkPolicy } from './network/index.js';
 import { ContainerDriver, defaultCriuPath } from './runtime/index.js';
+import { IdRangeAllocator, idRangeMigrations } from './runtime/container/id-range-allocator.js';
 import type { ToolsMount } from './runtime/driver.js';
 import { createSnapshotRepository, type SnapshotRepository } from './snapshot/index.js';
 import { signUnsignedAtStartup, unsignedReadMode } from './snapshot/unsigned-records.js';
@@ -134,10 +136,21 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   // Sandbox uids must traverse $AENV_HOME to their dirs (search only; secrets/ itself is 0700).
   mkdirSync(config.home_path, { recursive: true, mode: 0o711 });
   const nodeLock = await lockNodeDirs(config);
+  try {
+    return await startLockedNode(config, logger, nodeLock);
+  } catch (err) {
+    // The lock is held by a child process, which would keep a failed server alive: let go, then fail.
+    await nodeLock.release().catch(() => {});
+    throw err;
+  }
+}
+
+async function startLockedNode(config: AenvConfig, logger: Logger, nodeLock: HeldFlock): Promise<Node> {
   const db = openStateDb(join(config.home_path, 'state.db'), [
     ...orchestratorMigrations,
     ...imageMigrations,
     ...sandboxLogMigrations,
+    ...idRangeMigrations,
   ]);
   const store = new SandboxStore(db);
   const stored = store.loadAll().records;
@@ -229,6 +242,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     criuPath: config.runtime.criu_path || defaultCriuPath(config.deps_path),
     uidMapHostStart: config.runtime.uid_map_host_start,
     uidMapSize: config.runtime.uid_map_size,
+    uidRanges: config.runtime.uid_ranges,
     cowVolume: config.runtime.cow_volume,
     cowVolumeSizeGb: config.runtime.cow_volume_size_gb,
     diskLimits: config.runtime.disk_limits,
@@ -236,6 +250,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     logger: logger.child({ component: 'runtime' }),
   });
   await runtime.init();
+  const idRanges = new IdRangeAllocator(db, runtime.idLayout);
 
   const signingKey = resolveRecordSigningKey({
     homePath: config.home_path,
@@ -290,6 +305,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     envdToken: (id) => tokens.envd(id),
     envdInitKey: (id) => tokens.envdInit(id),
     signedUrlMaxLifetimeSecs: config.sandbox_proxy.signed_url_max_lifetime_secs,
+    idRanges,
     logger: logger.child({ component: 'backend' }),
   });
   const observability = new SandboxObservability({
@@ -364,6 +380,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     envdInitTimeoutMs: config.envd.init_timeout_secs * 1000,
     pidsLimit: config.runtime.pids_limit,
     envdInitKey: (id) => tokens.envdInit(id),
+    idRanges,
     backend,
     maxConcurrentBuilds: config.template_build.max_concurrent_builds,
     maxBuildMs: config.template_build.max_build_secs * 1000,

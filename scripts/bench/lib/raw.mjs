@@ -41,8 +41,10 @@ export function waitFifo(fifo, timeoutMs = 60_000) {
 
 export class RawLab {
   /**
-   * @param {{ criuPath: string, template: object, lowerDirs: string[] }} opts  template = a live sandbox's OCI
-   *   config; lowerDirs = its overlay layers, bottom first.
+   * @param {{ criuPath: string, template: object, lowerDirs: string[], layersOwner: number }} opts  template = a
+   *   live sandbox's OCI config; lowerDirs = its image layers, bottom first; layersOwner = the host uid owning
+   *   them. The twin runs in that one range over the layers themselves (no idmapped views, no range of its own):
+   *   plain runc as a single-range container runtime does it.
    */
   constructor(opts) {
     this.criuPath = opts.criuPath;
@@ -50,7 +52,8 @@ export class RawLab {
     this.lowerDirs = opts.lowerDirs;
     const map = opts.template.linux?.uidMappings?.[0];
     if (!map) throw new Error('the sandbox OCI config has no uid mapping; the raw twin cannot mirror it');
-    this.uid = map.hostID;
+    this.uid = opts.layersOwner;
+    this.idMap = [{ containerID: 0, hostID: opts.layersOwner, size: map.size }];
     this.runcRoot = join(RAW_BASE, 'runc');
     this.toolsDir = join(RAW_BASE, 'tools');
     this.criuConfig = join(RAW_BASE, 'criu.conf');
@@ -126,6 +129,8 @@ export class RawLab {
       n.type === 'network' ? { type: 'network', path: b.netns.path } : n,
     );
     c.linux.cgroupsPath = `/${RAW_CGROUP_PARENT}/${id}`;
+    c.linux.uidMappings = this.idMap;
+    c.linux.gidMappings = this.idMap;
     c.annotations = { ...(c.annotations ?? {}), [criuAnnotation]: this.criuConfig };
     return c;
   }

@@ -27,23 +27,14 @@ export function sandboxOciConfig(node, id) {
   return JSON.parse(readFileSync(need(sandboxHostPaths(node, id).config, 'sandbox OCI config'), 'utf8'));
 }
 
-/** The overlay's lower dirs, bottom first, as mounted for the sandbox (from /proc/self/mountinfo). */
-export function sandboxLowerDirs(node, id) {
-  const rootfs = sandboxHostPaths(node, id).rootfs;
-  const line = readFileSync('/proc/self/mountinfo', 'utf8')
-    .split('\n')
-    .find((l) => l.split(' ')[4] === rootfs && l.includes(' - overlay '));
-  if (!line) throw new Error(`no overlay mounted at ${rootfs}`);
-  const superOpts = line.split(' - ')[1].split(' ')[2];
-  const lower = /(?:^|,)lowerdir=([^,]+)/.exec(superOpts)?.[1];
-  if (!lower) throw new Error(`overlay at ${rootfs} has no lowerdir option: ${superOpts}`);
-  const top = lower.split(':');
-  if (top.some((d) => !d.startsWith('/'))) {
-    throw new Error(
-      `overlay at ${rootfs} uses relative lower dirs (${lower}); the raw twin needs absolute ones`,
-    );
-  }
-  return top.reverse();
+/**
+ * The image layers (bottom first) and the host uid that owns them on disk, as the runtime recorded them: the
+ * sandbox's overlay itself stacks idmapped views of them, which are its own (docs/runtime.md).
+ */
+export function sandboxLayers(node, id) {
+  const file = `${sandboxHostPaths(node, id).dir}/bundle/layers.json`;
+  const rec = JSON.parse(readFileSync(need(file, 'sandbox layer record'), 'utf8'));
+  return { lowerDirs: rec.lowerDirs, owner: rec.layersIdRange.hostStart };
 }
 
 /** PIDs in the sandbox's memory cgroup. */

@@ -7,7 +7,8 @@ import type { ImageService } from '../image/index.js';
 import type { PulledImage } from '../image/types.js';
 import type { NetworkManager } from '../network/index.js';
 import type { EgressPolicy, NetworkSlot } from '../network/types.js';
-import type { RuntimeDriver, SandboxSpec, ToolsMount } from '../runtime/driver.js';
+import type { IdRange, RuntimeDriver, SandboxSpec, ToolsMount } from '../runtime/driver.js';
+import type { IdRangeAllocator } from '../runtime/container/id-range-allocator.js';
 import type {
   CaptureTarget,
   CapturedSandbox,
@@ -56,6 +57,8 @@ export interface ContainerBackendOptions {
   envdInitKey(id: string): string;
   /** `[sandbox_proxy].signed_url_max_lifetime_secs`, handed to envd with /init. */
   signedUrlMaxLifetimeSecs: number;
+  /** Each sandbox's own uid range, held by its sandbox id (a pre-started one's by its container id). */
+  idRanges: IdRangeAllocator;
   logger: Logger;
 }
 
@@ -161,10 +164,12 @@ export class ContainerBackend implements SandboxBackend {
     resources: { cpuCount: number; memoryMB: number; diskSizeMB: number },
     slot: NetworkSlot,
     state: BackendState,
+    idRange: IdRange,
   ): SandboxSpec {
     return {
       id,
       hostname: id,
+      idRange,
       lowerDirs: state.lowerDirs,
       resources: {
         cpuCount: resources.cpuCount,
@@ -294,10 +299,12 @@ export class ContainerBackend implements SandboxBackend {
         },
         ...(boot.committed.startup ? { startCmd: boot.committed.startup.startCmd } : {}),
       };
-      await this.opts.runtime.create(this.spec(containerId, boot.templateId, boot.resources, slot, state), {
-        tools: this.opts.tools,
-        ...(policyApplied ? { startAfter: policyApplied } : {}),
-      });
+      const idRange = this.opts.idRanges.acquire(containerId);
+      undo(async () => this.opts.idRanges.release(containerId));
+      await this.opts.runtime.create(
+        this.spec(containerId, boot.templateId, boot.resources, slot, state, idRange),
+        { tools: this.opts.tools, ...(policyApplied ? { startAfter: policyApplied } : {}) },
+      );
       undo(() => this.opts.runtime.destroy(containerId));
       await policyApplied;
       await Promise.all([
@@ -333,6 +340,8 @@ export class ContainerBackend implements SandboxBackend {
       await initEnvd(warm.slot.hostInteractionIp, this.opts.envdPort, this.initBody(record), {
         initKey: this.opts.envdInitKey(warm.containerId),
       });
+      // From here on the sandbox holds the container's range (for life: pause and resume keep it).
+      this.opts.idRanges.transfer(warm.containerId, record.id);
     } catch (err) {
       this.opts.images.releaseLease(leaseHolder(record.id));
       throw err;
@@ -343,6 +352,7 @@ export class ContainerBackend implements SandboxBackend {
 
   private async discardBooted(b: BootedSandbox): Promise<void> {
     await this.opts.runtime.destroy(b.containerId).catch(() => {});
+    this.opts.idRanges.release(b.containerId);
     await this.opts.network.release(b.slot).catch(() => {});
   }
 
@@ -408,7 +418,12 @@ export class ContainerBackend implements SandboxBackend {
         undo(async () => this.opts.images.releaseLease(leaseHolder(record.id)));
       }
       const policyApplied = this.installPolicy(slot, policy);
-      const spec = this.spec(record.id, record.templateId, record.resources, slot, state);
+      // A resumed sandbox keeps its range; a fork child or a launch from a capture gets a new one, and the
+      // runtime moves the captured memory and disk into it.
+      const held = this.opts.idRanges.get(record.id);
+      const idRange = held ?? this.opts.idRanges.acquire(record.id);
+      if (!held) undo(async () => this.opts.idRanges.release(record.id));
+      const spec = this.spec(record.id, record.templateId, record.resources, slot, state, idRange);
       let restored = false;
       if (from.memory) {
         try {
@@ -505,6 +520,7 @@ export class ContainerBackend implements SandboxBackend {
   async destroy(record: SandboxRecord): Promise<void> {
     const state = stateOf(record);
     await this.opts.runtime.destroy(this.cid(record));
+    this.opts.idRanges.release(record.id);
     await this.releaseSlot(record.id, record.runtime?.slotIndex ?? state.residentSlot);
     await this.sharing?.forget(record.id);
     await this.discardSettled(record.id);
@@ -903,6 +919,10 @@ export class ContainerBackend implements SandboxBackend {
       }
     }
     const runtimeReport = await this.opts.runtime.reconcile(keepIds);
+    // Ranges of sandboxes that are gone, and of pre-started and build sandboxes (removed above), are free.
+    const freedRanges = this.opts.idRanges.retainOnly(
+      [...outcomes].filter(([, o]) => o.kind !== 'gone').map(([id]) => id),
+    );
     const networkReport = await this.opts.network.init(keepSlots);
     await this.reinstallPolicies(records, outcomes);
     await this.removeOrphanStoreDirs(outcomes);
@@ -914,7 +934,7 @@ export class ContainerBackend implements SandboxBackend {
       if (id && !outcomes.has(id)) this.opts.images.releaseLease(lease.holder);
     }
     this.log.info(
-      { runtime: runtimeReport, network: networkReport, adopted: keepIds.length },
+      { runtime: runtimeReport, network: networkReport, adopted: keepIds.length, freedRanges },
       'host reconciled',
     );
     // Re-adopted sandboxes must still answer; a container that runs but whose envd is gone is not usable.

@@ -15,6 +15,12 @@ export interface SandboxResources {
   diskMB?: number;
 }
 
+/** A contiguous block of host uids (and the same gids) that a sandbox's ids 0..size-1 map to. */
+export interface IdRange {
+  hostStart: number;
+  size: number;
+}
+
 export interface SandboxSpec {
   /** Sandbox id: `[A-Za-z0-9][A-Za-z0-9_-]{0,63}`. Names the sandbox dir, the runc container and the cgroup. */
   id: string;
@@ -29,6 +35,12 @@ export interface SandboxSpec {
   nameservers: string[];
   /** Environment of the sandbox's init (envd reads its settings from it). */
   initEnv: Record<string, string>;
+  /**
+   * The sandbox's own host uid/gid range (one of the driver's sandbox ranges, see docs/security.md "uid
+   * isolation"): no other live sandbox may hold it. A restore or a start on a saved disk moves what was
+   * captured under another range into this one.
+   */
+  idRange: IdRange;
 }
 
 /** The read-only tools directory mounted at /agentenv (portable node, envd, aenv-init). */

@@ -7,6 +7,7 @@ import type { ImageService, PulledImage } from '../image/index.js';
 import type { NetworkManager } from '../network/index.js';
 import type { NetworkSlot } from '../network/types.js';
 import type { RuntimeDriver, ToolsMount } from '../runtime/driver.js';
+import type { IdRangeAllocator } from '../runtime/container/id-range-allocator.js';
 import type { CommandContext } from '../snapshot/index.js';
 import type { Logger } from '../util/log.js';
 import { initEnvd, waitForEnvd } from '../envd/client.js';
@@ -23,6 +24,8 @@ export interface BuildSandboxesOptions {
   pidsLimit: number;
   /** The node's credential for envd's /init of the container with this id (docs/security.md). */
   envdInitKey(id: string): string;
+  /** Build sandboxes get their own uid ranges too (held as `build:<id>`). */
+  idRanges: IdRangeAllocator;
   logger: Logger;
 }
 
@@ -101,10 +104,14 @@ export class BuildSandboxes {
       });
       policyApplied.catch(() => {});
       const lowerDirs = spec.image.layers.map((l) => l.dir);
+      const rangeOwner = BUILD_LEASE_PREFIX + spec.id;
+      const idRange = this.opts.idRanges.acquire(rangeOwner);
+      undo.push(async () => this.opts.idRanges.release(rangeOwner));
       await this.opts.runtime.create(
         {
           id: spec.id,
           hostname: spec.id,
+          idRange,
           lowerDirs,
           resources: {
             cpuCount: spec.resources.cpuCount,
@@ -176,6 +183,7 @@ export class BuildSandboxes {
 
   async destroy(sb: BuildSandbox): Promise<void> {
     await this.opts.runtime.destroy(sb.id);
+    this.opts.idRanges.release(BUILD_LEASE_PREFIX + sb.id);
     await this.opts.network.release(sb.slot);
     this.opts.images.releaseLease(BUILD_LEASE_PREFIX + sb.id);
   }

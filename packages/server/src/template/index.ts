@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import type { ImageService } from '../image/index.js';
 import type { NetworkManager } from '../network/index.js';
 import type { RuntimeDriver, ToolsMount } from '../runtime/driver.js';
+import type { IdRangeAllocator } from '../runtime/container/id-range-allocator.js';
 import type { SnapshotRepository } from '../snapshot/index.js';
 import type { Logger } from '../util/log.js';
 import { uuidv7 } from '../util/uuid.js';
@@ -39,6 +40,8 @@ export interface TemplateServiceOptions {
   pidsLimit: number;
   /** The node's credential for envd's /init of a build sandbox (docs/security.md). */
   envdInitKey(id: string): string;
+  /** Uid ranges for build sandboxes (the backend's allocator). */
+  idRanges: IdRangeAllocator;
   /** `[template_build].max_concurrent_builds` */
   maxConcurrentBuilds: number;
   /** `[template_build].max_build_secs` in ms (default 1 h). */
@@ -99,6 +102,7 @@ export async function createTemplateService(o: TemplateServiceOptions): Promise<
     envdInitTimeoutMs: o.envdInitTimeoutMs,
     pidsLimit: o.pidsLimit,
     envdInitKey: o.envdInitKey,
+    idRanges: o.idRanges,
     logger,
   });
   const cache = new BuildCache({

@@ -21,6 +21,7 @@ import type { SandboxSpec } from '../driver.js';
 import { RuntimeError } from '../driver.js';
 import { ContainerDriver } from './container-driver.js';
 import { versionAtLeast } from './criu.js';
+import { rangeOfBlock } from './id-ranges.js';
 import { readMounts } from './mountinfo.js';
 import {
   buildBusyboxLower,
@@ -33,6 +34,8 @@ import {
 
 const IS_ROOT = process.getuid?.() === 0;
 const UID_START = 100000;
+// The image range is UID_START..+65535 (the layers are owned by it); sandbox ranges follow.
+const LAYOUT = { start: UID_START, size: 65536, count: 256 };
 // CRIU >= 4.2 is needed on this kernel (see docs/runtime.md); AENV_CRIU_PATH picks another install.
 const CRIU = process.env.AENV_CRIU_PATH ?? '/var/lib/aenv/deps/criu/current/bin/criu';
 const BASE_IMAGE = '/var/cache/aenv/images/base';
@@ -86,6 +89,8 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
   let cgroupParent: string;
   const netns: string[] = [];
   let seq = 0;
+  // What the server's allocator does: every sandbox its own range.
+  const nextRange = () => rangeOfBlock(LAYOUT, (seq % LAYOUT.count) + 1);
 
   const newNetns = async (): Promise<string> => {
     const p = join(base, `netns-${netns.length}`);
@@ -95,10 +100,12 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
   };
 
   const spec = async (patch: Partial<SandboxSpec> = {}, cmd = ''): Promise<SandboxSpec> => {
+    const idRange = nextRange();
     const id = `t${process.pid}-${++seq}`;
     return {
       id,
       hostname: id,
+      idRange,
       lowerDirs: [lower],
       resources: { cpuCount: 1, memoryMB: 128, pidsLimit: 128 },
       netnsPath: patch.netnsPath ?? (await newNetns()),
@@ -120,6 +127,8 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       criuPath: hasCriu ? CRIU : null,
       uidMapHostStart: UID_START,
       uidMapSize: 65536,
+      uidRanges: LAYOUT.count,
+      subidFiles: [],
       cowVolume: 'loop-btrfs',
       cowVolumeSizeGb: 8,
       diskLimits: true,
@@ -182,14 +191,15 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     expect(status).toMatch(/CapInh:\s+0000000000000000/);
     expect(status).toMatch(/Seccomp:\s+2/);
     expect(status).toMatch(/NoNewPrivs:\s+0/);
+    const root = s.idRange.hostStart;
     expect((await readFile(`/proc/${h.pid}/uid_map`, 'utf8')).trim().split(/\s+/)).toEqual([
       '0',
-      '100000',
+      String(root),
       '65536',
     ]);
     expect((await readFile(`/proc/${h.pid}/gid_map`, 'utf8')).trim().split(/\s+/)).toEqual([
       '0',
-      '100000',
+      String(root),
       '65536',
     ]);
 
@@ -203,7 +213,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     );
     // The files are in the upper, owned by the mapped root, not bind mounts.
     const hosts = await lstat(join(h.upperDir, 'etc/hosts'));
-    expect([hosts.uid, hosts.gid, hosts.mode & 0o777]).toEqual([UID_START, UID_START, 0o644]);
+    expect([hosts.uid, hosts.gid, hosts.mode & 0o777]).toEqual([root, root, 0o644]);
     expect((await execInSandbox(h.upperDir, 'grep -c " /etc/" /proc/self/mounts')).output.trim()).toBe('0');
 
     const dev = (await execInSandbox(h.upperDir, 'ls /dev')).output.split('\n').filter(Boolean).sort();
@@ -287,6 +297,149 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     expect(err).toMatchObject({ kind: 'StartFailed' });
     expect((err as Error).message).toMatch(/runc run .* failed: .*permission denied/);
     expect(await leftovers(broken.id)).toEqual([]);
+  });
+
+  describe('uid isolation', () => {
+    const uidMap = async (pid: number) =>
+      (await readFile(`/proc/${pid}/uid_map`, 'utf8')).trim().split(/\s+/).map(Number);
+    const inRange = (uid: number, r: { hostStart: number; size: number }) =>
+      uid >= r.hostStart && uid < r.hostStart + r.size;
+    /** Every owner (uid and gid) below `dir`, not following symlinks. */
+    const owners = async (dir: string): Promise<number[]> => {
+      const out: number[] = [];
+      const st = await lstat(dir);
+      out.push(st.uid, st.gid);
+      if (st.isDirectory()) for (const e of await readdir(dir)) out.push(...(await owners(join(dir, e))));
+      return out;
+    };
+    const mountOptions = async (mountPoint: string) => {
+      const line = (await readFile('/proc/self/mountinfo', 'utf8'))
+        .split('\n')
+        .find((l) => l.split(' ')[4] === mountPoint);
+      return line?.split(' ')[5]?.split(',') ?? [];
+    };
+
+    it('gives each sandbox its own range: disjoint maps, its files owned by it, the layers shown as its own', async () => {
+      const [a, b] = [await spec(), await spec()];
+      const [ha, hb] = [await driver.create(a, { tools }), await driver.create(b, { tools })];
+      const [ma, mb] = [await uidMap(ha.pid), await uidMap(hb.pid)];
+      expect(ma).toEqual([0, a.idRange.hostStart, 65536]);
+      expect(mb).toEqual([0, b.idRange.hostStart, 65536]);
+      expect(ma[1]! + ma[2]! <= mb[1]! || mb[1]! + mb[2]! <= ma[1]!).toBe(true);
+      for (const [h, other] of [
+        [ha, b],
+        [hb, a],
+      ] as const) {
+        const r = await execInSandbox(
+          h.upperDir,
+          'stat -c %u:%g /bin/busybox /etc/passwd; echo r > /tmp/by-root; echo u > /tmp/by-user; chown 1000:1000 /tmp/by-user',
+        );
+        expect(r).toEqual({ code: 0, output: '0:0\n0:0\n' });
+        const own = h === ha ? a.idRange : b.idRange;
+        const byRoot = await lstat(join(h.upperDir, 'tmp/by-root'));
+        const byUser = await lstat(join(h.upperDir, 'tmp/by-user'));
+        expect([byRoot.uid, byRoot.gid]).toEqual([own.hostStart, own.hostStart]);
+        expect([byUser.uid, byUser.gid]).toEqual([own.hostStart + 1000, own.hostStart + 1000]);
+        for (const uid of await owners(h.upperDir)) expect(inRange(uid, other.idRange)).toBe(false);
+        // The layer stays owned by the image range on disk; the sandbox's lower is an idmapped,
+        // read-only, nosuid, nodev view of it.
+        const view = join(h.sandboxDir, 'l/0');
+        expect((await lstat(join(view, 'bin/busybox'))).uid).toBe(own.hostStart);
+        expect(await mountOptions(view)).toEqual(
+          expect.arrayContaining(['ro', 'nosuid', 'nodev', 'idmapped']),
+        );
+      }
+      expect((await lstat(join(lower, 'bin/busybox'))).uid).toBe(UID_START);
+      for (const id of [a.id, b.id]) {
+        await driver.destroy(id);
+        expect(await leftovers(id)).toEqual([]);
+      }
+    });
+
+    it("moves a disk another sandbox wrote into the new sandbox's range: owners, setuid bits, capabilities", async () => {
+      const a = await spec();
+      const ha = await driver.create(a, { tools });
+      const r = await execInSandbox(
+        ha.upperDir,
+        'mkdir /data && echo s > /data/suid && chmod 4755 /data/suid && echo u > /data/user && ' +
+          'chown 1000:1000 /data/user && ln -s user /data/link && chown -h 1000:1000 /data/link && echo ok',
+      );
+      expect(r.output).toBe('ok\n');
+      // A file capability set inside a sandbox names its root (v3 rootid): set one as the sandbox would.
+      await run('nsenter', [
+        `--user=/proc/${ha.pid}/ns/user`,
+        'setcap',
+        'cap_net_raw+ep',
+        join(ha.upperDir, 'data/suid'),
+      ]);
+      expect((await run('getcap', ['-n', join(ha.upperDir, 'data/suid')])).stdout).toContain(
+        `rootid=${a.idRange.hostStart}`,
+      );
+      await driver.freeze(a.id);
+      const snap = join(driver.storeDir, `uid-disk-${a.id}`);
+      await driver.snapshotUpper(a.id, snap);
+      await driver.thaw(a.id);
+
+      const b = await spec();
+      const hb = await driver.create(b, { tools, diskSource: snap });
+      const root = b.idRange.hostStart;
+      const suid = await lstat(join(hb.upperDir, 'data/suid'));
+      expect([suid.uid, suid.gid, suid.mode & 0o7777]).toEqual([root, root, 0o4755]);
+      const user = await lstat(join(hb.upperDir, 'data/user'));
+      expect([user.uid, user.gid]).toEqual([root + 1000, root + 1000]);
+      expect((await lstat(join(hb.upperDir, 'data/link'))).uid).toBe(root + 1000);
+      expect((await run('getcap', ['-n', join(hb.upperDir, 'data/suid')])).stdout).toContain(
+        `rootid=${root}`,
+      );
+      for (const uid of await owners(hb.upperDir)) expect(inRange(uid, a.idRange)).toBe(false);
+      // The source's own disk is untouched, and inside the new sandbox the files are what they were.
+      expect((await lstat(join(ha.upperDir, 'data/user'))).uid).toBe(a.idRange.hostStart + 1000);
+      expect(
+        (await execInSandbox(hb.upperDir, 'stat -c %u:%a /data/user /data/suid; cat /data/user')).output,
+      ).toBe('1000:644\n0:4755\nu\n');
+      await driver.removeUpperSnapshot(snap);
+      for (const id of [a.id, b.id]) await driver.destroy(id);
+    });
+
+    it('refuses a range that is not one of its sandbox ranges, leaving nothing behind', async () => {
+      const s = await spec();
+      const bad = [
+        { hostStart: UID_START, size: 65536 }, // the image range
+        { hostStart: UID_START + 65536 + 1, size: 65536 }, // misaligned
+        { hostStart: UID_START + 65536, size: 1000 }, // wrong size
+        { hostStart: UID_START + 65536 * (LAYOUT.count + 1), size: 65536 }, // past the span
+        { hostStart: 1000, size: 65536 }, // host users
+      ];
+      for (const idRange of bad) {
+        await expect(driver.create({ ...s, idRange }, { tools })).rejects.toThrow(
+          /is not one of this node's sandbox ranges/,
+        );
+      }
+      expect(await leftovers(s.id)).toEqual([]);
+    });
+
+    it('refuses to start when its span overlaps /etc/subuid or /etc/subgid, naming the entry', async () => {
+      const subuid = join(base, 'subuid');
+      const subgid = join(base, 'subgid');
+      await writeFile(subuid, '# users\nbob:900000000:65536\n');
+      await writeFile(subgid, 'bob:900000000:65536\nalice:165536:65536\n');
+      // A driver of its own (host volume, no spares): an init on the shared home would replace its spares.
+      const opts = {
+        ...newDriver().opts,
+        homePath: join(base, 'home-subid'),
+        runtimePath: join(base, 'run-subid'),
+        cowVolume: 'host' as const,
+        spareDirs: 0,
+        subidFiles: [subuid, subgid],
+      };
+      const err = await new ContainerDriver(opts).init().catch((e: unknown) => e);
+      expect(err).toMatchObject({ kind: 'HostSetup' });
+      expect((err as Error).message).toContain(`${subgid} line 2 "alice:165536:65536"`);
+      await writeFile(subgid, 'bob:900000000:65536\n');
+      const ok = new ContainerDriver(opts);
+      await ok.init();
+      await ok.close();
+    });
   });
 
   it('keeps writes through .. and symlinks inside the upper; host-side rewrites never follow them', async () => {
@@ -549,6 +702,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       // Processes, cgroups and runc state are gone; the disk and its mounts stay for the restore.
       expect(await leftovers(s.id)).toEqual([
         `dir ${h.sandboxDir}`,
+        `mount ${h.sandboxDir}/l/0`,
         `mount ${h.sandboxDir}/rootfs`,
         `mount ${h.sandboxDir}/sys`,
       ]);
@@ -572,7 +726,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       expect(await readFile(`/proc/${r.pid}/status`, 'utf8')).toMatch(/Seccomp:\s+2/);
       expect((await readFile(`/proc/${r.pid}/uid_map`, 'utf8')).trim().split(/\s+/)).toEqual([
         '0',
-        '100000',
+        String(s.idRange.hostStart),
         '65536',
       ]);
       await rm(images, { recursive: true, force: true });
@@ -603,6 +757,15 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       const child = await spec();
       const c = await driver.restore(child, images, { tools, diskSource: snap });
       expect(c.sandboxDir).not.toBe(h.sandboxDir);
+      // The fork runs in its own range: its restored user namespace and its disk moved there.
+      expect(child.idRange.hostStart).not.toBe(s.idRange.hostStart);
+      expect((await readFile(`/proc/${c.pid}/uid_map`, 'utf8')).trim().split(/\s+/)).toEqual([
+        '0',
+        String(child.idRange.hostStart),
+        '65536',
+      ]);
+      expect((await lstat(join(c.upperDir, 'tmp/secret'))).uid).toBe(child.idRange.hostStart);
+      expect(await readdir(images)).not.toContain(`.userns-${child.id}`);
       await waitFor(
         () => readCounter(c.upperDir),
         (v) => v > atFork,
@@ -613,8 +776,9 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
         `${child.id}\n${child.id}\nhello\n`,
       );
       // They diverge: writes in one are not seen in the other.
-      await execInSandbox(c.upperDir, 'echo child > /tmp/who');
+      await execInSandbox(c.upperDir, 'echo child > /tmp/who; chown 1000 /tmp/who');
       await execInSandbox(h.upperDir, 'echo parent > /tmp/who');
+      expect((await lstat(join(c.upperDir, 'tmp/who'))).uid).toBe(child.idRange.hostStart + 1000);
       expect(await readFile(join(c.upperDir, 'tmp/who'), 'utf8')).toBe('child\n');
       expect(await readFile(join(h.upperDir, 'tmp/who'), 'utf8')).toBe('parent\n');
       const [pc, cc] = [await driver.stats(s.id), await driver.stats(child.id)];

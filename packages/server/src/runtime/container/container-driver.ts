@@ -1,10 +1,11 @@
-import { chmod, chown, mkdir, readFile, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, chown, lstat, mkdir, readFile, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { run } from '../../util/exec.js';
 import type {
   CheckpointOptions,
   CheckpointResult,
   CreateOptions,
+  IdRange,
   ListedSandbox,
   ReconcileReport,
   RestoreOptions,
@@ -27,7 +28,20 @@ import {
   primeKerndatCache,
 } from './criu.js';
 import { writeBootId } from './boot-id.js';
+import { imagesForRange } from './criu-userns.js';
 import { rewriteHostnameFiles, writeEtcFiles } from './etc-files.js';
+import type { IdLayout } from './id-ranges.js';
+import {
+  assertLayout,
+  assertNoSubidCollision,
+  assertSandboxRange,
+  blockOf,
+  imageRange,
+  rangeOfBlock,
+  spanEnd,
+  SUBID_FILES,
+} from './id-ranges.js';
+import { buildIdmapHelper, idmappedMountArgv, shiftOwnership } from './idmap-helper.js';
 import { KeyedLock } from './keyed-lock.js';
 import { mountsUnder, readMounts } from './mountinfo.js';
 import { mountSandbox, sandboxFstab, unmountTree } from './mounts.js';
@@ -60,9 +74,16 @@ export interface ContainerDriverOptions {
   runcPath: string;
   /** `[runtime].criu_path` resolved (see `defaultCriuPath`); null: checkpoint/restore unavailable. */
   criuPath: string | null;
-  /** `[runtime].uid_map_host_start` / `uid_map_size`: host uids of container uids 0..size-1. */
+  /**
+   * `[runtime].uid_map_host_start` / `uid_map_size` / `uid_ranges`: the host uid/gid span. Its first
+   * `uidMapSize` ids own the image layers; then come `uidRanges` sandbox ranges of `uidMapSize` ids, one per
+   * sandbox (`SandboxSpec.idRange`). See docs/security.md, "uid isolation".
+   */
   uidMapHostStart: number;
   uidMapSize: number;
+  uidRanges: number;
+  /** Files whose entries the span must not overlap (default /etc/subuid and /etc/subgid). */
+  subidFiles?: string[];
   /** `[runtime].cow_volume` and `cow_volume_size_gb`. */
   cowVolume: CowVolumeMode;
   cowVolumeSizeGb: number;
@@ -91,6 +112,7 @@ interface CheckpointMeta {
   sourceId: string;
   hostname: string;
   toolsVersion: string;
+  /** The range the dumped user namespace mapped to (the sandbox's own). */
   uidMapHostStart: number;
   uidMapSize: number;
   lowerDirs: string[];
@@ -107,11 +129,30 @@ interface SandboxPaths {
   bundle: string;
   config: string;
   fstab: string;
+  /** Mount points of the idmapped views of the image layers (`l/<n>`, bottom layer first). */
+  lowers: string;
+  /** The layers and uid range the mounts were made for. */
+  layers: string;
   pidFile: string;
   runcLog: string;
 }
 
 const silentLogger: Logger = { info() {}, warn() {} };
+
+/** The parts of a sandbox's bundle config.json the driver reads back. */
+interface OciConfigView {
+  hostname: string;
+  linux: {
+    namespaces: { type: string; path?: string }[];
+    uidMappings: { containerID: number; hostID: number; size: number }[];
+  };
+}
+
+function rangeOfConfig(config: OciConfigView): IdRange {
+  const m = config.linux.uidMappings[0];
+  if (!m) throw new RuntimeError('Internal', 'sandbox config has no uid mapping');
+  return { hostStart: m.hostID, size: m.size };
+}
 
 async function dirBytes(dir: string): Promise<number> {
   let total = 0;
@@ -174,22 +215,14 @@ export class ContainerDriver implements RuntimeDriver {
   private criuVersionValue: string | null = null;
   private spares: SpareDirs | null = null;
   private trash: Trash | null = null;
+  readonly idLayout: IdLayout;
+  private idmapHelper: string | null = null;
 
   constructor(readonly opts: ContainerDriverOptions) {
     assertHostPath('homePath', opts.homePath);
     assertHostPath('runtimePath', opts.runtimePath);
-    if (!(Number.isInteger(opts.uidMapHostStart) && opts.uidMapHostStart > 0)) {
-      throw new RuntimeError(
-        'InvalidSpec',
-        `runtime.uid_map_host_start = ${opts.uidMapHostStart}: must be an integer > 0`,
-      );
-    }
-    if (!(Number.isInteger(opts.uidMapSize) && opts.uidMapSize >= 1)) {
-      throw new RuntimeError(
-        'InvalidSpec',
-        `runtime.uid_map_size = ${opts.uidMapSize}: must be an integer >= 1`,
-      );
-    }
+    this.idLayout = { start: opts.uidMapHostStart, size: opts.uidMapSize, count: opts.uidRanges };
+    assertLayout(this.idLayout);
     const parent = opts.cgroupParent ?? 'aenv';
     if (
       !/^[A-Za-z0-9_.-]+(\/[A-Za-z0-9_.-]+)*$/.test(parent) ||
@@ -258,6 +291,8 @@ export class ContainerDriver implements RuntimeDriver {
     );
     this.seccomp = profile;
     this.seccompSourceValue = source;
+    await assertNoSubidCollision(this.idLayout, this.opts.subidFiles ?? SUBID_FILES);
+    this.idmapHelper = await buildIdmapHelper(join(this.opts.runtimePath, 'native'));
     await mkdir(join(this.opts.runtimePath, 'runc'), { recursive: true, mode: 0o700 });
     await mkdir(join(this.opts.runtimePath, 'criu-work'), { recursive: true, mode: 0o700 });
     await writeCriuConfig(this.criuConfigPath);
@@ -368,6 +403,8 @@ export class ContainerDriver implements RuntimeDriver {
       bundle: join(dir, 'bundle'),
       config: join(dir, 'bundle', 'config.json'),
       fstab: join(dir, 'bundle', 'fstab'),
+      lowers: join(dir, 'l'),
+      layers: join(dir, 'bundle', 'layers.json'),
       pidFile: join(dir, 'init.pid'),
       runcLog: join(dir, 'runc.log'),
     };
@@ -415,14 +452,15 @@ export class ContainerDriver implements RuntimeDriver {
 
   private async makeEmptySandboxDir(path: string): Promise<void> {
     await this.cow.createDir(path);
-    await this.prepareDirs(this.pathsIn(path));
+    // Owned by the image range until a sandbox takes it (ownDirs): no sandbox runs as that range.
+    await this.prepareDirs(this.pathsIn(path), imageRange(this.idLayout).hostStart);
   }
 
-  /** Directory layout below an existing sandbox dir (upper kept if present). */
+  /** Directory layout below an existing sandbox dir (upper kept if present), owned by `root`. */
   private async prepareDirs(
     p: Pick<SandboxPaths, 'upper' | 'work' | 'rootfs' | 'sys' | 'bundle'>,
+    root: number,
   ): Promise<void> {
-    const root = this.opts.uidMapHostStart;
     if (!(await exists(p.upper))) await mkdir(p.upper);
     // The merged root takes its owner and mode from the upper dir; work must belong to the same owner.
     await chown(p.upper, root, root);
@@ -437,9 +475,57 @@ export class ContainerDriver implements RuntimeDriver {
     return join(this.opts.runtimePath, 'runc', id);
   }
 
+  /** Hands a prepared (spare) sandbox dir to the sandbox's range. */
+  private async ownDirs(p: SandboxPaths, range: IdRange): Promise<void> {
+    await chown(p.upper, range.hostStart, range.hostStart);
+    await chown(p.work, range.hostStart, range.hostStart);
+  }
+
+  private helper(): string {
+    if (!this.idmapHelper) throw new RuntimeError('Internal', 'ContainerDriver.init() has not run');
+    return this.idmapHelper;
+  }
+
+  /**
+   * Moves a disk written under another range (a fork's, a snapshot's or template's, a pause from before
+   * per-sandbox ranges) into `range`. Which range wrote it is read off the owner of the upper dir: inside a
+   * sandbox it can only be changed to another id of the same range.
+   */
+  private async adoptDisk(p: SandboxPaths, range: IdRange): Promise<void> {
+    const owner = (await lstat(p.upper)).uid;
+    const block = blockOf(this.idLayout, owner);
+    const from = block === undefined ? undefined : rangeOfBlock(this.idLayout, block);
+    if (from?.hostStart === range.hostStart) return;
+    await shiftOwnership(this.helper(), p.upper, from, range, {
+      start: this.idLayout.start,
+      end: spanEnd(this.idLayout),
+    });
+  }
+
+  /** The id a layer file owned by `id` on disk shows as in a sandbox of `range` (see idmappedMountArgv). */
+  private viewOfLayerId(id: number, range: IdRange): number {
+    const image = imageRange(this.idLayout);
+    const offset = id - image.hostStart;
+    // Outside the mapping the kernel shows the overflow id; the image cache never writes such owners.
+    return offset >= 0 && offset < image.size ? range.hostStart + offset : range.hostStart + 65534;
+  }
+
+  private lowerMountPoints(spec: SandboxSpec, p: SandboxPaths): string[] {
+    return spec.lowerDirs.map((_, i) => join(p.lowers, String(i)));
+  }
+
+  /** bundle/layers.json: the layers (bottom first), the range owning them on disk, the sandbox's range. */
+  private layersRecord(spec: SandboxSpec): string {
+    return JSON.stringify({
+      lowerDirs: spec.lowerDirs,
+      layersIdRange: imageRange(this.idLayout),
+      idRange: spec.idRange,
+    });
+  }
+
   private fstabFor(spec: SandboxSpec, p: SandboxPaths) {
     return sandboxFstab({
-      lowerDirsBottomFirst: spec.lowerDirs,
+      lowerDirsBottomFirst: this.lowerMountPoints(spec, p),
       upperDir: p.upper,
       workDir: p.work,
       rootfsDir: p.rootfs,
@@ -453,8 +539,10 @@ export class ContainerDriver implements RuntimeDriver {
    */
   private async mountsReusable(spec: SandboxSpec, p: SandboxPaths): Promise<boolean> {
     const mounted = new Set(mountsUnder(await readMounts(), p.dir).map((m) => m.mountPoint));
-    if (!mounted.has(p.rootfs) || !mounted.has(p.sys) || mounted.size !== 2) return false;
+    const wanted = [p.rootfs, p.sys, ...this.lowerMountPoints(spec, p)];
+    if (!wanted.every((m) => mounted.has(m)) || mounted.size !== wanted.length) return false;
     try {
+      if ((await readFile(p.layers, 'utf8')) !== this.layersRecord(spec)) return false;
       const fstab = await readFile(p.fstab, 'utf8');
       const config = JSON.parse(await readFile(p.config, 'utf8')) as {
         linux: { namespaces: { type: string; path?: string }[] };
@@ -477,18 +565,30 @@ export class ContainerDriver implements RuntimeDriver {
       lowerDirs: spec.lowerDirs,
       hostname: spec.hostname,
       nameservers: spec.nameservers ?? [],
-      rootUid: this.opts.uidMapHostStart,
+      rootUid: spec.idRange.hostStart,
+      lowerOwner: (id) => this.viewOfLayerId(id, spec.idRange),
     });
     if (mount) {
       const fstab = this.fstabFor(spec, p);
       await writeFile(p.fstab, fstab.text);
-      await mountSandbox(spec.netnsPath, p.fstab, fstab.cwd);
+      await writeFile(p.layers, this.layersRecord(spec));
+      await mkdir(p.lowers, { recursive: true, mode: 0o700 });
+      // The overlay's lower dirs are idmapped views of the shared layers (owned by the image range),
+      // showing them owned by this sandbox's range; the helper makes them, then runs the fstab mount.
+      const idmap = idmappedMountArgv(
+        this.helper(),
+        imageRange(this.idLayout),
+        spec.idRange,
+        spec.lowerDirs,
+        this.lowerMountPoints(spec, p),
+      );
+      await mountSandbox(spec.netnsPath, p.fstab, fstab.cwd, idmap);
     }
     const config = buildOciConfig({
       hostname: spec.hostname,
       rootfsDir: p.rootfs,
-      uidMapHostStart: this.opts.uidMapHostStart,
-      uidMapSize: this.opts.uidMapSize,
+      uidMapHostStart: spec.idRange.hostStart,
+      uidMapSize: spec.idRange.size,
       seccomp: this.seccomp,
       env: spec.initEnv ?? {},
       toolsDir: tools.dir,
@@ -512,6 +612,7 @@ export class ContainerDriver implements RuntimeDriver {
 
   async create(spec: SandboxSpec, opts: CreateOptions): Promise<SandboxHandle> {
     validateSpec(spec);
+    const range = assertSandboxRange(this.idLayout, spec.idRange, `sandbox ${spec.id}`);
     return this.lock.run(spec.id, async () => {
       await this.checkTools(opts.tools);
       await this.checkLowerDirs(spec);
@@ -524,10 +625,13 @@ export class ContainerDriver implements RuntimeDriver {
         const spare = opts.diskSource ? null : this.spares?.take();
         if (spare) {
           await rename(spare, p.dir);
+          await this.ownDirs(p, range);
         } else {
-          if (opts.diskSource) await this.cloneDisk(opts.diskSource, p);
-          else await this.cow.createDir(p.dir);
-          await this.prepareDirs(p);
+          if (opts.diskSource) {
+            await this.cloneDisk(opts.diskSource, p);
+            await this.adoptDisk(p, range);
+          } else await this.cow.createDir(p.dir);
+          await this.prepareDirs(p, range.hostStart);
         }
         await writeBootId(p.upper, spec.lowerDirs, this.opts.uidMapHostStart);
         await this.mountAndConfigure(spec, p, opts.tools);
@@ -588,7 +692,7 @@ export class ContainerDriver implements RuntimeDriver {
     return this.lock.run(id, async () => {
       const p = this.paths(id);
       const pid = await this.readPid(p);
-      await rewriteHostnameFiles(p.upper, hostname, this.opts.uidMapHostStart);
+      await rewriteHostnameFiles(p.upper, hostname, (await this.rangeOf(p)).hostStart);
       await run('nsenter', [`--uts=/proc/${pid}/ns/uts`, 'hostname', hostname]);
     });
   }
@@ -632,10 +736,7 @@ export class ContainerDriver implements RuntimeDriver {
       if (opts.upperSnapshotDest && (await exists(opts.upperSnapshotDest))) {
         throw new RuntimeError('AlreadyExists', `snapshot dir ${opts.upperSnapshotDest} already exists`);
       }
-      const config = JSON.parse(await readFile(p.config, 'utf8')) as {
-        hostname: string;
-        linux: { namespaces: { type: string; path?: string }[] };
-      };
+      const config = JSON.parse(await readFile(p.config, 'utf8')) as OciConfigView;
       const netnsPath = config.linux.namespaces.find((n) => n.type === 'network')?.path;
       if (!netnsPath) throw new RuntimeError('Internal', `sandbox ${id} has no netns path in its config`);
       const work = this.criuWorkDir(id, 'dump');
@@ -698,8 +799,8 @@ export class ContainerDriver implements RuntimeDriver {
         sourceId: id,
         hostname: config.hostname,
         toolsVersion: await this.toolsVersionOf(p),
-        uidMapHostStart: this.opts.uidMapHostStart,
-        uidMapSize: this.opts.uidMapSize,
+        uidMapHostStart: rangeOfConfig(config).hostStart,
+        uidMapSize: rangeOfConfig(config).size,
         lowerDirs: await this.lowerDirsOf(id),
         criuVersion: this.criuVersionValue,
         createdAt: new Date().toISOString(),
@@ -723,7 +824,18 @@ export class ContainerDriver implements RuntimeDriver {
     }
   }
 
+  /** The range a sandbox runs in, as its bundle says. */
+  private async rangeOf(p: SandboxPaths): Promise<IdRange> {
+    return rangeOfConfig(JSON.parse(await readFile(p.config, 'utf8')) as OciConfigView);
+  }
+
   private async lowerDirsOf(id: string): Promise<string[]> {
+    try {
+      const rec = JSON.parse(await readFile(this.paths(id).layers, 'utf8')) as { lowerDirs: string[] };
+      return rec.lowerDirs;
+    } catch {
+      // A sandbox started before idmapped layers: its overlay names the layer dirs themselves.
+    }
     const root = this.paths(id).rootfs;
     const m = (await readMounts()).find((x) => x.mountPoint === root && x.fsType === 'overlay');
     const lower = m?.superOptions.find((o) => o.startsWith('lowerdir='));
@@ -732,6 +844,7 @@ export class ContainerDriver implements RuntimeDriver {
 
   async restore(spec: SandboxSpec, imagesDir: string, opts: RestoreOptions): Promise<SandboxHandle> {
     validateSpec(spec);
+    const range = assertSandboxRange(this.idLayout, spec.idRange, `sandbox ${spec.id}`);
     assertHostPath('imagesDir', imagesDir);
     if (opts.diskSource !== undefined) assertHostPath('diskSource', opts.diskSource);
     this.requireCriu('restore');
@@ -745,10 +858,10 @@ export class ContainerDriver implements RuntimeDriver {
           `checkpoint ${imagesDir} was taken with tools ${meta.toolsVersion}, not ${opts.tools.version}: restore needs the same tools dir`,
         );
       }
-      if (meta.uidMapHostStart !== this.opts.uidMapHostStart || meta.uidMapSize !== this.opts.uidMapSize) {
+      if (meta.uidMapSize !== range.size) {
         throw new RuntimeError(
           'RestoreFailed',
-          `checkpoint ${imagesDir} uses uid map ${meta.uidMapHostStart}+${meta.uidMapSize}, this node ${this.opts.uidMapHostStart}+${this.opts.uidMapSize}`,
+          `checkpoint ${imagesDir} maps ${meta.uidMapSize} uids, this node's sandboxes ${range.size} (runtime.uid_map_size)`,
         );
       }
       const p = this.paths(spec.id);
@@ -772,20 +885,38 @@ export class ContainerDriver implements RuntimeDriver {
       } else if (await exists(p.dir)) {
         throw new RuntimeError('AlreadyExists', `sandbox ${spec.id} already exists`);
       }
+      let nsImages: string | undefined;
       try {
         const reuseMounts = inPlace && (await this.mountsReusable(spec, p));
         if (inPlace && !reuseMounts) await unmountTree(p.dir);
-        if (!inPlace) await this.cloneDisk(opts.diskSource as string, p);
-        if (!reuseMounts) await this.prepareDirs(p);
         // In place, the sandbox dir kept its limit: lifted while the host writes into it (see create).
         if (inPlace) await this.cow.unlimitDir(p.dir);
+        if (!inPlace) await this.cloneDisk(opts.diskSource as string, p);
+        if (!reuseMounts) {
+          await this.adoptDisk(p, range);
+          await this.prepareDirs(p, range.hostStart);
+        }
+        // Dumped under another range (fork, snapshot or template launch): the restored user namespace
+        // must map to this sandbox's range instead.
+        if (meta.uidMapHostStart !== range.hostStart) {
+          const from = { hostStart: meta.uidMapHostStart, size: meta.uidMapSize };
+          nsImages = await imagesForRange(imagesDir, `.userns-${spec.id}`, from, range);
+        }
         await this.mountAndConfigure(spec, p, opts.tools, !reuseMounts);
         const work = this.criuWorkDir(spec.id, 'restore');
         await rm(work, { recursive: true, force: true });
         await mkdir(work, { recursive: true });
         await opts.startAfter;
         try {
-          await this.runc.restore(spec.id, p.bundle, spec.netnsPath, imagesDir, work, p.pidFile, p.runcLog);
+          await this.runc.restore(
+            spec.id,
+            p.bundle,
+            spec.netnsPath,
+            nsImages ?? imagesDir,
+            work,
+            p.pidFile,
+            p.runcLog,
+          );
         } catch (e) {
           const criu = await criuLogErrors(join(work, 'restore.log'));
           throw new RuntimeError(
@@ -806,6 +937,8 @@ export class ContainerDriver implements RuntimeDriver {
         await this.rollbackRestore(spec.id, inPlace);
         if (e instanceof RuntimeError) throw e;
         throw new RuntimeError('RestoreFailed', `restore of ${spec.id} failed: ${describe(e)}`, { cause: e });
+      } finally {
+        if (nsImages) await rm(nsImages, { recursive: true, force: true });
       }
     });
   }

@@ -12,6 +12,8 @@ export interface EtcFilesInput {
   nameservers: readonly string[];
   /** Host uid/gid of the sandbox's root (the files must belong to it inside). */
   rootUid: number;
+  /** The host id a layer file's owner shows as in the sandbox (its lower dirs are idmapped views). */
+  lowerOwner?: (id: number) => number;
 }
 
 export function hostsFile(hostname: string): string {
@@ -99,7 +101,12 @@ export async function writeEtcFiles(input: EtcFilesInput): Promise<void> {
   if (st && !st.isDirectory()) await unlink(etc);
   if (!st || !st.isDirectory()) {
     await mkdir(etc);
-    await chown(etc, lowerEtc ? lowerEtc.uid : input.rootUid, lowerEtc ? lowerEtc.gid : input.rootUid);
+    const owner = input.lowerOwner ?? ((id: number) => id);
+    await chown(
+      etc,
+      lowerEtc ? owner(lowerEtc.uid) : input.rootUid,
+      lowerEtc ? owner(lowerEtc.gid) : input.rootUid,
+    );
     await chmod(etc, lowerEtc ? lowerEtc.mode & 0o7777 : 0o755);
   }
   await writeRegular(join(etc, 'hostname'), `${input.hostname}\n`, input.rootUid);

@@ -11,6 +11,7 @@ const good: SandboxSpec = {
   netnsPath: '/run/aenv/netns/aenv-ns-1',
   nameservers: ['10.0.0.2', '2001:db8::53'],
   initEnv: { ENVD_PORT: '49983' },
+  idRange: { hostStart: 165536, size: 65536 },
 };
 
 function bad(patch: Partial<SandboxSpec>, re: RegExp) {

@@ -1,0 +1,318 @@
+/*
+ * aenv-idmap: the two host operations that give every sandbox its own uid/gid range (docs/security.md,
+ * "uid isolation"). Node has no API for either.
+ *
+ *   aenv-idmap mount FROM TO COUNT SRC DST [SRC DST ...] [-- CMD [ARGS...]]
+ *       For each pair: an idmapped, read-only, nosuid, nodev bind mount of SRC at DST (created if missing),
+ *       in which a file owned on disk by FROM+i (i < COUNT) appears owned by TO+i. The image layers are
+ *       unpacked once, owned by the image range; each sandbox's overlay uses such views of them as its
+ *       lower dirs, so the sandbox sees them owned by its own root without a copy. Then execs CMD, if
+ *       given (the sandbox's other mounts: one process for both).
+ *
+ *   aenv-idmap shift FROM TO COUNT SPAN_START SPAN_END DIR
+ *       Moves the ownership of DIR and everything below it (not following symlinks, not crossing into
+ *       other filesystems) into the range TO..TO+COUNT-1: ids in FROM..FROM+COUNT-1 move by TO-FROM, ids
+ *       already in the target range stay (hard links are visited twice), any other id inside
+ *       SPAN_START..SPAN_END-1 (another sandbox's) becomes the target's overflow id, and ids outside the
+ *       span (host root: overlay whiteouts) stay. chown(2) clears setuid/setgid bits and file
+ *       capabilities, so both are put back — the capability's root id and POSIX ACL entries moved like
+ *       the owners. FROM may be "-" (the source range is not known: nothing moves, only strays are
+ *       confined). Used when a sandbox starts on a disk that another sandbox wrote (fork, snapshot and
+ *       template launches).
+ *
+ * Errors go to stderr as "aenv-idmap: <what>: <strerror>", exit status 1 (2 for usage errors).
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/mount.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#ifndef MOUNT_ATTR_IDMAP
+#define MOUNT_ATTR_IDMAP 0x00100000
+#endif
+
+static const char *current_path = "";
+
+static void fail(const char *what, const char *path) {
+  fprintf(stderr, "aenv-idmap: %s %s: %s\n", what, path, strerror(errno));
+  exit(1);
+}
+
+static int parse_u32(const char *s, uint32_t *out) {
+  char *end;
+  if (!s || !*s || s[0] == '-') return -1;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || *end || v > UINT32_MAX) return -1;
+  *out = (uint32_t)v;
+  return 0;
+}
+
+/* ---- mount ------------------------------------------------------------------------------------ */
+
+static int write_file(const char *path, const char *text) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = write(fd, text, strlen(text));
+  int saved = errno;
+  close(fd);
+  errno = saved;
+  return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+/* A user namespace mapping FROM.. to TO..: a child blocks in it while we take its namespace fd. */
+static int userns_fd(uint32_t from, uint32_t to, uint32_t count) {
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC)) fail("pipe", "");
+  pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL, NULL, NULL, NULL);
+  if (pid < 0) fail("clone(CLONE_NEWUSER)", "");
+  if (pid == 0) {
+    char b;
+    close(pipefd[1]);
+    ssize_t ignored = read(pipefd[0], &b, 1); /* returns when the parent closes its end */
+    (void)ignored;
+    _exit(0);
+  }
+  close(pipefd[0]);
+  char path[64], map[96];
+  snprintf(map, sizeof map, "%u %u %u\n", from, to, count);
+  snprintf(path, sizeof path, "/proc/%d/uid_map", pid);
+  if (write_file(path, map)) fail("write", path);
+  snprintf(path, sizeof path, "/proc/%d/gid_map", pid);
+  if (write_file(path, map)) fail("write", path);
+  snprintf(path, sizeof path, "/proc/%d/ns/user", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("open", path);
+  close(pipefd[1]);
+  waitpid(pid, NULL, 0);
+  return fd;
+}
+
+static int cmd_mount(int argc, char **argv) {
+  uint32_t from, to, count;
+  int end = 4;
+  while (end < argc && strcmp(argv[end], "--")) end++;
+  if (argc < 6 || end < 6 || (end - 4) % 2 || parse_u32(argv[1], &from) || parse_u32(argv[2], &to) ||
+      parse_u32(argv[3], &count) || count == 0 || (end < argc && end == argc - 1)) {
+    fprintf(stderr, "usage: aenv-idmap mount FROM TO COUNT SRC DST [SRC DST ...] [-- CMD [ARGS...]]\n");
+    return 2;
+  }
+  int ns = userns_fd(from, to, count);
+  for (int i = 4; i < end; i += 2) {
+    const char *src = argv[i], *dst = argv[i + 1];
+    if (mkdir(dst, 0700) && errno != EEXIST) fail("mkdir", dst);
+    int fd = (int)syscall(SYS_open_tree, AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (fd < 0) fail("open_tree", src);
+    struct mount_attr attr = {0};
+    attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    attr.userns_fd = (uint64_t)ns;
+    if (syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH, &attr, sizeof attr)) fail("mount_setattr", src);
+    if (syscall(SYS_move_mount, fd, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH)) fail("move_mount", dst);
+    close(fd);
+  }
+  close(ns);
+  if (end < argc) {
+    execvp(argv[end + 1], &argv[end + 1]);
+    fail("exec", argv[end + 1]);
+  }
+  return 0;
+}
+
+/* ---- shift ------------------------------------------------------------------------------------ */
+
+struct shift {
+  int64_t from; /* -1: unknown */
+  uint32_t to, count, span_start, span_end, overflow;
+  dev_t dev;
+};
+
+static uint32_t shift_id(const struct shift *s, uint32_t id) {
+  if (s->from >= 0 && id >= (uint64_t)s->from && id < (uint64_t)s->from + s->count)
+    return s->to + (id - (uint32_t)s->from);
+  if (id >= s->to && id < (uint64_t)s->to + s->count) return id;
+  if (id >= s->span_start && id < s->span_end) return s->overflow;
+  return id;
+}
+
+#define VFS_CAP_REVISION_MASK 0xFF000000u
+#define VFS_CAP_REVISION_3 0x03000000u
+
+/* security.capability: a v3 value names the namespace root it is for (bytes 20..23, little endian). */
+static void shift_caps(const struct shift *s, unsigned char *v, ssize_t len) {
+  if (len != 24) return;
+  uint32_t magic = (uint32_t)v[0] | (uint32_t)v[1] << 8 | (uint32_t)v[2] << 16 | (uint32_t)v[3] << 24;
+  if ((magic & VFS_CAP_REVISION_MASK) != VFS_CAP_REVISION_3) return;
+  uint32_t root = (uint32_t)v[20] | (uint32_t)v[21] << 8 | (uint32_t)v[22] << 16 | (uint32_t)v[23] << 24;
+  root = shift_id(s, root);
+  for (int i = 0; i < 4; i++) v[20 + i] = (unsigned char)(root >> (8 * i));
+}
+
+/* system.posix_acl_*: a 4-byte header, then 8-byte entries {u16 tag, u16 perm, u32 id}. */
+static int shift_acl(const struct shift *s, unsigned char *v, ssize_t len) {
+  int changed = 0;
+  if (len < 4 || (len - 4) % 8) return 0;
+  for (ssize_t off = 4; off + 8 <= len; off += 8) {
+    uint16_t tag = (uint16_t)(v[off] | v[off + 1] << 8);
+    if (tag != 0x02 && tag != 0x08) continue; /* ACL_USER, ACL_GROUP */
+    uint32_t id = (uint32_t)v[off + 4] | (uint32_t)v[off + 5] << 8 | (uint32_t)v[off + 6] << 16 |
+                  (uint32_t)v[off + 7] << 24;
+    uint32_t n = shift_id(s, id);
+    if (n == id) continue;
+    for (int i = 0; i < 4; i++) v[off + 4 + i] = (unsigned char)(n >> (8 * i));
+    changed = 1;
+  }
+  return changed;
+}
+
+struct xattr_val {
+  const char *name;
+  unsigned char buf[65536];
+  ssize_t len; /* -1: absent */
+};
+
+static const char *const XATTRS[] = {"security.capability", "system.posix_acl_access",
+                                     "system.posix_acl_default"};
+#define NXATTRS 3
+
+/* Reads the id-carrying xattrs of the file `proc` (its /proc/self/fd link, followed) refers to. */
+static void read_xattrs(const char *proc, struct xattr_val *x) {
+  char names[65536];
+  ssize_t n = listxattr(proc, names, sizeof names);
+  for (int i = 0; i < NXATTRS; i++) {
+    x[i].name = XATTRS[i];
+    x[i].len = -1;
+  }
+  if (n <= 0) return;
+  for (ssize_t off = 0; off < n; off += (ssize_t)strlen(names + off) + 1) {
+    for (int i = 0; i < NXATTRS; i++) {
+      if (strcmp(names + off, XATTRS[i])) continue;
+      x[i].len = getxattr(proc, XATTRS[i], x[i].buf, sizeof x[i].buf);
+      if (x[i].len < 0) fail("getxattr", current_path);
+    }
+  }
+}
+
+/* Shifts the file `fd` (O_PATH or a directory fd) refers to; `st` is its stat. */
+static void shift_fd(const struct shift *s, int fd, const struct stat *st) {
+  uint32_t uid = shift_id(s, st->st_uid), gid = shift_id(s, st->st_gid);
+  char proc[64];
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+  static struct xattr_val x[NXATTRS];
+  read_xattrs(proc, x);
+  int acl_changed[NXATTRS] = {0};
+  for (int i = 1; i < NXATTRS; i++)
+    if (x[i].len > 0) acl_changed[i] = shift_acl(s, x[i].buf, x[i].len);
+  if (uid != st->st_uid || gid != st->st_gid) {
+    if (fchownat(fd, "", uid, gid, AT_EMPTY_PATH)) fail("chown", current_path);
+    /* chown cleared setuid/setgid (not on directories) and the file capability: put them back. */
+    if (!S_ISDIR(st->st_mode) && (st->st_mode & (S_ISUID | S_ISGID)) &&
+        chmod(proc, st->st_mode & 07777))
+      fail("chmod", current_path);
+    if (x[0].len > 0) {
+      shift_caps(s, x[0].buf, x[0].len);
+      if (setxattr(proc, x[0].name, x[0].buf, (size_t)x[0].len, 0)) fail("setxattr", current_path);
+    }
+  }
+  for (int i = 1; i < NXATTRS; i++)
+    if (acl_changed[i] && setxattr(proc, x[i].name, x[i].buf, (size_t)x[i].len, 0))
+      fail("setxattr", current_path);
+}
+
+static void shift_entry(const struct shift *s, int dirfd, const char *name, const struct stat *st) {
+  if (S_ISLNK(st->st_mode)) {
+    uint32_t uid = shift_id(s, st->st_uid), gid = shift_id(s, st->st_gid);
+    if ((uid != st->st_uid || gid != st->st_gid) &&
+        fchownat(dirfd, name, uid, gid, AT_SYMLINK_NOFOLLOW))
+      fail("chown", current_path);
+    return;
+  }
+  /* Everything else through an O_PATH fd: no path is resolved twice, so nothing can be swapped in between. */
+  int fd = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) fail("open", current_path);
+  shift_fd(s, fd, st);
+  close(fd);
+}
+
+static char path_buf[PATH_MAX * 2];
+
+static void shift_dir(const struct shift *s, int dirfd, size_t path_len) {
+  DIR *d = fdopendir(dirfd);
+  if (!d) fail("opendir", path_buf);
+  struct dirent *e;
+  errno = 0;
+  while ((e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    size_t n = strlen(e->d_name);
+    if (path_len + 1 + n < sizeof path_buf) {
+      path_buf[path_len] = '/';
+      memcpy(path_buf + path_len + 1, e->d_name, n + 1);
+    }
+    current_path = path_buf;
+    struct stat st;
+    if (fstatat(dirfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW)) fail("stat", path_buf);
+    if (st.st_dev != s->dev) continue; /* another filesystem or subvolume: not part of this disk */
+    shift_entry(s, dirfd, e->d_name, &st);
+    if (S_ISDIR(st.st_mode)) {
+      int sub = openat(dirfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub < 0) fail("open", path_buf);
+      shift_dir(s, sub, path_len + 1 + n < sizeof path_buf ? path_len + 1 + n : path_len);
+    }
+    path_buf[path_len] = '\0';
+    errno = 0;
+  }
+  if (errno) fail("readdir", path_buf);
+  closedir(d);
+}
+
+static int cmd_shift(int argc, char **argv) {
+  struct shift s = {0};
+  uint32_t from = 0;
+  int from_unknown = argc == 7 && !strcmp(argv[1], "-");
+  if (argc != 7 || (!from_unknown && parse_u32(argv[1], &from)) || parse_u32(argv[2], &s.to) ||
+      parse_u32(argv[3], &s.count) || parse_u32(argv[4], &s.span_start) ||
+      parse_u32(argv[5], &s.span_end) || s.count == 0 || (uint64_t)s.to + s.count > UINT32_MAX) {
+    fprintf(stderr, "usage: aenv-idmap shift FROM|- TO COUNT SPAN_START SPAN_END DIR\n");
+    return 2;
+  }
+  s.from = from_unknown ? -1 : (int64_t)from;
+  s.overflow = s.to + (s.count > 65534 ? 65534 : s.count - 1);
+  /* One open directory per level: allow deep trees. */
+  struct rlimit rl;
+  if (!getrlimit(RLIMIT_NOFILE, &rl)) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  const char *dir = argv[6];
+  snprintf(path_buf, sizeof path_buf, "%s", dir);
+  current_path = path_buf;
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) fail("open", dir);
+  struct stat st;
+  if (fstat(fd, &st)) fail("stat", dir);
+  s.dev = st.st_dev;
+  shift_fd(&s, fd, &st);
+  shift_dir(&s, fd, strlen(path_buf));
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 2 && !strcmp(argv[1], "mount")) return cmd_mount(argc - 1, argv + 1);
+  if (argc >= 2 && !strcmp(argv[1], "shift")) return cmd_shift(argc - 1, argv + 1);
+  fprintf(stderr, "usage: aenv-idmap mount|shift ...\n");
+  return 2;
+}

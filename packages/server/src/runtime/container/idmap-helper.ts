@@ -1,0 +1,78 @@
+// The host helper behind per-sandbox uid ranges (native/aenv-idmap.c): idmapped views of the image layers
+// and ownership shifts of disks that move from one range to another. Built with the host gcc (which the tools
+// dir already needs) into the runtime dir, once per source version.
+import { createHash } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { mkdir, readFile, rename, rm } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { run } from '../../util/exec.js';
+import type { IdRange } from '../driver.js';
+import { RuntimeError } from '../driver.js';
+
+const SOURCE = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..', 'native', 'aenv-idmap.c');
+
+/** Compiles the helper into `dir` unless this source version is there already; returns its path. */
+export async function buildIdmapHelper(dir: string): Promise<string> {
+  let source: Buffer;
+  try {
+    source = await readFile(SOURCE);
+  } catch (e) {
+    throw new RuntimeError('HostSetup', `cannot read ${SOURCE}: ${(e as Error).message}`);
+  }
+  const hash = createHash('sha256').update(source).digest('hex').slice(0, 16);
+  const bin = join(dir, `aenv-idmap-${hash}`);
+  if (existsSync(bin)) return bin;
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  const tmp = `${bin}.tmp-${process.pid}`;
+  try {
+    await run('gcc', ['-O2', '-Wall', '-o', tmp, SOURCE]);
+    await rename(tmp, bin);
+  } catch (e) {
+    await rm(tmp, { force: true });
+    throw new RuntimeError(
+      'HostSetup',
+      `cannot build the uid mapping helper with gcc: ${(e as Error).message}`,
+    );
+  }
+  return bin;
+}
+
+/**
+ * argv that mounts an idmapped, read-only, nosuid, nodev view of each `layers[i]` at `mountPoints[i]`, in
+ * which files owned by `from` + n appear owned by `to` + n. Meant as a prefix: the helper runs whatever
+ * follows `--` afterwards (the sandbox's other mounts), so it costs no extra process.
+ */
+export function idmappedMountArgv(
+  helper: string,
+  from: IdRange,
+  to: IdRange,
+  layers: readonly string[],
+  mountPoints: readonly string[],
+): string[] {
+  const pairs = layers.flatMap((l, i) => [l, mountPoints[i] as string]);
+  return [helper, 'mount', String(from.hostStart), String(to.hostStart), String(to.size), ...pairs, '--'];
+}
+
+/**
+ * Moves the ownership of `dir` (a disk another range wrote) into `to`: ids of `from` move with it (`from`
+ * undefined: not known), ids of other ranges in `span` become `to`'s overflow id, others stay. Setuid bits,
+ * file capabilities and ACLs survive.
+ */
+export async function shiftOwnership(
+  helper: string,
+  dir: string,
+  from: IdRange | undefined,
+  to: IdRange,
+  span: { start: number; end: number },
+): Promise<void> {
+  await run(helper, [
+    'shift',
+    from ? String(from.hostStart) : '-',
+    String(to.hostStart),
+    String(to.size),
+    String(span.start),
+    String(span.end),
+    dir,
+  ]);
+}
