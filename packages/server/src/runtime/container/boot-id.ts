@@ -21,13 +21,20 @@ async function lstatOrNull(path: string): Promise<Stats | null> {
 }
 
 /** A directory of the upper dir that is really one (a symlink or file the sandbox left there is replaced). */
-async function realDir(path: string, mode: number, uid: number, gid: number, lower: Stats | null) {
+async function realDir(
+  path: string,
+  mode: number,
+  uid: number,
+  gid: number,
+  lower: Stats | null,
+  lowerOwner: (id: number) => number,
+) {
   const st = await lstatOrNull(path);
   if (st?.isDirectory()) return;
   if (st) await unlink(path);
   await mkdir(path);
   const like = lower?.isDirectory() ? lower : null;
-  await chown(path, like ? like.uid : uid, like ? like.gid : gid);
+  await chown(path, like ? lowerOwner(like.uid) : uid, like ? lowerOwner(like.gid) : gid);
   await chmod(path, like ? like.mode & 0o7777 : mode);
 }
 
@@ -45,9 +52,16 @@ async function inImage(lowerDirs: readonly string[], rel: string): Promise<Stats
  * restore). Like the /etc files it works on the upper directly, and makes `run` and `run/agentenv` real
  * directories there, so the path the boot-id mount follows in the merged view has no symlink in it.
  */
-export async function writeBootId(upperDir: string, lowerDirs: readonly string[], rootUid: number) {
-  await realDir(join(upperDir, 'run'), 0o755, rootUid, rootUid, await inImage(lowerDirs, 'run'));
-  await realDir(join(upperDir, 'run', 'agentenv'), 0o700, rootUid, rootUid, null);
+export async function writeBootId(
+  upperDir: string,
+  lowerDirs: readonly string[],
+  rootUid: number,
+  /** The host id the sandbox sees a layer's host id as (layers are in the image range, the upper in its own). */
+  lowerOwner: (id: number) => number = (id) => id,
+) {
+  const run = await inImage(lowerDirs, 'run');
+  await realDir(join(upperDir, 'run'), 0o755, rootUid, rootUid, run, lowerOwner);
+  await realDir(join(upperDir, 'run', 'agentenv'), 0o700, rootUid, rootUid, null, lowerOwner);
   const path = join(upperDir, BOOT_ID_FILE);
   const st = await lstatOrNull(path);
   if (st && !st.isFile()) await unlink(path);

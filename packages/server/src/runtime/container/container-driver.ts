@@ -633,7 +633,9 @@ export class ContainerDriver implements RuntimeDriver {
           } else await this.cow.createDir(p.dir);
           await this.prepareDirs(p, range.hostStart);
         }
-        await writeBootId(p.upper, spec.lowerDirs, this.opts.uidMapHostStart);
+        await writeBootId(p.upper, spec.lowerDirs, spec.idRange.hostStart, (id) =>
+          this.viewOfLayerId(id, spec.idRange),
+        );
         await this.mountAndConfigure(spec, p, opts.tools);
         await opts.startAfter;
         await this.runc.run(spec.id, p.bundle, p.pidFile, p.runcLog);
