@@ -35,6 +35,14 @@ if [ -f "$AENV_TEST_BUSYBOX_LAYOUT/index.json" ]; then
   ok "pulled $AENV_TEST_BUSYBOX_IMAGE"
 fi
 
+if [ -f "$AENV_TEST_BASE_LAYOUT/index.json" ]; then
+  for hub_name in library/ubuntu:22.04 e2bdev/base:latest; do
+    skopeo inspect --tls-verify=false "docker://$AENV_TEST_REGISTRY/$hub_name" >/dev/null ||
+      fail "registry does not serve $hub_name (the docker.io stand-ins start.sh pushes)"
+  done
+  ok "registry serves library/ubuntu:22.04 and e2bdev/base:latest (docker.io stand-ins)"
+fi
+
 [ "$(code "http://$AENV_TEST_AUTH_REGISTRY/v2/")" = 401 ] || fail "auth registry answers without credentials"
 [ "$(code -u "$AENV_TEST_AUTH_REGISTRY_USER:wrong" "http://$AENV_TEST_AUTH_REGISTRY/v2/")" = 401 ] ||
   fail "auth registry accepts a wrong password"

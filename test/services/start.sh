@@ -4,6 +4,8 @@
 #   auth-registry  Debian docker-registry, 127.0.0.1:5001, htpasswd (basic) auth; gets aenv/busybox
 #   redis          redis-server, 127.0.0.1:6379, no persistence
 #   s3             moto (Debian trixie python3-moto) S3 server, 127.0.0.1:9000, bucket aenv-test
+# aenv/base is also pushed as library/ubuntu:22.04 and e2bdev/base:latest, so the registry stands in for Docker
+# Hub (tests configure it as the docker.io mirror). Then python-sdk.sh makes the Python SDK tests' venv.
 # PIDs and logs: $AENV_TEST_SERVICES_STATE (/run/aenv-test-services); data: $AENV_TEST_DATA
 # (/var/lib/aenv-test). Ports can be moved with AENV_TEST_{REGISTRY,AUTH_REGISTRY,REDIS,S3}_PORT.
 # Usage: start.sh [--no-push]     Then: eval "$(test/services/env.sh)"
@@ -200,6 +202,13 @@ if [ "$push" = 1 ]; then
     t0=$(aenv_now_ms)
     push_image "$layout" "127.0.0.1:$REGISTRY_PORT/aenv/$name:latest"
     summary+=("pushed         127.0.0.1:$REGISTRY_PORT/aenv/$name:latest in $(aenv_elapsed "$t0" "$(aenv_now_ms)")")
+    if [ "$name" = base ]; then
+      # Docker Hub names, for templates that name them (library/ is where Hub keeps single-name images).
+      for hub_name in library/ubuntu:22.04 e2bdev/base:latest; do
+        push_image "$layout" "127.0.0.1:$REGISTRY_PORT/$hub_name"
+      done
+      summary+=("pushed         aenv/base as 127.0.0.1:$REGISTRY_PORT/{library/ubuntu:22.04,e2bdev/base:latest}")
+    fi
     if [ "$name" = busybox ]; then
       t0=$(aenv_now_ms)
       push_image "$layout" "127.0.0.1:$AUTH_REGISTRY_PORT/aenv/$name:latest" \
@@ -207,6 +216,14 @@ if [ "$push" = 1 ]; then
       summary+=("pushed         127.0.0.1:$AUTH_REGISTRY_PORT/aenv/$name:latest in $(aenv_elapsed "$t0" "$(aenv_now_ms)")")
     fi
   done
+fi
+
+# --- the Python SDK's venv (a warning, not a failure: the services work without it; its tests fail) ---
+t0=$(aenv_now_ms)
+if pyvenv_python=$("$HERE/python-sdk.sh"); then
+  summary+=("python SDK     $pyvenv_python ($("$pyvenv_python" -m pip show e2b 2>/dev/null | sed -n 's/^Version: /e2b /p'), $(aenv_elapsed "$t0" "$(aenv_now_ms)"))")
+else
+  summary+=("python SDK     NOT INSTALLED (test/services/python-sdk.sh failed; the Python SDK tests will fail)")
 fi
 
 printf 'test services up (state %s):\n' "$STATE_DIR"

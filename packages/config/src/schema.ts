@@ -388,7 +388,7 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
       registry_endpoints: strList({
         default: [],
         aenv: true,
-        doc: 'API base URL of registries whose API is not served at their name, or mirrors: "<registry>=<http(s) URL>" entries. Docker Hub needs one for docker.io references.',
+        doc: 'Registry API base URLs: "<registry>=<http(s) URL>" entries, for mirrors and for registries whose API is not served at their name. docker.io is built in (https://registry-1.docker.io); an entry for it (a mirror) replaces that.',
       }),
       local_image_dirs: strList({
         default: ['/var/cache/aenv/images'],

@@ -1,6 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { ApiError } from './errors.js';
-import { refuseUnsupportedCreateFields, refuseUnsupportedNetworkUpdateFields } from './unsupported-fields.js';
+import {
+  refuseUnsupportedCreateFields,
+  refuseUnsupportedNetworkUpdateFields,
+  refuseUnsupportedSnapshotFields,
+} from './unsupported-fields.js';
 
 const refusal = (fn: () => void): { status: number; message: string } | undefined => {
   try {
@@ -60,5 +64,14 @@ describe('sandbox request fields aenv does not implement', () => {
     expect(refusal(() => refuseUnsupportedNetworkUpdateFields({ allowOut: ['1.1.1.1'], rules: {} }))).toBe(
       undefined,
     );
+  });
+
+  it('refuses a filesystem-only snapshot, and takes the full one the SDKs ask for by default', () => {
+    expect(refusal(() => refuseUnsupportedSnapshotFields({ memory: false }))).toMatchObject({
+      status: 400,
+      message: expect.stringMatching(/^memory is not supported by this server \(filesystem-only snapshots/),
+    });
+    for (const body of [{}, { name: 'snap' }, { memory: true }, undefined, null])
+      expect(refusal(() => refuseUnsupportedSnapshotFields(body))).toBeUndefined();
   });
 });

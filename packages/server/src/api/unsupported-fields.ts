@@ -1,5 +1,5 @@
 // Fields of E2B's sandbox requests (the e2b SDK's `NewSandbox`, `NewSandboxV2`, `SandboxNetworkConfig`,
-// `SandboxNetworkUpdateConfig`) that aenv does not implement. A request that asks for one is refused with a 400
+// `SandboxNetworkUpdateConfig`, `SandboxSnapshotRequest`) that aenv does not implement. A request that asks for one is refused with a 400
 // naming it rather than served without it: most are security or network settings whose silent loss would leave
 // a sandbox more open than its creator asked for. Leaving a field out, or giving its "nothing" value (null, an
 // empty list or map), is accepted. Fields no SDK sends are ignored, as E2B's API ignores them
@@ -49,4 +49,10 @@ export function refuseUnsupportedCreateFields(body: unknown): void {
 /** `PUT /sandboxes/{id}/network`. */
 export function refuseUnsupportedNetworkUpdateFields(body: unknown): void {
   refuseNetwork(body, '');
+}
+
+/** `POST /sandboxes/{id}/snapshots`: the Python SDK's `create_snapshot(mode="filesystem")` sends `memory: false`. */
+export function refuseUnsupportedSnapshotFields(body: unknown): void {
+  if (isObject(body) && body.memory === false)
+    refuse('memory', 'filesystem-only snapshots are not implemented: every snapshot holds memory and disk');
 }

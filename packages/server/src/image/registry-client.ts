@@ -63,6 +63,23 @@ interface CachedAuth {
 const MAX_REDIRECTS = 5;
 const MAX_ERROR_BODY = 64 * 1024;
 
+/**
+ * API base URLs of registries whose API is not served at their name, used when the config names no endpoint
+ * for them: Docker Hub's, as every OCI client has it built in (docs/images.md). A configured endpoint (a
+ * mirror) replaces it.
+ */
+export const BUILTIN_REGISTRY_ENDPOINTS: Readonly<Record<string, string>> = {
+  'docker.io': 'https://registry-1.docker.io',
+};
+
+/**
+ * Other names `docker login` stores a built-in endpoint's credentials under (Docker Hub's: index.docker.io).
+ * Used only with the built-in endpoint: a mirror is not Docker Hub and gets no Docker Hub password.
+ */
+const BUILTIN_CREDENTIAL_ALIASES: Readonly<Record<string, readonly string[]>> = {
+  'docker.io': ['index.docker.io'],
+};
+
 /** Parses a WWW-Authenticate header: `Bearer realm="…",service="…",scope="…"` or `Basic realm="…"`. */
 export function parseWwwAuthenticate(header: string): Challenge | undefined {
   const m = /^\s*([A-Za-z]+)\s*(.*)$/s.exec(header);
@@ -165,10 +182,19 @@ export class RegistryClient {
     return url.protocol === 'https:' || url.origin === configuredOrigin || this.isInsecure(url.host);
   }
 
+  /** The configured endpoint of `registry`, else its built-in one; undefined = its API is served at its name. */
+  private endpointFor(registry: string): { url: string; configured: boolean } | undefined {
+    const configured = this.opts.endpoints?.[registry];
+    if (configured) return { url: configured, configured: true };
+    const builtin = BUILTIN_REGISTRY_ENDPOINTS[registry];
+    return builtin ? { url: builtin, configured: false } : undefined;
+  }
+
   /** Base URL of a registry's API, without trailing slash. */
   baseUrl(registry: string): string {
-    const override = this.opts.endpoints?.[registry];
-    if (override) {
+    const endpoint = this.endpointFor(registry);
+    if (endpoint?.configured) {
+      const override = endpoint.url;
       if (!/^https?:\/\//.test(override)) {
         throw new ImageError(
           'Internal',
@@ -183,13 +209,7 @@ export class RegistryClient {
       }
       return override.replace(/\/+$/, '');
     }
-    if (registry === 'docker.io') {
-      // Docker Hub serves its registry API on another host; aenv ships no registry host names.
-      throw new ImageError(
-        'Unreachable',
-        'docker.io references need an API endpoint: add "docker.io=<Docker Hub registry API URL>" to [image.resolver].registry_endpoints (or use a mirror, a local registry, or oci: references)',
-      );
-    }
+    if (endpoint) return endpoint.url;
     return `${this.isInsecure(registry) ? 'http' : 'https'}://${registry}`;
   }
 
@@ -275,10 +295,11 @@ export class RegistryClient {
     if (ctx.credentials) return ctx.credentials;
     if (!this.opts.dockerConfigDir) return undefined;
     const aliases: string[] = [];
-    const override = this.opts.endpoints?.[ref.registry];
-    if (override) {
+    const endpoint = this.endpointFor(ref.registry);
+    if (endpoint && !endpoint.configured) aliases.push(...(BUILTIN_CREDENTIAL_ALIASES[ref.registry] ?? []));
+    if (endpoint) {
       try {
-        aliases.push(new URL(override).host);
+        aliases.push(new URL(endpoint.url).host);
       } catch {
         // invalid endpoint URLs fail later, with a clearer error
       }

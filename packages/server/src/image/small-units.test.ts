@@ -1,6 +1,8 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { lookupDockerCredentials } from './credentials.js';
 import { VerifyingStream, digestOf } from './digest.js';
@@ -230,16 +232,68 @@ describe('FsWriter', () => {
 });
 
 describe('registry endpoints', () => {
-  it('asks for an endpoint for docker.io instead of guessing a host', async () => {
-    const { RegistryClient } = await import('./registry-client.js');
-    const client = new RegistryClient({});
-    expect(() => client.baseUrl('docker.io')).toThrow(/registry_endpoints/);
-    const configured = new RegistryClient({ endpoints: { 'docker.io': 'https://hub.example.test/' } });
-    expect(configured.baseUrl('docker.io')).toBe('https://hub.example.test');
-    expect(new RegistryClient({ insecureRegistries: ['127.0.0.1:5000'] }).baseUrl('127.0.0.1:5000')).toBe(
-      'http://127.0.0.1:5000',
+  it("reaches docker.io at Docker Hub's API by default; a configured endpoint (a mirror) replaces it", async () => {
+    const { BUILTIN_REGISTRY_ENDPOINTS, RegistryClient } = await import('./registry-client.js');
+    expect(BUILTIN_REGISTRY_ENDPOINTS).toEqual({ 'docker.io': 'https://registry-1.docker.io' });
+    const builtin = new RegistryClient({});
+    expect(builtin.baseUrl('docker.io')).toBe('https://registry-1.docker.io');
+    // insecure_registries does not turn Docker Hub's own API into plain HTTP.
+    const insecureHub = new RegistryClient({ insecureRegistries: ['docker.io'] });
+    expect(insecureHub.baseUrl('docker.io')).toBe('https://registry-1.docker.io');
+    const mirror = new RegistryClient({ endpoints: { 'docker.io': 'https://hub.example.test/' } });
+    expect(mirror.baseUrl('docker.io')).toBe('https://hub.example.test');
+    const plainMirror = new RegistryClient({ endpoints: { 'docker.io': 'http://127.0.0.1:5000' } });
+    expect(() => plainMirror.baseUrl('docker.io')).toThrow(
+      /plain HTTP; list docker.io in insecure_registries/,
     );
-    await client.close();
-    await configured.close();
+    const local = new RegistryClient({
+      insecureRegistries: ['docker.io', '127.0.0.1:5000'],
+      endpoints: { 'docker.io': 'http://127.0.0.1:5000' },
+    });
+    expect(local.baseUrl('docker.io')).toBe('http://127.0.0.1:5000');
+    expect(local.baseUrl('127.0.0.1:5000')).toBe('http://127.0.0.1:5000');
+    expect(builtin.baseUrl('ghcr.io')).toBe('https://ghcr.io');
+    await Promise.all([builtin, insecureHub, mirror, plainMirror, local].map((c) => c.close()));
+  });
+
+  it('finds `docker login` credentials for Docker Hub, and gives them to no mirror', async () => {
+    const { RegistryClient } = await import('./registry-client.js');
+    const dir = mkdtempSync(join(tmpdir(), 'aenv-dockercfg-'));
+    // A mirror that asks for Basic credentials and records what it is sent.
+    const seen: (string | undefined)[] = [];
+    const mirror = createServer((req, res) => {
+      seen.push(req.headers.authorization);
+      res.writeHead(401, { 'www-authenticate': 'Basic realm="mirror"' }).end();
+    });
+    await new Promise<void>((r) => mirror.listen(0, '127.0.0.1', r));
+    const port = (mirror.address() as AddressInfo).port;
+    try {
+      // Where `docker login` (no registry named) keeps Docker Hub's credentials.
+      const hub = { auth: Buffer.from('hubuser:hubpass').toString('base64') };
+      writeFileSync(
+        join(dir, 'config.json'),
+        JSON.stringify({ auths: { 'https://index.docker.io/v1/': hub } }),
+      );
+      type WithCredentials = { credentialsFor(ref: object, ctx: object): Promise<unknown> };
+      const ref = { registry: 'docker.io', repository: 'library/ubuntu' };
+      const builtin = new RegistryClient({ dockerConfigDir: dir });
+      expect(await (builtin as unknown as WithCredentials).credentialsFor(ref, {})).toEqual({
+        username: 'hubuser',
+        password: 'hubpass',
+      });
+      const viaMirror = new RegistryClient({
+        dockerConfigDir: dir,
+        insecureRegistries: ['docker.io'],
+        endpoints: { 'docker.io': `http://127.0.0.1:${port}` },
+        retry: { retries: 0, baseDelayMs: 1 },
+      });
+      await expect(viaMirror.getManifest(ref, 'latest')).rejects.toThrow(/401|unauthori[sz]ed|credentials/i);
+      expect(seen.length).toBeGreaterThan(0);
+      expect(seen.every((h) => h === undefined)).toBe(true);
+      await Promise.all([builtin.close(), viaMirror.close()]);
+    } finally {
+      mirror.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -11,6 +11,7 @@ import { candidateNames } from '../../template/catalog.js';
 import { ApiError } from '../errors.js';
 import { paginate, parseLimit } from '../pagination.js';
 import { parseBody, snapshotSchema } from '../schemas.js';
+import { refuseUnsupportedSnapshotFields } from '../unsupported-fields.js';
 
 export interface SnapshotRouteDeps {
   orchestrator: Orchestrator;
@@ -36,6 +37,7 @@ export function registerSnapshotRoutes(app: FastifyInstance, deps: SnapshotRoute
   const { orchestrator: orch, repository: repo } = deps;
 
   app.post<{ Params: { id: string } }>('/sandboxes/:id/snapshots', async (req, reply) => {
+    refuseUnsupportedSnapshotFields(req.body);
     const body = parseBody(snapshotSchema, req.body, 'snapshot request');
     const id = req.params.id;
     if (!UUID.test(id)) throw new ApiError(404, `sandbox ${id} not found`);
