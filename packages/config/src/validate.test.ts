@@ -259,6 +259,13 @@ const rules: { name: string; bad: string; message: string; good: string }[] = [
     message: 'runtime.default_disk_size_mb = 2000: must be a multiple of 1024',
     good: '[runtime]\ndefault_disk_size_mb = 2048',
   },
+  {
+    name: 'pids_limit fits in node_pids_limit',
+    bad: '[runtime]\nnode_pids_limit = 500\npids_limit = 600',
+    message:
+      'runtime.pids_limit = 600: must not exceed runtime.node_pids_limit (500), the budget of all sandboxes together',
+    good: '[runtime]\nnode_pids_limit = 500\npids_limit = 400',
+  },
 ];
 
 describe('validation rules (reference §4.3 and aenv)', () => {

@@ -22,7 +22,7 @@ import { resolveApiKey, resolveAccessTokenSeed, SandboxTokenIssuer } from './sec
 import { resolveNodeIdentity } from './identity/index.js';
 import { ImageService, imageMigrations } from './image/index.js';
 import { NetworkManager, parseNetworkPolicy } from './network/index.js';
-import { ContainerDriver, defaultCriuPath } from './runtime/index.js';
+import { ContainerDriver, defaultCriuPath, readPidMax, resolvePidsBudget } from './runtime/index.js';
 import type { ToolsMount } from './runtime/driver.js';
 import { createSnapshotRepository, type SnapshotRepository } from './snapshot/index.js';
 import { ContainerBackend } from './backend/container-backend.js';
@@ -188,6 +188,10 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     metricsRegistry: metrics.registry,
   });
 
+  const pids = resolvePidsBudget(
+    { node: config.runtime.node_pids_limit, perSandbox: config.runtime.pids_limit },
+    await readPidMax(),
+  );
   const runtime = new ContainerDriver({
     homePath: config.home_path,
     runtimePath: config.runtime_path,
@@ -199,6 +203,14 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     cowVolumeSizeGb: config.runtime.cow_volume_size_gb,
     diskLimits: config.runtime.disk_limits,
     cgroupParent: config.resource_prefix,
+    nodePidsLimit: pids.node,
+    nofileLimit: config.runtime.nofile_limit,
+    inotifyMaxInstances: config.runtime.inotify_max_instances,
+    inotifyMaxWatches: config.runtime.inotify_max_watches,
+    seccompProfilePath: config.runtime.seccomp_profile,
+    nestedContainers: config.runtime.nested_containers,
+    capNetRaw: config.runtime.cap_net_raw,
+    noNewPrivileges: config.runtime.no_new_privileges,
     logger: logger.child({ component: 'runtime' }),
   });
   await runtime.init();
@@ -236,7 +248,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     envdPort: config.tools.control_plane_port,
     envdPollMs: config.envd.poll_ms,
     envdInitTimeoutMs: config.envd.init_timeout_secs * 1000,
-    pidsLimit: config.runtime.pids_limit,
+    pidsLimit: pids.perSandbox,
     envdToken: (id) => tokens.envd(id),
     logger: logger.child({ component: 'backend' }),
   });
@@ -294,7 +306,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     envdPort: config.tools.control_plane_port,
     envdPollMs: config.envd.poll_ms,
     envdInitTimeoutMs: config.envd.init_timeout_secs * 1000,
-    pidsLimit: config.runtime.pids_limit,
+    pidsLimit: pids.perSandbox,
     backend,
     maxConcurrentBuilds: config.template_build.max_concurrent_builds,
     maxUploadBytes: config.template_build.max_upload_mb * 1024 ** 2,

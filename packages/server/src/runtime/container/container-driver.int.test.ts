@@ -19,6 +19,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run } from '../../util/exec.js';
 import type { SandboxSpec } from '../driver.js';
 import { RuntimeError } from '../driver.js';
+import { Cgroups, detectCgroupLayout } from './cgroups.js';
 import { ContainerDriver } from './container-driver.js';
 import { versionAtLeast } from './criu.js';
 import { readMounts } from './mountinfo.js';
@@ -124,6 +125,8 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       cowVolumeSizeGb: 8,
       diskLimits: true,
       cgroupParent,
+      inotifyMaxInstances: 77,
+      inotifyMaxWatches: 999,
     });
 
   beforeAll(async () => {
@@ -178,7 +181,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     const h = await driver.create(s, { tools });
     expect(h.pid).toBeGreaterThan(1);
     const status = await readFile(`/proc/${h.pid}/status`, 'utf8');
-    expect(status).toMatch(/CapEff:\s+00000000a80425fb/); // Docker's default set
+    expect(status).toMatch(/CapEff:\s+00000000a80405fb/); // Docker's default set without NET_RAW
     expect(status).toMatch(/CapInh:\s+0000000000000000/);
     expect(status).toMatch(/Seccomp:\s+2/);
     expect(status).toMatch(/NoNewPrivs:\s+0/);
@@ -197,7 +200,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       h.upperDir,
       'hostname; grep -E "^(CapEff|Seccomp):" /proc/self/status; id -u',
     );
-    expect(r).toEqual({ code: 0, output: `${s.id}\nCapEff:\t00000000a80425fb\nSeccomp:\t2\n0\n` });
+    expect(r).toEqual({ code: 0, output: `${s.id}\nCapEff:\t00000000a80405fb\nSeccomp:\t2\n0\n` });
     expect((await execInSandbox(h.upperDir, 'cat /etc/hostname /etc/hosts /etc/resolv.conf')).output).toBe(
       `${s.id}\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t${s.id}\nnameserver 192.0.2.53\n`,
     );
@@ -259,6 +262,70 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     expect(st.memoryUsageBytes).toBeGreaterThan(0);
     expect(st.frozen).toBe(false);
     await driver.destroy(s.id);
+  });
+
+  it("refuses what Docker's profile refuses, without NET_RAW, core dumps or the host's cgroup names", async () => {
+    const s = await spec();
+    const h = await driver.create(s, { tools });
+    const tryIt = async (cmd: string) => (await execInSandbox(h.upperDir, `${cmd}; echo rc=$?`)).output;
+    expect(await tryIt('dmesg')).toMatch(/Operation not permitted[\s\S]*rc=1/);
+    expect(await tryIt('unshare -U true')).toMatch(/rc=1/);
+    expect(await tryIt('unshare -n true')).toMatch(/rc=1/);
+    expect(await tryIt('mount -t tmpfs x /mnt')).toMatch(/rc=(1|255)/);
+    expect(await tryIt('nsenter -t 1 -n true')).toMatch(/rc=1/);
+    expect(await tryIt('chroot / true')).toMatch(/rc=0/);
+    // ping needs a raw socket (CAP_NET_RAW) or ICMP datagram sockets (ping_group_range, off in the slot).
+    expect(await tryIt('ping -c1 -W1 127.0.0.1')).toMatch(/(permitted|denied)[\s\S]*rc=1/);
+    expect(await tryIt('ulimit -c; ulimit -c unlimited')).toMatch(/^0\n[\s\S]*rc=(1|2)/);
+    // A cgroup namespace: the sandbox sees its own cgroup as the root, not /<parent>/<id>.
+    const cg = await tryIt('cat /proc/self/cgroup');
+    expect(cg).not.toContain(cgroupParent);
+    expect(cg).toMatch(/^\d+:[^:]*:\/$/m);
+    // Per-user limits of its user namespace, set by the host once it runs; the sandbox cannot change them.
+    await driver.diskLimitSet(s.id);
+    const userSysctls =
+      'cat /proc/sys/user/max_inotify_instances /proc/sys/user/max_inotify_watches /proc/sys/user/max_user_namespaces';
+    expect(await tryIt(userSysctls)).toBe('77\n999\n0\nrc=0\n');
+    expect(await tryIt('echo 100000 > /proc/sys/user/max_inotify_instances')).toMatch(/rc=1/);
+    await driver.destroy(s.id);
+  });
+
+  it('caps the tasks of all sandboxes together at the node budget', async () => {
+    const cg = new Cgroups(detectCgroupLayout(await readMounts()), cgroupParent);
+    const bomb = 'bomb() { bomb | bomb & }; bomb';
+    await cg.limitParentPids(48);
+    try {
+      const a = await driver.create(
+        await spec({ resources: { cpuCount: 1, memoryMB: 128, pidsLimit: 40 } }, bomb),
+        {
+          tools,
+        },
+      );
+      const b = await driver.create(
+        await spec({ resources: { cpuCount: 1, memoryMB: 128, pidsLimit: 40 } }, bomb),
+        {
+          tools,
+        },
+      );
+      // The kernel counts a refused fork in the cgroup of the task that forked, whichever limit refused it.
+      const refused = (id: string) =>
+        readFile(`/sys/fs/cgroup/pids/${cgroupParent}/${id}/pids.events`, 'utf8').then((t) =>
+          Number(/max (\d+)/.exec(t)?.[1]),
+        );
+      for (const id of [a.id, b.id])
+        await waitFor(
+          () => refused(id),
+          (n) => n > 0,
+          `forks refused in ${id}`,
+        );
+      expect(await cg.parentPids()).toBeLessThanOrEqual(48);
+      const [sa, sb] = [await driver.stats(a.id), await driver.stats(b.id)];
+      expect(sa.pids + sb.pids).toBeLessThanOrEqual(48);
+      await driver.destroy(a.id);
+      await driver.destroy(b.id);
+    } finally {
+      await writeFile(`/sys/fs/cgroup/pids/${cgroupParent}/pids.max`, 'max');
+    }
   });
 
   it('refuses bad specs and duplicate ids with clear errors, leaving nothing behind', async () => {
@@ -570,6 +637,11 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       expect(nc.split('\n')[0]).toBe(pidsBefore.split('\n')[0]);
       expect(nc).toMatch(/hello/);
       expect(await readFile(`/proc/${r.pid}/status`, 'utf8')).toMatch(/Seccomp:\s+2/);
+      // CRIU made a new user namespace: its limits are set again.
+      await driver.diskLimitSet(s.id);
+      expect((await execInSandbox(h.upperDir, 'cat /proc/sys/user/max_inotify_instances')).output).toBe(
+        '77\n',
+      );
       expect((await readFile(`/proc/${r.pid}/uid_map`, 'utf8')).trim().split(/\s+/)).toEqual([
         '0',
         '100000',

@@ -30,7 +30,7 @@ import { rewriteHostnameFiles, writeEtcFiles } from './etc-files.js';
 import { KeyedLock } from './keyed-lock.js';
 import { mountsUnder, readMounts } from './mountinfo.js';
 import { mountSandbox, sandboxFstab, unmountTree } from './mounts.js';
-import { buildOciConfig, DEFAULT_CAPABILITIES, INIT_PATH, TOOLS_MOUNT_POINT } from './oci-config.js';
+import { buildOciConfig, INIT_PATH, sandboxCapabilities, TOOLS_MOUNT_POINT } from './oci-config.js';
 import { Runc, RuncError } from './runc.js';
 import { SpareDirs, Trash } from './spare-dirs.js';
 import type { OciSeccomp, SeccompSource } from './seccomp.js';
@@ -39,6 +39,11 @@ import { assertHostPath, assertSandboxId, isSandboxId, validateSpec } from './va
 import { exists } from '../../util/fs.js';
 
 export const CHECKPOINT_META_FILE = 'aenv-checkpoint.json';
+/** RLIMIT_NOFILE of sandbox processes when `[runtime].nofile_limit` is not given. */
+export const DEFAULT_NOFILE_LIMIT = 65536;
+/** Per-uid inotify limits inside a sandbox when not given (the kernel's defaults for a host user). */
+export const DEFAULT_INOTIFY_INSTANCES = 128;
+export const DEFAULT_INOTIFY_WATCHES = 65536;
 // 4.2: CRIU 4.1 fails to dump any TCP socket on recent kernels (getsockopt SO_PASSCRED -> EOPNOTSUPP).
 const MIN_CRIU_VERSION = '4.2';
 const MAX_DUMP_ATTEMPTS = 3;
@@ -72,8 +77,24 @@ export interface ContainerDriverOptions {
    * to this driver and is removed by `reconcile`: servers sharing a host need distinct values.
    */
   cgroupParent?: string;
-  /** Moby-format profile to derive the seccomp filter from; null: the built-in deny list. */
-  seccompProfilePath?: string | null;
+  /** `[runtime].seccomp_profile`: a Moby-format profile file; empty or absent: aenv's built-in profile. */
+  seccompProfilePath?: string;
+  /** `[runtime].nested_containers`: user namespaces and mounts inside them (see seccomp.ts). */
+  nestedContainers?: boolean;
+  /** `[runtime].cap_net_raw`: give sandboxes CAP_NET_RAW (raw sockets, classic ping). */
+  capNetRaw?: boolean;
+  /** `[runtime].no_new_privileges`: setuid binaries (sudo) stop working inside. */
+  noNewPrivileges?: boolean;
+  /** `[runtime].nofile_limit`: RLIMIT_NOFILE of sandbox processes (at most the server's own hard limit). */
+  nofileLimit?: number;
+  /** `[runtime].inotify_max_instances` / `inotify_max_watches`: per uid inside each sandbox. */
+  inotifyMaxInstances?: number;
+  inotifyMaxWatches?: number;
+  /**
+   * `[runtime].node_pids_limit` resolved (see resolvePidsBudget): pids.max of the cgroup parent of all
+   * sandboxes. Absent: not limited.
+   */
+  nodePidsLimit?: number;
   /**
    * Let CRIU use hardware breakpoints (faster with many threads). Off by default: on hosts whose debug
    * registers do not fire (PVM guests) every dump hangs with them. See CRIU_NO_BREAKPOINTS_ENV.
@@ -129,6 +150,12 @@ async function nofileHardLimit(): Promise<number> {
   return Math.min(hard, 1048576);
 }
 
+/** Seccomp mode of a process (2 = filter); what proves a sandbox runs under its filter. */
+async function seccompMode(pid: number): Promise<number> {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8');
+  return Number(/^Seccomp:\s+(\d+)/m.exec(status)?.[1] ?? -1);
+}
+
 /**
  * runc prepares the rootfs and bind mounts inside the sandbox's user namespace, as the mapped root (an
  * unprivileged host uid): every directory above them must be searchable by "others".
@@ -167,6 +194,7 @@ export class ContainerDriver implements RuntimeDriver {
   private readonly criuConfigPath: string;
   private cgroups: Cgroups | null = null;
   private seccomp: OciSeccomp | null = null;
+  private readonly capabilities: string[];
   private seccompSourceValue: SeccompSource | null = null;
   private swapAccounting = false;
   private nofile = 1024;
@@ -216,6 +244,13 @@ export class ContainerDriver implements RuntimeDriver {
       diskLimits: opts.diskLimits ?? false,
     });
     this.criuConfigPath = join(opts.runtimePath, 'criu', 'runc.conf');
+    this.capabilities = sandboxCapabilities(opts.capNetRaw ?? false);
+    if (opts.nofileLimit !== undefined && !(Number.isInteger(opts.nofileLimit) && opts.nofileLimit >= 64)) {
+      throw new RuntimeError(
+        'InvalidSpec',
+        `runtime.nofile_limit = ${opts.nofileLimit}: must be an integer >= 64`,
+      );
+    }
   }
 
   /** Filesystem kind of the sandbox volume (after init). */
@@ -248,12 +283,21 @@ export class ContainerDriver implements RuntimeDriver {
     }
     this.cgroups = new Cgroups(detectCgroupLayout(await readMounts()), this.cgroupParent);
     this.swapAccounting = await this.cgroups.hasSwapAccounting();
-    this.nofile = await nofileHardLimit();
+    if (this.opts.nodePidsLimit !== undefined) await this.cgroups.limitParentPids(this.opts.nodePidsLimit);
+    const hardNofile = await nofileHardLimit();
+    const wantNofile = this.opts.nofileLimit ?? DEFAULT_NOFILE_LIMIT;
+    // A user namespace cannot raise a hard limit above the one runc inherits from this server.
+    this.nofile = Math.min(wantNofile, hardNofile);
+    if (this.opts.nofileLimit !== undefined && this.nofile < wantNofile) {
+      this.log.warn(
+        { nofileLimit: wantNofile, serverHardLimit: hardNofile },
+        "runtime.nofile_limit is above the server's own hard limit of open files: sandboxes get the server's",
+      );
+    }
     const { profile, source } = await loadSeccompProfile(
-      DEFAULT_CAPABILITIES,
-      this.opts.seccompProfilePath === undefined
-        ? '/usr/share/containers/seccomp.json'
-        : this.opts.seccompProfilePath,
+      this.capabilities,
+      this.opts.seccompProfilePath ?? '',
+      { nestedContainers: this.opts.nestedContainers ?? false },
     );
     this.seccomp = profile;
     this.seccompSourceValue = source;
@@ -305,6 +349,10 @@ export class ContainerDriver implements RuntimeDriver {
         cowVolume: this.cow.kind,
         diskLimits: this.cow.enforcesLimits,
         seccomp: source,
+        nestedContainers: this.opts.nestedContainers ?? false,
+        capabilities: this.capabilities.length,
+        nofile: this.nofile,
+        nodePidsLimit: this.opts.nodePidsLimit ?? null,
         swapAccounting: this.swapAccounting,
       },
       'container runtime ready',
@@ -317,29 +365,59 @@ export class ContainerDriver implements RuntimeDriver {
     }
   }
 
-  private readonly pendingDiskLimits = new Map<string, Promise<void>>();
+  private readonly pendingLimits = new Map<string, Promise<void>>();
 
   /**
-   * Sets the sandbox's disk limit once the host wrote what it writes into the sandbox dir (etc files, bundle,
-   * runc's pid file), so that a sandbox on a full disk still starts — and in the background, under the
-   * sandbox's lock, so the caller's wait for envd covers its cost and later operations come after it.
+   * Sets the limits a sandbox gets once it runs, in the background, under the sandbox's lock, so the
+   * caller's wait for envd covers their cost and later operations come after them (`diskLimitSet` waits;
+   * a failure fails the sandbox's start):
+   * - its user namespace's limits (`limitUserNamespace`);
+   * - the disk limit, once the host wrote what it writes into the sandbox dir (etc files, bundle, runc's
+   *   pid file), so that a sandbox on a full disk still starts.
    */
-  private limitDiskSoon(spec: SandboxSpec, p: SandboxPaths): void {
+  private limitSoon(spec: SandboxSpec, p: SandboxPaths, pid: number): void {
     const mb = spec.resources.diskMB;
-    if (mb === undefined || !this.cow.enforcesLimits) return;
     const job: Promise<void> = this.lock
-      .run(spec.id, () => this.cow.limitDir(p.dir, mb))
+      .run(spec.id, async () => {
+        await this.limitUserNamespace(pid);
+        if (mb !== undefined && this.cow.enforcesLimits) await this.cow.limitDir(p.dir, mb);
+      })
       .finally(() => {
-        if (this.pendingDiskLimits.get(spec.id) === job) this.pendingDiskLimits.delete(spec.id);
+        if (this.pendingLimits.get(spec.id) === job) this.pendingLimits.delete(spec.id);
       });
     job.catch((err: unknown) =>
-      this.log.warn({ err: describe(err), id: spec.id }, 'could not set the sandbox disk limit'),
+      this.log.warn({ err: describe(err), id: spec.id }, 'could not set the sandbox limits'),
     );
-    this.pendingDiskLimits.set(spec.id, job);
+    this.pendingLimits.set(spec.id, job);
+  }
+
+  /**
+   * Per-user limits of the sandbox's user namespace (its `/proc/sys/user`): inotify instances and watches
+   * per uid inside, and no nested user namespaces unless allowed (a second wall behind seccomp). Only a
+   * process holding CAP_SYS_RESOURCE in that namespace may change them: the host, not the sandbox. Set
+   * after every start and restore (CRIU makes a new namespace). The kernel also counts every sandbox's
+   * use against host root (the namespace's creator): see docs/security.md.
+   */
+  private async limitUserNamespace(pid: number): Promise<void> {
+    const values: [string, number][] = [
+      ['max_inotify_instances', this.opts.inotifyMaxInstances ?? DEFAULT_INOTIFY_INSTANCES],
+      ['max_inotify_watches', this.opts.inotifyMaxWatches ?? DEFAULT_INOTIFY_WATCHES],
+    ];
+    if (!this.opts.nestedContainers) values.push(['max_user_namespaces', 0]);
+    const script = values.map(([k], i) => `printf %s "$${i + 1}" > /proc/sys/user/${k}`).join(' && ');
+    await run('nsenter', [
+      `--user=/proc/${pid}/ns/user`,
+      '--',
+      'sh',
+      '-c',
+      script,
+      'sh',
+      ...values.map(([, v]) => String(v)),
+    ]);
   }
 
   async diskLimitSet(id: string): Promise<void> {
-    await this.pendingDiskLimits.get(id);
+    await this.pendingLimits.get(id);
   }
 
   /** Whether sandboxes' `resources.diskMB` is enforced on this host (after init). */
@@ -483,12 +561,15 @@ export class ContainerDriver implements RuntimeDriver {
       await writeFile(p.fstab, fstab.text);
       await mountSandbox(spec.netnsPath, p.fstab, fstab.cwd);
     }
+    if (!this.seccomp) throw new RuntimeError('Internal', 'ContainerDriver.init() has not run');
     const config = buildOciConfig({
       hostname: spec.hostname,
       rootfsDir: p.rootfs,
       uidMapHostStart: this.opts.uidMapHostStart,
       uidMapSize: this.opts.uidMapSize,
       seccomp: this.seccomp,
+      capabilities: this.capabilities,
+      noNewPrivileges: this.opts.noNewPrivileges ?? false,
       env: spec.initEnv ?? {},
       toolsDir: tools.dir,
       sysfsDir: p.sys,
@@ -501,6 +582,18 @@ export class ContainerDriver implements RuntimeDriver {
     });
     await writeFile(p.config, JSON.stringify(config));
     await writeFile(join(p.bundle, 'tools-version'), tools.version);
+  }
+
+  /** Fail closed: a sandbox whose init is not under its seccomp filter is not handed out. */
+  private async assertFiltered(
+    id: string,
+    pid: number,
+    kind: 'StartFailed' | 'RestoreFailed',
+  ): Promise<void> {
+    const mode = await seccompMode(pid);
+    if (mode !== 2) {
+      throw new RuntimeError(kind, `sandbox ${id}: its init runs with seccomp mode ${mode}, not 2 (filter)`);
+    }
   }
 
   private async readPid(p: SandboxPaths): Promise<number> {
@@ -531,7 +624,8 @@ export class ContainerDriver implements RuntimeDriver {
         await this.mountAndConfigure(spec, p, opts.tools);
         await this.runc.run(spec.id, p.bundle, p.pidFile, p.runcLog);
         const handle = { id: spec.id, pid: await this.readPid(p), sandboxDir: p.dir, upperDir: p.upper };
-        this.limitDiskSoon(spec, p);
+        await this.assertFiltered(spec.id, handle.pid, 'StartFailed');
+        this.limitSoon(spec, p, handle.pid);
         this.spares?.fill();
         return handle;
       } catch (e) {
@@ -791,12 +885,13 @@ export class ContainerDriver implements RuntimeDriver {
           );
         }
         const pid = await this.readPid(p);
+        await this.assertFiltered(spec.id, pid, 'RestoreFailed');
         // A dump taken from a frozen cgroup may come back frozen.
         await this.cg().thaw(spec.id);
         if (meta.hostname !== spec.hostname) {
           await run('nsenter', [`--uts=/proc/${pid}/ns/uts`, 'hostname', spec.hostname]);
         }
-        this.limitDiskSoon(spec, p);
+        this.limitSoon(spec, p, pid);
         return { id: spec.id, pid, sandboxDir: p.dir, upperDir: p.upper };
       } catch (e) {
         await this.rollbackRestore(spec.id, inPlace);
