@@ -16,6 +16,8 @@ import { createLogger, type Logger } from './util/log.js';
 import { uuidv7 } from './util/uuid.js';
 import { openStateDb, type StateDb } from './state/db.js';
 import { lockNodeDirs } from './util/node-lock.js';
+import { enforceNodeDirModes } from './util/node-modes.js';
+import { makeReadOnlyForAll } from './util/private-tree.js';
 import { ServerMetrics } from './observability/metrics.js';
 import { HostMetricsSampler } from './observability/host-metrics.js';
 import { resolveApiKey, resolveAccessTokenSeed, SandboxTokenIssuer } from './secrets/index.js';
@@ -113,6 +115,15 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   // Sandbox uids must traverse $AENV_HOME to their dirs (search only; secrets/ itself is 0700).
   mkdirSync(config.home_path, { recursive: true, mode: 0o711 });
   const nodeLock = await lockNodeDirs(config);
+  const changedModes = await enforceNodeDirModes({
+    home: config.home_path,
+    runtime: config.runtime_path,
+    deps: config.deps_path,
+    sandboxes: join(config.home_path, 'sandboxes'),
+    contentRoots: [config.image.cache.root_dir, join(config.home_path, 'template-work')],
+  });
+  if (changedModes)
+    logger.info({ changed: changedModes }, 'made node files private (0700 dirs, owner-only files)');
   const db = openStateDb(join(config.home_path, 'state.db'), [...orchestratorMigrations, ...imageMigrations]);
   const store = new SandboxStore(db);
   const stored = store.loadAll().records;
@@ -134,6 +145,8 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   const metrics = new ServerMetrics();
 
   const tools = await prepareTools(config, logger);
+  // Mounted read-only into every sandbox, so readable by every sandbox uid (it was built under umask 077).
+  await makeReadOnlyForAll(tools.dir);
   logger.info({ dir: tools.dir, version: tools.version }, 'tools mount ready');
 
   const images = new ImageService({
@@ -465,6 +478,9 @@ export async function runServer(opts: RunServerOptions): Promise<number> {
     return 0;
   }
 
+  // Everything the server (and the tools it runs) creates is private unless made otherwise on purpose:
+  // the few paths sandboxes must reach get their modes explicitly (docs/security.md, "local host users").
+  process.umask(0o077);
   let node: Node;
   try {
     node = await startNode(config, logger);

@@ -290,6 +290,42 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     await driver.destroy(s.id);
   });
 
+  it('keeps host users out of sandbox files: 0710 sandbox dirs, nosuid/nodev host paths, nodev overlay', async () => {
+    const s = await spec();
+    const h = await driver.create(s, { tools });
+    const dir = await stat(h.sandboxDir);
+    expect([dir.uid, dir.gid, (dir.mode & 0o7777).toString(8)]).toEqual([0, UID_START, '710']);
+    expect((await stat(join(base, 'home', 'sandboxes'))).mode & 0o777).toBe(0o711);
+    const mounts = await readMounts();
+    expect(mounts.find((m) => m.mountPoint === join(h.sandboxDir, 'rootfs'))?.mountOptions).toContain(
+      'nodev',
+    );
+    expect(mounts.find((m) => m.mountPoint === join(base, 'home', 'sandboxes'))?.mountOptions).toEqual(
+      expect.arrayContaining(['nosuid', 'nodev']),
+    );
+    // What a sandbox's root can plant: a setuid binary owned by its mapped root.
+    const planted = join(h.upperDir, 'tmp', 'suid-id');
+    await execInSandbox(h.upperDir, 'touch /tmp/.copied-up');
+    await run('cp', ['/usr/bin/id', planted]);
+    await run('chown', [`${UID_START}:${UID_START}`, planted]);
+    await run('chmod', ['4755', planted]);
+    const asNobody = ['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', '--inh-caps=-all'];
+    // (Through sh: setpriv itself finds its program before it drops privileges.)
+    const byPath = await run(asNobody[0]!, [...asNobody.slice(1), 'sh', '-c', '"$0"', planted], {
+      allowFailure: true,
+    });
+    expect(byPath.code).not.toBe(0);
+    expect(byPath.stderr).toMatch(/Permission denied/);
+    // Even given an open file (a path it could never walk), the host-side copy does not elevate: nosuid.
+    const viaFd = (path: string) =>
+      run('sh', ['-c', `exec 3<"$1"; exec ${asNobody.join(' ')} /proc/self/fd/3`, 'sh', path]);
+    expect((await viaFd(planted)).stdout).not.toMatch(/euid=/);
+    // Inside the sandbox the overlay honours setuid (sudo must work): only the 0710 dir keeps host users away.
+    expect((await viaFd(join(h.sandboxDir, 'rootfs', 'tmp', 'suid-id'))).stdout).toMatch(/euid=100000/);
+    expect((await execInSandbox(h.upperDir, 'mknod /tmp/mem c 1 1; echo rc=$?')).output).toMatch(/rc=1/);
+    await driver.destroy(s.id);
+  });
+
   it('caps the tasks of all sandboxes together at the node budget', async () => {
     const cg = new Cgroups(detectCgroupLayout(await readMounts()), cgroupParent);
     const bomb = 'bomb() { bomb | bomb & }; bomb';

@@ -37,6 +37,16 @@ import type { OciSeccomp, SeccompSource } from './seccomp.js';
 import { loadSeccompProfile } from './seccomp.js';
 import { assertHostPath, assertSandboxId, isSandboxId, validateSpec } from './validate.js';
 import { exists } from '../../util/fs.js';
+import { privatizeTree } from '../../util/private-tree.js';
+
+/**
+ * Mode of a sandbox dir (owner root, group the sandbox's mapped root): runc, running as that uid inside the
+ * user namespace, must pass through it to the rootfs and sysfs mount points; nobody else may (the overlay
+ * honours setuid for sudo inside, so a host user must never reach a sandbox's files). docs/security.md.
+ */
+const SANDBOX_DIR_MODE = 0o710;
+/** The volume root: searchable by the sandbox uids on their way to their own dir, not listable. */
+const SANDBOXES_ROOT_MODE = 0o711;
 
 export const CHECKPOINT_META_FILE = 'aenv-checkpoint.json';
 /** RLIMIT_NOFILE of sandbox processes when `[runtime].nofile_limit` is not given. */
@@ -174,6 +184,17 @@ async function assertSearchable(what: string, path: string): Promise<void> {
   }
 }
 
+/**
+ * CRIU reads some images from inside the restored user namespace (as the sandbox's root, an "other" to
+ * them): readable by others, like the dir's search bit. Only the 0700 dirs above keep host users out
+ * (docs/security.md); the server's umask would have made them owner-only.
+ */
+async function makeImagesReadable(imagesDir: string): Promise<void> {
+  for (const e of await readdir(imagesDir, { withFileTypes: true })) {
+    if (e.isFile()) await chmod(join(imagesDir, e.name), 0o644);
+  }
+}
+
 function describe(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
@@ -305,6 +326,7 @@ export class ContainerDriver implements RuntimeDriver {
     await mkdir(join(this.opts.runtimePath, 'criu-work'), { recursive: true, mode: 0o700 });
     await writeCriuConfig(this.criuConfigPath);
     await this.cow.init();
+    await this.enforceSandboxDirModes();
     await assertSearchable('sandbox dir', this.sandboxesDir);
     await mkdir(this.storeDir, { recursive: true, mode: 0o700 });
     const remove = (path: string) => this.cow.removeDir(path);
@@ -450,6 +472,40 @@ export class ContainerDriver implements RuntimeDriver {
     };
   }
 
+  /**
+   * At every start (trees of older versions included): the volume root 0711; each sandbox (and spare) dir
+   * root:<its root gid> 0710 with a private bundle and files, its upper, work and mount points left as the
+   * sandbox has them; everything else (.store, template build dirs) private, disk copies (`upper`) left
+   * alone, CRIU image dirs keeping their search bit (CRIU reads images from inside the restored user
+   * namespace through the dir's fd; they are reachable only through the 0700 dirs above them).
+   */
+  private async enforceSandboxDirModes(): Promise<void> {
+    const root = this.sandboxesDir;
+    await chmod(root, SANDBOXES_ROOT_MODE);
+    for (const e of await readdir(root, { withFileTypes: true })) {
+      const path = join(root, e.name);
+      if (e.name.startsWith('.trash-')) continue; // being deleted
+      if (!e.isDirectory()) {
+        await privatizeTree(path);
+      } else if (isSandboxId(e.name) || e.name.startsWith('.spare-')) {
+        await chown(path, 0, this.rootGidOf(path));
+        await chmod(path, SANDBOX_DIR_MODE);
+        const p = this.pathsIn(path);
+        const sandboxOwned = new Set([p.upper, p.work, p.rootfs, p.sys]);
+        await privatizeTree(path, {
+          rule: (q) => (q === path ? SANDBOX_DIR_MODE : sandboxOwned.has(q) ? 'skip' : 'descend'),
+        });
+      } else {
+        await privatizeTree(path, {
+          keepSearch: true,
+          readableFilesIf: (names) => names.includes(CHECKPOINT_META_FILE),
+          rule: (q, st) =>
+            q === path ? 0o700 : st.isDirectory() && q.endsWith('/upper') ? 'skip' : 'descend',
+        });
+      }
+    }
+  }
+
   private readonly checkedTools = new Set<string>();
 
   private async checkTools(tools: ToolsMount): Promise<void> {
@@ -495,11 +551,18 @@ export class ContainerDriver implements RuntimeDriver {
     await this.prepareDirs(this.pathsIn(path));
   }
 
+  /** The host gid of a sandbox's root: the only group that may pass through its dir. */
+  private rootGidOf(_dir: string): number {
+    return this.opts.uidMapHostStart;
+  }
+
   /** Directory layout below an existing sandbox dir (upper kept if present). */
   private async prepareDirs(
-    p: Pick<SandboxPaths, 'upper' | 'work' | 'rootfs' | 'sys' | 'bundle'>,
+    p: Pick<SandboxPaths, 'dir' | 'upper' | 'work' | 'rootfs' | 'sys' | 'bundle'>,
   ): Promise<void> {
     const root = this.opts.uidMapHostStart;
+    await chown(p.dir, 0, this.rootGidOf(p.dir));
+    await chmod(p.dir, SANDBOX_DIR_MODE);
     if (!(await exists(p.upper))) await mkdir(p.upper);
     // The merged root takes its owner and mode from the upper dir; work must belong to the same owner.
     await chown(p.upper, root, root);
@@ -777,6 +840,7 @@ export class ContainerDriver implements RuntimeDriver {
         }
       }
       const dumpMs = Number(process.hrtime.bigint() - started) / 1e6;
+      await makeImagesReadable(imagesDir);
       const snapshotError = await diskSnapshot;
       if (opts.leaveRunning && !wasFrozen) await this.cg().thaw(id);
       if (snapshotError) {
@@ -958,7 +1022,7 @@ export class ContainerDriver implements RuntimeDriver {
           return;
         }
       }
-      await mkdir(dest, { mode: 0o711 });
+      await mkdir(dest, { mode: 0o700 });
       await this.cow.copyTree(p.upper, join(dest, 'upper'));
     } catch (e) {
       await this.cow.removeDir(dest).catch(() => {});

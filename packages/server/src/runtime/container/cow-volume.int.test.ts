@@ -13,6 +13,10 @@ async function isMounted(dir: string): Promise<boolean> {
   return (await readMounts()).some((m) => m.mountPoint === dir);
 }
 
+async function mountOptions(dir: string): Promise<string[]> {
+  return (await readMounts()).filter((m) => m.mountPoint === dir).pop()?.mountOptions ?? [];
+}
+
 describe.skipIf(!IS_ROOT)('CowVolume on this host', () => {
   let base: string;
 
@@ -34,13 +38,18 @@ describe.skipIf(!IS_ROOT)('CowVolume on this host', () => {
     await vol.init();
     expect(vol.kind).toBe('btrfs');
     expect(await isMounted(sandboxes)).toBe(true);
+    // Host users may never use a setuid file or device node a sandbox put there.
+    expect(await mountOptions(sandboxes)).toEqual(expect.arrayContaining(['nosuid', 'nodev', 'noatime']));
     const img = await stat(vol.imagePath);
     expect(img.size).toBe(2 * 1024 ** 3);
     expect(img.blocks * 512).toBeLessThan(256 * 1024 ** 2); // sparse
     await writeFile(join(sandboxes, 'marker'), 'kept');
 
-    // Second start while mounted: nothing changes.
+    // Second start while mounted (by an older version, without the flags): the flags are put right.
+    await run('mount', ['-o', 'remount,bind,suid,dev', sandboxes]);
+    expect(await mountOptions(sandboxes)).not.toContain('nosuid');
     await new CowVolume({ homePath: home, sandboxesDir: sandboxes, mode: 'loop-btrfs', sizeGb: 2 }).init();
+    expect(await mountOptions(sandboxes)).toEqual(expect.arrayContaining(['nosuid', 'nodev', 'noatime']));
     // After a reboot (unmounted): mounted again, same filesystem, data intact.
     await run('umount', [sandboxes]);
     expect(await isMounted(sandboxes)).toBe(false);
@@ -142,7 +151,8 @@ describe.skipIf(!IS_ROOT)('CowVolume on this host', () => {
     const fsType = (await run('stat', ['-f', '-c', '%T', base])).stdout.trim();
     const vol = new CowVolume({ homePath: home, sandboxesDir: sandboxes, mode: 'host', sizeGb: 1 });
     await vol.init();
-    expect(await isMounted(sandboxes)).toBe(false);
+    // On the host's filesystem, a bind mount of the dir onto itself carries nosuid and nodev.
+    expect(await mountOptions(sandboxes)).toEqual(expect.arrayContaining(['nosuid', 'nodev']));
     if (fsType === 'ext2/ext3') expect(vol.kind).toBe('copy');
     const src = join(sandboxes, 'a');
     await vol.createDir(src);
@@ -152,5 +162,6 @@ describe.skipIf(!IS_ROOT)('CowVolume on this host', () => {
     expect(await readFile(join(sandboxes, 'b/upper/f'), 'utf8')).toBe('x');
     await vol.removeDir(join(sandboxes, 'b'));
     await vol.removeDir(src);
+    await run('umount', [sandboxes]);
   });
 });

@@ -31,6 +31,11 @@ export interface CowVolumeOptions {
 
 // mkfs label of the loop volume aenv creates: quotas on it are aenv's to manage.
 const LOOP_VOLUME_LABEL = 'aenv-cow';
+/**
+ * Every host-side path to sandbox files: a setuid binary or a device node a sandbox writes there is inert
+ * for host users (inside, the overlay decides: see mounts.ts).
+ */
+export const VOLUME_MOUNT_FLAGS = ['nosuid', 'nodev'];
 
 const BTRFS_MAGIC = 0x9123683e;
 // The root directory of every btrfs subvolume has this inode number (BTRFS_FIRST_FREE_OBJECTID).
@@ -92,9 +97,14 @@ export class CowVolume {
 
   private async initVolume(): Promise<void> {
     const { sandboxesDir, mode } = this.opts;
-    await mkdir(this.opts.homePath, { recursive: true, mode: 0o755 });
+    await mkdir(this.opts.homePath, { recursive: true, mode: 0o711 });
     const mounted = (await readMounts()).find((m) => m.mountPoint === sandboxesDir);
     if (mounted) {
+      // Mounted by an older version (or before a crash): the flags are put right on every start.
+      if (!VOLUME_MOUNT_FLAGS.every((f) => mounted.mountOptions.includes(f))) {
+        const options = [...new Set([...mounted.mountOptions, ...VOLUME_MOUNT_FLAGS])];
+        await run('mount', ['-o', `remount,bind,${options.join(',')}`, sandboxesDir]);
+      }
       this.kindValue = await this.detectKind(sandboxesDir);
       if (mode === 'loop-btrfs' && this.kindValue !== 'btrfs') {
         throw new RuntimeError(
@@ -106,6 +116,9 @@ export class CowVolume {
     }
     if (mode === 'host' || (mode === 'auto' && (await this.hostCanCow()))) {
       await mkdir(sandboxesDir, { recursive: true, mode: 0o711 });
+      // A bind mount of the dir onto itself carries the flags the host filesystem's mount lacks.
+      await run('mount', ['--bind', sandboxesDir, sandboxesDir]);
+      await run('mount', ['-o', `remount,bind,${VOLUME_MOUNT_FLAGS.join(',')}`, sandboxesDir]);
       this.kindValue = await this.detectKind(sandboxesDir);
       return;
     }
@@ -163,7 +176,14 @@ export class CowVolume {
       await rename(tmp, img);
     }
     try {
-      await run('mount', ['-t', 'btrfs', '-o', 'loop,noatime,discard=async', img, sandboxesDir]);
+      await run('mount', [
+        '-t',
+        'btrfs',
+        '-o',
+        `loop,noatime,discard=async,${VOLUME_MOUNT_FLAGS.join(',')}`,
+        img,
+        sandboxesDir,
+      ]);
     } catch (e) {
       throw new RuntimeError(
         'HostSetup',
@@ -235,7 +255,7 @@ export class CowVolume {
   /** Makes an empty sandbox dir (a subvolume on btrfs). */
   async createDir(path: string): Promise<void> {
     if (this.kind === 'btrfs') await run('btrfs', ['subvolume', 'create', path]);
-    else await mkdir(path, { mode: 0o711 });
+    else await mkdir(path, { mode: 0o700 });
   }
 
   /**
@@ -251,7 +271,7 @@ export class CowVolume {
       }
     }
     if (await this.sameVolume(dest)) await this.createDir(dest);
-    else await mkdir(dest, { mode: 0o711 });
+    else await mkdir(dest, { mode: 0o700 });
     await this.copyTree(join(src, 'upper'), join(dest, 'upper'));
   }
 
