@@ -197,7 +197,7 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
       disk_limits: bool({
         default: true,
         aenv: true,
-        doc: "Enforce each sandbox's diskSizeMB as a limit on what it writes (btrfs quota groups). true: quotas turned on for aenv's own loop volume; a host btrfs must have them on already; other filesystems: not enforced (logged). false: quotas turned off on aenv's own loop volume.",
+        doc: "Enforce each sandbox's diskSizeMB as a limit on what it writes. true: btrfs quota groups on aenv's own loop volume (turned on), on a host btrfs (must be on already), or XFS project quotas (host XFS mounted with prjquota); anywhere else the server refuses to start (cow_volume = \"auto\" then uses aenv's own volume). false: not enforced; quotas turned off on aenv's own loop volume.",
       }),
       tools_dir: path({
         default: '',

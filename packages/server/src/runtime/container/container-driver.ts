@@ -293,6 +293,24 @@ export class ContainerDriver implements RuntimeDriver {
   }
 
   async init(): Promise<void> {
+    // First: a profile that cannot be loaded stops the start before anything is made on the host.
+    const hardNofile = await nofileHardLimit();
+    const wantNofile = this.opts.nofileLimit ?? DEFAULT_NOFILE_LIMIT;
+    // A user namespace cannot raise a hard limit above the one runc inherits from this server.
+    this.nofile = Math.min(wantNofile, hardNofile);
+    if (this.opts.nofileLimit !== undefined && this.nofile < wantNofile) {
+      this.log.info(
+        { nofileLimit: wantNofile, serverHardLimit: hardNofile },
+        "runtime.nofile_limit is above the server's own hard limit of open files: sandboxes get the server's",
+      );
+    }
+    const { profile, source } = await loadSeccompProfile(
+      this.capabilities,
+      this.opts.seccompProfilePath ?? '',
+      { nestedContainers: this.opts.nestedContainers ?? false },
+    );
+    this.seccomp = profile;
+    this.seccompSourceValue = source;
     let runcVersion: string;
     try {
       runcVersion = await this.runc.version();
@@ -305,23 +323,6 @@ export class ContainerDriver implements RuntimeDriver {
     this.cgroups = new Cgroups(detectCgroupLayout(await readMounts()), this.cgroupParent);
     this.swapAccounting = await this.cgroups.hasSwapAccounting();
     if (this.opts.nodePidsLimit !== undefined) await this.cgroups.limitParentPids(this.opts.nodePidsLimit);
-    const hardNofile = await nofileHardLimit();
-    const wantNofile = this.opts.nofileLimit ?? DEFAULT_NOFILE_LIMIT;
-    // A user namespace cannot raise a hard limit above the one runc inherits from this server.
-    this.nofile = Math.min(wantNofile, hardNofile);
-    if (this.opts.nofileLimit !== undefined && this.nofile < wantNofile) {
-      this.log.warn(
-        { nofileLimit: wantNofile, serverHardLimit: hardNofile },
-        "runtime.nofile_limit is above the server's own hard limit of open files: sandboxes get the server's",
-      );
-    }
-    const { profile, source } = await loadSeccompProfile(
-      this.capabilities,
-      this.opts.seccompProfilePath ?? '',
-      { nestedContainers: this.opts.nestedContainers ?? false },
-    );
-    this.seccomp = profile;
-    this.seccompSourceValue = source;
     await mkdir(join(this.opts.runtimePath, 'runc'), { recursive: true, mode: 0o700 });
     await mkdir(join(this.opts.runtimePath, 'criu-work'), { recursive: true, mode: 0o700 });
     await writeCriuConfig(this.criuConfigPath);
@@ -379,12 +380,6 @@ export class ContainerDriver implements RuntimeDriver {
       },
       'container runtime ready',
     );
-    if (this.opts.diskLimits && !this.cow.enforcesLimits) {
-      this.log.warn(
-        { cowVolume: this.cow.kind, dir: this.sandboxesDir },
-        'sandbox disk sizes are not enforced: they need btrfs quotas (aenv turns them on only on its own loop volume; run `btrfs quota enable` on a host btrfs to use them)',
-      );
-    }
   }
 
   private readonly pendingLimits = new Map<string, Promise<void>>();
@@ -488,7 +483,7 @@ export class ContainerDriver implements RuntimeDriver {
       if (!e.isDirectory()) {
         await privatizeTree(path);
       } else if (isSandboxId(e.name) || e.name.startsWith('.spare-')) {
-        await chown(path, 0, this.rootGidOf(path));
+        await chown(path, 0, await this.rootGidOf(path));
         await chmod(path, SANDBOX_DIR_MODE);
         const p = this.pathsIn(path);
         const sandboxOwned = new Set([p.upper, p.work, p.rootfs, p.sys]);
@@ -551,9 +546,15 @@ export class ContainerDriver implements RuntimeDriver {
     await this.prepareDirs(this.pathsIn(path));
   }
 
-  /** The host gid of a sandbox's root: the only group that may pass through its dir. */
-  private rootGidOf(_dir: string): number {
-    return this.opts.uidMapHostStart;
+  /**
+   * The host gid of a sandbox's root, the only group that may pass through its dir: the group of its upper
+   * (made by `prepareDirs`, owned by the mapped root), so it follows whatever range the sandbox maps.
+   */
+  private async rootGidOf(dir: string): Promise<number> {
+    return stat(join(dir, 'upper')).then(
+      (st) => st.gid,
+      () => this.opts.uidMapHostStart,
+    );
   }
 
   /** Directory layout below an existing sandbox dir (upper kept if present). */
@@ -561,11 +562,11 @@ export class ContainerDriver implements RuntimeDriver {
     p: Pick<SandboxPaths, 'dir' | 'upper' | 'work' | 'rootfs' | 'sys' | 'bundle'>,
   ): Promise<void> {
     const root = this.opts.uidMapHostStart;
-    await chown(p.dir, 0, this.rootGidOf(p.dir));
-    await chmod(p.dir, SANDBOX_DIR_MODE);
     if (!(await exists(p.upper))) await mkdir(p.upper);
     // The merged root takes its owner and mode from the upper dir; work must belong to the same owner.
     await chown(p.upper, root, root);
+    await chown(p.dir, 0, root);
+    await chmod(p.dir, SANDBOX_DIR_MODE);
     await chmod(p.upper, 0o755);
     await rm(p.work, { recursive: true, force: true });
     await mkdir(p.work);
