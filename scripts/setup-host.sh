@@ -146,4 +146,4 @@ else
 fi
 printf '  criu %s (%s): %s  %s\n' "$criu_version" "$criu_note" "$criu_check" "$criu_bin"
 printf '  criu config: %s\n' "$criu_root/criu.conf"
-printf '  sysctls: %s\n' "${sysctl_note:-inotify limits already raised} ($sysctl_conf)"
+printf '  sysctls:%s\n' "${sysctl_note:- inotify limits already raised} ($sysctl_conf)"
