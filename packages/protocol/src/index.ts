@@ -1,3 +1,4 @@
-// Wire contracts shared by envd (server side) and the aenv server (client side).
-export * from './gen/process/process_pb.js';
-export * from './gen/filesystem/filesystem_pb.js';
+// The wire contract of aenv, defined once: envd's REST + RPC (`envd/`, also importable alone as
+// `@aenv/protocol/envd`) and the E2B control plane (`api/`).
+export * from './envd/index.js';
+export * from './api/index.js';
