@@ -19,7 +19,7 @@ import {
   type ConnectResponse,
 } from '@aenv/protocol';
 import { AuthenticationError, FileType } from 'e2b';
-import { fileSignature, UNAUTHORIZED_MESSAGE } from './auth/access.js';
+import { ENVD_UNAUTHORIZED_MESSAGE as UNAUTHORIZED_MESSAGE, fileSignature } from '@aenv/protocol/envd';
 import { startHostEnvd, type RunningTestEnvd } from './testing/envd-process.js';
 import { initEnvd, sdkSandbox } from './testing/sdk.js';
 import { buildTestTools } from './testing/tools.js';

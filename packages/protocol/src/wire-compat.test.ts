@@ -14,7 +14,7 @@ import {
   StartResponseSchema,
   EntryInfoSchema,
   FileType,
-} from './index.js';
+} from './envd/index.js';
 
 // The e2b SDK embeds its envd descriptors as base64 FileDescriptorProtos; ours must match them on every
 // name, number, type and streaming flag that reaches the wire (options such as go_package do not).
