@@ -1,3 +1,4 @@
+import { DEFAULT_PATH } from '@aenv/protocol';
 import type { SandboxResources } from '../driver.js';
 import { BOOT_ID_FILE } from './boot-id.js';
 import type { OciSeccomp } from './seccomp.js';
@@ -52,7 +53,6 @@ export const INIT_PATH = '/agentenv/bin/aenv-init';
 /** runc reads this annotation and hands the file to CRIU as its configuration (network-lock skip, ...). */
 export const CRIU_CONFIG_ANNOTATION = 'org.criu.config';
 
-const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 const CFS_PERIOD_US = 100_000;
 
 export interface OciConfigInput {
