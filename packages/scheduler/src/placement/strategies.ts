@@ -21,7 +21,7 @@ export class RoundRobinStrategy implements Strategy {
   readonly name = 'round_robin';
   #next = 0;
 
-  select(nodes: readonly CandidateNode[]): NodeRef {
+  select(nodes: readonly CandidateNode[], _hint?: ScheduleRequestHint): NodeRef {
     if (nodes.length === 0) throw new NoNodesError();
     const i = this.#next % nodes.length;
     this.#next = (this.#next + 1) % Number.MAX_SAFE_INTEGER;
@@ -34,7 +34,7 @@ export class RandomStrategy implements Strategy {
 
   constructor(private readonly random: () => number = Math.random) {}
 
-  select(nodes: readonly CandidateNode[]): NodeRef {
+  select(nodes: readonly CandidateNode[], _hint?: ScheduleRequestHint): NodeRef {
     if (nodes.length === 0) throw new NoNodesError();
     return nodes[Math.min(nodes.length - 1, Math.floor(this.random() * nodes.length))]!.node;
   }
