@@ -47,6 +47,50 @@ function metricsAndErrors(metrics: SchedulerMetrics, log: Logger): Interceptor {
   };
 }
 
+/**
+ * grpc-message percent-encoded as the gRPC spec says (only bytes outside printable ASCII, and '%'). Connect
+ * encodes it with encodeURIComponent, which grpc-js decodes only partly ("a%2C b" for "a, b").
+ */
+export function grpcMessageEncode(message: string): string {
+  let out = '';
+  for (const byte of Buffer.from(message, 'utf8')) {
+    out +=
+      byte >= 0x20 && byte <= 0x7e && byte !== 0x25
+        ? String.fromCharCode(byte)
+        : `%${byte.toString(16).toUpperCase().padStart(2, '0')}`;
+  }
+  return out;
+}
+
+function reencodeMessage(headers: unknown): void {
+  if (typeof headers !== 'object' || headers === null) return;
+  const h = headers as Record<string, unknown>;
+  if (typeof h['grpc-message'] !== 'string') return;
+  let raw: string;
+  try {
+    raw = decodeURIComponent(h['grpc-message']);
+  } catch {
+    return;
+  }
+  h['grpc-message'] = grpcMessageEncode(raw);
+}
+
+function withSpecMessages(handler: (req: Http2ServerRequest, res: Http2ServerResponse) => void) {
+  return (req: Http2ServerRequest, res: Http2ServerResponse) => {
+    const writeHead = res.writeHead.bind(res) as (...args: unknown[]) => Http2ServerResponse;
+    res.writeHead = ((...args: unknown[]) => {
+      reencodeMessage(args[args.length - 1]);
+      return writeHead(...args);
+    }) as typeof res.writeHead;
+    const addTrailers = res.addTrailers.bind(res);
+    res.addTrailers = (trailers) => {
+      reencodeMessage(trailers);
+      addTrailers(trailers);
+    };
+    handler(req, res);
+  };
+}
+
 /** A path that names no method gets a gRPC answer (UNIMPLEMENTED), not an HTTP 404. */
 function unimplemented(req: Http2ServerRequest, res: Http2ServerResponse): void {
   const grpc = (req.headers['content-type'] ?? '').startsWith('application/grpc');
@@ -56,12 +100,16 @@ function unimplemented(req: Http2ServerRequest, res: Http2ServerResponse): void 
     return;
   }
   req.resume();
-  res.writeHead(200, {
-    'content-type': 'application/grpc+proto',
-    'grpc-status': String(Code.Unimplemented),
-    'grpc-message': encodeURIComponent(`unknown method ${req.url}`),
-  });
-  res.end();
+  // A trailers-only response: one HEADERS frame carrying the status, ending the stream.
+  res.stream.respond(
+    {
+      ':status': 200,
+      'content-type': 'application/grpc+proto',
+      'grpc-status': String(Code.Unimplemented),
+      'grpc-message': grpcMessageEncode(`unknown method ${req.url}`),
+    },
+    { endStream: true },
+  );
 }
 
 export async function startGrpcServer(opts: {
@@ -81,7 +129,7 @@ export async function startGrpcServer(opts: {
   });
   const server: Http2Server = createServer(
     { settings: { maxConcurrentStreams: MAX_CONCURRENT_STREAMS } },
-    handler,
+    withSpecMessages(handler as never),
   );
   const sessions = new Set<ServerHttp2Session>();
   server.on('session', (session) => {
