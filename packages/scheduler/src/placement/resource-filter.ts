@@ -21,8 +21,8 @@ export function filterByResourceLimit(
   });
 }
 
-function over(value: number | bigint, max: number | undefined): boolean {
-  return max !== undefined && Number(value) > max;
+function over(value: number, max: number | undefined): boolean {
+  return max !== undefined && value > max;
 }
 
 function withinLimit(n: CandidateNode, limit: NodeResourceLimit): boolean {
@@ -33,16 +33,20 @@ function withinLimit(n: CandidateNode, limit: NodeResourceLimit): boolean {
   if (limit.maxCpuAllocatedPercent !== undefined && s.cpuCount > 0) {
     if (Math.floor((s.allocatedCpu * 100) / s.cpuCount) > limit.maxCpuAllocatedPercent) return false;
   }
-  if (s.memoryTotalBytes > 0n) {
-    if (over((s.memoryUsedBytes * 100n) / s.memoryTotalBytes, limit.maxMemoryUsedPercent)) return false;
-    if (over((s.allocatedMemoryBytes * 100n) / s.memoryTotalBytes, limit.maxMemoryAllocatedPercent))
+  // Byte counts as doubles: exact below 8 PiB, and BigInt arithmetic costs ~10x on this path (every
+  // node on every Schedule).
+  const memoryTotal = Number(s.memoryTotalBytes);
+  if (memoryTotal > 0) {
+    if (over(Math.floor((Number(s.memoryUsedBytes) * 100) / memoryTotal), limit.maxMemoryUsedPercent))
+      return false;
+    if (
+      over(Math.floor((Number(s.allocatedMemoryBytes) * 100) / memoryTotal), limit.maxMemoryAllocatedPercent)
+    )
       return false;
   }
   if (over(s.sandboxCount + s.pausedSandboxCount, limit.maxSandboxCountIncludingPaused)) return false;
   if (over(s.allocatedCpu + s.pausedAllocatedCpu, limit.maxAllocatedCpuIncludingPaused)) return false;
-  if (
-    over(s.allocatedMemoryBytes + s.pausedAllocatedMemoryBytes, limit.maxAllocatedMemoryBytesIncludingPaused)
-  )
-    return false;
+  const memoryIncludingPaused = Number(s.allocatedMemoryBytes) + Number(s.pausedAllocatedMemoryBytes);
+  if (over(memoryIncludingPaused, limit.maxAllocatedMemoryBytesIncludingPaused)) return false;
   return true;
 }

@@ -40,14 +40,15 @@ export class RandomStrategy implements Strategy {
   }
 }
 
-const MIB = 1024n * 1024n;
+const MIB = 1024 * 1024;
 /** E2B's default sandbox size, assumed when a request does not say (docs/cluster.md#least_allocated). */
 export const DEFAULT_SANDBOX_CPU = 2;
-export const DEFAULT_SANDBOX_MEMORY_BYTES = 1024n * MIB;
+export const DEFAULT_SANDBOX_MEMORY_BYTES = 1024 * MIB;
 
 interface Demand {
   cpu: number;
-  memoryBytes: bigint;
+  /** A double: exact below 8 PiB, and cheaper than BigInt on the Schedule path. */
+  memoryBytes: number;
 }
 
 /**
@@ -77,7 +78,7 @@ export class LeastAllocatedStrategy implements Strategy {
     }
     const pick = best[this.#turn++ % best.length]!;
     this.#turn %= Number.MAX_SAFE_INTEGER;
-    const pending = this.#pending.get(pick.node.node.id) ?? { cpu: 0, memoryBytes: 0n };
+    const pending = this.#pending.get(pick.node.node.id) ?? { cpu: 0, memoryBytes: 0 };
     this.#pending.set(pick.node.node.id, {
       cpu: pending.cpu + pick.demand.cpu,
       memoryBytes: pending.memoryBytes + pick.demand.memoryBytes,
@@ -91,13 +92,14 @@ export class LeastAllocatedStrategy implements Strategy {
 
   #score(node: CandidateNode, demand: Demand): number {
     const s = node.snapshot;
-    if (!s || (s.cpuCount === 0 && s.memoryTotalBytes === 0n)) return Number.MAX_VALUE;
-    const pending = this.#pending.get(node.node.id) ?? { cpu: 0, memoryBytes: 0n };
+    const memoryTotal = s ? Number(s.memoryTotalBytes) : 0;
+    if (!s || (s.cpuCount === 0 && memoryTotal === 0)) return Number.MAX_VALUE;
+    const pending = this.#pending.get(node.node.id);
     let score = 0;
-    if (s.cpuCount > 0) score = (s.allocatedCpu + pending.cpu + demand.cpu) / s.cpuCount;
-    if (s.memoryTotalBytes > 0n) {
-      const memory = s.allocatedMemoryBytes + pending.memoryBytes + demand.memoryBytes;
-      score = Math.max(score, Number((memory * 1_000_000n) / s.memoryTotalBytes) / 1_000_000);
+    if (s.cpuCount > 0) score = (s.allocatedCpu + (pending?.cpu ?? 0) + demand.cpu) / s.cpuCount;
+    if (memoryTotal > 0) {
+      const memory = Number(s.allocatedMemoryBytes) + (pending?.memoryBytes ?? 0) + demand.memoryBytes;
+      score = Math.max(score, memory / memoryTotal);
     }
     return score;
   }
@@ -108,14 +110,14 @@ function demandOf(node: CandidateNode, hint: ScheduleRequestHint | undefined): D
     const cold = hint.kind.value;
     return {
       cpu: cold.cpuCount > 0 ? cold.cpuCount : DEFAULT_SANDBOX_CPU,
-      memoryBytes: cold.memoryMb > 0n ? cold.memoryMb * MIB : DEFAULT_SANDBOX_MEMORY_BYTES,
+      memoryBytes: cold.memoryMb > 0n ? Number(cold.memoryMb) * MIB : DEFAULT_SANDBOX_MEMORY_BYTES,
     };
   }
   const s = node.snapshot;
   if (s && s.sandboxCount > 0)
     return {
       cpu: s.allocatedCpu / s.sandboxCount,
-      memoryBytes: s.allocatedMemoryBytes / BigInt(s.sandboxCount),
+      memoryBytes: Number(s.allocatedMemoryBytes) / s.sandboxCount,
     };
   return { cpu: DEFAULT_SANDBOX_CPU, memoryBytes: DEFAULT_SANDBOX_MEMORY_BYTES };
 }

@@ -28,6 +28,8 @@ export interface CandidateNode {
   status: NodeStatus;
 }
 
+const byId = (a: NodeRef, b: NodeRef) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+
 export class NodeNotInRegistryError extends Error {
   constructor() {
     super('node is not in scheduler node list');
@@ -43,10 +45,14 @@ export class ServiceInstanceMismatchError extends Error {
 interface ObservedRecord {
   node: ObservedNode;
   p2p: P2pEndpoint | undefined;
+  /** node.lastSeenUnixMs as a number: status is derived for every node on every Schedule. */
+  lastSeenMs: number;
 }
 
 export class NodeRegistry {
   #discovered = new Map<string, { node: NodeRef; lingering: boolean }>();
+  /** The discovered set sorted by id, kept with it: Schedule reads it on every call. */
+  #sorted: { node: NodeRef; lingering: boolean }[] = [];
   #observed = new Map<string, ObservedRecord>();
 
   constructor(
@@ -60,6 +66,7 @@ export class NodeRegistry {
     for (const node of active) next.set(node.id, { node, lingering: false });
     for (const node of lingering) next.set(node.id, { node, lingering: true });
     this.#discovered = next;
+    this.#sorted = [...next.values()].sort((a, b) => byId(a.node, b.node));
     for (const id of this.#observed.keys()) if (!next.has(id)) this.#observed.delete(id);
   }
 
@@ -74,13 +81,13 @@ export class NodeRegistry {
   candidates(): CandidateNode[] {
     const nowMs = this.now();
     const out: CandidateNode[] = [];
-    for (const { node, lingering } of this.#discovered.values()) {
+    for (const { node, lingering } of this.#sorted) {
       if (lingering) continue;
       const record = this.#observed.get(node.id);
       const status = record ? this.#status(record, nowMs) : NodeStatus.CONNECTING;
       out.push({ node, snapshot: record?.node.snapshot, status });
     }
-    return out.sort((a, b) => (a.node.id < b.node.id ? -1 : a.node.id > b.node.id ? 1 : 0));
+    return out;
   }
 
   /** The node is discovered under this id with exactly this endpoint. */
@@ -118,6 +125,7 @@ export class NodeRegistry {
         lastSeenUnixMs: BigInt(nowMs),
       }),
       p2p: req.p2pEndpoint,
+      lastSeenMs: nowMs,
     });
     return discovered.node;
   }
@@ -189,7 +197,7 @@ export class NodeRegistry {
     const discovered = this.#discovered.get(record.node.nodeId);
     return deriveNodeStatus({
       reported: record.node.snapshot?.status ?? NodeStatus.UNSPECIFIED,
-      lastSeenMs: Number(record.node.lastSeenUnixMs),
+      lastSeenMs: record.lastSeenMs,
       nowMs,
       reportTtlMs: this.reportTtlMs,
       discovered: discovered !== undefined,
