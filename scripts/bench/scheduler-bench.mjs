@@ -69,7 +69,8 @@ const nodes = Array.from({ length: NODES }, (_, i) => ({
 }));
 
 // ---- Redis: the database the benchmark owns, cleaned before and after --------------------------------
-const admin = new Redis(`${REDIS}/${DB}`);
+const ROLE = opt('--role', 'main');
+const admin = ROLE === 'main' ? new Redis(`${REDIS}/${DB}`) : undefined;
 async function clearBindings() {
   let cursor = '0';
   do {
@@ -126,7 +127,9 @@ async function startScheduler() {
     }),
     { mode: 0o600 },
   );
-  const child = spawn(process.execPath, [CLI, 'scheduler', '-config', config], {
+  // SCHEDULER_BENCH_NODE_ARGS: extra node flags for the scheduler (e.g. --cpu-prof --cpu-prof-dir=/tmp/p).
+  const nodeArgs = (process.env.SCHEDULER_BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const child = spawn(process.execPath, [...nodeArgs, CLI, 'scheduler', '-config', config], {
     env: { PATH: process.env.PATH, HOME: process.env.HOME },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -167,6 +170,31 @@ async function serverMean(metricsPort, metric, labels) {
   return count > 0 ? { count, meanMs: (pick('sum') / count) * 1000 } : { count: 0, meanMs: null };
 }
 
+/** Cumulative bucket counts of a histogram's series matching `labels` (summed over the other labels). */
+async function buckets(metricsPort, metric, labels) {
+  const text = await (await globalThis.fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+  const out = new Map();
+  for (const m of text.matchAll(new RegExp(`^${metric}_bucket\\{([^}]*)\\} (\\S+)$`, 'gm'))) {
+    if (!labels.every((l) => m[1].includes(l))) continue;
+    const le = /le="([^"]+)"/.exec(m[1])[1];
+    out.set(le, (out.get(le) ?? 0) + Number(m[2]));
+  }
+  return out;
+}
+
+/** Upper bucket bound (ms) under which a fraction q of the observations between two readings fell. */
+function bucketQuantile(before, after, q) {
+  const les = [...after.keys()].sort((a, b) =>
+    a === '+Inf' ? 1 : b === '+Inf' ? -1 : Number(a) - Number(b),
+  );
+  const total = (after.get('+Inf') ?? 0) - (before.get('+Inf') ?? 0);
+  if (total <= 0) return null;
+  for (const le of les)
+    if (after.get(le) - (before.get(le) ?? 0) >= q * total)
+      return le === '+Inf' ? Infinity : Number(le) * 1000;
+  return null;
+}
+
 // ---- the simulated nodes ------------------------------------------------------------------------------
 const GiB = 1024n ** 3n;
 let generation = 0;
@@ -197,6 +225,67 @@ function heartbeatFor(i) {
   };
 }
 
+/** Every node heartbeats every INTERVAL_MS, evenly spread, for `durationS`; its own connection. */
+async function runHeartbeatLoad(address, durationS) {
+  const client = createSchedulerClient(address, { timeoutMs: 30_000 });
+  const latencies = [];
+  let inFlight = 0;
+  let maxInFlight = 0;
+  let sent = 0;
+  let failed = 0;
+  const perHeartbeatMs = INTERVAL_MS / NODES;
+  const start = performance.now();
+  const end = start + durationS * 1000;
+  let next = 0;
+  while (performance.now() < end) {
+    const due = start + next * perHeartbeatMs;
+    const now = performance.now();
+    if (due > now) {
+      await sleep(Math.max(1, due - now));
+      continue;
+    }
+    const req = heartbeatFor(next % NODES);
+    next++;
+    sent++;
+    inFlight++;
+    maxInFlight = Math.max(maxInFlight, inFlight);
+    const t = performance.now();
+    client.heartbeat(req).then(
+      () => {
+        latencies.push(performance.now() - t);
+        inFlight--;
+      },
+      () => {
+        failed++;
+        inFlight--;
+      },
+    );
+  }
+  while (inFlight > 0) await sleep(10);
+  return { sent, failed, maxInFlight, latencies, elapsedS: (performance.now() - start) / 1000 };
+}
+
+/** The simulated nodes run in a child process, as they run on other machines: their work does not share
+ * an event loop with the Schedule measurement. */
+function heartbeatsInChild(address, durationS) {
+  const child = spawn(
+    process.execPath,
+    [
+      fileURLToPath(import.meta.url),
+      ...['--role', 'heartbeats', '--address', address, '--duration', String(durationS)],
+      ...['--nodes', String(NODES), '--sandboxes', String(SANDBOXES), '--interval-ms', String(INTERVAL_MS)],
+    ],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  let out = '';
+  child.stdout.on('data', (c) => (out += c));
+  return new Promise((resolve, reject) =>
+    child.on('exit', (code) =>
+      code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`heartbeat child exited ${code}`)),
+    ),
+  );
+}
+
 async function main() {
   await clearBindings();
   const scheduler = await startScheduler();
@@ -215,6 +304,9 @@ async function main() {
 
     // 1. Schedule, idle.
     for (let i = 0; i < 200; i++) await client.schedule({});
+    const scheduleBuckets = () =>
+      buckets(scheduler.ports.metrics, 'agentenv_scheduler_schedule_duration_seconds', ['status="OK"']);
+    const seqBefore = await scheduleBuckets();
     const sequential = [];
     for (let i = 0; i < SCHEDULE_N; i++) {
       const t = performance.now();
@@ -224,7 +316,16 @@ async function main() {
       sequential.push(performance.now() - t);
     }
     const seq = summary(sequential);
+    const seqAfter = await scheduleBuckets();
     line('Schedule, sequential (client round trip)', seq);
+    const seqServer = {
+      p50Ms: bucketQuantile(seqBefore, seqAfter, 0.5),
+      p99Ms: bucketQuantile(seqBefore, seqAfter, 0.99),
+    };
+    console.log(
+      'Schedule, sequential, server-side buckets'.padEnd(44),
+      `p50 ≤ ${seqServer.p50Ms} p99 ≤ ${seqServer.p99Ms} ms`,
+    );
     let done = 0;
     const t0 = performance.now();
     await Promise.all(
@@ -249,62 +350,51 @@ async function main() {
       'Schedule, server-side mean'.padEnd(44),
       `${ms(idleServer.meanMs)} ms over ${idleServer.count}`,
     );
-    results.scheduleIdle = { sequential: seq, throughputPerSec: throughput, serverMeanMs: idleServer.meanMs };
+    results.scheduleIdle = {
+      sequential: seq,
+      sequentialServerBucketBoundsMs: seqServer,
+      throughputPerSec: throughput,
+      serverMeanMs: idleServer.meanMs,
+    };
 
     // 2. Heartbeat load.
     const statsBefore = await commandStats();
     const memBefore = await usedMemory();
     const procBefore = procStats(scheduler.pid);
-    const hbLatency = [];
     const schedLatency = [];
-    let inFlight = 0;
-    let maxInFlight = 0;
-    let sent = 0;
-    let failed = 0;
-    const perHeartbeatMs = INTERVAL_MS / NODES;
+    const hbBuckets = () =>
+      buckets(scheduler.ports.metrics, 'agentenv_scheduler_rpc_duration_seconds', [
+        'rpc="Heartbeat"',
+        'status="OK"',
+      ]);
+    const schedBuckets = () =>
+      buckets(scheduler.ports.metrics, 'agentenv_scheduler_schedule_duration_seconds', ['status="OK"']);
+    const hbBefore = await hbBuckets();
+    const schedBefore = await schedBuckets();
     const start = performance.now();
     const end = start + DURATION_S * 1000;
-    const schedLoop = (async () => {
-      while (performance.now() < end) {
-        const t = performance.now();
-        await client.schedule({});
-        schedLatency.push(performance.now() - t);
-        await sleep(50);
-      }
-    })();
-    let next = 0;
+    const load = heartbeatsInChild(`127.0.0.1:${scheduler.ports.grpc}`, DURATION_S);
     while (performance.now() < end) {
-      const due = start + next * perHeartbeatMs;
-      const now = performance.now();
-      if (due > now) {
-        await sleep(Math.max(1, due - now));
-        continue;
-      }
-      const req = heartbeatFor(next % NODES);
-      next++;
-      sent++;
-      inFlight++;
-      maxInFlight = Math.max(maxInFlight, inFlight);
       const t = performance.now();
-      client.heartbeat(req).then(
-        () => {
-          hbLatency.push(performance.now() - t);
-          inFlight--;
-        },
-        () => {
-          failed++;
-          inFlight--;
-        },
-      );
+      await client.schedule({});
+      schedLatency.push(performance.now() - t);
+      await sleep(50);
     }
-    await schedLoop;
-    while (inFlight > 0) await sleep(10);
+    const { sent, failed, maxInFlight, latencies: hbLatency, elapsedS: loadElapsedS } = await load;
     const elapsedS = (performance.now() - start) / 1000;
     const procAfter = procStats(scheduler.pid);
     const statsAfter = await commandStats();
     const memAfter = await usedMemory();
     const hb = summary(hbLatency);
     const sched = summary(schedLatency);
+    const hbAfter = await hbBuckets();
+    const schedAfter = await schedBuckets();
+    const serverSide = {
+      heartbeatP50Ms: bucketQuantile(hbBefore, hbAfter, 0.5),
+      heartbeatP99Ms: bucketQuantile(hbBefore, hbAfter, 0.99),
+      scheduleP50Ms: bucketQuantile(schedBefore, schedAfter, 0.5),
+      scheduleP99Ms: bucketQuantile(schedBefore, schedAfter, 0.99),
+    };
     const hbServer = await serverMean(scheduler.ports.metrics, 'agentenv_scheduler_rpc_duration_seconds', [
       'rpc="Heartbeat"',
       'status="OK"',
@@ -320,11 +410,15 @@ async function main() {
     }
     const bindings = await admin.dbsize();
     console.log(
-      `heartbeats: ${sent} sent in ${elapsedS.toFixed(1)} s = ${(sent / elapsedS).toFixed(1)}/s (target ${((NODES * 1000) / INTERVAL_MS).toFixed(0)}/s), ${failed} failed, at most ${maxInFlight} in flight`,
+      `heartbeats: ${sent} sent in ${loadElapsedS.toFixed(1)} s = ${(sent / loadElapsedS).toFixed(1)}/s (target ${((NODES * 1000) / INTERVAL_MS).toFixed(0)}/s), ${failed} failed, at most ${maxInFlight} in flight`,
     );
     line('Heartbeat (100-id roster), client round trip', hb);
     console.log('Heartbeat, server-side mean'.padEnd(44), `${ms(hbServer.meanMs)} ms over ${hbServer.count}`);
     line('Schedule under heartbeat load', sched);
+    console.log(
+      'server-side, bucket bounds'.padEnd(44),
+      `Heartbeat p50 ≤ ${serverSide.heartbeatP50Ms} p99 ≤ ${serverSide.heartbeatP99Ms} ms; Schedule p50 ≤ ${serverSide.scheduleP50Ms} p99 ≤ ${serverSide.scheduleP99Ms} ms`,
+    );
     console.log(
       `Redis: ${Math.round(totalCalls / elapsedS)} commands/s (${Object.entries(redisCalls)
         .sort((a, b) => b[1] - a[1])
@@ -342,11 +436,12 @@ async function main() {
       sent,
       failed,
       elapsedS,
-      ratePerSec: sent / elapsedS,
+      ratePerSec: sent / loadElapsedS,
       maxInFlight,
       heartbeat: hb,
       heartbeatServerMeanMs: hbServer.meanMs,
       scheduleUnderLoad: sched,
+      serverSideBucketBoundsMs: serverSide,
       redisCommandsPerSec: totalCalls / elapsedS,
       redisCallsPerSec: redisCalls,
       redisUsedMemoryBytes: { before: memBefore, after: memAfter },
@@ -362,4 +457,8 @@ async function main() {
   }
 }
 
-await main();
+if (ROLE === 'heartbeats') {
+  const result = await runHeartbeatLoad(opt('--address'), DURATION_S);
+  process.stdout.write(JSON.stringify(result));
+  process.exit(0);
+} else await main();

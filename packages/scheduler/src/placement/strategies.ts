@@ -66,53 +66,65 @@ export class LeastAllocatedStrategy implements Strategy {
 
   select(nodes: readonly CandidateNode[], hint: ScheduleRequestHint | undefined): NodeRef {
     if (nodes.length === 0) throw new NoNodesError();
-    let best: { node: CandidateNode; demand: Demand }[] = [];
+    const cold = coldDemand(hint);
+    let best: CandidateNode[] = [];
     let bestScore = Infinity;
     for (const node of nodes) {
-      const demand = demandOf(node, hint);
-      const score = this.#score(node, demand);
+      const score = this.#score(node, cold);
       if (score < bestScore) {
         bestScore = score;
-        best = [{ node, demand }];
-      } else if (score === bestScore) best.push({ node, demand });
+        best = [node];
+      } else if (score === bestScore) best.push(node);
     }
     const pick = best[this.#turn++ % best.length]!;
     this.#turn %= Number.MAX_SAFE_INTEGER;
-    const pending = this.#pending.get(pick.node.node.id) ?? { cpu: 0, memoryBytes: 0 };
-    this.#pending.set(pick.node.node.id, {
-      cpu: pending.cpu + pick.demand.cpu,
-      memoryBytes: pending.memoryBytes + pick.demand.memoryBytes,
-    });
-    return pick.node.node;
+    const demand = cold ?? averageDemand(pick);
+    const pending = this.#pending.get(pick.node.id);
+    if (pending) {
+      pending.cpu += demand.cpu;
+      pending.memoryBytes += demand.memoryBytes;
+    } else this.#pending.set(pick.node.id, { ...demand });
+    return pick.node;
   }
 
   onHeartbeat(nodeId: string): void {
     this.#pending.delete(nodeId);
   }
 
-  #score(node: CandidateNode, demand: Demand): number {
+  #score(node: CandidateNode, cold: Demand | undefined): number {
     const s = node.snapshot;
     const memoryTotal = s ? Number(s.memoryTotalBytes) : 0;
     if (!s || (s.cpuCount === 0 && memoryTotal === 0)) return Number.MAX_VALUE;
     const pending = this.#pending.get(node.node.id);
+    let cpu = DEFAULT_SANDBOX_CPU;
+    let memoryBytes = DEFAULT_SANDBOX_MEMORY_BYTES;
+    if (cold) ({ cpu, memoryBytes } = cold);
+    else if (s.sandboxCount > 0) {
+      cpu = s.allocatedCpu / s.sandboxCount;
+      memoryBytes = Number(s.allocatedMemoryBytes) / s.sandboxCount;
+    }
     let score = 0;
-    if (s.cpuCount > 0) score = (s.allocatedCpu + (pending?.cpu ?? 0) + demand.cpu) / s.cpuCount;
+    if (s.cpuCount > 0) score = (s.allocatedCpu + (pending?.cpu ?? 0) + cpu) / s.cpuCount;
     if (memoryTotal > 0) {
-      const memory = Number(s.allocatedMemoryBytes) + (pending?.memoryBytes ?? 0) + demand.memoryBytes;
+      const memory = Number(s.allocatedMemoryBytes) + (pending?.memoryBytes ?? 0) + memoryBytes;
       score = Math.max(score, memory / memoryTotal);
     }
     return score;
   }
 }
 
-function demandOf(node: CandidateNode, hint: ScheduleRequestHint | undefined): Demand {
-  if (hint?.kind.case === 'newColdSandbox') {
-    const cold = hint.kind.value;
-    return {
-      cpu: cold.cpuCount > 0 ? cold.cpuCount : DEFAULT_SANDBOX_CPU,
-      memoryBytes: cold.memoryMb > 0n ? Number(cold.memoryMb) * MIB : DEFAULT_SANDBOX_MEMORY_BYTES,
-    };
-  }
+/** What a cold hint asks for; undefined for other requests (sized per node). */
+function coldDemand(hint: ScheduleRequestHint | undefined): Demand | undefined {
+  if (hint?.kind.case !== 'newColdSandbox') return undefined;
+  const cold = hint.kind.value;
+  return {
+    cpu: cold.cpuCount > 0 ? cold.cpuCount : DEFAULT_SANDBOX_CPU,
+    memoryBytes: cold.memoryMb > 0n ? Number(cold.memoryMb) * MIB : DEFAULT_SANDBOX_MEMORY_BYTES,
+  };
+}
+
+/** The node's average running sandbox, or the default size on a node running none. */
+function averageDemand(node: CandidateNode): Demand {
   const s = node.snapshot;
   if (s && s.sandboxCount > 0)
     return {

@@ -49,10 +49,17 @@ interface ObservedRecord {
   lastSeenMs: number;
 }
 
+interface DiscoveredEntry {
+  node: NodeRef;
+  lingering: boolean;
+  /** Reused by every Schedule (its snapshot and status are refreshed in place): no allocation per node. */
+  candidate: CandidateNode;
+}
+
 export class NodeRegistry {
-  #discovered = new Map<string, { node: NodeRef; lingering: boolean }>();
+  #discovered = new Map<string, DiscoveredEntry>();
   /** The discovered set sorted by id, kept with it: Schedule reads it on every call. */
-  #sorted: { node: NodeRef; lingering: boolean }[] = [];
+  #sorted: DiscoveredEntry[] = [];
   #observed = new Map<string, ObservedRecord>();
 
   constructor(
@@ -62,30 +69,42 @@ export class NodeRegistry {
 
   /** Replaces the discovered set; observed records of nodes that left it are dropped (as the reference). */
   setDiscovered(active: readonly NodeRef[], lingering: readonly NodeRef[]): void {
-    const next = new Map<string, { node: NodeRef; lingering: boolean }>();
-    for (const node of active) next.set(node.id, { node, lingering: false });
-    for (const node of lingering) next.set(node.id, { node, lingering: true });
+    const next = new Map<string, DiscoveredEntry>();
+    const add = (node: NodeRef, isLingering: boolean) =>
+      next.set(node.id, {
+        node,
+        lingering: isLingering,
+        candidate: { node, snapshot: undefined, status: NodeStatus.CONNECTING },
+      });
+    for (const node of active) add(node, false);
+    for (const node of lingering) add(node, true);
     this.#discovered = next;
     this.#sorted = [...next.values()].sort((a, b) => byId(a.node, b.node));
-    for (const id of this.#observed.keys()) if (!next.has(id)) this.#observed.delete(id);
+    for (const [id, record] of this.#observed) {
+      const entry = next.get(id);
+      if (entry) entry.candidate.snapshot = record.node.snapshot;
+      else this.#observed.delete(id);
+    }
   }
 
   /** Every discovered node, lingering ones included, by id. */
   discovered(): NodeRef[] {
-    return [...this.#discovered.values()]
-      .map((d) => d.node)
-      .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    return this.#sorted.map((d) => d.node);
   }
 
-  /** Discovered, non-lingering nodes by id, with their last snapshot: what Schedule chooses from. */
+  /**
+   * Discovered, non-lingering nodes by id, with their last snapshot: what Schedule chooses from. The
+   * objects are shared and refreshed by the next call; use them before awaiting anything.
+   */
   candidates(): CandidateNode[] {
     const nowMs = this.now();
     const out: CandidateNode[] = [];
-    for (const { node, lingering } of this.#sorted) {
-      if (lingering) continue;
-      const record = this.#observed.get(node.id);
-      const status = record ? this.#status(record, nowMs) : NodeStatus.CONNECTING;
-      out.push({ node, snapshot: record?.node.snapshot, status });
+    for (const entry of this.#sorted) {
+      if (entry.lingering) continue;
+      const c = entry.candidate;
+      const record = this.#observed.get(entry.node.id);
+      c.status = record ? this.#status(record, nowMs) : NodeStatus.CONNECTING;
+      out.push(c);
     }
     return out;
   }
@@ -127,6 +146,7 @@ export class NodeRegistry {
       p2p: req.p2pEndpoint,
       lastSeenMs: nowMs,
     });
+    discovered.candidate.snapshot = snapshot;
     return discovered.node;
   }
 
@@ -136,6 +156,8 @@ export class NodeRegistry {
     if (!record) return;
     if (record.node.serviceInstanceId !== serviceInstanceId) throw new ServiceInstanceMismatchError();
     this.#observed.delete(nodeId);
+    const entry = this.#discovered.get(nodeId);
+    if (entry) entry.candidate.snapshot = undefined;
   }
 
   listObserved(clusterId: string): ObservedNode[] {

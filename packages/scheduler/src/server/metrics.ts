@@ -5,7 +5,7 @@ import type { ObservedNode } from '@aenv/protocol';
 import { nodeStatusLabel } from '../registry/node-status.js';
 
 const DURATION_BUCKETS = [
-  0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
+  0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
 ];
 const STATUS_LABELS = ['ready', 'connecting', 'unhealthy', 'lingering', 'unspecified'];
 
