@@ -262,7 +262,13 @@ async function runHeartbeatLoad(address, durationS) {
     );
   }
   while (inFlight > 0) await sleep(10);
-  return { sent, failed, maxInFlight, latencies, elapsedS: (performance.now() - start) / 1000 };
+  return {
+    sent,
+    failed,
+    maxInFlight,
+    latency: summary(latencies),
+    elapsedS: (performance.now() - start) / 1000,
+  };
 }
 
 /** The simulated nodes run in a child process, as they run on other machines: their work does not share
@@ -297,10 +303,13 @@ async function main() {
   try {
     console.log(`scheduler pid ${scheduler.pid}, ${NODES} nodes, strategy ${STRATEGY}, Redis ${REDIS}/${DB}`);
     // Every node reports once, so placement runs over real snapshots.
-    for (let i = 0; i < NODES; i += 50)
-      await Promise.all(
-        Array.from({ length: Math.min(50, NODES - i) }, (_, k) => client.heartbeat(heartbeatFor(i + k))),
-      );
+    const reportAll = async () => {
+      for (let i = 0; i < NODES; i += 50)
+        await Promise.all(
+          Array.from({ length: Math.min(50, NODES - i) }, (_, k) => client.heartbeat(heartbeatFor(i + k))),
+        );
+    };
+    await reportAll();
 
     // 1. Schedule, idle.
     for (let i = 0; i < 200; i++) await client.schedule({});
@@ -357,7 +366,9 @@ async function main() {
       serverMeanMs: idleServer.meanMs,
     };
 
-    // 2. Heartbeat load.
+    // 2. Heartbeat load. The idle phase may have outlasted report_ttl: every node reports again first, or
+    // the scheduler would rightly find them all stale.
+    await reportAll();
     const statsBefore = await commandStats();
     const memBefore = await usedMemory();
     const procBefore = procStats(scheduler.pid);
@@ -374,18 +385,22 @@ async function main() {
     const start = performance.now();
     const end = start + DURATION_S * 1000;
     const load = heartbeatsInChild(`127.0.0.1:${scheduler.ports.grpc}`, DURATION_S);
+    let scheduleFailures = 0;
     while (performance.now() < end) {
       const t = performance.now();
-      await client.schedule({});
-      schedLatency.push(performance.now() - t);
+      try {
+        await client.schedule({});
+        schedLatency.push(performance.now() - t);
+      } catch {
+        scheduleFailures++;
+      }
       await sleep(50);
     }
-    const { sent, failed, maxInFlight, latencies: hbLatency, elapsedS: loadElapsedS } = await load;
+    const { sent, failed, maxInFlight, latency: hb, elapsedS: loadElapsedS } = await load;
     const elapsedS = (performance.now() - start) / 1000;
     const procAfter = procStats(scheduler.pid);
     const statsAfter = await commandStats();
     const memAfter = await usedMemory();
-    const hb = summary(hbLatency);
     const sched = summary(schedLatency);
     const hbAfter = await hbBuckets();
     const schedAfter = await schedBuckets();
@@ -415,6 +430,7 @@ async function main() {
     line('Heartbeat (100-id roster), client round trip', hb);
     console.log('Heartbeat, server-side mean'.padEnd(44), `${ms(hbServer.meanMs)} ms over ${hbServer.count}`);
     line('Schedule under heartbeat load', sched);
+    if (scheduleFailures > 0) console.log(`Schedule failures under load: ${scheduleFailures}`);
     console.log(
       'server-side, bucket bounds'.padEnd(44),
       `Heartbeat p50 ≤ ${serverSide.heartbeatP50Ms} p99 ≤ ${serverSide.heartbeatP99Ms} ms; Schedule p50 ≤ ${serverSide.scheduleP50Ms} p99 ≤ ${serverSide.scheduleP99Ms} ms`,
@@ -441,6 +457,7 @@ async function main() {
       heartbeat: hb,
       heartbeatServerMeanMs: hbServer.meanMs,
       scheduleUnderLoad: sched,
+      scheduleFailuresUnderLoad: scheduleFailures,
       serverSideBucketBoundsMs: serverSide,
       redisCommandsPerSec: totalCalls / elapsedS,
       redisCallsPerSec: redisCalls,
@@ -459,6 +476,6 @@ async function main() {
 
 if (ROLE === 'heartbeats') {
   const result = await runHeartbeatLoad(opt('--address'), DURATION_S);
-  process.stdout.write(JSON.stringify(result));
-  process.exit(0);
+  // Exit once the pipe has taken it all (the client's connection would keep the process alive).
+  process.stdout.write(JSON.stringify(result), () => process.exit(0));
 } else await main();

@@ -2,6 +2,7 @@ import { create, type MessageInitShape } from '@bufbuild/protobuf';
 import { describe, expect, it } from 'vitest';
 import { NodeSnapshotSchema, NodeStatus } from '@aenv/protocol';
 import type { NodeResourceLimit } from '../config/cluster-config.js';
+import { figuresOf } from '../registry/node-figures.js';
 import type { CandidateNode } from '../registry/node-registry.js';
 import { filterByResourceLimit } from './resource-filter.js';
 
@@ -15,7 +16,9 @@ function node(
 ): CandidateNode {
   return {
     node: { id, endpoint: `http://${id}` },
-    snapshot: snapshot ? create(NodeSnapshotSchema, { status: NodeStatus.READY, ...snapshot }) : undefined,
+    snapshot: snapshot
+      ? figuresOf(create(NodeSnapshotSchema, { status: NodeStatus.READY, ...snapshot }))
+      : undefined,
     status,
   };
 }

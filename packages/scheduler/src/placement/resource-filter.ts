@@ -33,20 +33,15 @@ function withinLimit(n: CandidateNode, limit: NodeResourceLimit): boolean {
   if (limit.maxCpuAllocatedPercent !== undefined && s.cpuCount > 0) {
     if (Math.floor((s.allocatedCpu * 100) / s.cpuCount) > limit.maxCpuAllocatedPercent) return false;
   }
-  // Byte counts as doubles: exact below 8 PiB, and BigInt arithmetic costs ~10x on this path (every
-  // node on every Schedule).
-  const memoryTotal = Number(s.memoryTotalBytes);
+  const memoryTotal = s.memoryTotalBytes;
   if (memoryTotal > 0) {
-    if (over(Math.floor((Number(s.memoryUsedBytes) * 100) / memoryTotal), limit.maxMemoryUsedPercent))
-      return false;
-    if (
-      over(Math.floor((Number(s.allocatedMemoryBytes) * 100) / memoryTotal), limit.maxMemoryAllocatedPercent)
-    )
+    if (over(Math.floor((s.memoryUsedBytes * 100) / memoryTotal), limit.maxMemoryUsedPercent)) return false;
+    if (over(Math.floor((s.allocatedMemoryBytes * 100) / memoryTotal), limit.maxMemoryAllocatedPercent))
       return false;
   }
   if (over(s.sandboxCount + s.pausedSandboxCount, limit.maxSandboxCountIncludingPaused)) return false;
   if (over(s.allocatedCpu + s.pausedAllocatedCpu, limit.maxAllocatedCpuIncludingPaused)) return false;
-  const memoryIncludingPaused = Number(s.allocatedMemoryBytes) + Number(s.pausedAllocatedMemoryBytes);
+  const memoryIncludingPaused = s.allocatedMemoryBytes + s.pausedAllocatedMemoryBytes;
   if (over(memoryIncludingPaused, limit.maxAllocatedMemoryBytesIncludingPaused)) return false;
   return true;
 }

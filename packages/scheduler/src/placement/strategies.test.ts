@@ -1,6 +1,7 @@
 import { create, type MessageInitShape } from '@bufbuild/protobuf';
 import { describe, expect, it } from 'vitest';
 import { NodeSnapshotSchema, NodeStatus, ScheduleRequestHintSchema } from '@aenv/protocol';
+import { figuresOf } from '../registry/node-figures.js';
 import type { CandidateNode } from '../registry/node-registry.js';
 import {
   createStrategy,
@@ -15,7 +16,9 @@ const GiB = 1024n ** 3n;
 function node(id: string, snapshot?: MessageInitShape<typeof NodeSnapshotSchema>): CandidateNode {
   return {
     node: { id, endpoint: `http://${id}` },
-    snapshot: snapshot ? create(NodeSnapshotSchema, { status: NodeStatus.READY, ...snapshot }) : undefined,
+    snapshot: snapshot
+      ? figuresOf(create(NodeSnapshotSchema, { status: NodeStatus.READY, ...snapshot }))
+      : undefined,
     status: NodeStatus.READY,
   };
 }

@@ -93,7 +93,7 @@ export class LeastAllocatedStrategy implements Strategy {
 
   #score(node: CandidateNode, cold: Demand | undefined): number {
     const s = node.snapshot;
-    const memoryTotal = s ? Number(s.memoryTotalBytes) : 0;
+    const memoryTotal = s ? s.memoryTotalBytes : 0;
     if (!s || (s.cpuCount === 0 && memoryTotal === 0)) return Number.MAX_VALUE;
     const pending = this.#pending.get(node.node.id);
     let cpu = DEFAULT_SANDBOX_CPU;
@@ -101,12 +101,12 @@ export class LeastAllocatedStrategy implements Strategy {
     if (cold) ({ cpu, memoryBytes } = cold);
     else if (s.sandboxCount > 0) {
       cpu = s.allocatedCpu / s.sandboxCount;
-      memoryBytes = Number(s.allocatedMemoryBytes) / s.sandboxCount;
+      memoryBytes = s.allocatedMemoryBytes / s.sandboxCount;
     }
     let score = 0;
     if (s.cpuCount > 0) score = (s.allocatedCpu + (pending?.cpu ?? 0) + cpu) / s.cpuCount;
     if (memoryTotal > 0) {
-      const memory = Number(s.allocatedMemoryBytes) + (pending?.memoryBytes ?? 0) + memoryBytes;
+      const memory = s.allocatedMemoryBytes + (pending?.memoryBytes ?? 0) + memoryBytes;
       score = Math.max(score, memory / memoryTotal);
     }
     return score;
@@ -129,7 +129,7 @@ function averageDemand(node: CandidateNode): Demand {
   if (s && s.sandboxCount > 0)
     return {
       cpu: s.allocatedCpu / s.sandboxCount,
-      memoryBytes: Number(s.allocatedMemoryBytes) / s.sandboxCount,
+      memoryBytes: s.allocatedMemoryBytes / s.sandboxCount,
     };
   return { cpu: DEFAULT_SANDBOX_CPU, memoryBytes: DEFAULT_SANDBOX_MEMORY_BYTES };
 }

@@ -6,11 +6,11 @@ import {
   ObservedNodeSchema,
   P2pPeerSchema,
   type HeartbeatRequest,
-  type NodeSnapshot,
   type ObservedNode,
   type P2pEndpoint,
   type P2pPeer,
 } from '@aenv/protocol';
+import { figuresOf, type NodeFigures } from './node-figures.js';
 import { deriveNodeStatus } from './node-status.js';
 
 /** A node as discovery knows it: its id and the base URL of its HTTP API. */
@@ -22,8 +22,8 @@ export interface NodeRef {
 /** A discovered node with what placement needs of its last heartbeat. */
 export interface CandidateNode {
   node: NodeRef;
-  /** The snapshot as reported; undefined = no heartbeat yet. */
-  snapshot: NodeSnapshot | undefined;
+  /** The last heartbeat's figures; undefined = no heartbeat yet. */
+  snapshot: NodeFigures | undefined;
   /** Status derived now (CONNECTING when no heartbeat yet). */
   status: NodeStatus;
 }
@@ -82,7 +82,7 @@ export class NodeRegistry {
     this.#sorted = [...next.values()].sort((a, b) => byId(a.node, b.node));
     for (const [id, record] of this.#observed) {
       const entry = next.get(id);
-      if (entry) entry.candidate.snapshot = record.node.snapshot;
+      if (entry) entry.candidate.snapshot = record.node.snapshot && figuresOf(record.node.snapshot);
       else this.#observed.delete(id);
     }
   }
@@ -146,7 +146,7 @@ export class NodeRegistry {
       p2p: req.p2pEndpoint,
       lastSeenMs: nowMs,
     });
-    discovered.candidate.snapshot = snapshot;
+    discovered.candidate.snapshot = figuresOf(snapshot);
     return discovered.node;
   }
 
