@@ -181,6 +181,32 @@ describe('scheduler process with Redis bindings', () => {
     expect(await c.raw('/grpc.reflection.v1.ServerReflection/Info', Buffer.alloc(0))).toMatchObject({
       code: status.UNIMPLEMENTED,
     });
+    // A client that keeps sending after its oversized message was refused: the server ends the stream
+    // (RST_STREAM NO_ERROR) instead of leaving it half-open for as long as the client likes.
+    const refused = await new Promise<{ status: unknown; rstCode: number }>((resolve) => {
+      const session = h2connect(`http://${s.grpcAddress}`);
+      session.on('error', () => {});
+      const stream = session.request({
+        ':method': 'POST',
+        ':path': '/scheduler.v1.Scheduler/RecordAssignment',
+        'content-type': 'application/grpc',
+        te: 'trailers',
+      });
+      stream.on('error', () => {});
+      let status: unknown;
+      stream.on('response', (headers) => (status ??= headers['grpc-status']));
+      stream.on('trailers', (trailers) => (status ??= trailers['grpc-status']));
+      stream.on('close', () => {
+        resolve({ status, rstCode: stream.rstCode });
+        session.close();
+      });
+      stream.resume();
+      const prefix = Buffer.alloc(5);
+      prefix.writeUInt32BE(5 * 1024 * 1024, 1);
+      stream.write(prefix);
+      stream.write(Buffer.alloc(32 * 1024));
+    });
+    expect(refused).toEqual({ status: String(status.RESOURCE_EXHAUSTED), rstCode: 0 });
     // Not gRPC at all: HTTP/1.1, and an HTTP/2 stream reset midway.
     await expect(
       fetch(`http://${s.grpcAddress}/scheduler.v1.Scheduler/ListNodes`, { method: 'POST' }),

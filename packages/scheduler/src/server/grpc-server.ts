@@ -2,6 +2,7 @@
 // only the gRPC protocol enabled, so grpcurl, grpc-go (the reference's gateway and nodes) and grpc-js
 // clients talk to it unchanged (docs/cluster.md#the-grpc-endpoint).
 import {
+  constants,
   createServer,
   type Http2Server,
   type Http2ServerRequest,
@@ -75,8 +76,21 @@ function reencodeMessage(headers: unknown): void {
   h['grpc-message'] = grpcMessageEncode(raw);
 }
 
-function withSpecMessages(handler: (req: Http2ServerRequest, res: Http2ServerResponse) => void) {
+/** Resets a stream whose answer is complete while the client is still sending its request. */
+function endUnread(req: Http2ServerRequest): void {
+  const stream = req.stream;
+  if (!req.complete && !stream.destroyed && !stream.closed) stream.close(constants.NGHTTP2_NO_ERROR);
+}
+
+/**
+ * Per-stream fixes around Connect's handler: grpc-message encoded per spec, and a stream answered before its
+ * request was read to the end (a refused oversized message) is reset with NO_ERROR, as grpc-go does, instead
+ * of staying half-open while the client is still sending.
+ */
+function withStreamFixes(handler: (req: Http2ServerRequest, res: Http2ServerResponse) => void) {
   return (req: Http2ServerRequest, res: Http2ServerResponse) => {
+    // After the compat layer sent the trailers (its 'wantTrailers' listener runs first).
+    res.stream.once('wantTrailers', () => setImmediate(() => endUnread(req)));
     const writeHead = res.writeHead.bind(res) as (...args: unknown[]) => Http2ServerResponse;
     res.writeHead = ((...args: unknown[]) => {
       reencodeMessage(args[args.length - 1]);
@@ -99,7 +113,6 @@ function unimplemented(req: Http2ServerRequest, res: Http2ServerResponse): void 
     res.end('this endpoint speaks gRPC only\n');
     return;
   }
-  req.resume();
   // A trailers-only response: one HEADERS frame carrying the status, ending the stream.
   res.stream.respond(
     {
@@ -110,6 +123,7 @@ function unimplemented(req: Http2ServerRequest, res: Http2ServerResponse): void 
     },
     { endStream: true },
   );
+  setImmediate(() => endUnread(req));
 }
 
 export async function startGrpcServer(opts: {
@@ -129,7 +143,7 @@ export async function startGrpcServer(opts: {
   });
   const server: Http2Server = createServer(
     { settings: { maxConcurrentStreams: MAX_CONCURRENT_STREAMS } },
-    withSpecMessages(handler as never),
+    withStreamFixes(handler as never),
   );
   const sessions = new Set<ServerHttp2Session>();
   server.on('session', (session) => {
