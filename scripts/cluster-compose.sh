@@ -252,13 +252,11 @@ build_images() {
   docker image ls --filter 'reference=aenv/*' --format '  {{.Repository}}:{{.Tag}}  {{.Size}}'
 }
 
-# What the images are made of: the checkout (commit and uncommitted changes), the rootfs, the base
-# image, CRIU and node. Unchanged → the images are not rebuilt.
+# What the images are made of: the checkout's files (tracked and untracked, by content, so a commit
+# alone changes nothing), the rootfs, the base image, CRIU and node. Unchanged → not rebuilt.
 images_key() {
   {
-    git -C "$REPO" rev-parse HEAD 2>/dev/null || echo no-git
-    git -C "$REPO" diff HEAD 2>/dev/null | sha256sum
-    git -C "$REPO" ls-files --others --exclude-standard -z 2>/dev/null | xargs -0r sha256sum 2>/dev/null
+    (cd "$REPO" && git ls-files --cached --others --exclude-standard -z 2>/dev/null | xargs -0r sha256sum 2>/dev/null) || true
     image_label "$ROOTFS_IMAGE" aenv.rootfs.key
     cat /var/cache/aenv/images/base/aenv-build.json 2>/dev/null
     realpath "${AENV_DEPS_PATH:-/var/lib/aenv/deps}/criu/current"

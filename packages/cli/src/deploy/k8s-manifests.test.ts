@@ -505,6 +505,7 @@ describe('deploy/k8s wiring', () => {
       const loaded = loadConfig({ configPath: file, env: { AENV_NODE_ID: 'agentenv-node-x1y2z' } });
       expect(loaded.warnings).toEqual([]);
       expect(loaded.config.runtime.criu_path).toBe('/opt/aenv/criu/current/bin/criu');
+      expect(loaded.config.runtime.tools_dir).toBe('/opt/aenv/tools');
       expect(loaded.config.observability.scheduler_report.enabled).toBe(true);
       const endpoint = new URL(loaded.config.cluster.scheduler_endpoint!);
       const schedSvc = find(objects, 'Service', endpoint.hostname) as K8sObject & {
