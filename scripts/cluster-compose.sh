@@ -124,7 +124,51 @@ stop_own_daemon() {
   rm -f "$DAEMON_PIDFILE"
 }
 
-compose() { docker-compose -p "$PROJECT" -f "$COMPOSE_FILE" "$@"; }
+OVERRIDE=$STATE/compose.override.yml
+compose() {
+  local -a files=(-f "$COMPOSE_FILE")
+  [ ! -f "$OVERRIDE" ] || files+=(-f "$OVERRIDE")
+  docker-compose -p "$PROJECT" "${files[@]}" "$@"
+}
+
+CAP_NAMES=(CHOWN DAC_OVERRIDE DAC_READ_SEARCH FOWNER FSETID KILL SETGID SETUID SETPCAP LINUX_IMMUTABLE
+  NET_BIND_SERVICE NET_BROADCAST NET_ADMIN NET_RAW IPC_LOCK IPC_OWNER SYS_MODULE SYS_RAWIO SYS_CHROOT
+  SYS_PTRACE SYS_PACCT SYS_ADMIN SYS_BOOT SYS_NICE SYS_RESOURCE SYS_TIME SYS_TTY_CONFIG MKNOD LEASE
+  AUDIT_WRITE AUDIT_CONTROL SETFCAP MAC_OVERRIDE MAC_ADMIN SYSLOG WAKE_ALARM BLOCK_SUSPEND AUDIT_READ
+  PERFMON BPF CHECKPOINT_RESTORE)
+
+# Capabilities this kernel has that this host's bounding set lacks (e.g. a host that is itself a
+# container): a privileged container asks for all of them and runc fails ("unable to apply caps").
+missing_caps() {
+  local bnd last i
+  bnd=$((16#$(awk '/^CapBnd:/ { print $2 }' /proc/self/status)))
+  last=$(cat /proc/sys/kernel/cap_last_cap)
+  for ((i = 0; i <= last && i < ${#CAP_NAMES[@]}; i++)); do
+    (((bnd >> i) & 1)) || printf '%s\n' "${CAP_NAMES[$i]}"
+  done
+}
+
+# On such a host the nodes run with what `privileged` means, minus the missing capabilities: every
+# other capability, every device, no seccomp/AppArmor profile, unmasked /proc and /sys.
+write_override() {
+  local missing svc
+  missing=$(missing_caps | paste -sd, -)
+  mkdir -p "$STATE"
+  if [ -z "$missing" ]; then
+    rm -f "$OVERRIDE"
+    return 0
+  fi
+  aenv_log "this host's capability bounding set lacks $missing: the nodes get every other capability instead of privileged"
+  {
+    printf '# Written by scripts/cluster-compose.sh: this host lacks capabilities %s.\nversion: "2.4"\nservices:\n' "$missing"
+    for svc in $(docker-compose -p "$PROJECT" -f "$COMPOSE_FILE" config --services); do
+      case $svc in agentenv-*) ;; *) continue ;; esac
+      printf '  %s:\n    privileged: false\n    cap_add: [ALL]\n    cap_drop: [%s]\n' "$svc" "$missing"
+      printf '    security_opt: [seccomp=unconfined, apparmor=unconfined, systempaths=unconfined]\n'
+      printf '    device_cgroup_rules: ["a *:* rwm"]\n'
+    done
+  } >"$OVERRIDE"
+}
 
 # ---- images ----------------------------------------------------------------------------------------
 
@@ -298,6 +342,7 @@ cmd_up() {
   aenv_ensure_debs "${HOST_PACKAGES[@]}" >/dev/null
   ensure_daemon
   build_images
+  write_override
   printf '==> compose up %s\n' "$*"
   compose up -d --no-build "$@"
   wait_healthy "$@"
