@@ -81,6 +81,8 @@ ensure_daemon() {
   fi
   if [ -z "${DOCKER_HOST:-}" ] && docker_ok; then
     aenv_log "using the Docker daemon that runs on this host"
+    [ -z "$(missing_caps)" ] ||
+      aenv_log "warning: this host lacks capabilities $(missing_caps | paste -sd, -): privileged nodes will not start under that daemon"
     return 0
   fi
   start_daemon
@@ -94,8 +96,15 @@ start_daemon() {
   # --iptables=false: no NAT, no FORWARD policy change, nothing in the host's firewall (aenv's own
   # nftables rules and other nodes on this host stay as they are); published ports go through
   # docker-proxy. --bridge=none: only the networks the compose file declares exist.
+  local -a runtime=()
+  local missing
+  missing=$(missing_caps | paste -sd, -)
+  if [ -n "$missing" ]; then
+    aenv_log "this host's capability bounding set lacks $missing: containers run through a runc wrapper that drops it"
+    runtime=(--add-runtime "aenv-runc=$(write_runc_wrapper "$missing")" --default-runtime aenv-runc)
+  fi
   setsid dockerd \
-    --host "$OWN_SOCKET" \
+    --host "$OWN_SOCKET" "${runtime[@]}" \
     --data-root "$STATE/docker" \
     --exec-root "$RUN_DIR/exec" \
     --pidfile "$RUN_DIR/dockerd.own.pid" \
@@ -124,12 +133,7 @@ stop_own_daemon() {
   rm -f "$DAEMON_PIDFILE"
 }
 
-OVERRIDE=$STATE/compose.override.yml
-compose() {
-  local -a files=(-f "$COMPOSE_FILE")
-  [ ! -f "$OVERRIDE" ] || files+=(-f "$OVERRIDE")
-  docker-compose -p "$PROJECT" "${files[@]}" "$@"
-}
+compose() { docker-compose -p "$PROJECT" -f "$COMPOSE_FILE" "$@"; }
 
 CAP_NAMES=(CHOWN DAC_OVERRIDE DAC_READ_SEARCH FOWNER FSETID KILL SETGID SETUID SETPCAP LINUX_IMMUTABLE
   NET_BIND_SERVICE NET_BROADCAST NET_ADMIN NET_RAW IPC_LOCK IPC_OWNER SYS_MODULE SYS_RAWIO SYS_CHROOT
@@ -148,26 +152,36 @@ missing_caps() {
   done
 }
 
-# On such a host the nodes run with what `privileged` means, minus the missing capabilities: every
-# other capability, every device, no seccomp/AppArmor profile, unmasked /proc and /sys.
-write_override() {
-  local missing svc
-  missing=$(missing_caps | paste -sd, -)
-  mkdir -p "$STATE"
-  if [ -z "$missing" ]; then
-    rm -f "$OVERRIDE"
-    return 0
-  fi
-  aenv_log "this host's capability bounding set lacks $missing: the nodes get every other capability instead of privileged"
-  {
-    printf '# Written by scripts/cluster-compose.sh: this host lacks capabilities %s.\nversion: "2.4"\nservices:\n' "$missing"
-    for svc in $(docker-compose -p "$PROJECT" -f "$COMPOSE_FILE" config --services); do
-      case $svc in agentenv-*) ;; *) continue ;; esac
-      printf '  %s:\n    privileged: false\n    cap_add: [ALL]\n    cap_drop: [%s]\n' "$svc" "$missing"
-      printf '    security_opt: [seccomp=unconfined, apparmor=unconfined, systempaths=unconfined]\n'
-      printf '    device_cgroup_rules: ["a *:* rwm"]\n'
-    done
-  } >"$OVERRIDE"
+# On such a host (a private daemon only), containers run through a runc wrapper that removes the
+# missing capabilities from their capability sets: `privileged` then means every capability the host
+# has, and the compose file stays as it is.
+write_runc_wrapper() {
+  local missing=$1 wrapper=$STATE/bin/runc-bounded runc
+  runc=$(command -v runc)
+  mkdir -p "$STATE/bin"
+  cat >"$wrapper.new" <<EOF
+#!/bin/sh
+# Written by scripts/cluster-compose.sh: this host's capability bounding set lacks $missing.
+exec python3 - "\$@" <<'PY'
+import json, os, sys
+drop = {"CAP_" + c for c in "$missing".split(",")}
+args = sys.argv[1:]
+def strip(path):
+    with open(path) as f: spec = json.load(f)
+    caps = (spec.get("process") or spec).get("capabilities") or {}
+    for k, v in caps.items(): caps[k] = [c for c in v if c not in drop]
+    with open(path, "w") as f: json.dump(spec, f)
+for i, a in enumerate(args):
+    if a in ("--bundle", "-b") and i + 1 < len(args): strip(os.path.join(args[i + 1], "config.json"))
+    elif a.startswith("--bundle="): strip(os.path.join(a.split("=", 1)[1], "config.json"))
+    elif a in ("--process", "-p") and i + 1 < len(args): strip(args[i + 1])
+    elif a.startswith("--process="): strip(a.split("=", 1)[1])
+os.execv("$runc", ["runc"] + args)
+PY
+EOF
+  chmod 0755 "$wrapper.new"
+  mv -f "$wrapper.new" "$wrapper"
+  printf '%s\n' "$wrapper"
 }
 
 # ---- images ----------------------------------------------------------------------------------------
@@ -297,10 +311,13 @@ build_images() {
 }
 
 # What the images are made of: the checkout's files (tracked and untracked, by content, so a commit
-# alone changes nothing), the rootfs, the base image, CRIU and node. Unchanged → not rebuilt.
+# alone changes nothing; only what goes into them), the rootfs, the base image, CRIU and node.
+# Unchanged → not rebuilt.
 images_key() {
   {
-    (cd "$REPO" && git ls-files --cached --others --exclude-standard -z 2>/dev/null | xargs -0r sha256sum 2>/dev/null) || true
+    (cd "$REPO" && git ls-files --cached --others --exclude-standard -z -- package.json package-lock.json \
+      packages config scripts deploy/docker deploy/k8s/generate-secrets.sh 2>/dev/null |
+      xargs -0r sha256sum 2>/dev/null) || true
     image_label "$ROOTFS_IMAGE" aenv.rootfs.key
     cat /var/cache/aenv/images/base/aenv-build.json 2>/dev/null
     realpath "${AENV_DEPS_PATH:-/var/lib/aenv/deps}/criu/current"
@@ -342,7 +359,6 @@ cmd_up() {
   aenv_ensure_debs "${HOST_PACKAGES[@]}" >/dev/null
   ensure_daemon
   build_images
-  write_override
   printf '==> compose up %s\n' "$*"
   compose up -d --no-build "$@"
   wait_healthy "$@"
