@@ -316,7 +316,8 @@ build_images() {
 images_key() {
   {
     (cd "$REPO" && git ls-files --cached --others --exclude-standard -z -- package.json package-lock.json \
-      packages config scripts deploy/docker deploy/k8s/generate-secrets.sh 2>/dev/null |
+      packages config scripts/setup-host.sh scripts/build-base-image.sh scripts/lib deploy/docker \
+      deploy/k8s/generate-secrets.sh 2>/dev/null |
       xargs -0r sha256sum 2>/dev/null) || true
     image_label "$ROOTFS_IMAGE" aenv.rootfs.key
     cat /var/cache/aenv/images/base/aenv-build.json 2>/dev/null
@@ -360,9 +361,29 @@ cmd_up() {
   ensure_daemon
   build_images
   printf '==> compose up %s\n' "$*"
+  # Networks and containers first, so the bridges are sealed before anything runs.
+  compose up --no-start --no-build "$@"
+  seal_bridges
   compose up -d --no-build "$@"
   wait_healthy "$@"
   cmd_status
+}
+
+# The compose networks' bridges (named in deploy/docker-compose.yml).
+BRIDGES=(aenv-cluster aenv-edge)
+
+# The host forwards nothing that arrives from the cluster's bridges: whatever route a container has,
+# its traffic (and its sandboxes') ends at this host. Docker's internal network alone relies on
+# iptables rules, which a private daemon does not install. Published ports go through docker-proxy,
+# which needs no forwarding.
+seal_bridges() {
+  local br
+  for br in "${BRIDGES[@]}"; do
+    [ -d "/proc/sys/net/ipv4/conf/$br" ] || aenv_die "bridge $br of the compose networks does not exist"
+    echo 0 >"/proc/sys/net/ipv4/conf/$br/forwarding"
+    [ ! -e "/proc/sys/net/ipv6/conf/$br/disable_ipv6" ] || echo 1 >"/proc/sys/net/ipv6/conf/$br/disable_ipv6"
+    [ "$(cat "/proc/sys/net/ipv4/conf/$br/forwarding")" = 0 ] || aenv_die "could not turn forwarding off on $br"
+  done
 }
 
 cmd_down() {
@@ -387,7 +408,11 @@ cmd_status() {
     return 0
   fi
   compose ps
-  local code
+  local br code
+  for br in "${BRIDGES[@]}"; do
+    [ -d "/proc/sys/net/ipv4/conf/$br" ] &&
+      printf 'bridge %s: forwarding %s\n' "$br" "$(cat "/proc/sys/net/ipv4/conf/$br/forwarding")"
+  done
   code=$(node -e "fetch('http://127.0.0.1:${AENV_GATEWAY_PORT:-8000}/health').then((r) => console.log(r.status), () => console.log('unreachable'))")
   printf 'gateway http://127.0.0.1:%s/health: %s\n' "${AENV_GATEWAY_PORT:-8000}" "$code"
 }

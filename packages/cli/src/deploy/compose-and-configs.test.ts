@@ -135,7 +135,10 @@ interface Service {
 }
 interface ComposeFile {
   services: Record<string, Service>;
-  networks: Record<string, { internal?: boolean; ipam?: { config: { subnet: string }[] } }>;
+  networks: Record<
+    string,
+    { internal?: boolean; driver_opts?: Record<string, string>; ipam?: { config: { subnet: string }[] } }
+  >;
   volumes: Record<string, unknown>;
 }
 
@@ -203,6 +206,12 @@ describe('deploy/docker-compose.yml', () => {
 
   it('sandbox traffic has no way out: nodes, scheduler and Redis are on an internal network only', () => {
     expect(compose.networks.cluster?.internal).toBe(true);
+    // scripts/cluster-compose.sh turns forwarding off on these bridges by name.
+    const script = read('scripts/cluster-compose.sh');
+    const bridges = /^BRIDGES=\(([^)]*)\)$/m.exec(script)![1]!.split(' ');
+    expect(
+      Object.values(compose.networks).map((n) => n.driver_opts?.['com.docker.network.bridge.name']),
+    ).toEqual(bridges);
     for (const [name, s] of Object.entries(compose.services)) {
       if (name === 'gateway') continue;
       if (s.network_mode) expect(s.network_mode, name).toBe('none');
