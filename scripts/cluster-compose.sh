@@ -355,14 +355,28 @@ wait_healthy() {
   done
 }
 
+# Waits (bounded) for a one-shot service to exit 0.
+wait_exited() {
+  local deadline=$((SECONDS + 120)) id state
+  id=$(compose ps -q "$1")
+  while state=$(docker inspect --format '{{.State.Status}} {{.State.ExitCode}}' "$id"); [ "${state% *}" != exited ]; do
+    [ $SECONDS -lt $deadline ] || aenv_die "service $1 did not finish within 120 s"
+    sleep 1
+  done
+  [ "${state#* }" = 0 ] || { compose logs "$1" >&2 && aenv_die "service $1 failed (exit ${state#* })"; }
+}
+
 cmd_up() {
   aenv_require_root "$(basename "$0") up"
   aenv_ensure_debs "${HOST_PACKAGES[@]}" >/dev/null
   ensure_daemon
   build_images
   printf '==> compose up %s\n' "$*"
-  # Networks and containers first, so the bridges are sealed before anything runs.
-  compose up --no-start --no-build "$@"
+  # The secrets first (the others wait for them to complete), then every network and container
+  # without starting them, so the bridges are sealed before anything on them runs.
+  compose up -d --no-build secrets
+  wait_exited secrets
+  compose up --no-start --no-build
   seal_bridges
   compose up -d --no-build "$@"
   wait_healthy "$@"
