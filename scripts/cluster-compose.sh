@@ -26,11 +26,12 @@ ROOTFS_IMAGE=aenv/rootfs:bookworm
 SUITE=bookworm
 # What the images run: Node's own libraries (the node binary is this host's), tini as PID 1 (it
 # reaps orphaned sandbox processes and forwards SIGTERM), Redis for the scheduler, and what the
-# node runs (runc, nft, ip, mount, btrfs, tar, zstd, python3 for whiteouts, the seccomp profile).
+# node runs (runc, nft, ip, mount, btrfs, tar, zstd, python3 for whiteouts, the seccomp profile, and
+# gcc for the host helpers a node compiles at its first start, e.g. the uid mapping helper).
 ROOTFS_PACKAGES=(
   ca-certificates tini libstdc++6 redis-server redis-tools
   runc nftables iproute2 util-linux mount btrfs-progs e2fsprogs tar zstd python3-minimal procps kmod
-  golang-github-containers-common
+  golang-github-containers-common gcc libc6-dev
 )
 HOST_PACKAGES=(docker.io docker-compose mmdebstrap patchelf)
 WAIT_SECS=${AENV_COMPOSE_WAIT_SECS:-900}
@@ -331,7 +332,7 @@ images_key() {
 # Waits until each service is healthy (when it has a health check) or running; fails naming the ones
 # that exited or did not get there in time.
 wait_healthy() {
-  local deadline=$((SECONDS + WAIT_SECS)) pending svc id state health
+  local deadline=$((SECONDS + WAIT_SECS)) pending svc id state health restarts
   local -a services=("$@")
   [ ${#services[@]} -gt 0 ] || mapfile -t services < <(compose config --services | grep -vx secrets)
   while :; do
@@ -339,6 +340,11 @@ wait_healthy() {
     for svc in "${services[@]}"; do
       id=$(compose ps -q "$svc" 2>/dev/null | head -n1)
       state=$([ -n "$id" ] && docker inspect --format '{{.State.Status}}' "$id" 2>/dev/null || echo missing)
+      restarts=$([ -n "$id" ] && docker inspect --format '{{.RestartCount}}' "$id" 2>/dev/null || echo 0)
+      if [ "$restarts" -ge 3 ]; then
+        compose logs --tail 30 "$svc" >&2 || true
+        aenv_die "service $svc keeps exiting ($restarts restarts)"
+      fi
       health=$([ -n "$id" ] && docker inspect --format '{{if .State.Health}}{{.State.Health.Status}}{{end}}' "$id" 2>/dev/null || true)
       case "$state/$health" in
         running/healthy | running/) ;;
