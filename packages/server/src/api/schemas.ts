@@ -46,7 +46,10 @@ export const forkSchema = z.object({
   timeout: int32.optional(),
 });
 export const snapshotSchema = z.object({ name: z.string().optional() });
-export const pauseSchema = z.object({ memory: z.boolean().optional() });
+export const pauseSchema = z.object({
+  memory: z.boolean().optional(),
+  requireHealthyGuest: z.boolean().optional(),
+});
 
 /** Parses a request body; a bad body is a 400 naming the first offending field. */
 export function parseBody<T>(schema: z.ZodType<T>, body: unknown, what: string): T {
