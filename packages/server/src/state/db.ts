@@ -1,5 +1,5 @@
 import Database from 'better-sqlite3';
-import { mkdirSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 
 export type StateDb = Database.Database;
@@ -17,6 +17,9 @@ export interface Migration {
 export function openStateDb(path: string, migrations: readonly Migration[]): StateDb {
   mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
   const db = new Database(path);
+  // Sandbox records hold their env vars, kept create answers their access tokens: the owner's only. SQLite
+  // gives the WAL and shm files it makes the database file's mode; ones left from before are fixed too.
+  for (const f of [path, `${path}-wal`, `${path}-shm`]) if (existsSync(f)) chmodSync(f, 0o600);
   db.pragma('journal_mode = WAL');
   // WAL + NORMAL: every commit survives a process crash; callers that need machine-crash durability
   // (a completed pause) raise it to FULL for that commit.
