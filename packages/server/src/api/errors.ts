@@ -1,3 +1,4 @@
+import type { ErrorBody } from '@aenv/protocol';
 import { currentRequestId } from '../util/request-context.js';
 
 /**
@@ -26,7 +27,7 @@ export class ApiError extends Error {
   }
 
   /** The answer body; an unexposed message is replaced by one naming the request being served. */
-  toJSON(): { code: number; message: string } {
+  toJSON(): ErrorBody {
     return {
       code: this.code,
       message: this.expose ? this.message : internalErrorMessage(currentRequestId()),

@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { NEXT_TOKEN_HEADER, snapshotSchema, type SnapshotInfo } from '@aenv/protocol';
 import type { Orchestrator, SnapshotTimings } from '../../orchestrator/orchestrator.js';
 import {
   isValidAlias,
@@ -10,7 +11,7 @@ import {
 import { candidateNames } from '../../template/catalog.js';
 import { ApiError } from '../errors.js';
 import { paginate, parseLimit } from '../pagination.js';
-import { parseBody, snapshotSchema } from '../schemas.js';
+import { parseBody } from '../parse-body.js';
 import { refuseUnsupportedSnapshotFields } from '../unsupported-fields.js';
 
 export interface SnapshotRouteDeps {
@@ -20,7 +21,7 @@ export interface SnapshotRouteDeps {
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
-export function snapshotInfo(r: SnapshotRecord) {
+export function snapshotInfo(r: SnapshotRecord): SnapshotInfo {
   return {
     snapshotID: r.id,
     names: r.alias ? [r.alias] : [],
@@ -87,7 +88,7 @@ export function registerSnapshotRoutes(app: FastifyInstance, deps: SnapshotRoute
       parseLimit(q.limit),
       typeof q.nextToken === 'string' && q.nextToken ? q.nextToken : undefined,
     );
-    if (page.nextToken) void reply.header('x-next-token', page.nextToken);
+    if (page.nextToken) void reply.header(NEXT_TOKEN_HEADER, page.nextToken);
     return page.items.map(snapshotInfo);
   });
 
