@@ -55,6 +55,7 @@ import { IdempotencyStore, idempotencyMigrations } from './api/idempotency-store
 import { registerHealthRoutes } from './api/routes/health.js';
 import { registerNodeRoutes } from './api/routes/nodes.js';
 import { registerSandboxRoutes } from './api/routes/sandboxes.js';
+import { HookClient } from './extension/hook-client.js';
 import { registerSnapshotRoutes } from './api/routes/snapshots.js';
 import { registerTemplateRoutes } from './api/routes/templates.js';
 import { registerMetricsRoutes } from './api/routes/metrics.js';
@@ -352,6 +353,13 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     }),
     logger.child({ component: 'idempotency' }),
   );
+  const extension = config.custom_extension.url
+    ? new HookClient({
+        url: config.custom_extension.url,
+        timeoutMs: config.custom_extension.timeout_ms,
+        logger: logger.child({ component: 'custom-extension' }),
+      })
+    : undefined;
   const orchestrator = new Orchestrator({
     store,
     backend,
@@ -364,6 +372,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     logger: logger.child({ component: 'orchestrator' }),
     onInstanceStopped: (instanceId) => proxyRef.current?.closeInstance(instanceId),
     onLifecycle: observability.onLifecycle,
+    ...(extension ? { extension } : {}),
     observe: (operation, fn, stage) => metrics.observe(operation, fn, stage),
   });
   metrics.trackSandboxStates(() => orchestrator.stateCounts());
@@ -512,6 +521,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       await templates.close();
       await observability.stop();
       await orchestrator.shutdown();
+      await extension?.drain();
       await backend.close();
       proxy.closeAll();
       // Requests still in flight get a moment to finish; then connections that never sent a request (which
