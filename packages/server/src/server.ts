@@ -56,6 +56,8 @@ import { registerHealthRoutes } from './api/routes/health.js';
 import { registerNodeRoutes } from './api/routes/nodes.js';
 import { registerSandboxRoutes } from './api/routes/sandboxes.js';
 import { HookClient } from './extension/hook-client.js';
+import { SandboxEventStore, sandboxEventMigrations } from './events/sandbox-events.js';
+import { registerEventRoutes } from './api/routes/events.js';
 import { registerSnapshotRoutes } from './api/routes/snapshots.js';
 import { registerTemplateRoutes } from './api/routes/templates.js';
 import { registerMetricsRoutes } from './api/routes/metrics.js';
@@ -153,6 +155,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     ...orchestratorMigrations,
     ...imageMigrations,
     ...sandboxLogMigrations,
+    ...sandboxEventMigrations,
     ...idRangeMigrations,
     ...idempotencyMigrations,
   ]);
@@ -360,6 +363,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
         logger: logger.child({ component: 'custom-extension' }),
       })
     : undefined;
+  const events = new SandboxEventStore(db, { teamId: localTeamId(apiKey.key) });
   const orchestrator = new Orchestrator({
     store,
     backend,
@@ -371,7 +375,10 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     transitionWaitMs: config.orchestrator.max_transition_wait_secs * 1000,
     logger: logger.child({ component: 'orchestrator' }),
     onInstanceStopped: (instanceId) => proxyRef.current?.closeInstance(instanceId),
-    onLifecycle: observability.onLifecycle,
+    onLifecycle: (e) => {
+      events.onLifecycle(e);
+      observability.onLifecycle(e);
+    },
     ...(extension ? { extension } : {}),
     observe: (operation, fn, stage) => metrics.observe(operation, fn, stage),
   });
@@ -497,6 +504,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   registerSnapshotRoutes(app, { orchestrator, repository });
   registerMetricsRoutes(app, observability.metricsRoutes());
   registerLogRoutes(app, observability.logRoutes());
+  registerEventRoutes(app, events);
   registerTeamRoutes(app, { apiKey: apiKey.key });
 
   const [host, portText] = splitAddr(config.api_addr);
