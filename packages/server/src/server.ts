@@ -408,6 +408,8 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     maxUploadBytes: config.template_build.max_upload_mb * 1024 ** 2,
     uploadLinkTtlMs: config.template_build.upload_link_ttl_secs * 1000,
     uploadRetentionMs: config.template_build.upload_retention_hours * 3600_000,
+    logRetentionMs: config.template_build.log_retention_hours * 3600_000,
+    artefactsQuotaBytes: config.template_build.artefacts_quota_mb * 1024 ** 2,
     cache: {
       maxEntries: config.template_build.cache_max_entries,
       maxAgeMs: config.template_build.cache_max_age_hours * 3600_000,
