@@ -188,7 +188,9 @@ export class Orchestrator {
 
   startEviction(): void {
     const tick = () => {
-      void Promise.all([this.evictExpired(), this.maintainPaused(), this.expirePaused()]).finally(() => {
+      // Expiry before maintenance: maintenance holds each paused sandbox's lock, and expiry skips locked ones.
+      const paused = this.expirePaused().then(() => this.maintainPaused());
+      void Promise.all([this.evictExpired(), paused]).finally(() => {
         if (!this.shuttingDown) this.evictTimer = setTimeout(tick, this.opts.autoEvictIntervalMs);
       });
     };

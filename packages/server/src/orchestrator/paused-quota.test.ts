@@ -267,6 +267,21 @@ describe('paused-sandbox retention', () => {
     expect(orch.pausedBytes()).toBe(3 * MIB);
   });
 
+  it('expires them from the eviction ticks (which also maintain paused sandboxes)', async () => {
+    const { orch } = node({ quotaMiB: 100, retentionMs: 60_000 });
+    await orch.init();
+    const a = await orch.create(input());
+    await orch.pause(a.id);
+    orch.get(a.id).paused!.pausedAt = new Date(Date.now() - 61_000).toISOString();
+    orch.startEviction();
+    try {
+      for (let i = 0; i < 200 && orch.find(a.id); i++) await new Promise((r) => setTimeout(r, 10));
+      expect(orch.find(a.id)).toBeUndefined();
+    } finally {
+      await orch.shutdown();
+    }
+  });
+
   it('keeps paused sandboxes forever with retention 0 (the default)', async () => {
     const { orch } = node({ quotaMiB: 100 });
     await orch.init();
