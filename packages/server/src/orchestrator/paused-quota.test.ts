@@ -60,6 +60,9 @@ class SizedBackend implements SandboxBackend {
     this.artifacts.delete(r.id);
     return this.started(r);
   }
+  async guestAnswers() {
+    return true;
+  }
   async applyPolicy() {}
   async capture(): Promise<never> {
     throw new Error('not used');
