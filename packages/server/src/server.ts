@@ -20,6 +20,7 @@ import { openStateDb, type StateDb } from './state/db.js';
 import { lockNodeDirs } from './util/node-lock.js';
 import { enforceNodeDirModes } from './util/node-modes.js';
 import { makeReadOnlyForAll } from './util/private-tree.js';
+import { filesystemBytes } from './util/disk-usage.js';
 import { ServerMetrics } from './observability/metrics.js';
 import { HostMetricsSampler } from './observability/host-metrics.js';
 import {
@@ -373,6 +374,8 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     autoEvictIntervalMs: config.orchestrator.auto_evict_interval_ms,
     autoResumeMinTimeoutSecs: config.orchestrator.auto_resume_min_sandbox_timeout_secs,
     transitionWaitMs: config.orchestrator.max_transition_wait_secs * 1000,
+    pausedQuotaBytes: await pausedQuotaBytes(config, runtime.storeDir),
+    pausedRetentionMs: config.orchestrator.paused_retention_secs * 1000,
     logger: logger.child({ component: 'orchestrator' }),
     onInstanceStopped: (instanceId) => proxyRef.current?.closeInstance(instanceId),
     onLifecycle: (e) => {
@@ -433,6 +436,8 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     maxUploadBytes: config.template_build.max_upload_mb * 1024 ** 2,
     uploadLinkTtlMs: config.template_build.upload_link_ttl_secs * 1000,
     uploadRetentionMs: config.template_build.upload_retention_hours * 3600_000,
+    logRetentionMs: config.template_build.log_retention_hours * 3600_000,
+    artefactsQuotaBytes: config.template_build.artefacts_quota_mb * 1024 ** 2,
     cache: {
       maxEntries: config.template_build.cache_max_entries,
       maxAgeMs: config.template_build.cache_max_age_hours * 3600_000,
@@ -547,6 +552,13 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       logger.info('shutdown complete');
     },
   };
+}
+
+/** `[orchestrator].paused_quota_mb`, 0 = half the size of the volume the pause artifacts live on. */
+async function pausedQuotaBytes(config: AenvConfig, storeDir: string): Promise<number> {
+  const mb = config.orchestrator.paused_quota_mb;
+  if (mb > 0) return mb * 1024 ** 2;
+  return Math.floor((await filesystemBytes(storeDir)) / 2);
 }
 
 function splitAddr(addr: string): [string, string] {

@@ -13,6 +13,7 @@ import { EXTRA_BOOT_ARGS_ENV } from '../extension/params.js';
 import { KeyedMutex, LockTimeoutError } from './keyed-mutex.js';
 import type { SandboxStore } from './store.js';
 import { crashPoint } from '../util/crash-point.js';
+import { PausedQuota, PausedQuotaError, expiredPaused, pausedBytesInUse } from './paused-quota.js';
 import {
   TRANSITIONAL_STATES,
   autoResumable,
@@ -70,6 +71,10 @@ export interface OrchestratorOptions {
   onLifecycle?: (event: LifecycleEvent) => void;
   /** The custom extension's hooks (`[custom_extension]`), when one is configured (docs/hooks.md). */
   extension?: Pick<HookClient, 'startFresh' | 'startResume' | 'patchParams' | 'stop'>;
+  /** `[orchestrator].paused_quota_mb` in bytes: what all paused sandboxes may hold on disk (0 = no quota). */
+  pausedQuotaBytes?: number;
+  /** `[orchestrator].paused_retention_secs` in ms: paused longer, a sandbox is deleted (0 = kept). */
+  pausedRetentionMs?: number;
 }
 
 /** One lifecycle event of a sandbox, as its logs show it. */
@@ -86,6 +91,7 @@ export interface LifecycleEvent {
     | 'timeout'
     | 'forked'
     | 'snapshotted'
+    | 'expired'
     | 'killed';
   level: 'info' | 'warn' | 'error';
   message: string;
@@ -149,8 +155,16 @@ export class Orchestrator {
   private readonly publishing = new Set<Promise<void>>();
   private createSuccesses = 0;
   private createFails = 0;
+  private readonly pausedQuota: PausedQuota;
+  /**
+   * Sandboxes whose timeout pause the quota refused, with the bytes that pause needed: they run on, and their
+   * pause is tried again only once that much is free (not a checkpoint on every tick).
+   */
+  private readonly quotaBlocked = new Map<string, number>();
 
-  constructor(private readonly opts: OrchestratorOptions) {}
+  constructor(private readonly opts: OrchestratorOptions) {
+    this.pausedQuota = new PausedQuota(opts.pausedQuotaBytes ?? 0);
+  }
 
   /** Loads stored sandboxes and lets the backend re-adopt or clean up what it finds on the host. */
   async init(): Promise<void> {
@@ -180,6 +194,7 @@ export class Orchestrator {
       if (outcome.kind === 'paused') {
         r.state = 'paused';
         delete r.runtime;
+        if (outcome.paused) r.paused = outcome.paused;
         this.extensionStopped(r);
       } else {
         r.state = 'running';
@@ -195,14 +210,21 @@ export class Orchestrator {
       });
     }
     this.opts.logger.info(
-      { running: this.count('running'), paused: this.count('paused') },
+      {
+        running: this.count('running'),
+        paused: this.count('paused'),
+        pausedBytes: this.pausedBytes(),
+        pausedQuotaBytes: this.pausedQuota.quotaBytes,
+      },
       'sandboxes restored from the state store',
     );
   }
 
   startEviction(): void {
     const tick = () => {
-      void Promise.all([this.evictExpired(), this.maintainPaused()]).finally(() => {
+      // Expiry before maintenance: maintenance holds each paused sandbox's lock, and expiry skips locked ones.
+      const paused = this.expirePaused().then(() => this.maintainPaused());
+      void Promise.all([this.evictExpired(), paused]).finally(() => {
         if (!this.shuttingDown) this.evictTimer = setTimeout(tick, this.opts.autoEvictIntervalMs);
       });
     };
@@ -234,6 +256,11 @@ export class Orchestrator {
     const out: Record<string, number> = {};
     for (const r of this.sandboxes.values()) out[r.state] = (out[r.state] ?? 0) + 1;
     return out;
+  }
+
+  /** Bytes the pause artifacts of this node's paused sandboxes hold (what `paused_quota_mb` bounds). */
+  pausedBytes(): number {
+    return pausedBytesInUse(this.sandboxes.values());
   }
 
   private count(state: SandboxState): number {
@@ -424,31 +451,37 @@ export class Orchestrator {
 
   async kill(id: string, cause?: 'timeout'): Promise<void> {
     if (!this.sandboxes.has(id)) throw notFound(id);
-    await this.withLock(id, async (r) => {
-      this.stopServing(r);
-      this.setState(r, 'killing');
-      try {
-        await this.timed('kill', () => this.opts.backend.destroy(r));
-      } catch (e) {
-        this.opts.logger.error({ err: e, sandboxId: id }, 'kill failed; the sandbox is left as it was');
-        this.setState(r, r.paused ? 'paused' : 'running');
-        throw e;
-      }
-      this.sandboxes.delete(id);
-      this.opts.store.delete(id);
-      this.notifySettled(id);
-      this.emit(
-        {
-          sandboxId: id,
-          event: 'killed',
-          level: 'info',
-          message: cause === 'timeout' ? 'sandbox killed (timed out)' : 'sandbox killed',
-          ...(cause ? { fields: { cause } } : {}),
-        },
+    await this.withLock(id, (r) =>
+      this.destroyLocked(
         r,
-      );
-      this.extensionStopped(r);
-    });
+        cause === 'timeout' ? 'sandbox killed (timed out)' : 'sandbox killed',
+        cause ? { cause } : undefined,
+      ),
+    );
+  }
+
+  /** Removes a sandbox (record, host objects, pause artifacts) under its lock: DELETE and retention expiry. */
+  private async destroyLocked(
+    r: SandboxRecord,
+    message: string,
+    fields?: Record<string, string>,
+  ): Promise<void> {
+    const id = r.id;
+    this.stopServing(r);
+    this.setState(r, 'killing');
+    try {
+      await this.timed('kill', () => this.opts.backend.destroy(r));
+    } catch (e) {
+      this.opts.logger.error({ err: e, sandboxId: id }, 'kill failed; the sandbox is left as it was');
+      this.setState(r, r.paused ? 'paused' : 'running');
+      throw e;
+    }
+    this.sandboxes.delete(id);
+    this.quotaBlocked.delete(id);
+    this.opts.store.delete(id);
+    this.notifySettled(id);
+    this.emit({ sandboxId: id, event: 'killed', level: 'info', message, ...(fields ? { fields } : {}) }, r);
+    this.extensionStopped(r);
   }
 
   /**
@@ -696,18 +729,39 @@ export class Orchestrator {
       ) {
         throw unhealthyGuest({ requireHealthyGuest: opts.requireHealthyGuest === true, memory });
       }
-      await this.doPause(r, memory, opts.cause);
+      await this.doPause(r, memory, false, opts.cause);
     });
     // What the pause leaves resident but will never thaw (no grace, memory pressure, filesystem-only) is released
     // now, in the background, rather than at the next tick or by the next resume.
     if (!this.shuttingDown) void this.maintainPaused({ only: id });
   }
 
-  private async doPause(r: SandboxRecord, memory = true, cause?: 'timeout'): Promise<void> {
+  /**
+   * `exempt`: the shutdown pause, which the quota counts but never refuses (refusing it would lose the sandbox).
+   * `cause` is what the pause event says caused it. A refused pause leaves nothing written and the sandbox running as it was.
+   */
+  private async doPause(r: SandboxRecord, memory = true, exempt = false, cause?: 'timeout'): Promise<void> {
+    if (!exempt) {
+      try {
+        this.pausedQuota.checkRoom(r.id, this.sandboxes.values());
+      } catch (e) {
+        this.pauseFailed(r, e);
+        throw e;
+      }
+    }
     this.stopServing(r);
     this.setState(r, 'pausing');
     try {
-      r.paused = await this.timed('pause', () => this.opts.backend.pause(r, { memory }));
+      const admit = (bytes: number) =>
+        exempt
+          ? this.pausedQuota.force(r.id, bytes)
+          : this.pausedQuota.admit(r.id, bytes, this.sandboxes.values());
+      try {
+        r.paused = await this.timed('pause', () => this.opts.backend.pause(r, { memory, admit }));
+      } finally {
+        this.pausedQuota.release(r.id);
+      }
+      this.quotaBlocked.delete(r.id);
       const instanceId = r.runtime?.instanceId;
       delete r.runtime;
       const stopped = r.extensionInstanceId;
@@ -732,16 +786,29 @@ export class Orchestrator {
         ...(instanceId ? { instanceId } : {}),
       });
     } catch (e) {
-      this.opts.logger.error({ err: e, sandboxId: r.id }, 'pause failed; the sandbox keeps running');
       this.setState(r, 'running');
-      this.emit({
-        sandboxId: r.id,
-        event: 'pause_failed',
-        level: 'error',
-        message: `pause failed; the sandbox keeps running: ${(e as Error).message}`,
-      });
+      this.pauseFailed(r, e);
       throw e;
     }
+  }
+
+  private pauseFailed(r: SandboxRecord, e: unknown): void {
+    const quota = e instanceof PausedQuotaError;
+    if (quota)
+      this.opts.logger.warn(
+        { sandboxId: r.id, quotaBytes: this.pausedQuota.quotaBytes, pausedBytes: this.pausedBytes() },
+        'pause refused by the paused-sandbox quota; the sandbox keeps running',
+      );
+    else this.opts.logger.error({ err: e, sandboxId: r.id }, 'pause failed; the sandbox keeps running');
+    this.emit({
+      sandboxId: r.id,
+      event: 'pause_failed',
+      level: quota ? 'warn' : 'error',
+      message: quota
+        ? (e as Error).message
+        : `pause failed; the sandbox keeps running: ${(e as Error).message}`,
+      ...(quota ? { fields: { reason: 'paused_quota' } } : {}),
+    });
   }
 
   async updateNetwork(id: string, policy: EgressPolicy): Promise<void> {
@@ -898,7 +965,11 @@ export class Orchestrator {
     );
   }
 
-  /** Applies each expired running sandbox's timeout action; failures are retried on the next tick. */
+  /**
+   * Applies each expired running sandbox's timeout action; failures are retried on the next tick. A timeout
+   * pause the paused-sandbox quota refuses leaves the sandbox running (killing it would lose what the pause was
+   * to keep): it is paused once the quota has room for it (docs/security.md, "Starving the others or the host").
+   */
   async evictExpired(): Promise<void> {
     const now = Date.now();
     const due = [...this.sandboxes.values()].filter(
@@ -910,6 +981,11 @@ export class Orchestrator {
     );
     await Promise.all(
       due.map(async (r) => {
+        const blocked = this.quotaBlocked.get(r.id);
+        if (r.onTimeout === 'pause' && blocked !== undefined) {
+          if (!this.pausedQuota.fits(blocked, this.sandboxes.values())) return;
+          this.quotaBlocked.delete(r.id);
+        }
         try {
           this.emit({
             sandboxId: r.id,
@@ -924,10 +1000,49 @@ export class Orchestrator {
           this.opts.logger.info({ sandboxId: r.id, action: r.onTimeout }, 'sandbox timed out');
         } catch (e) {
           if (e instanceof ApiError && e.status === 404) return;
+          if (e instanceof PausedQuotaError) {
+            // The bytes it needed (at least 1: a refusal before measuring waits for any room at all).
+            this.quotaBlocked.set(r.id, Math.max(1, e.neededBytes ?? 1));
+            return;
+          }
           this.opts.logger.warn({ err: e, sandboxId: r.id }, 'timeout action failed; will retry');
         }
       }),
     );
+  }
+
+  /** Deletes sandboxes paused longer than `paused_retention_secs`, the way DELETE does. */
+  async expirePaused(): Promise<void> {
+    const retentionMs = this.opts.pausedRetentionMs ?? 0;
+    const expired = expiredPaused(this.sandboxes.values(), retentionMs, Date.now()).filter(
+      (r) => !this.locks.isLocked(r.id),
+    );
+    for (const r of expired) {
+      const pausedAt = r.paused?.pausedAt;
+      try {
+        await this.withLock(r.id, async (cur) => {
+          // Resumed or paused again meanwhile: not expired any more.
+          if (cur.state !== 'paused' || cur.paused?.pausedAt !== pausedAt) return;
+          this.emit({
+            sandboxId: r.id,
+            event: 'expired',
+            level: 'info',
+            message: `paused since ${pausedAt}, longer than orchestrator.paused_retention_secs (${retentionMs / 1000} s); deleting it`,
+          });
+          await this.destroyLocked(cur, 'deleted after its paused retention', { cause: 'retention' });
+          this.opts.logger.info(
+            { sandboxId: r.id, pausedAt, retentionSecs: retentionMs / 1000 },
+            'paused sandbox deleted: retention expired',
+          );
+        });
+      } catch (e) {
+        if (e instanceof ApiError && e.status === 404) continue;
+        this.opts.logger.warn(
+          { err: e, sandboxId: r.id },
+          'could not delete an expired paused sandbox; will retry',
+        );
+      }
+    }
   }
 
   /** Graceful shutdown (reference §1.6): pause every running sandbox, wait for transitional ones. */
@@ -941,7 +1056,7 @@ export class Orchestrator {
         pending.map(async (r) => {
           try {
             await this.withLock(r.id, async (cur) => {
-              if (cur.state === 'running') await this.doPause(cur);
+              if (cur.state === 'running') await this.doPause(cur, true, true);
             });
           } catch (e) {
             this.opts.logger.error({ err: e, sandboxId: r.id }, 'could not pause sandbox at shutdown');
