@@ -544,13 +544,13 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
       trim: true,
       check: httpUrl,
       example: 'http://127.0.0.1:9090',
-      doc: 'Base URL of the hook service; unset = disabled and customExtensionParams are rejected.',
+      doc: 'Base URL of the hook service (`POST {url}/sandbox-hook/*`, docs/hooks.md); unset = disabled and customExtensionParams are rejected.',
     }),
     timeout_ms: int({
       default: 5000,
       min: 1,
       commented: true,
-      doc: 'Timeout of each non-stop hook call in milliseconds.',
+      doc: 'Timeout of each hook call in milliseconds, answer included; a start or patch-params hook past it fails its operation.',
     }),
   }),
 

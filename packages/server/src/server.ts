@@ -56,6 +56,9 @@ import { IdempotencyStore, idempotencyMigrations } from './api/idempotency-store
 import { registerHealthRoutes } from './api/routes/health.js';
 import { registerNodeRoutes } from './api/routes/nodes.js';
 import { registerSandboxRoutes } from './api/routes/sandboxes.js';
+import { HookClient } from './extension/hook-client.js';
+import { SandboxEventStore, sandboxEventMigrations } from './events/sandbox-events.js';
+import { registerEventRoutes } from './api/routes/events.js';
 import { registerSnapshotRoutes } from './api/routes/snapshots.js';
 import { registerTemplateRoutes } from './api/routes/templates.js';
 import { registerMetricsRoutes } from './api/routes/metrics.js';
@@ -153,6 +156,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     ...orchestratorMigrations,
     ...imageMigrations,
     ...sandboxLogMigrations,
+    ...sandboxEventMigrations,
     ...idRangeMigrations,
     ...idempotencyMigrations,
   ]);
@@ -353,6 +357,14 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     }),
     logger.child({ component: 'idempotency' }),
   );
+  const extension = config.custom_extension.url
+    ? new HookClient({
+        url: config.custom_extension.url,
+        timeoutMs: config.custom_extension.timeout_ms,
+        logger: logger.child({ component: 'custom-extension' }),
+      })
+    : undefined;
+  const events = new SandboxEventStore(db, { teamId: localTeamId(apiKey.key) });
   const orchestrator = new Orchestrator({
     store,
     backend,
@@ -366,7 +378,11 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     pausedRetentionMs: config.orchestrator.paused_retention_secs * 1000,
     logger: logger.child({ component: 'orchestrator' }),
     onInstanceStopped: (instanceId) => proxyRef.current?.closeInstance(instanceId),
-    onLifecycle: observability.onLifecycle,
+    onLifecycle: (e) => {
+      events.onLifecycle(e);
+      observability.onLifecycle(e);
+    },
+    ...(extension ? { extension } : {}),
     observe: (operation, fn, stage) => metrics.observe(operation, fn, stage),
   });
   metrics.trackSandboxStates(() => orchestrator.stateCounts());
@@ -493,6 +509,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   registerSnapshotRoutes(app, { orchestrator, repository });
   registerMetricsRoutes(app, observability.metricsRoutes());
   registerLogRoutes(app, observability.logRoutes());
+  registerEventRoutes(app, events);
   registerTeamRoutes(app, { apiKey: apiKey.key });
 
   const [host, portText] = splitAddr(config.api_addr);
@@ -517,6 +534,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       await templates.close();
       await observability.stop();
       await orchestrator.shutdown();
+      await extension?.drain();
       await backend.close();
       proxy.closeAll();
       // Requests still in flight get a moment to finish; then connections that never sent a request (which

@@ -10,6 +10,7 @@ import type { EgressPolicy, NetworkSlot } from '../network/types.js';
 import type { IdRange, RuntimeDriver, SandboxSpec, ToolsMount } from '../runtime/driver.js';
 import type { IdRangeAllocator } from '../runtime/container/id-range-allocator.js';
 import type {
+  BeforeInstanceStart,
   CaptureTarget,
   CapturedSandbox,
   ForkChildResult,
@@ -85,6 +86,9 @@ interface BootedSandbox {
   containerId: string;
   slot: NetworkSlot;
   state: BackendState;
+  /** The instance id the start hook was told of (a sandbox booted for one), and the extra env it asked for. */
+  instanceId?: string;
+  extraEnv?: Record<string, string>;
 }
 
 /** Pre-started sandboxes are interchangeable when template, image and resources match. */
@@ -219,22 +223,52 @@ export class ContainerBackend implements SandboxBackend {
     }
   }
 
-  private binding(slot: NetworkSlot) {
-    return { slotIndex: slot.index, hostInteractionIp: slot.hostInteractionIp, instanceId: randomUUID() };
+  private binding(slot: NetworkSlot, instanceId: string = randomUUID()) {
+    return { slotIndex: slot.index, hostInteractionIp: slot.hostInteractionIp, instanceId };
+  }
+
+  /** Tells the start hook (if any) where the instance `instanceId` is about to run. */
+  private async placed(
+    beforeStart: BeforeInstanceStart | undefined,
+    kind: 'fresh' | 'resume',
+    slot: NetworkSlot,
+    instanceId: string,
+  ): Promise<Record<string, string> | undefined> {
+    if (!beforeStart) return undefined;
+    const { extraEnv } = await beforeStart({
+      kind,
+      instanceId,
+      netnsPath: slot.netnsPath,
+      hostInteractionIp: slot.hostInteractionIp,
+    });
+    return extraEnv;
   }
 
   // ---- start ----
 
-  async start(record: SandboxRecord, source: LaunchSource, policy: EgressPolicy): Promise<StartResult> {
+  async start(
+    record: SandboxRecord,
+    source: LaunchSource,
+    policy: EgressPolicy,
+    beforeStart?: BeforeInstanceStart,
+  ): Promise<StartResult> {
     const snapshot = source.record as SnapshotRecord;
     if (!snapshot.committed?.baseImage)
       throw new Error(`template ${source.templateId} has no base image to start from`);
     const boot = imageBoot(source, record.resources);
-    if (!boot) return this.startFromCapture(record, snapshot, policy);
+    if (!boot) return this.startFromCapture(record, snapshot, policy, beforeStart);
     const key = warmKey(boot);
     const warm = this.warm.take(key);
     this.warm.want(key, boot);
     if (warm) {
+      // A failed start hook fails the create (it is not a reason to try another container).
+      warm.instanceId = randomUUID();
+      try {
+        warm.extraEnv = await this.placed(beforeStart, 'fresh', warm.slot, warm.instanceId);
+      } catch (err) {
+        await this.discardBooted(warm);
+        throw err;
+      }
       try {
         return await this.adopt(record, warm, policy);
       } catch (err) {
@@ -246,15 +280,18 @@ export class ContainerBackend implements SandboxBackend {
       }
     }
     return this.transaction(record.id, async (undo) => {
-      const booted = await this.bootContainer(record.id, boot, policy);
+      const booted = await this.bootContainer(record.id, boot, policy, beforeStart);
       undo(() => this.discardBooted(booted));
       this.opts.images.acquireLease(leaseHolder(record.id), booted.state.manifestDigest);
       undo(async () => this.opts.images.releaseLease(leaseHolder(record.id)));
-      await initEnvd(booted.slot.hostInteractionIp, this.opts.envdPort, this.initBody(record), {
-        initKey: this.opts.envdInitKey(booted.containerId),
-      });
+      await initEnvd(
+        booted.slot.hostInteractionIp,
+        this.opts.envdPort,
+        this.initBody(record, booted.extraEnv),
+        { initKey: this.opts.envdInitKey(booted.containerId) },
+      );
       return {
-        binding: this.binding(booted.slot),
+        binding: this.binding(booted.slot, booted.instanceId),
         backend: booted.state as unknown as Record<string, unknown>,
       };
     });
@@ -269,6 +306,7 @@ export class ContainerBackend implements SandboxBackend {
     containerId: string,
     boot: BootSpec,
     policy: EgressPolicy | null,
+    beforeStart?: BeforeInstanceStart,
   ): Promise<BootedSandbox> {
     const baseImage = boot.committed.baseImage!;
     return this.transaction(containerId, async (undo) => {
@@ -286,6 +324,8 @@ export class ContainerBackend implements SandboxBackend {
       if (acquired.status === 'rejected') throw acquired.reason;
       const image = pulled.value;
       const slot = acquired.value;
+      const instanceId = randomUUID();
+      const extraEnv = await this.placed(beforeStart, 'fresh', slot, instanceId);
       const state: BackendState = {
         imageRef: baseImage.reference,
         manifestDigest: image.manifestDigest,
@@ -310,7 +350,7 @@ export class ContainerBackend implements SandboxBackend {
         this.envdHealthy(containerId, slot.hostInteractionIp),
         this.opts.runtime.diskLimitSet(containerId),
       ]);
-      return { containerId, slot, state };
+      return { containerId, slot, state, instanceId, ...(extraEnv ? { extraEnv } : {}) };
     });
   }
 
@@ -336,7 +376,7 @@ export class ContainerBackend implements SandboxBackend {
         this.opts.runtime.rename(warm.containerId, record.id),
         this.opts.network.applyPolicy(warm.slot, policy),
       ]);
-      await initEnvd(warm.slot.hostInteractionIp, this.opts.envdPort, this.initBody(record), {
+      await initEnvd(warm.slot.hostInteractionIp, this.opts.envdPort, this.initBody(record, warm.extraEnv), {
         initKey: this.opts.envdInitKey(warm.containerId),
       });
       // From here on the sandbox holds the container's range (for life: pause and resume keep it).
@@ -346,7 +386,10 @@ export class ContainerBackend implements SandboxBackend {
       throw err;
     }
     const state: BackendState = { ...warm.state, containerId: warm.containerId };
-    return { binding: this.binding(warm.slot), backend: state as unknown as Record<string, unknown> };
+    return {
+      binding: this.binding(warm.slot, warm.instanceId),
+      backend: state as unknown as Record<string, unknown>,
+    };
   }
 
   private async discardBooted(b: BootedSandbox): Promise<void> {
@@ -368,7 +411,12 @@ export class ContainerBackend implements SandboxBackend {
   }
 
   /** Launches a sandbox from a capture (snapshot or template): restores its memory, or boots its disk. */
-  private async startFromCapture(record: SandboxRecord, snapshot: SnapshotRecord, policy: EgressPolicy) {
+  private async startFromCapture(
+    record: SandboxRecord,
+    snapshot: SnapshotRecord,
+    policy: EgressPolicy,
+    beforeStart?: BeforeInstanceStart,
+  ) {
     const committed = snapshot.committed!;
     const extra = committed.extra as unknown as CaptureExtra;
     const image = await this.imageFor(committed.baseImage!.reference, committed.baseImage!.manifestDigest);
@@ -383,12 +431,13 @@ export class ContainerBackend implements SandboxBackend {
     };
     const memory = committed.artifacts.memory ? join(local, 'memory') : undefined;
     const currentToken = extra.sourceSecure ? this.opts.envdToken(extra.sourceSandboxId) : undefined;
-    return this.launch(record, state, policy, {
-      memory,
-      disk: join(local, 'disk'),
-      currentId: extra.sourceSandboxId,
-      currentToken,
-    });
+    return this.launch(
+      record,
+      state,
+      policy,
+      { memory, disk: join(local, 'disk'), currentId: extra.sourceSandboxId, currentToken },
+      beforeStart,
+    );
   }
 
   /**
@@ -407,10 +456,13 @@ export class ContainerBackend implements SandboxBackend {
       currentToken?: string;
       leaseHeld?: boolean;
     },
+    beforeStart?: BeforeInstanceStart,
   ): Promise<StartResult> {
     return this.transaction(record.id, async (undo) => {
       const slot = await this.opts.network.acquire();
       undo(() => this.opts.network.release(slot));
+      const instanceId = randomUUID();
+      await this.placed(beforeStart, 'resume', slot, instanceId);
       // A paused sandbox already holds its image lease, and keeps it if this resume fails.
       if (!from.leaseHeld) {
         this.opts.images.acquireLease(leaseHolder(record.id), state.manifestDigest);
@@ -470,7 +522,7 @@ export class ContainerBackend implements SandboxBackend {
         );
       }
       return {
-        binding: this.binding(slot),
+        binding: this.binding(slot, instanceId),
         backend: {
           ...state,
           containerId: undefined,
@@ -498,9 +550,9 @@ export class ContainerBackend implements SandboxBackend {
   }
 
   /** envd's `/init`: the sandbox's identity, env, user, workdir and token (every start and resume). */
-  private initBody(record: SandboxRecord): InitBody {
+  private initBody(record: SandboxRecord, extraEnv?: Record<string, string>): InitBody {
     return {
-      envVars: record.envVars,
+      envVars: { ...record.envVars, ...extraEnv },
       accessToken: record.secure ? this.opts.envdToken(record.id) : '',
       sandboxId: record.id,
       templateId: record.templateId,
@@ -682,7 +734,11 @@ export class ContainerBackend implements SandboxBackend {
     delete state.thawable;
   }
 
-  async resume(record: SandboxRecord, policy: EgressPolicy, opts: { memory: boolean }): Promise<StartResult> {
+  async resume(
+    record: SandboxRecord,
+    policy: EgressPolicy,
+    opts: { memory: boolean; beforeStart?: BeforeInstanceStart },
+  ): Promise<StartResult> {
     const state = stateOf(record);
     const dir = this.pausedDir(record.id);
     // The shared copy must be gone before the sandbox runs again: nobody may resume it elsewhere meanwhile.
@@ -690,12 +746,14 @@ export class ContainerBackend implements SandboxBackend {
     if (state.resident && (!opts.memory || !state.thawable)) await this.releaseMemory(record);
     if (state.resident && state.residentSlot !== undefined) {
       const slot = this.opts.network.attach(state.residentSlot);
+      const instanceId = randomUUID();
+      await this.placed(opts.beforeStart, 'resume', slot, instanceId);
       await this.opts.runtime.thaw(this.cid(record));
       // No /init: envd never stopped, and nothing it was given changed (env, user, workdir and token are the
       // sandbox's for life; a container reads the host's clock, so there is no clock to set after a pause).
       this.discardInBackground(record.id);
       return {
-        binding: this.binding(slot),
+        binding: this.binding(slot, instanceId),
         backend: {
           ...state,
           resident: false,
@@ -707,13 +765,19 @@ export class ContainerBackend implements SandboxBackend {
     if (!existsSync(join(dir, COMPLETE)))
       throw new Error(`the pause artifacts of ${record.id} are missing (${dir})`);
     const memory = opts.memory && record.paused?.kind === 'memory' ? join(dir, 'memory') : undefined;
-    const result = await this.launch(record, state, policy, {
-      memory,
-      disk: join(dir, 'disk'),
-      currentId: record.id,
-      currentToken: record.secure ? this.opts.envdToken(record.id) : undefined,
-      leaseHeld: true,
-    });
+    const result = await this.launch(
+      record,
+      state,
+      policy,
+      {
+        memory,
+        disk: join(dir, 'disk'),
+        currentId: record.id,
+        currentToken: record.secure ? this.opts.envdToken(record.id) : undefined,
+        leaseHeld: true,
+      },
+      opts.beforeStart,
+    );
     this.discardInBackground(record.id);
     return result;
   }
@@ -737,7 +801,11 @@ export class ContainerBackend implements SandboxBackend {
 
   // ---- fork / capture ----
 
-  async fork(source: SandboxRecord, children: readonly SandboxRecord[]): Promise<ForkChildResult[]> {
+  async fork(
+    source: SandboxRecord,
+    children: readonly SandboxRecord[],
+    beforeStart?: (child: SandboxRecord) => BeforeInstanceStart | undefined,
+  ): Promise<ForkChildResult[]> {
     const state = stateOf(source);
     const work = join(this.store, 'forks', randomUUID());
     await mkdir(work, { recursive: true, mode: 0o711 });
@@ -750,12 +818,13 @@ export class ContainerBackend implements SandboxBackend {
       return await Promise.all(
         children.map(async (child): Promise<ForkChildResult> => {
           try {
-            const start = await this.launch(child, { ...state }, this.policyOf(child), {
-              memory: join(work, 'memory'),
-              disk: join(work, 'disk'),
-              currentId: source.id,
-              currentToken,
-            });
+            const start = await this.launch(
+              child,
+              { ...state },
+              this.policyOf(child),
+              { memory: join(work, 'memory'), disk: join(work, 'disk'), currentId: source.id, currentToken },
+              beforeStart?.(child),
+            );
             return { ok: true, start };
           } catch (err) {
             return { ok: false, error: err instanceof Error ? err : new Error(String(err)) };
@@ -796,6 +865,7 @@ export class ContainerBackend implements SandboxBackend {
       toolsVersion: state.toolsVersion,
       envdEnv: state.envdEnv,
       lowerDirs: state.lowerDirs,
+      ...(record.customExtensionParams ? { customExtensionParams: record.customExtensionParams } : {}),
     };
     const context = target.context ?? sandboxContext(record);
     const committed = {

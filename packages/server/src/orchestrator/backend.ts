@@ -28,6 +28,24 @@ export interface CapturedSandbox {
   publish(): Promise<void>;
 }
 
+/** Where a new instance of a sandbox is about to run (before its first process starts; docs/hooks.md). */
+export interface InstancePlacement {
+  /** `fresh`: booted from a template's image; `resume`: restored or booted from saved state. */
+  kind: 'fresh' | 'resume';
+  /** Fresh per start; the binding of the started instance carries the same id. */
+  instanceId: string;
+  netnsPath: string;
+  hostInteractionIp: string;
+}
+
+/**
+ * Told before an instance's first process starts (or its frozen processes thaw). Its failure fails the start; what
+ * it returns is extra environment of the instance's processes (given to envd with `/init`).
+ */
+export type BeforeInstanceStart = (
+  placement: InstancePlacement,
+) => Promise<{ extraEnv?: Record<string, string> }>;
+
 export type ForkChildResult = { ok: true; start: StartResult } | { ok: false; error: Error };
 
 /** Where a capture of a running sandbox goes: an existing, uncommitted record of the snapshot repository. */
@@ -57,7 +75,12 @@ export interface CaptureTarget {
  */
 export interface SandboxBackend {
   /** Starts a fresh sandbox; resolves when envd is healthy and `/init` is done. */
-  start(record: SandboxRecord, source: LaunchSource, policy: EgressPolicy): Promise<StartResult>;
+  start(
+    record: SandboxRecord,
+    source: LaunchSource,
+    policy: EgressPolicy,
+    beforeStart?: BeforeInstanceStart,
+  ): Promise<StartResult>;
   /** Removes everything of the sandbox on this node (idempotent). */
   destroy(record: SandboxRecord): Promise<void>;
   /**
@@ -74,7 +97,11 @@ export interface SandboxBackend {
    * Resumes a paused sandbox; resolves when envd is healthy and `/init` is done.
    * `memory: false` boots the saved disk even when memory was kept.
    */
-  resume(record: SandboxRecord, policy: EgressPolicy, opts: { memory: boolean }): Promise<StartResult>;
+  resume(
+    record: SandboxRecord,
+    policy: EgressPolicy,
+    opts: { memory: boolean; beforeStart?: BeforeInstanceStart },
+  ): Promise<StartResult>;
   /** Whether the running sandbox's envd answers `/health` within `timeoutMs`. */
   guestAnswers(record: SandboxRecord, timeoutMs: number): Promise<boolean>;
   /** Replaces the sandbox's egress rules. */
@@ -87,7 +114,11 @@ export interface SandboxBackend {
    */
   capture(record: SandboxRecord, target: CaptureTarget): Promise<CapturedSandbox>;
   /** One checkpoint of `source`, restored into every child (each with its own slot, id and tokens). */
-  fork(source: SandboxRecord, children: readonly SandboxRecord[]): Promise<ForkChildResult[]>;
+  fork(
+    source: SandboxRecord,
+    children: readonly SandboxRecord[],
+    beforeStart?: (child: SandboxRecord) => BeforeInstanceStart | undefined,
+  ): Promise<ForkChildResult[]>;
   /**
    * Periodic housekeeping (e.g. releasing the memory of sandboxes paused long enough ago); `releaseAll` drops
    * everything paused sandboxes still hold in memory (shutdown).

@@ -1,7 +1,15 @@
 import { ApiError } from '../api/errors.js';
 import type { Logger } from '../util/log.js';
 import type { EgressPolicy } from '../network/types.js';
-import type { CaptureTarget, CapturedSandbox, LaunchSource, SandboxBackend } from './backend.js';
+import type {
+  BeforeInstanceStart,
+  CaptureTarget,
+  CapturedSandbox,
+  LaunchSource,
+  SandboxBackend,
+} from './backend.js';
+import type { HookClient } from '../extension/hook-client.js';
+import { EXTRA_BOOT_ARGS_ENV } from '../extension/params.js';
 import { KeyedMutex, LockTimeoutError } from './keyed-mutex.js';
 import type { SandboxStore } from './store.js';
 import { crashPoint } from '../util/crash-point.js';
@@ -25,6 +33,8 @@ export interface CreateSandboxInput {
   envVars: Record<string, string>;
   allowPublicTraffic: boolean;
   policy: EgressPolicy;
+  /** Given with the create; absent: the template's (a snapshot's) params, if any. */
+  customExtensionParams?: Record<string, unknown>;
 }
 
 export interface LaunchableTemplate extends LaunchSource {
@@ -34,6 +44,8 @@ export interface LaunchableTemplate extends LaunchSource {
   defaultWorkdir?: string;
   /** The template's environment (image ENV, template ENV steps); the create request's envVars win. */
   envVars?: Record<string, string>;
+  /** Custom extension params recorded with a snapshot. */
+  customExtensionParams?: Record<string, unknown>;
 }
 
 /** Looks up what `templateID` names (id or alias of a committed template or snapshot). */
@@ -57,6 +69,8 @@ export interface OrchestratorOptions {
   onInstanceStopped?: (instanceId: string) => void;
   /** Told of each lifecycle event of a sandbox (its logs, `GET /sandboxes/{id}/logs`). */
   onLifecycle?: (event: LifecycleEvent) => void;
+  /** The custom extension's hooks (`[custom_extension]`), when one is configured (docs/hooks.md). */
+  extension?: Pick<HookClient, 'startFresh' | 'startResume' | 'patchParams' | 'stop'>;
   /** `[orchestrator].paused_quota_mb` in bytes: what all paused sandboxes may hold on disk (0 = no quota). */
   pausedQuotaBytes?: number;
   /** `[orchestrator].paused_retention_secs` in ms: paused longer, a sandbox is deleted (0 = kept). */
@@ -82,6 +96,9 @@ export interface LifecycleEvent {
   level: 'info' | 'warn' | 'error';
   message: string;
   fields?: Record<string, string>;
+  /** The sandbox's template and current instance when the event happened (events API, docs/events.md). */
+  templateId?: string;
+  instanceId?: string;
 }
 
 /** Where the time of a snapshot went: the sandbox held (capture) and the repository write (publish). */
@@ -165,6 +182,7 @@ export class Orchestrator {
           'sandbox did not survive the restart; removed',
         );
         this.opts.store.delete(r.id);
+        this.extensionStopped(r);
         this.emit({
           sandboxId: r.id,
           event: 'lost',
@@ -177,6 +195,7 @@ export class Orchestrator {
         r.state = 'paused';
         delete r.runtime;
         if (outcome.paused) r.paused = outcome.paused;
+        this.extensionStopped(r);
       } else {
         r.state = 'running';
         r.runtime = outcome.binding;
@@ -214,7 +233,13 @@ export class Orchestrator {
   }
 
   /** Tells the lifecycle listener; its failure never affects the sandbox. */
-  private emit(event: LifecycleEvent): void {
+  private emit(event: LifecycleEvent, record?: SandboxRecord): void {
+    const r = record ?? this.sandboxes.get(event.sandboxId);
+    if (r) {
+      event.templateId ??= r.templateId;
+      const instance = r.runtime?.instanceId ?? r.extensionInstanceId;
+      if (instance) event.instanceId ??= instance;
+    }
     try {
       this.opts.onLifecycle?.(event);
     } catch (err) {
@@ -365,14 +390,19 @@ export class Orchestrator {
       envdVersion: template.envdVersion,
       defaultUser: template.defaultUser,
       ...(template.defaultWorkdir ? { defaultWorkdir: template.defaultWorkdir } : {}),
+      ...(input.customExtensionParams || template.customExtensionParams
+        ? { customExtensionParams: input.customExtensionParams ?? template.customExtensionParams }
+        : {}),
       backend: {},
     };
     this.sandboxes.set(id, record);
     return this.locks.run(id, this.opts.transitionWaitMs, async () => {
+      const hooks = this.startHooks(record);
       try {
         const started = await this.timed('create', () =>
-          this.opts.backend.start(record, template, input.policy),
+          this.opts.backend.start(record, template, input.policy, hooks.beforeStart),
         );
+        hooks.started(started.binding.instanceId);
         record.runtime = started.binding;
         record.backend = started.backend;
         this.applyTimeout(record, { kind: 'set', secs: record.timeoutSecs });
@@ -387,6 +417,7 @@ export class Orchestrator {
         });
         return record;
       } catch (e) {
+        hooks.started(undefined);
         this.createFails++;
         this.sandboxes.delete(id);
         this.opts.store.delete(id);
@@ -418,13 +449,23 @@ export class Orchestrator {
     return this.sandboxes.get(id);
   }
 
-  async kill(id: string): Promise<void> {
+  async kill(id: string, cause?: 'timeout'): Promise<void> {
     if (!this.sandboxes.has(id)) throw notFound(id);
-    await this.withLock(id, (r) => this.destroyLocked(r, 'sandbox killed'));
+    await this.withLock(id, (r) =>
+      this.destroyLocked(
+        r,
+        cause === 'timeout' ? 'sandbox killed (timed out)' : 'sandbox killed',
+        cause ? { cause } : undefined,
+      ),
+    );
   }
 
   /** Removes a sandbox (record, host objects, pause artifacts) under its lock: DELETE and retention expiry. */
-  private async destroyLocked(r: SandboxRecord, message: string): Promise<void> {
+  private async destroyLocked(
+    r: SandboxRecord,
+    message: string,
+    fields?: Record<string, string>,
+  ): Promise<void> {
     const id = r.id;
     this.stopServing(r);
     this.setState(r, 'killing');
@@ -439,7 +480,74 @@ export class Orchestrator {
     this.quotaBlocked.delete(id);
     this.opts.store.delete(id);
     this.notifySettled(id);
-    this.emit({ sandboxId: id, event: 'killed', level: 'info', message });
+    this.emit({ sandboxId: id, event: 'killed', level: 'info', message, ...(fields ? { fields } : {}) }, r);
+    this.extensionStopped(r);
+  }
+
+  /**
+   * The start hooks of one start of `r` (reference §5.13). `beforeStart` tells the extension, `started` settles it:
+   * every instance it was told of and that did not become the sandbox's (a failed start, a pre-started sandbox
+   * given up) is told `stop`, so the extension holds nothing for it.
+   */
+  private startHooks(
+    r: SandboxRecord,
+    kind?: 'resume',
+  ): { beforeStart?: BeforeInstanceStart; started(instanceId: string | undefined): void } {
+    const ext = this.opts.extension;
+    if (!ext) return { started: () => {} };
+    const told: string[] = [];
+    return {
+      beforeStart: async (p) => {
+        told.push(p.instanceId);
+        const body = {
+          sandboxId: r.id,
+          sandboxInstanceId: p.instanceId,
+          networkNamespacePath: p.netnsPath,
+          hostInteractionIp: p.hostInteractionIp,
+          ...(r.customExtensionParams ? { customExtensionParams: r.customExtensionParams } : {}),
+        };
+        if ((kind ?? p.kind) === 'resume') {
+          await ext.startResume(body);
+          return {};
+        }
+        const args = await ext.startFresh(body);
+        return args === undefined ? {} : { extraEnv: { [EXTRA_BOOT_ARGS_ENV]: args } };
+      },
+      started: (instanceId) => {
+        for (const i of told) if (i !== instanceId) ext.stop(r.id, i);
+        if (instanceId !== undefined && told.includes(instanceId)) r.extensionInstanceId = instanceId;
+      },
+    };
+  }
+
+  /** Tells the extension (best effort) that the sandbox's instance stopped: kill, pause, a loss at restart. */
+  private extensionStopped(r: SandboxRecord): void {
+    if (!r.extensionInstanceId) return;
+    this.opts.extension?.stop(r.id, r.extensionInstanceId);
+    delete r.extensionInstanceId;
+  }
+
+  /** The sandbox's custom extension params (`{}` when none). */
+  extensionParams(id: string): Record<string, unknown> {
+    return this.get(id).customExtensionParams ?? {};
+  }
+
+  /**
+   * `PATCH /custom-extension-params`: the extension computes the full new params from `patch`; they replace the
+   * stored ones. Only a running sandbox (reference §2: 409 otherwise); no extension or a failed hook → 400.
+   */
+  async patchExtensionParams(id: string, patch: Record<string, unknown>): Promise<Record<string, unknown>> {
+    const ext = this.opts.extension;
+    if (!ext) throw new ApiError(400, 'no custom extension is configured on this node');
+    return this.withLock(id, async (r) => {
+      if (r.state !== 'running') {
+        throw new ApiError(409, `custom extension params cannot be changed from ${r.state} state`);
+      }
+      const params = await ext.patchParams(r.id, patch);
+      r.customExtensionParams = params;
+      this.opts.store.save(r);
+      return params;
+    });
   }
 
   private stopServing(r: SandboxRecord): void {
@@ -552,10 +660,15 @@ export class Orchestrator {
   private async doResume(r: SandboxRecord, timeout: NewTimeout, memory = true): Promise<void> {
     this.assertOpen();
     this.setState(r, 'resuming');
+    const hooks = this.startHooks(r, 'resume');
     try {
       const started = await this.timed('resume', () =>
-        this.opts.backend.resume(r, this.policyOf(r), { memory }),
+        this.opts.backend.resume(r, this.policyOf(r), {
+          memory,
+          ...(hooks.beforeStart ? { beforeStart: hooks.beforeStart } : {}),
+        }),
       );
+      hooks.started(started.binding.instanceId);
       r.runtime = started.binding;
       r.backend = started.backend;
       const kind = r.paused?.kind === 'memory' && memory ? 'memory' : 'filesystem';
@@ -570,6 +683,7 @@ export class Orchestrator {
         fields: { kind },
       });
     } catch (e) {
+      hooks.started(undefined);
       this.opts.logger.error({ err: e, sandboxId: r.id }, 'resume failed; the sandbox stays paused');
       this.setState(r, 'paused');
       this.emit({
@@ -595,7 +709,10 @@ export class Orchestrator {
    * `requireHealthyGuest`, and always for a filesystem-only pause (`memory: false`), a sandbox whose envd does
    * not answer is not paused (503) and keeps running (E2B's `SandboxPauseRequest`, docs/differences.md).
    */
-  async pause(id: string, opts: { memory?: boolean; requireHealthyGuest?: boolean } = {}): Promise<void> {
+  async pause(
+    id: string,
+    opts: { memory?: boolean; requireHealthyGuest?: boolean; cause?: 'timeout' } = {},
+  ): Promise<void> {
     const current = this.sandboxes.get(id);
     if (!current || current.state === 'killing') throw notFound(id);
     if (current.state === 'paused') return;
@@ -612,7 +729,7 @@ export class Orchestrator {
       ) {
         throw unhealthyGuest({ requireHealthyGuest: opts.requireHealthyGuest === true, memory });
       }
-      await this.doPause(r, memory);
+      await this.doPause(r, memory, false, opts.cause);
     });
     // What the pause leaves resident but will never thaw (no grace, memory pressure, filesystem-only) is released
     // now, in the background, rather than at the next tick or by the next resume.
@@ -621,9 +738,9 @@ export class Orchestrator {
 
   /**
    * `exempt`: the shutdown pause, which the quota counts but never refuses (refusing it would lose the sandbox).
-   * A refused pause leaves nothing written and the sandbox running as it was.
+   * `cause` is what the pause event says caused it. A refused pause leaves nothing written and the sandbox running as it was.
    */
-  private async doPause(r: SandboxRecord, memory = true, exempt = false): Promise<void> {
+  private async doPause(r: SandboxRecord, memory = true, exempt = false, cause?: 'timeout'): Promise<void> {
     if (!exempt) {
       try {
         this.pausedQuota.checkRoom(r.id, this.sandboxes.values());
@@ -645,8 +762,12 @@ export class Orchestrator {
         this.pausedQuota.release(r.id);
       }
       this.quotaBlocked.delete(r.id);
+      const instanceId = r.runtime?.instanceId;
       delete r.runtime;
+      const stopped = r.extensionInstanceId;
+      delete r.extensionInstanceId;
       this.setState(r, 'paused', true);
+      if (stopped) this.opts.extension?.stop(r.id, stopped);
       crashPoint('pause:recorded');
       this.opts.logger.info(
         { sandboxId: r.id, kind: r.paused.kind, reason: r.paused.reason },
@@ -657,7 +778,12 @@ export class Orchestrator {
         event: 'paused',
         level: 'info',
         message: r.paused.kind === 'memory' ? 'sandbox paused' : 'sandbox paused (filesystem only)',
-        fields: { kind: r.paused.kind, ...(r.paused.reason ? { reason: r.paused.reason } : {}) },
+        fields: {
+          kind: r.paused.kind,
+          ...(r.paused.reason ? { reason: r.paused.reason } : {}),
+          ...(cause ? { cause } : {}),
+        },
+        ...(instanceId ? { instanceId } : {}),
       });
     } catch (e) {
       this.setState(r, 'running');
@@ -715,7 +841,7 @@ export class Orchestrator {
         throw new ApiError(409, `sandbox cannot be forked from ${src.state} state`);
       const now = new Date().toISOString();
       const children: SandboxRecord[] = Array.from({ length: opts.count }, () => ({
-        ...structuredClone({ ...src, runtime: undefined, paused: undefined }),
+        ...structuredClone({ ...src, runtime: undefined, paused: undefined, extensionInstanceId: undefined }),
         id: this.opts.newId(),
         state: 'creating' as const,
         createdAt: now,
@@ -724,10 +850,14 @@ export class Orchestrator {
       }));
       for (const c of children) this.sandboxes.set(c.id, c);
       this.setState(src, 'forking');
+      const hooks = new Map(children.map((c) => [c.id, this.startHooks(c, 'resume')]));
       let results;
       try {
-        results = await this.timed('fork', () => this.opts.backend.fork(src, children));
+        results = await this.timed('fork', () =>
+          this.opts.backend.fork(src, children, (c) => hooks.get(c.id)?.beforeStart),
+        );
       } catch (e) {
+        for (const h of hooks.values()) h.started(undefined);
         for (const c of children) this.sandboxes.delete(c.id);
         this.createFails += children.length;
         throw e;
@@ -736,6 +866,7 @@ export class Orchestrator {
       }
       return children.map((child, i) => {
         const r = results[i]!;
+        hooks.get(child.id)?.started(r.ok ? r.start.binding.instanceId : undefined);
         if (r.ok) {
           child.runtime = r.start.binding;
           child.backend = r.start.backend;
@@ -863,8 +994,9 @@ export class Orchestrator {
             message: `sandbox timed out; ${r.onTimeout === 'pause' ? 'pausing' : 'killing'} it`,
             fields: { action: r.onTimeout },
           });
-          if (r.onTimeout === 'pause') await this.pause(r.id, { memory: r.autoPauseMemory ?? true });
-          else await this.kill(r.id);
+          if (r.onTimeout === 'pause')
+            await this.pause(r.id, { memory: r.autoPauseMemory ?? true, cause: 'timeout' });
+          else await this.kill(r.id, 'timeout');
           this.opts.logger.info({ sandboxId: r.id, action: r.onTimeout }, 'sandbox timed out');
         } catch (e) {
           if (e instanceof ApiError && e.status === 404) return;
@@ -897,7 +1029,7 @@ export class Orchestrator {
             level: 'info',
             message: `paused since ${pausedAt}, longer than orchestrator.paused_retention_secs (${retentionMs / 1000} s); deleting it`,
           });
-          await this.destroyLocked(cur, 'deleted after its paused retention');
+          await this.destroyLocked(cur, 'deleted after its paused retention', { cause: 'retention' });
           this.opts.logger.info(
             { sandboxId: r.id, pausedAt, retentionSecs: retentionMs / 1000 },
             'paused sandbox deleted: retention expired',

@@ -91,6 +91,10 @@ export interface SandboxRecord {
   defaultWorkdir?: string;
   runtime?: RuntimeBinding;
   paused?: PausedState;
+  /** Opaque params for the custom extension (kept across pause/resume, recorded in snapshots; docs/hooks.md). */
+  customExtensionParams?: Record<string, unknown>;
+  /** The instance the custom extension was last told started and not yet told stopped. */
+  extensionInstanceId?: string;
   /** Backend-private data needed to restart or resume the sandbox (image layers, tools version, ...). */
   backend: Record<string, unknown>;
 }
