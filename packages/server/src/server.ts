@@ -59,7 +59,8 @@ import { registerLogRoutes } from './api/routes/logs.js';
 import { localTeamId, registerTeamRoutes } from './api/routes/teams.js';
 import { SandboxObservability } from './observability/sandbox-observability.js';
 import { sandboxLogMigrations } from './observability/sandbox-log-store.js';
-import { createTemplateService, TemplateUploadEndpoint, uploadSecretFromApiKey } from './template/index.js';
+import { createTemplateService, uploadSecretFromApiKey } from './template/index.js';
+import { TemplateUploadEndpoint } from './api/template-upload.js';
 
 export interface RunServerOptions {
   configPath?: string;

@@ -13,6 +13,7 @@ import type { Readable } from 'node:stream';
 import { finished, pipeline } from 'node:stream/promises';
 import { createGunzip } from 'node:zlib';
 import tar from 'tar-stream';
+import { DomainError, ErrorKind } from '@aenv/protocol';
 
 export interface StoredFiles {
   path: string;
@@ -30,12 +31,10 @@ export interface TemplateFileStoreOptions {
   linkTtlMs?: number;
 }
 
-export class UploadError extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-  ) {
-    super(message);
+/** An upload the caller got wrong (the endpoint answers it; anything else is an internal failure). */
+export class UploadError extends DomainError {
+  constructor(kind: typeof ErrorKind.InvalidArgument | typeof ErrorKind.TooLarge, message: string) {
+    super(kind, message);
     this.name = 'UploadError';
   }
 }
@@ -61,14 +60,17 @@ async function isGzip(path: string): Promise<boolean> {
 function checkEntryName(name: string, symlinks: Set<string>): void {
   const clean = name.replace(/^\.\/+/, '').replace(/\/+$/, '');
   if (name.startsWith('/'))
-    throw new UploadError(400, `tar entry ${JSON.stringify(name)} is an absolute path`);
+    throw new UploadError(ErrorKind.InvalidArgument, `tar entry ${JSON.stringify(name)} is an absolute path`);
   const parts = clean.split('/');
   if (parts.includes('..'))
-    throw new UploadError(400, `tar entry ${JSON.stringify(name)} leaves the build context`);
+    throw new UploadError(
+      ErrorKind.InvalidArgument,
+      `tar entry ${JSON.stringify(name)} leaves the build context`,
+    );
   for (let i = 1; i < parts.length; i++) {
     if (symlinks.has(parts.slice(0, i).join('/'))) {
       throw new UploadError(
-        400,
+        ErrorKind.InvalidArgument,
         `tar entry ${JSON.stringify(name)} lies below a symlink of the same archive`,
       );
     }
@@ -90,12 +92,16 @@ export async function validateArchive(path: string, gzip: boolean): Promise<{ en
         checkEntryName(header.name, symlinks);
         const t = header.type;
         if (t !== 'file' && t !== 'directory' && t !== 'symlink' && t !== 'link' && t !== 'contiguous-file') {
-          throw new UploadError(400, `tar entry ${JSON.stringify(header.name)} has unsupported type ${t}`);
+          throw new UploadError(
+            ErrorKind.InvalidArgument,
+            `tar entry ${JSON.stringify(header.name)} has unsupported type ${t}`,
+          );
         }
         if (t === 'symlink') symlinks.add(header.name.replace(/^\.\/+/, '').replace(/\/+$/, ''));
         if (t === 'link') checkEntryName(header.linkname ?? '', symlinks);
       } catch (e) {
-        problem = e instanceof UploadError ? e : new UploadError(400, (e as Error).message);
+        problem =
+          e instanceof UploadError ? e : new UploadError(ErrorKind.InvalidArgument, (e as Error).message);
       }
     }
     body.on('end', () => next());
@@ -106,7 +112,7 @@ export async function validateArchive(path: string, gzip: boolean): Promise<{ en
     await (gzip ? pipeline(source, createGunzip(), extract) : pipeline(source, extract));
   } catch (e) {
     throw new UploadError(
-      400,
+      ErrorKind.InvalidArgument,
       `the upload is not a valid tar${gzip ? '.gz' : ''} archive: ${(e as Error).message}`,
     );
   }
@@ -194,10 +200,11 @@ export class TemplateFileStore {
    * An upload of a hash that is already stored is read and dropped; the stored files stay as they were.
    */
   async store(hash: string, body: Readable, declaredLength?: number): Promise<StoredFiles> {
-    if (!isFilesHash(hash)) throw new UploadError(400, `invalid files hash ${JSON.stringify(hash)}`);
+    if (!isFilesHash(hash))
+      throw new UploadError(ErrorKind.InvalidArgument, `invalid files hash ${JSON.stringify(hash)}`);
     if (declaredLength !== undefined && declaredLength > this.opts.maxUploadBytes) {
       throw new UploadError(
-        413,
+        ErrorKind.TooLarge,
         `upload of ${declaredLength} bytes is larger than the limit of ${this.opts.maxUploadBytes}`,
       );
     }
@@ -205,9 +212,12 @@ export class TemplateFileStore {
     try {
       const bytes = await this.spool(body, tmp);
       if (declaredLength !== undefined && bytes !== declaredLength) {
-        throw new UploadError(400, `upload ended after ${bytes} of ${declaredLength} bytes`);
+        throw new UploadError(
+          ErrorKind.InvalidArgument,
+          `upload ended after ${bytes} of ${declaredLength} bytes`,
+        );
       }
-      if (bytes === 0) throw new UploadError(400, 'the upload is empty');
+      if (bytes === 0) throw new UploadError(ErrorKind.InvalidArgument, 'the upload is empty');
       const gzip = await isGzip(tmp);
       await validateArchive(tmp, gzip);
       const existing = await this.get(hash);
@@ -237,7 +247,10 @@ export class TemplateFileStore {
       for await (const chunk of body.iterator({ destroyOnReturn: false }) as AsyncIterable<Buffer>) {
         bytes += chunk.length;
         if (bytes > this.opts.maxUploadBytes) {
-          throw new UploadError(413, `upload larger than the limit of ${this.opts.maxUploadBytes} bytes`);
+          throw new UploadError(
+            ErrorKind.TooLarge,
+            `upload larger than the limit of ${this.opts.maxUploadBytes} bytes`,
+          );
         }
         if (!out.write(chunk)) await Promise.race([once(out, 'drain'), closed]);
       }

@@ -19,7 +19,6 @@ import type { SandboxBackend } from '../orchestrator/backend.js';
 
 export { TemplateBuilder } from './builder.js';
 export { TemplateFileStore } from './file-store.js';
-export { TemplateUploadEndpoint } from './upload-endpoint.js';
 export { BuildLogStore } from './build-log.js';
 export { runStartup, StartupError } from './startup.js';
 export type { StartupOptions, StartupSpec } from './startup.js';

@@ -1,7 +1,7 @@
 // The body of `POST /v2/templates/{id}/builds/{id}` (TemplateBuildStartV2) and its steps, validated before the
 // build is accepted: every error here is a 400 the SDK shows to the user.
 import { z } from 'zod';
-import { ApiError } from '../api/errors.js';
+import { DomainError, ErrorKind } from '@aenv/protocol';
 
 const rawStepSchema = z
   .object({
@@ -73,8 +73,8 @@ const FILES_HASH_RE = /^[0-9a-f]{64}$/;
 const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const MODE_RE = /^0?[0-7]{3,4}$/;
 
-function bad(message: string): ApiError {
-  return new ApiError(400, message);
+function bad(message: string): DomainError {
+  return new DomainError(ErrorKind.InvalidArgument, message);
 }
 
 function shortLabel(type: string, args: readonly string[]): string {

@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { Orchestrator } from '../../orchestrator/orchestrator.js';
 import { apiState, type SandboxRecord } from '../../orchestrator/types.js';
 import type { EgressPolicy } from '../../network/types.js';
-import { ApiError } from '../errors.js';
+import { ApiError, errorAnswer } from '../errors.js';
 import { paginate, parseLimit } from '../pagination.js';
 import { matchesMetadata, parseMetadataFilter } from '../metadata-filter.js';
 import {
@@ -292,7 +292,11 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
     });
     return reply
       .code(201)
-      .send(results.map((r) => (r.ok ? { sandbox: sandboxView(r.record) } : { error: r.error.toJSON() })));
+      .send(
+        results.map((r) =>
+          r.ok ? { sandbox: sandboxView(r.record) } : { error: errorAnswer(r.error).body },
+        ),
+      );
   });
 
   app.put<{ Params: { id: string } }>('/sandboxes/:id/network', async (req, reply) => {

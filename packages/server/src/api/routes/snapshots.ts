@@ -63,7 +63,7 @@ export function registerSnapshotRoutes(app: FastifyInstance, deps: SnapshotRoute
       });
     } catch (e) {
       if (created) await repo.delete(recordId).catch(() => {});
-      if (isRepositoryError(e, 'AliasConflict')) throw new ApiError(400, (e as Error).message);
+      // A name another record holds is this route's 400 (HTTP_ROUTE_QUIRKS), not a 409.
       throw e;
     }
     // How long the sandbox was held (capture) and how long the repository write took (publish).

@@ -6,7 +6,6 @@ import { paginate, parseLimit } from '../pagination.js';
 import { parseBody } from '../schemas.js';
 import {
   DEFAULT_TAG,
-  isRepositoryError,
   isValidAlias,
   isValidTag,
   MAX_TAGS,
@@ -185,19 +184,14 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
     const memoryMB = body.memoryMB ?? deps.defaults.memoryMB;
     if (cpuCount <= 0) throw new ApiError(400, 'cpuCount must be greater than 0');
     if (memoryMB < 128) throw new ApiError(400, 'memoryMB must be at least 128');
-    let record: SnapshotRecord;
-    try {
-      const now = nowTimestamp();
-      record = await repo.create({
-        alias: name,
-        ...(tags.length ? { tags: tags.map((tag) => ({ tag, createdAt: now })) } : {}),
-        source: { kind: 'template', build: { status: 'waiting' } },
-        resources: { cpuCount, memoryMB, diskSizeMB: deps.defaults.diskSizeMB },
-      });
-    } catch (e) {
-      if (isRepositoryError(e)) throw new ApiError(e.publishPathStatus, e.message);
-      throw e;
-    }
+    const now = nowTimestamp();
+    // A name another record holds is this route's 400 (HTTP_ROUTE_QUIRKS), not a 409.
+    const record = await repo.create({
+      alias: name,
+      ...(tags.length ? { tags: tags.map((tag) => ({ tag, createdAt: now })) } : {}),
+      source: { kind: 'template', build: { status: 'waiting' } },
+      resources: { cpuCount, memoryMB, diskSizeMB: deps.defaults.diskSizeMB },
+    });
     return reply.code(202).send({
       templateID: record.id,
       buildID: record.id,
@@ -230,12 +224,7 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
     if (!record) throw new ApiError(404, `template ${templateID} not found`);
     if (buildID !== record.id)
       throw new ApiError(404, `build ${buildID} not found for template ${templateID}`);
-    let level;
-    try {
-      level = parseLogLevel(q.level);
-    } catch (e) {
-      throw new ApiError(400, (e as Error).message);
-    }
+    const level = parseLogLevel(q.level);
     return builder.status(record, {
       offset: parseOffset(q.logsOffset),
       limit: parseLimit(q.limit) ?? 100,
