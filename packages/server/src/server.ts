@@ -15,7 +15,7 @@ import { ENVD_VERSION, ensureToolsDir } from '@aenv/envd';
 import { createLogger, type Logger } from './util/log.js';
 import { installProcessGuards } from './util/process-guard.js';
 import { dropSecretsFromEnvironment } from './util/exec.js';
-import { uuidv7 } from './util/uuid.js';
+import { newSandboxId } from '@aenv/protocol';
 import { openStateDb, type StateDb } from './state/db.js';
 import { lockNodeDirs } from './util/node-lock.js';
 import type { HeldFlock } from './util/flock.js';
@@ -332,7 +332,7 @@ async function startLockedNode(config: AenvConfig, logger: Logger, nodeLock: Hel
     store,
     backend,
     templates: withResourceLimits(catalog, admission),
-    newId: uuidv7,
+    newId: newSandboxId,
     defaultTimeoutSecs: config.orchestrator.default_sandbox_timeout_secs,
     autoEvictIntervalMs: config.orchestrator.auto_evict_interval_ms,
     autoResumeMinTimeoutSecs: config.orchestrator.auto_resume_min_sandbox_timeout_secs,

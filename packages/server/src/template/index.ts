@@ -8,7 +8,7 @@ import type { RuntimeDriver, ToolsMount } from '../runtime/driver.js';
 import type { IdRangeAllocator } from '../runtime/container/id-range-allocator.js';
 import type { SnapshotRepository } from '../snapshot/index.js';
 import type { Logger } from '../util/log.js';
-import { uuidv7 } from '../util/uuid.js';
+import { uuidv7 } from '@aenv/protocol';
 import { BuildCache } from './build-cache.js';
 import { BuildLogStore, type BuildLogLimits } from './build-log.js';
 import { BuildSandboxes } from './build-sandbox.js';

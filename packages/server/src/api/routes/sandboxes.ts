@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyReply } from 'fastify';
+import { isSandboxId } from '@aenv/protocol';
 import type { Orchestrator } from '../../orchestrator/orchestrator.js';
 import { apiState, type SandboxRecord } from '../../orchestrator/types.js';
 import type { EgressPolicy } from '../../network/types.js';
@@ -73,11 +74,9 @@ const V2_CREATE: CreateDefaults = {
   secure: () => true,
 };
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
-
 /** A path sandboxID that is not a UUID is simply not found (reference §2.1). */
 function sandboxId(raw: string): string {
-  if (!UUID.test(raw)) throw new ApiError(404, `sandbox ${raw} not found`);
+  if (!isSandboxId(raw)) throw new ApiError(404, `sandbox ${raw} not found`);
   return raw;
 }
 

@@ -1,9 +1,9 @@
 import type { FastifyInstance } from 'fastify';
+import { isSandboxId, newSnapshotId } from '@aenv/protocol';
 import type { Orchestrator, SnapshotTimings } from '../../orchestrator/orchestrator.js';
 import {
   isValidAlias,
   isRepositoryError,
-  newSnapshotId,
   type SnapshotRecord,
   type SnapshotRepository,
 } from '../../snapshot/index.js';
@@ -17,8 +17,6 @@ export interface SnapshotRouteDeps {
   orchestrator: Orchestrator;
   repository: SnapshotRepository;
 }
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 export function snapshotInfo(r: SnapshotRecord) {
   return {
@@ -40,7 +38,7 @@ export function registerSnapshotRoutes(app: FastifyInstance, deps: SnapshotRoute
     refuseUnsupportedSnapshotFields(req.body);
     const body = parseBody(snapshotSchema, req.body, 'snapshot request');
     const id = req.params.id;
-    if (!UUID.test(id)) throw new ApiError(404, `sandbox ${id} not found`);
+    if (!isSandboxId(id)) throw new ApiError(404, `sandbox ${id} not found`);
     if (body.name !== undefined && !isValidAlias(body.name)) {
       throw new ApiError(400, `invalid snapshot alias: "${body.name}" must match [A-Za-z0-9_-]+`);
     }

@@ -1,6 +1,7 @@
 // Template routes of the E2B build API (reference §2.2–2.6, e2b-protocol §2.4).
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
+import { isBuildId, isCanonicalUuid } from '@aenv/protocol';
 import { ApiError } from '../errors.js';
 import { paginate, parseLimit } from '../pagination.js';
 import { parseBody } from '../schemas.js';
@@ -40,7 +41,6 @@ export interface TemplateRouteDeps {
 /** A caller's string in a message: quoted, and cut to 80 characters. */
 const shown = (s: string) => JSON.stringify(s.length > 80 ? `${s.slice(0, 80)}…` : s);
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const MAX_NAME = 128;
 
 const requestV3Schema = z
@@ -95,7 +95,7 @@ async function templateByName(repo: SnapshotRepository, name: string): Promise<S
 
 /** A lookup argument that is not an id and not a valid alias names nothing (400, as the reference answers it). */
 async function findRecord(repo: SnapshotRepository, idOrAlias: string): Promise<SnapshotRecord | undefined> {
-  if (!UUID.test(idOrAlias) && !isValidAlias(idOrAlias)) {
+  if (!isCanonicalUuid(idOrAlias) && !isValidAlias(idOrAlias)) {
     throw new ApiError(400, `invalid template id or alias ${shown(idOrAlias)}`);
   }
   const r = await repo.find(idOrAlias);
@@ -207,7 +207,7 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
     if (templateID !== buildID) {
       throw new ApiError(400, 'templateID and buildID must match in AgentENV compatibility mode');
     }
-    if (!UUID.test(buildID))
+    if (!isBuildId(buildID))
       throw new ApiError(400, `invalid buildID ${JSON.stringify(buildID)}: must be a UUID`);
     const record = await repo.find(templateID);
     if (!record || record.source.kind === 'paused')
