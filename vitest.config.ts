@@ -1,8 +1,12 @@
 import { defineConfig } from 'vitest/config';
 import { fileURLToPath } from 'node:url';
 
-const pkg = (name: string) => fileURLToPath(new URL(`./packages/${name}/src/index.ts`, import.meta.url));
+const pkg = (name: string, sub = '') =>
+  fileURLToPath(new URL(`./packages/${name}/src/${sub}index.ts`, import.meta.url));
+// First match wins: the protocol's subpaths before the package itself.
 const alias = {
+  '@aenv/protocol/envd': pkg('protocol', 'envd/'),
+  '@aenv/protocol/conformance': pkg('protocol', 'conformance/'),
   '@aenv/config': pkg('config'),
   '@aenv/protocol': pkg('protocol'),
   '@aenv/envd': pkg('envd'),

@@ -79,11 +79,18 @@ esac
 [ "$(uname -m)" = x86_64 ] || aenv_die "only x86_64 hosts are supported (this is $(uname -m))"
 
 started=$(aenv_now_ms)
-mkdir -p "$deps_path/criu"
+home_path=${AENV_HOME_PATH:-/var/lib/aenv}
+# Made owner-only from the start (the server also fixes modes at every start): sandbox uids only ever pass
+# through home and deps (0711, search only) on their way to their own dirs and the tools dir.
+(umask 077 && mkdir -p "$deps_path/criu")
 deps_path=$(realpath "$deps_path")
 criu_root=$deps_path/criu
+chmod 0711 "$deps_path"
+chmod 0700 "$criu_root"
+if [ "$deps_path" = "$(realpath -m "$home_path")/deps" ]; then chmod 0711 "$home_path"; fi
 
 # One setup at a time (the server may call this while an operator runs it too).
+(umask 077 && : >>"$deps_path/.setup-host.lock")
 exec 9>"$deps_path/.setup-host.lock"
 flock 9
 
@@ -112,6 +119,26 @@ if [ "$criu_check" != "Looks good." ]; then
   aenv_die "'$criu_bin check' did not say 'Looks good.'"
 fi
 
+# inotify limits are counted per user, and every sandbox's use counts against host root (the creator of
+# its user namespace): the kernel defaults (128 instances) would let a few busy sandboxes take all of root's
+# and starve the host. Raised here, never lowered; per-sandbox limits are the server's (docs/security.md).
+sysctl_conf=/etc/sysctl.d/60-aenv.conf
+sysctl_note=
+for kv in fs.inotify.max_user_instances=8192 fs.inotify.max_user_watches=1048576; do
+  key=${kv%%=*} want=${kv#*=}
+  have=$(sysctl -n "$key")
+  if [ "$have" -lt "$want" ]; then
+    sysctl -q -w "$key=$want"
+    sysctl_note="$sysctl_note $key=$want"
+  fi
+done
+want_conf=$(printf '%s\n' '# aenv (scripts/setup-host.sh): inotify budget shared by all sandboxes and host root' \
+  'fs.inotify.max_user_instances = 8192' 'fs.inotify.max_user_watches = 1048576')
+if [ ! -f "$sysctl_conf" ] || [ "$(cat "$sysctl_conf")" != "$want_conf" ]; then
+  printf '%s\n' "$want_conf" >"$sysctl_conf"
+  chmod 0644 "$sysctl_conf"
+fi
+
 printf 'setup-host: ok in %s\n' "$(aenv_elapsed "$started" "$(aenv_now_ms)")"
 if [ -n "$installed" ]; then
   printf '  packages: installed %s\n' "$installed"
@@ -120,3 +147,4 @@ else
 fi
 printf '  criu %s (%s): %s  %s\n' "$criu_version" "$criu_note" "$criu_check" "$criu_bin"
 printf '  criu config: %s\n' "$criu_root/criu.conf"
+printf '  sysctls:%s\n' "${sysctl_note:- inotify limits already raised} ($sysctl_conf)"

@@ -10,7 +10,7 @@ export const REPO = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const CLI = join(REPO, 'packages', 'cli', 'dist', 'main.js');
 
 /** The port envd listens on inside every sandbox. */
-export const ENVD_PORT = 49983;
+export { ENVD_PORT } from '@aenv/protocol';
 
 export interface TestServerOptions {
   /** Names the node's state dir and host objects; keep it short ([a-z0-9], ≤ 7). */

@@ -210,10 +210,54 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
         doc: 'Number of per-sandbox uid/gid ranges: how many sandboxes (running, paused, pre-started and template builds) a node can hold at once. The span is uid_map_host_start .. uid_map_host_start + uid_map_size × (1 + uid_ranges) - 1.',
       }),
       pids_limit: int({
-        default: 1024,
+        default: 0,
+        min: 0,
+        aenv: true,
+        doc: 'Maximum number of tasks (processes and threads) per sandbox (cgroup pids.max); 0 = node_pids_limit / 16, at least 64 and at most 4096 (1024 with pid_max 32768).',
+      }),
+      node_pids_limit: int({
+        default: 0,
+        min: 0,
+        aenv: true,
+        doc: "Maximum number of tasks of all sandboxes together (pids.max of their parent cgroup), so that sandboxes at their own limits cannot use up the host's PIDs; 0 = half of the kernel's pid_max. Must stay below pid_max.",
+      }),
+      nofile_limit: int({
+        default: 65536,
+        min: 64,
+        aenv: true,
+        doc: "RLIMIT_NOFILE (soft = hard) of sandbox processes; sandboxes cannot raise it. At most the server's own hard limit (lower is used, with a warning).",
+      }),
+      inotify_max_instances: int({
+        default: 128,
         min: 1,
         aenv: true,
-        doc: 'Maximum number of processes per sandbox (cgroup pids.max).',
+        doc: "inotify instances per user inside each sandbox (the sandbox user namespace's user.max_inotify_instances). All sandboxes also share the host's fs.inotify.max_user_instances of root: scripts/setup-host.sh raises it (see docs/security.md).",
+      }),
+      inotify_max_watches: int({
+        default: 65536,
+        min: 1,
+        aenv: true,
+        doc: 'inotify watches per user inside each sandbox (user.max_inotify_watches of its user namespace); shared host budget: fs.inotify.max_user_watches.',
+      }),
+      seccomp_profile: path({
+        default: '',
+        aenv: true,
+        doc: "Seccomp profile file (Moby/Docker JSON format) for sandboxes; empty = aenv's built-in profile (Docker's default denials and more). aenv's own denials apply on top of a file; a file that cannot be read or parsed stops the server from starting.",
+      }),
+      nested_containers: bool({
+        default: false,
+        aenv: true,
+        doc: 'Let sandboxes create user namespaces and mount inside them (podman, bwrap, rootless buildah inside a sandbox). Off: unshare/clone of namespaces, mount and setns are refused by seccomp and user.max_user_namespaces is 0. Widens the kernel surface a sandbox reaches.',
+      }),
+      cap_net_raw: bool({
+        default: false,
+        aenv: true,
+        doc: 'Give sandboxes CAP_NET_RAW (raw and packet sockets: classic ping, traceroute, packet crafting on the sandbox link). Off by default, as raw sockets let a sandbox forge packets.',
+      }),
+      no_new_privileges: bool({
+        default: false,
+        aenv: true,
+        doc: 'Set no_new_privs on sandbox processes: setuid binaries and file capabilities (sudo, su) stop working inside; the e2b SDK\'s user "user" then cannot become root. See docs/security.md for the trade-off.',
       }),
       cow_volume: oneOf(['auto', 'host', 'loop-btrfs'], {
         default: 'auto',
@@ -235,7 +279,7 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
       disk_limits: bool({
         default: true,
         aenv: true,
-        doc: "Enforce each sandbox's diskSizeMB as a limit on what it writes (btrfs quota groups). true: quotas turned on for aenv's own loop volume; a host btrfs must have them on already; other filesystems: not enforced (logged). false: quotas turned off on aenv's own loop volume.",
+        doc: "Enforce each sandbox's diskSizeMB as a limit on what it writes. true: btrfs quota groups on aenv's own loop volume (turned on), on a host btrfs (must be on already), or XFS project quotas (host XFS mounted with prjquota); anywhere else the server refuses to start (cow_volume = \"auto\" then uses aenv's own volume). false: not enforced; quotas turned off on aenv's own loop volume.",
       }),
       tools_dir: path({
         default: '',

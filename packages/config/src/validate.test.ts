@@ -310,6 +310,13 @@ const rules: { name: string; bad: string; message: string; good: string }[] = [
     message: 'limits.max_fork_count = 10: must be <= limits.max_concurrent_creates (4)',
     good: '[limits]\nmax_fork_count = 4\nmax_concurrent_creates = 4',
   },
+  {
+    name: 'pids_limit fits in node_pids_limit',
+    bad: '[runtime]\nnode_pids_limit = 500\npids_limit = 600',
+    message:
+      'runtime.pids_limit = 600: must not exceed runtime.node_pids_limit (500), the budget of all sandboxes together',
+    good: '[runtime]\nnode_pids_limit = 500\npids_limit = 400',
+  },
 ];
 
 describe('validation rules (reference §4.3 and aenv)', () => {

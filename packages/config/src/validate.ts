@@ -228,6 +228,13 @@ export function validateConfig(
   }
   if (rt.default_disk_size_mb % 1024 !== 0)
     bad('runtime.default_disk_size_mb', rt.default_disk_size_mb, 'must be a multiple of 1024');
+  if (rt.node_pids_limit > 0 && rt.pids_limit > rt.node_pids_limit) {
+    bad(
+      'runtime.pids_limit',
+      rt.pids_limit,
+      `must not exceed runtime.node_pids_limit (${rt.node_pids_limit}), the budget of all sandboxes together`,
+    );
+  }
 
   // aenv: admission limits. The node's own defaults must be admissible, and one fork must fit.
   const lim = c.limits;

@@ -11,14 +11,18 @@ const outIndex = process.argv.indexOf('--out');
 const outfile = outIndex > 0 ? resolve(process.argv[outIndex + 1]) : join(pkgRoot, 'dist', 'envd.cjs');
 const require = createRequire(join(pkgRoot, 'package.json'));
 
-// The protocol package and envd each have a copy of @bufbuild/protobuf: bundle exactly one (envd's).
+// The protocol package and envd each have a copy of @bufbuild/protobuf: bundle exactly one (envd's). Of the
+// protocol, envd takes only its own wire contract (`@aenv/protocol/envd`): the whole package would bring the
+// control plane's schemas (zod) and the node's clients into every sandbox's memory.
 const singleProtobuf = {
   name: 'single-protobuf',
   setup(b) {
     b.onResolve({ filter: /^@bufbuild\/protobuf(\/.*)?$/ }, (args) => ({ path: require.resolve(args.path) }));
-    b.onResolve({ filter: /^@aenv\/protocol$/ }, () => ({
-      path: join(pkgRoot, '..', 'protocol', 'src', 'index.ts'),
-    }));
+    b.onResolve({ filter: /^@aenv\/protocol(\/.*)?$/ }, (args) =>
+      args.path === '@aenv/protocol/envd'
+        ? { path: join(pkgRoot, '..', 'protocol', 'src', 'envd', 'index.ts') }
+        : { errors: [{ text: `envd imports ${args.path}; it may import only @aenv/protocol/envd` }] },
+    );
   },
 };
 

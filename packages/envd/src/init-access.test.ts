@@ -2,7 +2,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fileSignature } from './auth/access.js';
+import { fileSignature } from '@aenv/protocol/envd';
 import { silentLogger } from './logger.js';
 import { startEnvd, type RunningEnvd } from './server.js';
 

@@ -3,7 +3,7 @@ import { dirname, join } from 'node:path';
 import { createLogger, type LogLevel } from './logger.js';
 import { loadNative } from './native.js';
 import type { EnvdOptions } from './server.js';
-import { ENVD_PORT } from './version.js';
+import { ENVD_PORT } from '@aenv/protocol/envd';
 
 /**
  * envd's configuration from its environment (set by the sandbox runtime on aenv-init, which envd

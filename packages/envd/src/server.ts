@@ -1,6 +1,15 @@
 import { connectNodeAdapter } from '@connectrpc/connect-node';
-import { Filesystem, Process } from '@aenv/protocol';
-import { isTokenExempt, safeEqual, UNAUTHORIZED_MESSAGE, checkFileSigning } from './auth/access.js';
+import {
+  ACCESS_TOKEN_HEADER,
+  DEFAULT_PATH,
+  ENVD_UNAUTHORIZED_MESSAGE,
+  Filesystem,
+  INIT_KEY_HEADER,
+  InitBodyError,
+  Process,
+  validateInitBody,
+} from '@aenv/protocol/envd';
+import { isTokenExempt, safeEqual, checkFileSigning } from './auth/access.js';
 import { resolveUser, UnknownUserError, type EnvdContext } from './context.js';
 import { filesystemService } from './fs/service.js';
 import { listenHttp } from './http/listen.js';
@@ -21,11 +30,9 @@ import { processService } from './process/service.js';
 import { downloadFile } from './rest/files-download.js';
 import { uploadFiles } from './rest/files-upload.js';
 import { MetricsReader } from './rest/metrics.js';
-import { EnvdState, InitBodyError, validateInitBody } from './state/envd-state.js';
+import { EnvdState } from './state/envd-state.js';
 import { createAsUser } from './users/credentials.js';
 import { UserDb } from './users/user-db.js';
-
-export const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
 export interface EnvdOptions {
   port: number;
@@ -95,7 +102,7 @@ export async function startEnvd(opts: EnvdOptions): Promise<RunningEnvd> {
     const q = url.searchParams;
     const rawPath = q.get('path') ?? undefined;
     const username = q.get('username') ?? undefined;
-    const header = req.headers['x-access-token'];
+    const header = req.headers[ACCESS_TOKEN_HEADER];
     const denied = checkFileSigning({
       token: state.accessToken,
       headerToken: typeof header === 'string' ? header : undefined,
@@ -123,7 +130,7 @@ export async function startEnvd(opts: EnvdOptions): Promise<RunningEnvd> {
   }
 
   async function handleInit(req: Req, res: Res): Promise<void> {
-    if (!mayInit(req)) throw new HttpError(401, UNAUTHORIZED_MESSAGE);
+    if (!mayInit(req)) throw new HttpError(401, ENVD_UNAUTHORIZED_MESSAGE);
     let body;
     try {
       const raw = await readBody(req, 1024 * 1024);
@@ -151,11 +158,11 @@ export async function startEnvd(opts: EnvdOptions): Promise<RunningEnvd> {
   function mayInit(req: Req): boolean {
     const keys = state.initKeys;
     if (keys.length > 0) {
-      const presented = req.headers['x-aenv-init-key'];
+      const presented = req.headers[INIT_KEY_HEADER];
       return typeof presented === 'string' && keys.some((k) => safeEqual(presented, k));
     }
     const current = state.accessToken;
-    const header = req.headers['x-access-token'];
+    const header = req.headers[ACCESS_TOKEN_HEADER];
     return !current || (typeof header === 'string' && safeEqual(header, current));
   }
 
@@ -168,9 +175,9 @@ export async function startEnvd(opts: EnvdOptions): Promise<RunningEnvd> {
 
     const token = state.accessToken;
     if (token && !isTokenExempt(method, path)) {
-      const header = req.headers['x-access-token'];
+      const header = req.headers[ACCESS_TOKEN_HEADER];
       if (typeof header !== 'string' || !safeEqual(header, token))
-        return sendError(res, 401, UNAUTHORIZED_MESSAGE);
+        return sendError(res, 401, ENVD_UNAUTHORIZED_MESSAGE);
     }
 
     if (path === '/health' && method === 'GET') return sendEmpty(res, 204);

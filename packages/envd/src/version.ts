@@ -5,8 +5,5 @@
  */
 export const ENVD_VERSION = '0.6.13';
 
-/** Port envd listens on inside every sandbox (E2B's envd port). */
-export const ENVD_PORT = 49983;
-
 /** Where the tools directory is mounted (read-only) inside every sandbox. */
 export const AGENTENV_MOUNT = '/agentenv';

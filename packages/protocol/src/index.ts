@@ -1,5 +1,9 @@
-// Wire contracts shared by envd (server side) and the aenv server (client side).
-export * from './gen/process/process_pb.js';
-export * from './gen/filesystem/filesystem_pb.js';
+// The wire contract of aenv, defined once: envd's REST + RPC (`envd/`, also importable alone as
+// `@aenv/protocol/envd`), the E2B control plane (`api/`), the clients of both (`clients/`), the domain error
+// kinds every process speaks (`errors/`) and the ids of aenv objects (`ids.ts`).
+export * from './envd/index.js';
+export * from './api/index.js';
+export * from './clients/envd/index.js';
+export * from './clients/api/index.js';
 export * from './errors/index.js';
 export * from './ids.js';

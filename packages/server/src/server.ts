@@ -18,7 +18,8 @@ import { dropSecretsFromEnvironment } from './util/exec.js';
 import { newSandboxId } from '@aenv/protocol';
 import { openStateDb, type StateDb } from './state/db.js';
 import { lockNodeDirs } from './util/node-lock.js';
-import type { HeldFlock } from './util/flock.js';
+import { enforceNodeDirModes } from './util/node-modes.js';
+import { makeReadOnlyForAll } from './util/private-tree.js';
 import { ServerMetrics } from './observability/metrics.js';
 import { HostMetricsSampler } from './observability/host-metrics.js';
 import {
@@ -30,7 +31,7 @@ import {
 import { resolveNodeIdentity } from './identity/index.js';
 import { ImageService, imageMigrations } from './image/index.js';
 import { NetworkManager, parseNetworkPolicy } from './network/index.js';
-import { ContainerDriver, defaultCriuPath } from './runtime/index.js';
+import { ContainerDriver, defaultCriuPath, readPidMax, resolvePidsBudget } from './runtime/index.js';
 import { IdRangeAllocator, idRangeMigrations } from './runtime/container/id-range-allocator.js';
 import type { ToolsMount } from './runtime/driver.js';
 import { createSnapshotRepository, type SnapshotRepository } from './snapshot/index.js';
@@ -137,16 +138,15 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   // Sandbox uids must traverse $AENV_HOME to their dirs (search only; secrets/ itself is 0700).
   mkdirSync(config.home_path, { recursive: true, mode: 0o711 });
   const nodeLock = await lockNodeDirs(config);
-  try {
-    return await startLockedNode(config, logger, nodeLock);
-  } catch (err) {
-    // The lock is held by a child process, which would keep a failed server alive: let go, then fail.
-    await nodeLock.release().catch(() => {});
-    throw err;
-  }
-}
-
-async function startLockedNode(config: AenvConfig, logger: Logger, nodeLock: HeldFlock): Promise<Node> {
+  const changedModes = await enforceNodeDirModes({
+    home: config.home_path,
+    runtime: config.runtime_path,
+    deps: config.deps_path,
+    sandboxes: join(config.home_path, 'sandboxes'),
+    contentRoots: [config.image.cache.root_dir, join(config.home_path, 'template-work')],
+  });
+  if (changedModes)
+    logger.info({ changed: changedModes }, 'made node files private (0700 dirs, owner-only files)');
   const db = openStateDb(join(config.home_path, 'state.db'), [
     ...orchestratorMigrations,
     ...imageMigrations,
@@ -175,6 +175,8 @@ async function startLockedNode(config: AenvConfig, logger: Logger, nodeLock: Hel
   const metrics = new ServerMetrics();
 
   const tools = await prepareTools(config, logger);
+  // Mounted read-only into every sandbox, so readable by every sandbox uid (it was built under umask 077).
+  await makeReadOnlyForAll(tools.dir);
   logger.info({ dir: tools.dir, version: tools.version }, 'tools mount ready');
 
   const images = new ImageService({
@@ -236,6 +238,10 @@ async function startLockedNode(config: AenvConfig, logger: Logger, nodeLock: Hel
     metricsRegistry: metrics.registry,
   });
 
+  const pids = resolvePidsBudget(
+    { node: config.runtime.node_pids_limit, perSandbox: config.runtime.pids_limit },
+    await readPidMax(),
+  );
   const runtime = new ContainerDriver({
     homePath: config.home_path,
     runtimePath: config.runtime_path,
@@ -248,6 +254,14 @@ async function startLockedNode(config: AenvConfig, logger: Logger, nodeLock: Hel
     cowVolumeSizeGb: config.runtime.cow_volume_size_gb,
     diskLimits: config.runtime.disk_limits,
     cgroupParent: config.resource_prefix,
+    nodePidsLimit: pids.node,
+    nofileLimit: config.runtime.nofile_limit,
+    inotifyMaxInstances: config.runtime.inotify_max_instances,
+    inotifyMaxWatches: config.runtime.inotify_max_watches,
+    seccompProfilePath: config.runtime.seccomp_profile,
+    nestedContainers: config.runtime.nested_containers,
+    capNetRaw: config.runtime.cap_net_raw,
+    noNewPrivileges: config.runtime.no_new_privileges,
     logger: logger.child({ component: 'runtime' }),
   });
   await runtime.init();
@@ -302,7 +316,7 @@ async function startLockedNode(config: AenvConfig, logger: Logger, nodeLock: Hel
     envdPort: config.tools.control_plane_port,
     envdPollMs: config.envd.poll_ms,
     envdInitTimeoutMs: config.envd.init_timeout_secs * 1000,
-    pidsLimit: config.runtime.pids_limit,
+    pidsLimit: pids.perSandbox,
     envdToken: (id) => tokens.envd(id),
     envdInitKey: (id) => tokens.envdInit(id),
     signedUrlMaxLifetimeSecs: config.sandbox_proxy.signed_url_max_lifetime_secs,
@@ -379,7 +393,7 @@ async function startLockedNode(config: AenvConfig, logger: Logger, nodeLock: Hel
     envdPort: config.tools.control_plane_port,
     envdPollMs: config.envd.poll_ms,
     envdInitTimeoutMs: config.envd.init_timeout_secs * 1000,
-    pidsLimit: config.runtime.pids_limit,
+    pidsLimit: pids.perSandbox,
     envdInitKey: (id) => tokens.envdInit(id),
     idRanges,
     backend,
@@ -555,6 +569,9 @@ export async function runServer(opts: RunServerOptions): Promise<number> {
     return 0;
   }
 
+  // Everything the server (and the tools it runs) creates is private unless made otherwise on purpose:
+  // the few paths sandboxes must reach get their modes explicitly (docs/security.md, "local host users").
+  process.umask(0o077);
   let node: Node;
   try {
     node = await startNode(config, logger);

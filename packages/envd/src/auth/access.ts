@@ -1,11 +1,8 @@
 import type * as NodeCrypto from 'node:crypto';
+import { fileSignature, type SigningOperation } from '@aenv/protocol/envd';
 
 // Loaded on first use: sandboxes without an access token never need node:crypto.
 const crypto = () => process.getBuiltinModule('node:crypto') as typeof NodeCrypto;
-
-/** 401 body E2B's envd sends for a missing or wrong X-Access-Token. */
-export const UNAUTHORIZED_MESSAGE =
-  'unauthorized access, please provide a valid access token or method signing if supported';
 
 /** Constant-time string equality (lengths are compared through fixed-size digests). */
 export function safeEqual(a: string, b: string): boolean {
@@ -23,21 +20,6 @@ export function isTokenExempt(method: string, path: string): boolean {
     (method === 'POST' && path === '/files') ||
     (method === 'POST' && path === '/init')
   );
-}
-
-export type SigningOperation = 'read' | 'write';
-
-/** v1 signature: "v1_" + unpadded base64(sha256("path:op:user:token[:expiration]")). */
-export function fileSignature(
-  path: string,
-  op: SigningOperation,
-  username: string,
-  token: string,
-  expiration?: string,
-): string {
-  const parts = [path, op, username, token];
-  if (expiration !== undefined) parts.push(expiration);
-  return `v1_${crypto().createHash('sha256').update(parts.join(':')).digest('base64').replace(/=+$/, '')}`;
 }
 
 export interface SigningInput {

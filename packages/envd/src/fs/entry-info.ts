@@ -1,7 +1,7 @@
 import { lstatSync, realpathSync, statSync, type BigIntStats } from 'node:fs';
 import { posix } from 'node:path';
 import { create } from '@bufbuild/protobuf';
-import { EntryInfoSchema, FileType, type EntryInfo } from '@aenv/protocol';
+import { EntryInfoSchema, FileType, type EntryInfo } from '@aenv/protocol/envd';
 import type { NativeApi } from '../native.js';
 import type { UserDb } from '../users/user-db.js';
 import { goFileModeString } from './file-mode.js';

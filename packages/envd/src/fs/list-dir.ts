@@ -1,7 +1,7 @@
 import { lstatSync, readdirSync, statSync } from 'node:fs';
 import { posix } from 'node:path';
 import { Code, ConnectError } from '@connectrpc/connect';
-import type { EntryInfo } from '@aenv/protocol';
+import type { EntryInfo } from '@aenv/protocol/envd';
 import { entryInfo, type EntryInfoDeps } from './entry-info.js';
 
 const byBytes = (a: string, b: string) => Buffer.compare(Buffer.from(a), Buffer.from(b));

@@ -2,14 +2,14 @@ import { cpSync, lstatSync, mkdirSync, renameSync, rmSync, statfsSync, statSync 
 import { posix } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { Code, ConnectError, type ServiceImpl } from '@connectrpc/connect';
-import type { Filesystem } from '@aenv/protocol';
+import type { Filesystem } from '@aenv/protocol/envd';
 import {
   EventType,
   FilesystemEventSchema,
   WatchDirResponseSchema,
   type FilesystemEvent,
   type WatchDirResponse,
-} from '@aenv/protocol';
+} from '@aenv/protocol/envd';
 import { rpcUser, type EnvdContext } from '../context.js';
 import { EventQueue, KEEPALIVE, keepaliveIntervalMs } from '../event-queue.js';
 import type { SandboxUser } from '../users/user-db.js';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { EventType } from '@aenv/protocol';
+import { EventType } from '@aenv/protocol/envd';
 import { eventTypeOf } from './watch.js';
 
 describe('eventTypeOf', () => {

@@ -1,6 +1,6 @@
 import { lstatSync, readdirSync } from 'node:fs';
 import { posix } from 'node:path';
-import { EventType } from '@aenv/protocol';
+import { EventType } from '@aenv/protocol/envd';
 import type { NativeApi } from '../native.js';
 
 // inotify(7) bits

@@ -1,13 +1,13 @@
 import { create } from '@bufbuild/protobuf';
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from '@connectrpc/connect';
-import type { Process } from '@aenv/protocol';
+import type { Process } from '@aenv/protocol/envd';
 import {
   ProcessEventSchema,
   Signal,
   type ProcessEvent,
   type ProcessSelector,
   type StreamInputRequest,
-} from '@aenv/protocol';
+} from '@aenv/protocol/envd';
 import { isDirectoryAs, processEnv, rpcUser, type EnvdContext } from '../context.js';
 import { KEEPALIVE, keepaliveIntervalMs, type EventQueue } from '../event-queue.js';
 import { PathError, resolveUserPath } from '../fs/paths.js';

@@ -1,8 +1,9 @@
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { validateInitBody } from '@aenv/protocol/envd';
 import { silentLogger } from '../logger.js';
-import { EnvdState, InitBodyError, validateInitBody } from './envd-state.js';
+import { EnvdState } from './envd-state.js';
 
 let dir: string | undefined;
 afterEach(() => {
@@ -34,13 +35,5 @@ describe('EnvdState', () => {
     expect(b.defaultUser).toBe('user');
     expect(b.defaultWorkdir).toBe('/w');
     expect(b.globalEnv().A).toBe('1');
-  });
-
-  it('rejects malformed /init bodies', () => {
-    expect(() => validateInitBody([])).toThrow(InitBodyError);
-    expect(() => validateInitBody({ envVars: { A: 1 } })).toThrow(InitBodyError);
-    expect(() => validateInitBody({ envVars: { 'A=B': 'x' } })).toThrow(InitBodyError);
-    expect(() => validateInitBody({ accessToken: 5 })).toThrow(InitBodyError);
-    expect(validateInitBody({ envVars: null, accessToken: null })).toEqual({ envVars: {} });
   });
 });

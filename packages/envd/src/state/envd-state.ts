@@ -1,34 +1,7 @@
 import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
+import { INIT_COUNT_FIELDS, INIT_STRING_FIELDS, validateInitBody, type InitBody } from '@aenv/protocol/envd';
 import type { Logger } from '../logger.js';
-
-/** What POST /init sets; persisted so a restarted envd (aenv-init restarts it) keeps its token and env. */
-export interface InitData {
-  envVars: Record<string, string>;
-  accessToken?: string;
-  defaultUser?: string;
-  defaultWorkdir?: string;
-  timestamp?: string;
-  /** aenv extensions: the server may pass the ids here instead of through envd's environment. */
-  sandboxId?: string;
-  templateId?: string;
-  /** aenv: the node's credential for the next /init (docs/security.md, "envd /init"). */
-  initKey?: string;
-  /** aenv: limits on signed /files URLs (see auth/access.ts SignatureLimits). */
-  signatureMaxLifetimeSecs?: number;
-  unexpiringSignaturesUntil?: number;
-}
-
-const STRING_FIELDS = [
-  'accessToken',
-  'defaultUser',
-  'defaultWorkdir',
-  'timestamp',
-  'sandboxId',
-  'templateId',
-  'initKey',
-] as const;
-const COUNT_FIELDS = ['signatureMaxLifetimeSecs', 'unexpiringSignaturesUntil'] as const;
 
 export interface EnvdStateOptions {
   /** File the init data is persisted to (mode 0600); undefined = memory only. */
@@ -42,7 +15,8 @@ export interface EnvdStateOptions {
 }
 
 export class EnvdState {
-  private data: InitData = { envVars: {} };
+  /** What the last /init set (persisted, so a restarted envd keeps its token and env; aenv-init restarts it). */
+  private data: InitBody = { envVars: {} };
 
   constructor(private readonly opts: EnvdStateOptions) {
     if (opts.statePath) {
@@ -96,12 +70,12 @@ export class EnvdState {
   }
 
   /** Applies /init: env vars merge into the existing ones, other fields replace when present. */
-  applyInit(body: InitData): void {
-    const next: InitData = { ...this.data, envVars: { ...this.data.envVars, ...body.envVars } };
-    for (const key of STRING_FIELDS) {
+  applyInit(body: InitBody): void {
+    const next: InitBody = { ...this.data, envVars: { ...this.data.envVars, ...body.envVars } };
+    for (const key of INIT_STRING_FIELDS) {
       if (body[key] !== undefined) next[key] = body[key];
     }
-    for (const key of COUNT_FIELDS) {
+    for (const key of INIT_COUNT_FIELDS) {
       if (body[key] !== undefined) next[key] = body[key];
     }
     this.data = next;
@@ -122,38 +96,4 @@ export class EnvdState {
       this.opts.logger.warn('could not persist envd state', { err, path });
     }
   }
-}
-
-export class InitBodyError extends Error {}
-
-/** Checks the JSON of POST /init; unknown fields (volumeMounts, hyperloopIP, …) are ignored. */
-export function validateInitBody(raw: unknown): InitData {
-  if (typeof raw !== 'object' || raw === null || Array.isArray(raw))
-    throw new InitBodyError('body must be a JSON object');
-  const body = raw as Record<string, unknown>;
-  const out: InitData = { envVars: {} };
-  if (body.envVars !== undefined && body.envVars !== null) {
-    if (typeof body.envVars !== 'object' || Array.isArray(body.envVars))
-      throw new InitBodyError('envVars must be an object');
-    for (const [k, v] of Object.entries(body.envVars as Record<string, unknown>)) {
-      if (typeof v !== 'string') throw new InitBodyError(`envVars.${k} must be a string`);
-      if (!k || k.includes('=') || k.includes('\0') || v.includes('\0'))
-        throw new InitBodyError(`invalid env var '${k}'`);
-      out.envVars[k] = v;
-    }
-  }
-  for (const key of STRING_FIELDS) {
-    const v = body[key];
-    if (v === undefined || v === null) continue;
-    if (typeof v !== 'string') throw new InitBodyError(`${key} must be a string`);
-    out[key] = v;
-  }
-  for (const key of COUNT_FIELDS) {
-    const v = body[key];
-    if (v === undefined || v === null) continue;
-    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0)
-      throw new InitBodyError(`${key} must be a non-negative integer`);
-    out[key] = v;
-  }
-  return out;
 }

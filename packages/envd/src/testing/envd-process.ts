@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { DEFAULT_PATH } from '@aenv/protocol/envd';
 
 export interface RunningTestEnvd {
   url: string;
@@ -64,7 +65,7 @@ function childPid(parent: number): number | undefined {
 }
 
 const baseEnv = (env: Record<string, string>) => ({
-  PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+  PATH: DEFAULT_PATH,
   ENVD_PORT: '0',
   ENVD_HOST: '127.0.0.1',
   ENVD_LOG_LEVEL: 'debug',

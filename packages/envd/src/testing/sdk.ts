@@ -1,4 +1,5 @@
 import { Sandbox } from 'e2b';
+import { ACCESS_TOKEN_HEADER } from '@aenv/protocol/envd';
 import { ENVD_VERSION } from '../version.js';
 
 /**
@@ -25,7 +26,7 @@ export async function initEnvd(
 ): Promise<Response> {
   return fetch(`${url}/init`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', ...(token ? { 'x-access-token': token } : {}) },
+    headers: { 'content-type': 'application/json', ...(token ? { [ACCESS_TOKEN_HEADER]: token } : {}) },
     body: JSON.stringify(body),
   });
 }

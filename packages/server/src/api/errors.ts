@@ -1,4 +1,10 @@
-import { DomainError, httpErrorAnswer, internalErrorMessage, publicMessage } from '@aenv/protocol';
+import {
+  DomainError,
+  httpErrorAnswer,
+  internalErrorMessage,
+  publicMessage,
+  type ErrorBody,
+} from '@aenv/protocol';
 import { currentRequestId } from '../util/request-context.js';
 
 export { internalErrorMessage };
@@ -30,7 +36,7 @@ export class ApiError extends Error {
   }
 
   /** The answer body; an unexposed message is replaced by one naming the request being served. */
-  toJSON(): { code: number; message: string } {
+  toJSON(): ErrorBody {
     return {
       code: this.code,
       message: this.expose ? this.message : internalErrorMessage(currentRequestId()),
@@ -41,7 +47,7 @@ export class ApiError extends Error {
 /** How the API answers a failure. */
 export interface ErrorAnswer {
   status: number;
-  body: { code: number; message: string };
+  body: ErrorBody;
   /** Whether the body carries the error's own message (else the generic one). */
   exposed: boolean;
 }

@@ -1,3 +1,11 @@
+import {
+  decodePageToken,
+  encodePageToken,
+  PageTokenError,
+  timestampNs,
+  type PageCursor,
+  type PageOrder,
+} from '@aenv/protocol';
 import { ApiError } from './errors.js';
 
 /** Something listed newest first: `createdAt` descending, then `id` ascending (reference §2.6). */
@@ -12,61 +20,14 @@ export interface Page<T> {
   nextToken?: string;
 }
 
-interface Cursor {
-  timeNs: bigint;
-  id: string;
-}
-
-/** `desc` (default): newest first, then id ascending. `asc`: oldest first, then id ascending. */
-export type PageOrder = 'asc' | 'desc';
-
-function toNs(iso: string): bigint {
-  const m = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})$/.exec(iso);
-  if (!m) throw new Error(`invalid timestamp ${iso}`);
-  const seconds = Date.parse(`${m[1]}${m[3]}`);
-  if (Number.isNaN(seconds)) throw new Error(`invalid timestamp ${iso}`);
-  const frac = (m[2] ?? '').padEnd(9, '0');
-  return BigInt(seconds) * 1_000_000n + BigInt(frac);
-}
-
-function formatNs(ns: bigint): string {
-  const ms = ns / 1_000_000n;
-  const frac = (ns % 1_000_000_000n).toString().padStart(9, '0');
-  return new Date(Number(ms)).toISOString().replace(/\.\d{3}Z$/, `.${frac}Z`);
-}
-
-/**
- * URL-safe base64 *with* padding of "<RFC3339 with nanoseconds>__<id>", as the reference emits it; ascending
- * pages add "__asc" as E2B's tokens do.
- */
-export function encodeCursor(item: Pageable, order: PageOrder = 'desc'): string {
-  const text = Buffer.from(`${formatNs(toNs(item.createdAt))}__${item.id}${order === 'asc' ? '__asc' : ''}`);
-  return text.toString('base64url') + '='.repeat((3 - (text.length % 3)) % 3);
-}
-
-function decodeCursor(token: string): Cursor {
-  let text: string;
+/** The cursor in `token`; a malformed token is the client's 400. */
+function decodeCursor(token: string): PageCursor {
   try {
-    text = Buffer.from(token.replace(/=+$/, ''), 'base64url').toString('utf8');
-    if (!/^[A-Za-z0-9_=-]+$/.test(token)) throw new Error('illegal base64 data');
+    return decodePageToken(token);
   } catch (e) {
-    throw new ApiError(400, `invalid next token: error decoding cursor: ${(e as Error).message}`);
+    if (e instanceof PageTokenError) throw new ApiError(400, e.message);
+    throw e;
   }
-  const sep = text.indexOf('__');
-  if (sep < 0) throw new ApiError(400, 'invalid next token: invalid cursor format');
-  const time = text.slice(0, sep);
-  const id = text.slice(sep + 2).replace(/__asc$/, '');
-  let timeNs: bigint;
-  try {
-    timeNs = toNs(time);
-  } catch (e) {
-    throw new ApiError(
-      400,
-      `invalid next token: invalid timestamp format in cursor: ${(e as Error).message}`,
-    );
-  }
-  if (!id) throw new ApiError(400, 'invalid next token: invalid cursor value: empty id');
-  return { timeNs, id };
 }
 
 /** Parses `limit` (1..100, omitted = no limit). */
@@ -79,8 +40,8 @@ export function parseLimit(raw: unknown): number | undefined {
   return n;
 }
 
-function after(item: Pageable, c: Cursor, order: PageOrder): boolean {
-  const t = toNs(item.createdAt);
+function after(item: Pageable, c: PageCursor, order: PageOrder): boolean {
+  const t = timestampNs(item.createdAt);
   if (t !== c.timeNs) return order === 'desc' ? t < c.timeNs : t > c.timeNs;
   return item.id > c.id;
 }
@@ -94,13 +55,13 @@ export function paginate<T extends Pageable>(
 ): Page<T> {
   const sign = order === 'desc' ? -1 : 1;
   const sorted = [...all].sort((a, b) => {
-    const ta = toNs(a.createdAt);
-    const tb = toNs(b.createdAt);
+    const ta = timestampNs(a.createdAt);
+    const tb = timestampNs(b.createdAt);
     if (ta !== tb) return ta > tb ? sign : -sign;
     return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
   });
   const rest = nextToken ? sorted.filter((i) => after(i, decodeCursor(nextToken), order)) : sorted;
   if (limit === undefined || rest.length <= limit) return { items: rest };
   const items = rest.slice(0, limit);
-  return { items, nextToken: encodeCursor(items[items.length - 1]!, order) };
+  return { items, nextToken: encodePageToken(items[items.length - 1]!, order) };
 }

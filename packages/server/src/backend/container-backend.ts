@@ -21,7 +21,7 @@ import type {
 import type { PausedState, SandboxRecord } from '../orchestrator/types.js';
 import type { PublishInput, SnapshotRecord, SnapshotRepository } from '../snapshot/index.js';
 import { SingleFlight } from '../image/single-flight.js';
-import { initEnvd, waitForEnvd, type EnvdInit, type EnvdInitCredentials } from '../envd/client.js';
+import { DEFAULT_PATH, initEnvd, waitForEnvd, type EnvdInitCredentials, type InitBody } from '@aenv/protocol';
 import { archiveDir, extractArchive, syncFilesystem } from './disk-archive.js';
 import { availableMemoryRatio } from './memory-pressure.js';
 import { crashPoint } from '../util/crash-point.js';
@@ -291,9 +291,7 @@ export class ContainerBackend implements SandboxBackend {
         lowerDirs: image.layers.map((l) => l.dir),
         toolsVersion: this.opts.tools.version,
         envdEnv: {
-          PATH:
-            boot.committed.context.envVars.PATH ??
-            '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+          PATH: boot.committed.context.envVars.PATH ?? DEFAULT_PATH,
           ENVD_PORT: String(this.opts.envdPort),
           AENV_INIT_LOG: '/run/agentenv/envd.log',
         },
@@ -499,7 +497,7 @@ export class ContainerBackend implements SandboxBackend {
   }
 
   /** envd's `/init`: the sandbox's identity, env, user, workdir and token (every start and resume). */
-  private initBody(record: SandboxRecord): EnvdInit {
+  private initBody(record: SandboxRecord): InitBody {
     return {
       envVars: record.envVars,
       accessToken: record.secure ? this.opts.envdToken(record.id) : '',

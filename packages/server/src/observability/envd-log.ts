@@ -1,4 +1,5 @@
 import { request } from 'node:http';
+import { ACCESS_TOKEN_HEADER } from '@aenv/protocol';
 import type { SandboxLogLevel, SandboxLogLine } from './sandbox-log-store.js';
 
 /** Where aenv-init and envd write inside every sandbox (`AENV_INIT_LOG`, see docs/operations.md). */
@@ -33,7 +34,7 @@ export function fetchEnvdLog(src: EnvdLogSource): Promise<{ text: string; trunca
         headers: {
           range: `bytes=-${src.maxBytes}`,
           'accept-encoding': 'identity',
-          ...(src.accessToken ? { 'x-access-token': src.accessToken } : {}),
+          ...(src.accessToken ? { [ACCESS_TOKEN_HEADER]: src.accessToken } : {}),
         },
       },
       (res) => {

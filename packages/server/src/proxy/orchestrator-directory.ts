@@ -4,8 +4,6 @@ import type { SandboxTokenIssuer } from '../secrets/index.js';
 import { AutoResumeTimeout, type ProxyTarget, type SandboxDirectory } from './directory.js';
 import { parseSignedFiles, SignedUrlRouter, type SigningCandidate } from './signed-urls.js';
 
-export { filesSignature } from './signed-urls.js';
-
 function target(r: SandboxRecord): ProxyTarget {
   return {
     sandboxId: r.id,

@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { Agent, type Dispatcher } from 'undici';
+import { ENVD_UNAUTHORIZED_MESSAGE } from '@aenv/protocol';
 import type { Logger } from '../util/log.js';
 import type { DataPlane } from './data-plane.js';
 import { classify, RoutingError, type DataPlaneRoute } from './routing.js';
@@ -31,8 +32,6 @@ class ProxyReply extends Error {
 
 const clientError = (status: number, message: string) => new ProxyReply(status, { code: status, message });
 
-const ENVD_UNAUTHORIZED =
-  'unauthorized access, please provide a valid access token or method signing if supported';
 const CLAIM = Symbol('aenv.proxyClaim');
 /** Largest non-101 answer to an upgrade request relayed to the client (it is buffered to frame it). */
 const MAX_UPGRADE_REFUSAL_BYTES = 64 * 1024;
@@ -224,7 +223,7 @@ export class SandboxProxy implements DataPlane {
       const token = singleHeader(req, 'x-access-token');
       if (token !== undefined) {
         if (this.opts.directory.verifyEnvdToken(target.sandboxId, token)) return token;
-        throw clientError(401, ENVD_UNAUTHORIZED);
+        throw clientError(401, ENVD_UNAUTHORIZED_MESSAGE);
       }
       if (signatureVerified) return undefined;
       if (
@@ -232,7 +231,7 @@ export class SandboxProxy implements DataPlane {
         this.opts.directory.verifyFilesSignature(target.sandboxId, route.upstreamPath, req.method ?? 'GET')
       )
         return undefined;
-      throw clientError(401, ENVD_UNAUTHORIZED);
+      throw clientError(401, ENVD_UNAUTHORIZED_MESSAGE);
     }
     if (target.allowPublicTraffic) return undefined;
     const token = singleHeader(req, 'e2b-traffic-access-token');

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
+import { fileSignature } from '@aenv/protocol';
 import {
   Budget,
-  filesSignature,
   parseSignedFiles,
   SignedUrlBudgetExceeded,
   SignedUrlRouter,
@@ -12,7 +12,7 @@ const NOW = 1_800_000_000_000;
 const DAY = 86400;
 
 function url(path: string, token: string, op: 'read' | 'write', exp?: number): string {
-  const sig = filesSignature(path, op, '', token, exp === undefined ? undefined : String(exp));
+  const sig = fileSignature(path, op, '', token, exp === undefined ? undefined : String(exp));
   const q = new URLSearchParams({
     path,
     signature: sig,

@@ -1,22 +1,8 @@
 // Signed envd `/files` URLs as the proxy sees them (docs/security.md, "Signed file URLs"): parsing with envd's
 // own URL rules, the node's lifetime limits, and routing of header-less URLs to the sandbox whose token
 // signed them without one hash per running sandbox on every request.
-import { createHash, timingSafeEqual } from 'node:crypto';
-
-/** envd's v1 signature of a `/files` URL (e2b-protocol §3.2): "v1_" + unpadded base64 sha256. */
-export function filesSignature(
-  path: string,
-  op: 'read' | 'write',
-  username: string,
-  token: string,
-  expiration?: string,
-): string {
-  const text = `${path}:${op}:${username}:${token}${expiration !== undefined ? `:${expiration}` : ''}`;
-  return 'v1_' + createHash('sha256').update(text).digest('base64').replace(/=+$/, '');
-}
-
-/** "v1_" + 43 characters of unpadded base64: the only shape a sha256 signature can have. */
-const SIGNATURE_SHAPE = /^v1_[A-Za-z0-9+/]{43}$/;
+import { timingSafeEqual } from 'node:crypto';
+import { FILE_SIGNATURE_SHAPE, fileSignature } from '@aenv/protocol';
 
 export interface SignedFilesRequest {
   path: string;
@@ -46,7 +32,7 @@ export function parseSignedFiles(target: string, method: string): SignedFilesReq
   if (url.pathname !== '/files') return undefined;
   const q = url.searchParams;
   const signature = q.get('signature');
-  if (!signature || !SIGNATURE_SHAPE.test(signature)) return undefined;
+  if (!signature || !FILE_SIGNATURE_SHAPE.test(signature)) return undefined;
   const expiration = q.get('signature_expiration') ?? undefined;
   if (expiration !== undefined && !/^-?\d+$/.test(expiration)) return undefined;
   return {
@@ -76,7 +62,7 @@ export function withinLifetime(
 }
 
 export function signatureMatches(s: SignedFilesRequest, token: string): boolean {
-  const expected = Buffer.from(filesSignature(s.path, s.op, s.username, token, s.expiration));
+  const expected = Buffer.from(fileSignature(s.path, s.op, s.username, token, s.expiration));
   const presented = Buffer.from(s.signature);
   return expected.length === presented.length && timingSafeEqual(expected, presented);
 }

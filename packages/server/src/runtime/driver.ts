@@ -158,8 +158,9 @@ export interface RuntimeDriver {
   /** Makes the sandbox's disk and starts its init process. On failure nothing of it is left behind. */
   create(spec: SandboxSpec, opts: CreateOptions): Promise<SandboxHandle>;
   /**
-   * Resolves once the disk limit (`resources.diskMB`) of the sandbox last created or restored is in place;
-   * rejects if it could not be set. `create`/`restore` return before it is: await both before handing the
+   * Resolves once the limits set after start (the disk limit `resources.diskMB`, per-user limits of the
+   * sandbox's user namespace) of the sandbox last created or restored are in place; rejects if they could
+   * not be set. `create`/`restore` return before it is: await both before handing the
    * sandbox out (other operations on the sandbox wait for it by themselves).
    */
   diskLimitSet(id: string): Promise<void>;

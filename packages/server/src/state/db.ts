@@ -1,5 +1,5 @@
 import Database from 'better-sqlite3';
-import { mkdirSync } from 'node:fs';
+import { chmodSync, closeSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 
 export type StateDb = Database.Database;
@@ -15,7 +15,7 @@ export interface Migration {
 
 /** Opens (creating if needed) the node's state database and applies pending migrations in order. */
 export function openStateDb(path: string, migrations: readonly Migration[]): StateDb {
-  mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+  if (path !== ':memory:') makePrivate(path);
   const db = new Database(path);
   db.pragma('journal_mode = WAL');
   // WAL + NORMAL: every commit survives a process crash; callers that need machine-crash durability
@@ -25,6 +25,22 @@ export function openStateDb(path: string, migrations: readonly Migration[]): Sta
   db.pragma('busy_timeout = 5000');
   applyMigrations(db, migrations);
   return db;
+}
+
+/**
+ * The database holds sandboxes' env vars and metadata: owner-only, in a 0700 dir. SQLite gives the -wal and
+ * -shm files the mode of the database file, so that file is made (or fixed) first; older ones are fixed too.
+ */
+function makePrivate(path: string): void {
+  mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+  closeSync(openSync(path, 'a', 0o600));
+  for (const f of [path, `${path}-wal`, `${path}-shm`]) {
+    try {
+      chmodSync(f, 0o600);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+    }
+  }
 }
 
 export function applyMigrations(db: StateDb, migrations: readonly Migration[]): void {

@@ -10,8 +10,7 @@ import type { RuntimeDriver, ToolsMount } from '../runtime/driver.js';
 import type { IdRangeAllocator } from '../runtime/container/id-range-allocator.js';
 import type { CommandContext } from '../snapshot/index.js';
 import type { Logger } from '../util/log.js';
-import { initEnvd, waitForEnvd } from '../envd/client.js';
-import { EnvdRpcClient } from '../envd/rpc-client.js';
+import { DEFAULT_PATH, EnvdRpcClient, initEnvd, waitForEnvd } from '@aenv/protocol';
 
 export interface BuildSandboxesOptions {
   runtime: RuntimeDriver;
@@ -49,7 +48,6 @@ export interface BuildSandbox {
 }
 
 export const BUILD_LEASE_PREFIX = 'build:';
-const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
 export class BuildSandboxes {
   constructor(private readonly opts: BuildSandboxesOptions) {}

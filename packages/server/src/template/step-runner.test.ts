@@ -1,6 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { Code, ConnectError } from '@connectrpc/connect';
-import { EnvdCommandError } from '../envd/rpc-client.js';
+import { Code, ConnectError, EnvdCommandError } from '@aenv/protocol';
 import { copySourcePrefix, directoryMode, runCommandFailure } from './step-runner.js';
 
 describe('COPY helpers', () => {

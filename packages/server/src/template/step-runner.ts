@@ -1,8 +1,7 @@
 // Runs build steps in a build sandbox through envd and keeps the build state up to date.
 import { createReadStream } from 'node:fs';
 import { posix } from 'node:path';
-import { Code, ConnectError } from '@connectrpc/connect';
-import type { CommandResult, EnvdRpcClient } from '../envd/rpc-client.js';
+import { Code, ConnectError, type CommandResult, type EnvdRpcClient } from '@aenv/protocol';
 import type { BuildLog } from './build-log.js';
 import {
   expansionScript,

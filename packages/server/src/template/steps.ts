@@ -1,37 +1,6 @@
 // The body of `POST /v2/templates/{id}/builds/{id}` (TemplateBuildStartV2) and its steps, validated before the
 // build is accepted: every error here is a 400 the SDK shows to the user.
-import { z } from 'zod';
-import { DomainError, ErrorKind } from '@aenv/protocol';
-
-const rawStepSchema = z
-  .object({
-    type: z.string(),
-    args: z.array(z.string()).optional(),
-    force: z.boolean().optional(),
-    filesHash: z.string().nullable().optional(),
-    // The SDK leaves these on COPY steps; they only matter on the client side.
-    forceUpload: z.boolean().nullable().optional(),
-    resolveSymlinks: z.boolean().nullable().optional(),
-    gzip: z.boolean().nullable().optional(),
-  })
-  .passthrough();
-
-const registrySchema = z.object({ type: z.string() }).passthrough();
-
-export const buildStartSchema = z
-  .object({
-    fromImage: z.string().optional(),
-    fromTemplate: z.string().optional(),
-    fromImageRegistry: registrySchema.optional(),
-    force: z.boolean().optional(),
-    steps: z.array(rawStepSchema).optional(),
-    startCmd: z.string().optional(),
-    readyCmd: z.string().optional(),
-  })
-  .passthrough();
-
-export type RawBuildStart = z.infer<typeof buildStartSchema>;
-export type RawStep = z.infer<typeof rawStepSchema>;
+import { DomainError, ErrorKind, templateBuildStartV2Schema, type TemplateStep } from '@aenv/protocol';
 
 interface StepBase {
   /** 1-based position in the request; the SDK maps `reason.step` back to the user's source line with it. */
@@ -98,7 +67,7 @@ function first(type: string, index: number, args: readonly string[], what: strin
   return v;
 }
 
-function parseStep(raw: RawStep, index: number, uploaded: (hash: string) => boolean): BuildStep {
+function parseStep(raw: TemplateStep, index: number, uploaded: (hash: string) => boolean): BuildStep {
   const type = raw.type.trim().toUpperCase();
   const args = raw.args ?? [];
   const base = {
@@ -190,7 +159,7 @@ export function parseBuildSpec(
   body: unknown,
   opts: { defaultImage: string; uploaded: (hash: string) => boolean },
 ): BuildSpec {
-  const parsed = buildStartSchema.safeParse(body ?? {});
+  const parsed = templateBuildStartV2Schema.safeParse(body ?? {});
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
     throw bad(`invalid build request: ${issue.path.join('.') || 'body'}: ${issue.message}`);

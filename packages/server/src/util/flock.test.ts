@@ -51,4 +51,27 @@ describe('acquireFlock', () => {
     const mine = await acquireFlock(path, 'exclusive', 10_000);
     await mine.release();
   });
+
+  it('does not keep the process alive: a holder with nothing else to do exits, and the lock is free', async () => {
+    const path = join(dir, 'z.lock');
+    const holder = spawn(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        '-e',
+        `
+      import { acquireFlock } from ${JSON.stringify(new URL('./flock.ts', import.meta.url).pathname)};
+      await acquireFlock(${JSON.stringify(path)}, 'exclusive', 5000);
+      console.log('held');
+    `,
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    let out = '';
+    holder.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    const code = await new Promise((r) => holder.once('close', r));
+    expect([code, out]).toEqual([0, 'held\n']);
+    await (await acquireFlock(path, 'exclusive', 10_000)).release();
+  });
 });

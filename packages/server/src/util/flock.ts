@@ -41,8 +41,17 @@ export function acquireFlock(path: string, mode: FlockMode, timeoutMs: number): 
     child.stdout.once('data', () => {
       acquired = true;
       child.stdout.resume();
+      // A held lock does not keep this process alive: one that has nothing else left to do (a server that
+      // failed to start) exits, and the kernel lets go of the lock with it.
+      const handles = [child, child.stdin, child.stdout, child.stderr] as unknown as {
+        ref(): void;
+        unref(): void;
+      }[];
+      for (const h of handles) h.unref();
       resolve({
         release: async () => {
+          // Releasing is work in progress: waiting for `cat` to exit keeps the process alive again.
+          for (const h of handles) h.ref();
           child.stdin.end();
           await exited;
         },

@@ -47,6 +47,6 @@ async function lockDir(dir: string, key: string): Promise<HeldFlock> {
       `another aenv server${holder} is running with ${key} ${dir}; stop it first, or give this one its own home_path, runtime_path, resource_prefix and network CIDRs`,
     );
   }
-  writeFileSync(pidFile, `${process.pid}\n`, { mode: 0o644 });
+  writeFileSync(pidFile, `${process.pid}\n`, { mode: 0o600 });
   return held;
 }

@@ -1,6 +1,6 @@
 // Per-sandbox metrics: `GET /sandboxes/{id}/metrics` and `GET /sandboxes/metrics?sandbox_ids=…` (docs/operations.md).
 import type { FastifyInstance } from 'fastify';
-import { isSandboxId } from '@aenv/protocol';
+import { isSandboxId, type SandboxMetric } from '@aenv/protocol';
 import type { SandboxMetricSample } from '../../observability/sandbox-metrics.js';
 import type { SandboxMetricsView } from '../../observability/views.js';
 import { LogQueryError, parseQueryInt } from '../../observability/log-query.js';
@@ -23,7 +23,7 @@ function queryInt(raw: unknown, name: string): number | undefined {
 }
 
 /** The E2B `SandboxMetric` shape; `timestamp` (deprecated) and `timestampUnix` name the same second. */
-export function metricView(s: SandboxMetricSample) {
+export function metricView(s: SandboxMetricSample): SandboxMetric {
   return {
     timestamp: new Date(s.timestampMs).toISOString(),
     timestampUnix: Math.floor(s.timestampMs / 1000),

@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { isUuid } from '@aenv/protocol';
+import { isUuid, type NodeDetail, type NodeResponse } from '@aenv/protocol';
 import type { HostMetricsSampler } from '../../observability/host-metrics.js';
 import { ApiError } from '../errors.js';
 import type { SandboxCountersView } from '../../orchestrator/orchestrator.js';
@@ -33,7 +33,7 @@ function clusterMatches(query: unknown, clusterId: string): boolean {
 
 /** `GET /nodes` and `GET /nodes/{nodeID}` (reference §2.3–2.4). */
 export function registerNodeRoutes(app: FastifyInstance, deps: NodesRouteDeps): void {
-  const view = async () => {
+  const view = async (): Promise<NodeResponse> => {
     const host = await deps.host.sample();
     const c = deps.counters();
     const id = deps.identity;
@@ -75,6 +75,7 @@ export function registerNodeRoutes(app: FastifyInstance, deps: NodesRouteDeps): 
       throw new ApiError(404, `node ${req.params.nodeID} not found`);
     }
     const { sandboxStartingCount: _omit, ...rest } = await view();
-    return { ...rest, cachedBuilds: [] };
+    const detail: NodeDetail = { ...rest, cachedBuilds: [] };
+    return detail;
   });
 }

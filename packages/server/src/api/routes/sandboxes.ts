@@ -1,24 +1,29 @@
 import type { FastifyInstance, FastifyReply } from 'fastify';
-import { isSandboxId } from '@aenv/protocol';
-import type { Orchestrator } from '../../orchestrator/orchestrator.js';
-import { apiState, type SandboxRecord } from '../../orchestrator/types.js';
-import type { EgressPolicy } from '../../network/types.js';
-import { ApiError, errorAnswer } from '../errors.js';
-import { paginate, parseLimit } from '../pagination.js';
-import { matchesMetadata, parseMetadataFilter } from '../metadata-filter.js';
 import {
   connectSchema,
   connectV2Schema,
   forkSchema,
   networkUpdateSchema,
   newSandboxSchema,
-  parseBody,
+  NEXT_TOKEN_HEADER,
   pauseSchema,
-  parseRequiredBody,
   refreshSchema,
   resumeSchema,
+  SANDBOX_ID_RESPONSE_HEADER,
   timeoutSchema,
-} from '../schemas.js';
+  type ForkResult,
+  type ListedSandbox,
+  type SandboxDetail,
+  type SandboxResponse,
+  isSandboxId,
+} from '@aenv/protocol';
+import type { Orchestrator } from '../../orchestrator/orchestrator.js';
+import { apiState, type SandboxRecord } from '../../orchestrator/types.js';
+import type { EgressPolicy } from '../../network/types.js';
+import { ApiError, errorAnswer } from '../errors.js';
+import { paginate, parseLimit } from '../pagination.js';
+import { matchesMetadata, parseMetadataFilter } from '../metadata-filter.js';
+import { parseBody, parseRequiredBody } from '../parse-body.js';
 import {
   refuseUnsupportedCreateFields,
   refuseUnsupportedNetworkUpdateFields,
@@ -83,7 +88,7 @@ function sandboxId(raw: string): string {
 export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDeps): void {
   const { orchestrator: orch, tokens } = deps;
 
-  const sandboxView = (r: SandboxRecord) => ({
+  const sandboxView = (r: SandboxRecord): SandboxResponse => ({
     templateID: r.templateId,
     sandboxID: r.id,
     ...(r.alias ? { alias: r.alias } : {}),
@@ -94,7 +99,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
     ...(deps.domain ? { domain: deps.domain } : {}),
   });
 
-  const listedView = (r: SandboxRecord) => ({
+  const listedView = (r: SandboxRecord): ListedSandbox => ({
     templateID: r.templateId,
     ...(r.alias ? { alias: r.alias } : {}),
     sandboxID: r.id,
@@ -109,7 +114,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
     envdVersion: r.envdVersion,
   });
 
-  const detailView = (r: SandboxRecord) => {
+  const detailView = (r: SandboxRecord): SandboxDetail => {
     const n = r.network;
     const hasNetwork = !n.allowPublicTraffic || n.allowOut.length > 0 || n.denyOut.length > 0;
     return {
@@ -132,7 +137,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
   };
 
   const created = (reply: FastifyReply, r: SandboxRecord, status: number) =>
-    reply.code(status).header('x-agentenv-sandbox-id', r.id).send(sandboxView(r));
+    reply.code(status).header(SANDBOX_ID_RESPONSE_HEADER, r.id).send(sandboxView(r));
 
   const create = async (body: unknown, reply: FastifyReply, defaults: CreateDefaults) => {
     const req = parseRequiredBody(newSandboxSchema, body, 'sandbox request');
@@ -225,7 +230,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
       typeof q.nextToken === 'string' && q.nextToken ? q.nextToken : undefined,
       order,
     );
-    if (page.nextToken) void reply.header('x-next-token', page.nextToken);
+    if (page.nextToken) void reply.header(NEXT_TOKEN_HEADER, page.nextToken);
     return page.items.map((i) => listedView(i.r));
   });
 
@@ -292,7 +297,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
     return reply
       .code(201)
       .send(
-        results.map((r) =>
+        results.map((r): ForkResult =>
           r.ok ? { sandbox: sandboxView(r.record) } : { error: errorAnswer(r.error).body },
         ),
       );

@@ -1,5 +1,11 @@
 import type { FastifyInstance } from 'fastify';
-import { isSandboxId, newSnapshotId } from '@aenv/protocol';
+import {
+  isSandboxId,
+  NEXT_TOKEN_HEADER,
+  newSnapshotId,
+  snapshotSchema,
+  type SnapshotInfo,
+} from '@aenv/protocol';
 import type { Orchestrator, SnapshotTimings } from '../../orchestrator/orchestrator.js';
 import {
   isValidAlias,
@@ -10,7 +16,7 @@ import {
 import { candidateNames } from '../../template/catalog.js';
 import { ApiError } from '../errors.js';
 import { paginate, parseLimit } from '../pagination.js';
-import { parseBody, snapshotSchema } from '../schemas.js';
+import { parseBody } from '../parse-body.js';
 import { refuseUnsupportedSnapshotFields } from '../unsupported-fields.js';
 
 export interface SnapshotRouteDeps {
@@ -18,7 +24,7 @@ export interface SnapshotRouteDeps {
   repository: SnapshotRepository;
 }
 
-export function snapshotInfo(r: SnapshotRecord) {
+export function snapshotInfo(r: SnapshotRecord): SnapshotInfo {
   return {
     snapshotID: r.id,
     names: r.alias ? [r.alias] : [],
@@ -85,7 +91,7 @@ export function registerSnapshotRoutes(app: FastifyInstance, deps: SnapshotRoute
       parseLimit(q.limit),
       typeof q.nextToken === 'string' && q.nextToken ? q.nextToken : undefined,
     );
-    if (page.nextToken) void reply.header('x-next-token', page.nextToken);
+    if (page.nextToken) void reply.header(NEXT_TOKEN_HEADER, page.nextToken);
     return page.items.map(snapshotInfo);
   });
 

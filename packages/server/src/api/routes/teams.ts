@@ -1,6 +1,7 @@
 // `GET /teams`: a node has one local team, the holder of its API key (docs/differences.md).
 import { createHash } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
+import type { TeamResponse } from '@aenv/protocol';
 
 export const LOCAL_TEAM_NAME = 'local';
 
@@ -11,7 +12,7 @@ export function localTeamId(apiKey: string): string {
 }
 
 export function registerTeamRoutes(app: FastifyInstance, deps: { apiKey: string }): void {
-  const team = {
+  const team: TeamResponse = {
     teamID: localTeamId(deps.apiKey),
     name: LOCAL_TEAM_NAME,
     // The caller presented this very key to get here.

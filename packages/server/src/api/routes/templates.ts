@@ -1,10 +1,20 @@
 // Template routes of the E2B build API (reference §2.2–2.6, e2b-protocol §2.4).
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { z } from 'zod';
-import { isBuildId, isCanonicalUuid } from '@aenv/protocol';
+import {
+  isBuildId,
+  isCanonicalUuid,
+  assignTemplateTagsSchema,
+  deleteTemplateTagsSchema,
+  NEXT_TOKEN_HEADER,
+  templateBuildRequestV3Schema,
+  templateUpdateSchema,
+  type TemplateBuild,
+  type TemplateBuildStatus,
+  type TemplateResponse,
+} from '@aenv/protocol';
 import { ApiError } from '../errors.js';
 import { paginate, parseLimit } from '../pagination.js';
-import { parseBody } from '../schemas.js';
+import { parseBody } from '../parse-body.js';
 import {
   DEFAULT_TAG,
   isValidAlias,
@@ -43,21 +53,7 @@ const shown = (s: string) => JSON.stringify(s.length > 80 ? `${s.slice(0, 80)}�
 
 const MAX_NAME = 128;
 
-const requestV3Schema = z
-  .object({
-    name: z.string().optional(),
-    alias: z.string().optional(),
-    tags: z.array(z.string()).nullable().optional(),
-    cpuCount: z.number().int().optional(),
-    memoryMB: z.number().int().optional(),
-    minFreeDiskMb: z.number().int().optional(),
-    teamID: z.string().optional(),
-  })
-  .passthrough();
-
-type BuildStatus = 'waiting' | 'building' | 'ready' | 'error';
-
-function buildStatusOf(r: SnapshotRecord): BuildStatus {
+function buildStatusOf(r: SnapshotRecord): TemplateBuildStatus {
   return r.source.kind === 'template' ? r.source.build.status : 'ready';
 }
 
@@ -102,10 +98,6 @@ async function findRecord(repo: SnapshotRepository, idOrAlias: string): Promise<
   return r && r.source.kind !== 'paused' ? r : undefined;
 }
 
-const tagsRequestSchema = z.object({ target: z.string().min(1), tags: z.array(z.string()).min(1) }).strict();
-const untagRequestSchema = z.object({ name: z.string().min(1), tags: z.array(z.string()).min(1) }).strict();
-const updateRequestSchema = z.object({ public: z.boolean().optional() }).strict();
-
 function parseOffset(raw: unknown): number {
   if (raw === undefined || raw === '') return 0;
   const n = typeof raw === 'string' && /^\d+$/.test(raw) ? Number(raw) : NaN;
@@ -120,7 +112,7 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
   const envdVersionOf = (r: SnapshotRecord) =>
     r.committed?.runtimeVersions.envd ?? (r.committed ? deps.envdVersion : 'unknown');
 
-  const templateView = (r: SnapshotRecord) => ({
+  const templateView = (r: SnapshotRecord): TemplateResponse => ({
     templateID: r.id,
     buildID: r.id,
     cpuCount: r.resources.cpuCount,
@@ -139,7 +131,7 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
     buildStatus: buildStatusOf(r),
   });
 
-  const buildView = (r: SnapshotRecord) => {
+  const buildView = (r: SnapshotRecord): TemplateBuild => {
     const finishedAt =
       r.source.kind === 'template' ? r.source.build.finishedAt : r.committed ? r.updatedAt : undefined;
     return {
@@ -165,7 +157,7 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
   };
 
   app.post('/v3/templates', async (req, reply) => {
-    const body = parseBody(requestV3Schema, req.body, 'template build request');
+    const body = parseBody(templateBuildRequestV3Schema, req.body, 'template build request');
     const full = (body.name ?? body.alias ?? '').trim();
     if (!full) throw new ApiError(400, 'name is required');
     // `name:tag` is the same as `name` with `tag` in `tags`.
@@ -241,7 +233,7 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
       parseLimit(q.limit),
       typeof q.nextToken === 'string' && q.nextToken ? q.nextToken : undefined,
     );
-    if (page.nextToken) void reply.header('x-next-token', page.nextToken);
+    if (page.nextToken) void reply.header(NEXT_TOKEN_HEADER, page.nextToken);
     return page.items.map((i) => templateView(i.r));
   });
 
@@ -342,7 +334,7 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
   });
 
   app.post('/templates/tags', async (req, reply) => {
-    const body = parseBody(tagsRequestSchema, req.body, 'tag request');
+    const body = parseBody(assignTemplateTagsSchema, req.body, 'tag request');
     const { name, tag } = parseTemplateRef(body.target);
     if (body.target.includes('/'))
       throw new ApiError(400, `invalid target ${shown(body.target)}: use name:tag`);
@@ -362,7 +354,7 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
   });
 
   app.delete('/templates/tags', async (req, reply) => {
-    const body = parseBody(untagRequestSchema, req.body, 'tag request');
+    const body = parseBody(deleteTemplateTagsSchema, req.body, 'tag request');
     if (body.name.includes(':') || body.name.includes('/'))
       throw new ApiError(400, `invalid name ${shown(body.name)}: give the template name without a tag`);
     const tags = requestedTags(body.tags);
@@ -382,7 +374,7 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
   // ---- PATCH: `public` is recorded and reported; a node has one team, so it changes no access ----
 
   const updateTemplate = async (templateID: string, body: unknown) => {
-    const update = parseBody(updateRequestSchema, body, 'template update');
+    const update = parseBody(templateUpdateSchema, body, 'template update');
     const record = await templateByName(repo, templateID);
     const next =
       update.public === undefined

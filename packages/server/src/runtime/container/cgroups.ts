@@ -1,5 +1,5 @@
 import { readFileSync, writeFileSync } from 'node:fs';
-import { readFile, readdir, rmdir, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, rmdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { SandboxStats } from '../driver.js';
@@ -120,6 +120,31 @@ export class Cgroups {
     const root = this.layout.v1.get(controller);
     if (!root) throw new RuntimeError('HostSetup', `cgroup controller ${controller} is not mounted`);
     return join(root, this.parent, id);
+  }
+
+  /**
+   * Caps the tasks of all sandboxes together at `max` (`pids.max` of the parent cgroup: the kernel counts
+   * every task of every child against it), so sandboxes at their own limits cannot use up the host's PIDs.
+   * Made at every start: the parent is created if needed, and the value replaces an older one.
+   */
+  async limitParentPids(max: number): Promise<void> {
+    const root = this.v2() ? (this.layout.unified as string) : this.layout.v1.get('pids');
+    if (!root) throw new RuntimeError('HostSetup', 'cgroup controller pids is not mounted');
+    if (this.v2()) {
+      // The parent's own pids.max only exists when its parent delegates the controller.
+      const enabled = await readTrim(join(root, 'cgroup.subtree_control'));
+      if (!enabled.split(' ').includes('pids'))
+        await writeFile(join(root, 'cgroup.subtree_control'), '+pids');
+    }
+    const dir = join(root, this.parent);
+    await mkdir(dir, { recursive: true });
+    await writeFile(join(dir, 'pids.max'), String(max));
+  }
+
+  /** Tasks of all sandboxes together (`pids.current` of the parent cgroup). */
+  async parentPids(): Promise<number> {
+    const root = this.v2() ? (this.layout.unified as string) : this.layout.v1.get('pids');
+    return readNumber(join(root as string, this.parent, 'pids.current'));
   }
 
   /** memsw (RAM+swap) limits exist only when the kernel accounts swap; v2 always has memory.swap.max. */

@@ -19,6 +19,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run } from '../../util/exec.js';
 import type { SandboxSpec } from '../driver.js';
 import { RuntimeError } from '../driver.js';
+import { Cgroups, detectCgroupLayout } from './cgroups.js';
 import { ContainerDriver } from './container-driver.js';
 import { versionAtLeast } from './criu.js';
 import { rangeOfBlock } from './id-ranges.js';
@@ -133,6 +134,8 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       cowVolumeSizeGb: 8,
       diskLimits: true,
       cgroupParent,
+      inotifyMaxInstances: 77,
+      inotifyMaxWatches: 999,
     });
 
   beforeAll(async () => {
@@ -187,7 +190,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     const h = await driver.create(s, { tools });
     expect(h.pid).toBeGreaterThan(1);
     const status = await readFile(`/proc/${h.pid}/status`, 'utf8');
-    expect(status).toMatch(/CapEff:\s+00000000a80425fb/); // Docker's default set
+    expect(status).toMatch(/CapEff:\s+00000000a80405fb/); // Docker's default set without NET_RAW
     expect(status).toMatch(/CapInh:\s+0000000000000000/);
     expect(status).toMatch(/Seccomp:\s+2/);
     expect(status).toMatch(/NoNewPrivs:\s+0/);
@@ -207,7 +210,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       h.upperDir,
       'hostname; grep -E "^(CapEff|Seccomp):" /proc/self/status; id -u',
     );
-    expect(r).toEqual({ code: 0, output: `${s.id}\nCapEff:\t00000000a80425fb\nSeccomp:\t2\n0\n` });
+    expect(r).toEqual({ code: 0, output: `${s.id}\nCapEff:\t00000000a80405fb\nSeccomp:\t2\n0\n` });
     expect((await execInSandbox(h.upperDir, 'cat /etc/hostname /etc/hosts /etc/resolv.conf')).output).toBe(
       `${s.id}\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t${s.id}\nnameserver 192.0.2.53\n`,
     );
@@ -269,6 +272,119 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     expect(st.memoryUsageBytes).toBeGreaterThan(0);
     expect(st.frozen).toBe(false);
     await driver.destroy(s.id);
+  });
+
+  it("refuses what Docker's profile refuses, without NET_RAW, core dumps or the host's cgroup names", async () => {
+    const s = await spec();
+    const h = await driver.create(s, { tools });
+    const tryIt = async (cmd: string) => (await execInSandbox(h.upperDir, `${cmd}; echo rc=$?`)).output;
+    expect(await tryIt('dmesg')).toMatch(/Operation not permitted[\s\S]*rc=1/);
+    expect(await tryIt('unshare -U true')).toMatch(/rc=1/);
+    expect(await tryIt('unshare -n true')).toMatch(/rc=1/);
+    expect(await tryIt('mount -t tmpfs x /mnt')).toMatch(/rc=(1|255)/);
+    expect(await tryIt('nsenter -t 1 -n true')).toMatch(/rc=1/);
+    expect(await tryIt('chroot / true')).toMatch(/rc=0/);
+    // ping needs a raw socket (CAP_NET_RAW) or ICMP datagram sockets (ping_group_range, off in the slot).
+    expect(await tryIt('ping -c1 -W1 127.0.0.1')).toMatch(/(permitted|denied)[\s\S]*rc=1/);
+    expect(await tryIt('ulimit -c; ulimit -c unlimited')).toMatch(/^0\n[\s\S]*rc=(1|2)/);
+    // A cgroup namespace: the sandbox sees its own cgroup as the root, not /<parent>/<id>.
+    const cg = await tryIt('cat /proc/self/cgroup');
+    expect(cg).not.toContain(cgroupParent);
+    expect(cg).toMatch(/^\d+:[^:]*:\/$/m);
+    // Per-user limits of its user namespace, set by the host once it runs; the sandbox cannot change them.
+    await driver.diskLimitSet(s.id);
+    const userSysctls =
+      'cat /proc/sys/user/max_inotify_instances /proc/sys/user/max_inotify_watches /proc/sys/user/max_user_namespaces';
+    expect(await tryIt(userSysctls)).toBe('77\n999\n0\nrc=0\n');
+    expect(await tryIt('echo 100000 > /proc/sys/user/max_inotify_instances')).toMatch(/rc=1/);
+    await driver.destroy(s.id);
+  });
+
+  it('keeps host users out of sandbox files: 0710 sandbox dirs, nosuid/nodev host paths, nodev overlay', async () => {
+    const s = await spec();
+    const root = s.idRange.hostStart;
+    const owner = async (path: string) => {
+      const st = await stat(path);
+      return [st.uid, st.gid, (st.mode & 0o7777).toString(8)];
+    };
+    // Spare dirs are ready (the create takes one): the image range's until taken, which no sandbox runs as.
+    await driver.whenIdle();
+    const spares = (await readdir(join(base, 'home', 'sandboxes'))).filter((n) => n.startsWith('.spare-'));
+    expect(spares.length).toBeGreaterThan(0);
+    for (const n of spares)
+      expect(await owner(join(base, 'home', 'sandboxes', n))).toEqual([0, UID_START, '710']);
+    const h = await driver.create(s, { tools });
+    // Taken, the dir passes to the sandbox's own range: its root gid alone may pass (it started, so it could).
+    expect(await owner(h.sandboxDir)).toEqual([0, root, '710']);
+    expect((await stat(join(base, 'home', 'sandboxes'))).mode & 0o777).toBe(0o711);
+    const mounts = await readMounts();
+    expect(mounts.find((m) => m.mountPoint === join(h.sandboxDir, 'rootfs'))?.mountOptions).toContain(
+      'nodev',
+    );
+    expect(mounts.find((m) => m.mountPoint === join(base, 'home', 'sandboxes'))?.mountOptions).toEqual(
+      expect.arrayContaining(['nosuid', 'nodev']),
+    );
+    // What a sandbox's root can plant: a setuid binary owned by its mapped root.
+    const planted = join(h.upperDir, 'tmp', 'suid-id');
+    await execInSandbox(h.upperDir, 'touch /tmp/.copied-up');
+    await run('cp', ['/usr/bin/id', planted]);
+    await run('chown', [`${root}:${root}`, planted]);
+    await run('chmod', ['4755', planted]);
+    const asNobody = ['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', '--inh-caps=-all'];
+    // (Through sh: setpriv itself finds its program before it drops privileges.)
+    const byPath = await run(asNobody[0]!, [...asNobody.slice(1), 'sh', '-c', '"$0"', planted], {
+      allowFailure: true,
+    });
+    expect(byPath.code).not.toBe(0);
+    expect(byPath.stderr).toMatch(/Permission denied/);
+    // Even given an open file (a path it could never walk), the host-side copy does not elevate: nosuid.
+    const viaFd = (path: string) =>
+      run('sh', ['-c', `exec 3<"$1"; exec ${asNobody.join(' ')} /proc/self/fd/3`, 'sh', path]);
+    expect((await viaFd(planted)).stdout).not.toMatch(/euid=/);
+    // Inside the sandbox the overlay honours setuid (sudo must work): only the 0710 dir keeps host users away.
+    expect((await viaFd(join(h.sandboxDir, 'rootfs', 'tmp', 'suid-id'))).stdout).toMatch(
+      new RegExp(`euid=${root}\\b`),
+    );
+    expect((await execInSandbox(h.upperDir, 'mknod /tmp/mem c 1 1; echo rc=$?')).output).toMatch(/rc=1/);
+    await driver.destroy(s.id);
+  });
+
+  it('caps the tasks of all sandboxes together at the node budget', async () => {
+    const cg = new Cgroups(detectCgroupLayout(await readMounts()), cgroupParent);
+    const bomb = 'bomb() { bomb | bomb & }; bomb';
+    await cg.limitParentPids(48);
+    try {
+      const a = await driver.create(
+        await spec({ resources: { cpuCount: 1, memoryMB: 128, pidsLimit: 40 } }, bomb),
+        {
+          tools,
+        },
+      );
+      const b = await driver.create(
+        await spec({ resources: { cpuCount: 1, memoryMB: 128, pidsLimit: 40 } }, bomb),
+        {
+          tools,
+        },
+      );
+      // The kernel counts a refused fork in the cgroup of the task that forked, whichever limit refused it.
+      const refused = (id: string) =>
+        readFile(`/sys/fs/cgroup/pids/${cgroupParent}/${id}/pids.events`, 'utf8').then((t) =>
+          Number(/max (\d+)/.exec(t)?.[1]),
+        );
+      for (const id of [a.id, b.id])
+        await waitFor(
+          () => refused(id),
+          (n) => n > 0,
+          `forks refused in ${id}`,
+        );
+      expect(await cg.parentPids()).toBeLessThanOrEqual(48);
+      const [sa, sb] = [await driver.stats(a.id), await driver.stats(b.id)];
+      expect(sa.pids + sb.pids).toBeLessThanOrEqual(48);
+      await driver.destroy(a.id);
+      await driver.destroy(b.id);
+    } finally {
+      await writeFile(`/sys/fs/cgroup/pids/${cgroupParent}/pids.max`, 'max');
+    }
   });
 
   it('refuses bad specs and duplicate ids with clear errors, leaving nothing behind', async () => {
@@ -429,6 +545,8 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
         homePath: join(base, 'home-subid'),
         runtimePath: join(base, 'run-subid'),
         cowVolume: 'host' as const,
+        // The host volume here is ext4, which cannot limit disks; this test is about the id ranges.
+        diskLimits: false,
         spareDirs: 0,
         subidFiles: [subuid, subgid],
       };
@@ -640,10 +758,25 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     const stray = spawn('sleep', ['600'], { stdio: 'ignore' });
     await writeFile(join(cgDir, 'cgroup.procs'), String(stray.pid));
 
+    // Inside, the kept sandbox's root gives its root dir to another id of its range (it may).
+    expect((await execInSandbox(keep.upperDir, 'chown 0:5 / && echo ok')).output).toBe('ok\n');
+    const keepRoot = (await stat(keep.upperDir)).uid;
+    const layerModes = async () =>
+      (await readdir(lower, { recursive: true })).length +
+      ':' +
+      (await stat(join(lower, 'bin/busybox'))).mode.toString(8);
+    const layersBefore = await layerModes();
+
     // The server "crashes": a new driver object on the same dirs starts up and reconciles.
     await driver.close(); // the old driver object is gone; its background work must not race the new one
     const fresh = newDriver();
     await fresh.init();
+    // Its start-up pass over the sandbox dirs left the idmapped layer views (read-only mounts of the shared
+    // layers) alone, and kept the kept sandbox's dir group at its range's root, not the upper's group.
+    expect(await layerModes()).toBe(layersBefore);
+    const keepDir = await stat(keep.sandboxDir);
+    expect([keepDir.uid, keepDir.gid, (keepDir.mode & 0o7777).toString(8)]).toEqual([0, keepRoot, '710']);
+    expect((await stat(keep.upperDir)).gid).toBe(keepRoot + 5);
     const report = await fresh.reconcile([keep.id]);
     expect(report.containers).toEqual(expect.arrayContaining([gone1.id, gone2.id]));
     expect(report.cgroups).toContain(half);
@@ -724,6 +857,11 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       expect(nc.split('\n')[0]).toBe(pidsBefore.split('\n')[0]);
       expect(nc).toMatch(/hello/);
       expect(await readFile(`/proc/${r.pid}/status`, 'utf8')).toMatch(/Seccomp:\s+2/);
+      // CRIU made a new user namespace: its limits are set again.
+      await driver.diskLimitSet(s.id);
+      expect((await execInSandbox(h.upperDir, 'cat /proc/sys/user/max_inotify_instances')).output).toBe(
+        '77\n',
+      );
       expect((await readFile(`/proc/${r.pid}/uid_map`, 'utf8')).trim().split(/\s+/)).toEqual([
         '0',
         String(s.idRange.hostStart),
@@ -765,6 +903,13 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
         '65536',
       ]);
       expect((await lstat(join(c.upperDir, 'tmp/secret'))).uid).toBe(child.idRange.hostStart);
+      // Its sandbox dir lets only its own root pass (not the source's, whose disk it started from).
+      const forkDir = await stat(c.sandboxDir);
+      expect([forkDir.uid, forkDir.gid, (forkDir.mode & 0o7777).toString(8)]).toEqual([
+        0,
+        child.idRange.hostStart,
+        '710',
+      ]);
       expect(await readdir(images)).not.toContain(`.userns-${child.id}`);
       await waitFor(
         () => readCounter(c.upperDir),

@@ -1,5 +1,5 @@
 import { chmod, chown, lstat, mkdir, readFile, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { run } from '../../util/exec.js';
 import type {
   CheckpointOptions,
@@ -28,7 +28,7 @@ import {
   primeKerndatCache,
 } from './criu.js';
 import { writeBootId } from './boot-id.js';
-import { imagesForRange } from './criu-userns.js';
+import { imagesForRange, USERNS_VIEW_PREFIX } from './criu-userns.js';
 import { rewriteHostnameFiles, writeEtcFiles } from './etc-files.js';
 import type { IdLayout } from './id-ranges.js';
 import {
@@ -45,15 +45,30 @@ import { buildIdmapHelper, idmappedMountArgv, shiftOwnership } from './idmap-hel
 import { KeyedLock } from './keyed-lock.js';
 import { mountsUnder, readMounts } from './mountinfo.js';
 import { mountSandbox, sandboxFstab, unmountTree } from './mounts.js';
-import { buildOciConfig, DEFAULT_CAPABILITIES, INIT_PATH, TOOLS_MOUNT_POINT } from './oci-config.js';
+import { buildOciConfig, INIT_PATH, sandboxCapabilities, TOOLS_MOUNT_POINT } from './oci-config.js';
 import { Runc, RuncError } from './runc.js';
 import { SpareDirs, Trash } from './spare-dirs.js';
 import type { OciSeccomp, SeccompSource } from './seccomp.js';
 import { loadSeccompProfile } from './seccomp.js';
 import { assertHostPath, assertSandboxId, isSandboxId, validateSpec } from './validate.js';
 import { exists } from '../../util/fs.js';
+import { privatizeTree } from '../../util/private-tree.js';
+
+/**
+ * Mode of a sandbox dir (owner root, group the sandbox's mapped root): runc, running as that uid inside the
+ * user namespace, must pass through it to the rootfs and sysfs mount points; nobody else may (the overlay
+ * honours setuid for sudo inside, so a host user must never reach a sandbox's files). docs/security.md.
+ */
+const SANDBOX_DIR_MODE = 0o710;
+/** The volume root: searchable by the sandbox uids on their way to their own dir, not listable. */
+const SANDBOXES_ROOT_MODE = 0o711;
 
 export const CHECKPOINT_META_FILE = 'aenv-checkpoint.json';
+/** RLIMIT_NOFILE of sandbox processes when `[runtime].nofile_limit` is not given. */
+export const DEFAULT_NOFILE_LIMIT = 65536;
+/** Per-uid inotify limits inside a sandbox when not given (the kernel's defaults for a host user). */
+export const DEFAULT_INOTIFY_INSTANCES = 128;
+export const DEFAULT_INOTIFY_WATCHES = 65536;
 // 4.2: CRIU 4.1 fails to dump any TCP socket on recent kernels (getsockopt SO_PASSCRED -> EOPNOTSUPP).
 const MIN_CRIU_VERSION = '4.2';
 const MAX_DUMP_ATTEMPTS = 3;
@@ -94,8 +109,24 @@ export interface ContainerDriverOptions {
    * to this driver and is removed by `reconcile`: servers sharing a host need distinct values.
    */
   cgroupParent?: string;
-  /** Moby-format profile to derive the seccomp filter from; null: the built-in deny list. */
-  seccompProfilePath?: string | null;
+  /** `[runtime].seccomp_profile`: a Moby-format profile file; empty or absent: aenv's built-in profile. */
+  seccompProfilePath?: string;
+  /** `[runtime].nested_containers`: user namespaces and mounts inside them (see seccomp.ts). */
+  nestedContainers?: boolean;
+  /** `[runtime].cap_net_raw`: give sandboxes CAP_NET_RAW (raw sockets, classic ping). */
+  capNetRaw?: boolean;
+  /** `[runtime].no_new_privileges`: setuid binaries (sudo) stop working inside. */
+  noNewPrivileges?: boolean;
+  /** `[runtime].nofile_limit`: RLIMIT_NOFILE of sandbox processes (at most the server's own hard limit). */
+  nofileLimit?: number;
+  /** `[runtime].inotify_max_instances` / `inotify_max_watches`: per uid inside each sandbox. */
+  inotifyMaxInstances?: number;
+  inotifyMaxWatches?: number;
+  /**
+   * `[runtime].node_pids_limit` resolved (see resolvePidsBudget): pids.max of the cgroup parent of all
+   * sandboxes. Absent: not limited.
+   */
+  nodePidsLimit?: number;
   /**
    * Let CRIU use hardware breakpoints (faster with many threads). Off by default: on hosts whose debug
    * registers do not fire (PVM guests) every dump hangs with them. See CRIU_NO_BREAKPOINTS_ENV.
@@ -171,6 +202,12 @@ async function nofileHardLimit(): Promise<number> {
   return Math.min(hard, 1048576);
 }
 
+/** Seccomp mode of a process (2 = filter); what proves a sandbox runs under its filter. */
+async function seccompMode(pid: number): Promise<number> {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8');
+  return Number(/^Seccomp:\s+(\d+)/m.exec(status)?.[1] ?? -1);
+}
+
 /**
  * runc prepares the rootfs and bind mounts inside the sandbox's user namespace, as the mapped root (an
  * unprivileged host uid): every directory above them must be searchable by "others".
@@ -186,6 +223,17 @@ async function assertSearchable(what: string, path: string): Promise<void> {
         `${what} ${path}: ${dir} (mode ${(st.mode & 0o777).toString(8)}) is not searchable by the sandbox uid range; chmod o+x it`,
       );
     }
+  }
+}
+
+/**
+ * CRIU reads some images from inside the restored user namespace (as the sandbox's root, an "other" to
+ * them): readable by others, like the dir's search bit. Only the 0700 dirs above keep host users out
+ * (docs/security.md); the server's umask would have made them owner-only.
+ */
+async function makeImagesReadable(imagesDir: string): Promise<void> {
+  for (const e of await readdir(imagesDir, { withFileTypes: true })) {
+    if (e.isFile()) await chmod(join(imagesDir, e.name), 0o644);
   }
 }
 
@@ -209,6 +257,7 @@ export class ContainerDriver implements RuntimeDriver {
   private readonly criuConfigPath: string;
   private cgroups: Cgroups | null = null;
   private seccomp: OciSeccomp | null = null;
+  private readonly capabilities: string[];
   private seccompSourceValue: SeccompSource | null = null;
   private swapAccounting = false;
   private nofile = 1024;
@@ -250,6 +299,13 @@ export class ContainerDriver implements RuntimeDriver {
       diskLimits: opts.diskLimits ?? false,
     });
     this.criuConfigPath = join(opts.runtimePath, 'criu', 'runc.conf');
+    this.capabilities = sandboxCapabilities(opts.capNetRaw ?? false);
+    if (opts.nofileLimit !== undefined && !(Number.isInteger(opts.nofileLimit) && opts.nofileLimit >= 64)) {
+      throw new RuntimeError(
+        'InvalidSpec',
+        `runtime.nofile_limit = ${opts.nofileLimit}: must be an integer >= 64`,
+      );
+    }
   }
 
   /** Filesystem kind of the sandbox volume (after init). */
@@ -271,6 +327,24 @@ export class ContainerDriver implements RuntimeDriver {
   }
 
   async init(): Promise<void> {
+    // First: a profile that cannot be loaded stops the start before anything is made on the host.
+    const hardNofile = await nofileHardLimit();
+    const wantNofile = this.opts.nofileLimit ?? DEFAULT_NOFILE_LIMIT;
+    // A user namespace cannot raise a hard limit above the one runc inherits from this server.
+    this.nofile = Math.min(wantNofile, hardNofile);
+    if (this.opts.nofileLimit !== undefined && this.nofile < wantNofile) {
+      this.log.info(
+        { nofileLimit: wantNofile, serverHardLimit: hardNofile },
+        "runtime.nofile_limit is above the server's own hard limit of open files: sandboxes get the server's",
+      );
+    }
+    const { profile, source } = await loadSeccompProfile(
+      this.capabilities,
+      this.opts.seccompProfilePath ?? '',
+      { nestedContainers: this.opts.nestedContainers ?? false },
+    );
+    this.seccomp = profile;
+    this.seccompSourceValue = source;
     let runcVersion: string;
     try {
       runcVersion = await this.runc.version();
@@ -282,21 +356,14 @@ export class ContainerDriver implements RuntimeDriver {
     }
     this.cgroups = new Cgroups(detectCgroupLayout(await readMounts()), this.cgroupParent);
     this.swapAccounting = await this.cgroups.hasSwapAccounting();
-    this.nofile = await nofileHardLimit();
-    const { profile, source } = await loadSeccompProfile(
-      DEFAULT_CAPABILITIES,
-      this.opts.seccompProfilePath === undefined
-        ? '/usr/share/containers/seccomp.json'
-        : this.opts.seccompProfilePath,
-    );
-    this.seccomp = profile;
-    this.seccompSourceValue = source;
     await assertNoSubidCollision(this.idLayout, this.opts.subidFiles ?? SUBID_FILES);
     this.idmapHelper = await buildIdmapHelper(join(this.opts.runtimePath, 'native'));
+    if (this.opts.nodePidsLimit !== undefined) await this.cgroups.limitParentPids(this.opts.nodePidsLimit);
     await mkdir(join(this.opts.runtimePath, 'runc'), { recursive: true, mode: 0o700 });
     await mkdir(join(this.opts.runtimePath, 'criu-work'), { recursive: true, mode: 0o700 });
     await writeCriuConfig(this.criuConfigPath);
     await this.cow.init();
+    await this.enforceSandboxDirModes();
     await assertSearchable('sandbox dir', this.sandboxesDir);
     await mkdir(this.storeDir, { recursive: true, mode: 0o700 });
     const remove = (path: string) => this.cow.removeDir(path);
@@ -341,41 +408,69 @@ export class ContainerDriver implements RuntimeDriver {
         cowVolume: this.cow.kind,
         diskLimits: this.cow.enforcesLimits,
         seccomp: source,
+        nestedContainers: this.opts.nestedContainers ?? false,
+        capabilities: this.capabilities.length,
+        nofile: this.nofile,
+        nodePidsLimit: this.opts.nodePidsLimit ?? null,
         swapAccounting: this.swapAccounting,
       },
       'container runtime ready',
     );
-    if (this.opts.diskLimits && !this.cow.enforcesLimits) {
-      this.log.warn(
-        { cowVolume: this.cow.kind, dir: this.sandboxesDir },
-        'sandbox disk sizes are not enforced: they need btrfs quotas (aenv turns them on only on its own loop volume; run `btrfs quota enable` on a host btrfs to use them)',
-      );
-    }
   }
 
-  private readonly pendingDiskLimits = new Map<string, Promise<void>>();
+  private readonly pendingLimits = new Map<string, Promise<void>>();
 
   /**
-   * Sets the sandbox's disk limit once the host wrote what it writes into the sandbox dir (etc files, bundle,
-   * runc's pid file), so that a sandbox on a full disk still starts — and in the background, under the
-   * sandbox's lock, so the caller's wait for envd covers its cost and later operations come after it.
+   * Sets the limits a sandbox gets once it runs, in the background, under the sandbox's lock, so the
+   * caller's wait for envd covers their cost and later operations come after them (`diskLimitSet` waits;
+   * a failure fails the sandbox's start):
+   * - its user namespace's limits (`limitUserNamespace`);
+   * - the disk limit, once the host wrote what it writes into the sandbox dir (etc files, bundle, runc's
+   *   pid file), so that a sandbox on a full disk still starts.
    */
-  private limitDiskSoon(spec: SandboxSpec, p: SandboxPaths): void {
+  private limitSoon(spec: SandboxSpec, p: SandboxPaths, pid: number): void {
     const mb = spec.resources.diskMB;
-    if (mb === undefined || !this.cow.enforcesLimits) return;
     const job: Promise<void> = this.lock
-      .run(spec.id, () => this.cow.limitDir(p.dir, mb))
+      .run(spec.id, async () => {
+        await this.limitUserNamespace(pid);
+        if (mb !== undefined && this.cow.enforcesLimits) await this.cow.limitDir(p.dir, mb);
+      })
       .finally(() => {
-        if (this.pendingDiskLimits.get(spec.id) === job) this.pendingDiskLimits.delete(spec.id);
+        if (this.pendingLimits.get(spec.id) === job) this.pendingLimits.delete(spec.id);
       });
     job.catch((err: unknown) =>
-      this.log.warn({ err: describe(err), id: spec.id }, 'could not set the sandbox disk limit'),
+      this.log.warn({ err: describe(err), id: spec.id }, 'could not set the sandbox limits'),
     );
-    this.pendingDiskLimits.set(spec.id, job);
+    this.pendingLimits.set(spec.id, job);
+  }
+
+  /**
+   * Per-user limits of the sandbox's user namespace (its `/proc/sys/user`): inotify instances and watches
+   * per uid inside, and no nested user namespaces unless allowed (a second wall behind seccomp). Only a
+   * process holding CAP_SYS_RESOURCE in that namespace may change them: the host, not the sandbox. Set
+   * after every start and restore (CRIU makes a new namespace). The kernel also counts every sandbox's
+   * use against host root (the namespace's creator): see docs/security.md.
+   */
+  private async limitUserNamespace(pid: number): Promise<void> {
+    const values: [string, number][] = [
+      ['max_inotify_instances', this.opts.inotifyMaxInstances ?? DEFAULT_INOTIFY_INSTANCES],
+      ['max_inotify_watches', this.opts.inotifyMaxWatches ?? DEFAULT_INOTIFY_WATCHES],
+    ];
+    if (!this.opts.nestedContainers) values.push(['max_user_namespaces', 0]);
+    const script = values.map(([k], i) => `printf %s "$${i + 1}" > /proc/sys/user/${k}`).join(' && ');
+    await run('nsenter', [
+      `--user=/proc/${pid}/ns/user`,
+      '--',
+      'sh',
+      '-c',
+      script,
+      'sh',
+      ...values.map(([, v]) => String(v)),
+    ]);
   }
 
   async diskLimitSet(id: string): Promise<void> {
-    await this.pendingDiskLimits.get(id);
+    await this.pendingLimits.get(id);
   }
 
   /** Whether sandboxes' `resources.diskMB` is enforced on this host (after init). */
@@ -408,6 +503,47 @@ export class ContainerDriver implements RuntimeDriver {
       pidFile: join(dir, 'init.pid'),
       runcLog: join(dir, 'runc.log'),
     };
+  }
+
+  /**
+   * At every start (trees of older versions included): the volume root 0711; each sandbox (and spare) dir
+   * root:<its root gid> 0710 with a private bundle and files, its upper, work and mount points left as the
+   * sandbox has them; everything else (.store, template build dirs) private, disk copies (`upper`) left
+   * alone, CRIU image dirs keeping their search bit (CRIU reads images from inside the restored user
+   * namespace through the dir's fd; they are reachable only through the 0700 dirs above them).
+   */
+  private async enforceSandboxDirModes(): Promise<void> {
+    const root = this.sandboxesDir;
+    await chmod(root, SANDBOXES_ROOT_MODE);
+    for (const e of await readdir(root, { withFileTypes: true })) {
+      const path = join(root, e.name);
+      if (e.name.startsWith('.trash-')) continue; // being deleted
+      if (!e.isDirectory()) {
+        await privatizeTree(path);
+      } else if (isSandboxId(e.name) || e.name.startsWith('.spare-')) {
+        await chown(path, 0, await this.rootIdOf(path));
+        await chmod(path, SANDBOX_DIR_MODE);
+        const p = this.pathsIn(path);
+        // The lowers are mount points of read-only idmapped views of the shared image layers: never walked.
+        const leftAlone = new Set([p.upper, p.work, p.rootfs, p.sys, p.lowers]);
+        await privatizeTree(path, {
+          rule: (q) => (q === path ? SANDBOX_DIR_MODE : leftAlone.has(q) ? 'skip' : 'descend'),
+        });
+      } else {
+        await privatizeTree(path, {
+          keepSearch: true,
+          readableFilesIf: (names) => names.includes(CHECKPOINT_META_FILE),
+          // A `.userns-*` view left by a crashed restore hard-links the images of its checkpoint: making
+          // its files private would make the checkpoint's own images unreadable inside the sandbox.
+          rule: (q, st) =>
+            q === path
+              ? 0o700
+              : st.isDirectory() && (q.endsWith('/upper') || basename(q).startsWith(USERNS_VIEW_PREFIX))
+                ? 'skip'
+                : 'descend',
+        });
+      }
+    }
   }
 
   private readonly checkedTools = new Set<string>();
@@ -456,14 +592,36 @@ export class ContainerDriver implements RuntimeDriver {
     await this.prepareDirs(this.pathsIn(path), imageRange(this.idLayout).hostStart);
   }
 
-  /** Directory layout below an existing sandbox dir (upper kept if present), owned by `root`. */
+  /**
+   * The host uid/gid of the root of the range a sandbox dir's files belong to: the block of its upper's
+   * owner (inside, the sandbox can only give its files to other ids of its own range), so it follows
+   * whatever range the sandbox maps; a spare dir's upper (or none) gives the image range, which no sandbox
+   * runs as.
+   */
+  private async rootIdOf(dir: string): Promise<number> {
+    const owner = await lstat(join(dir, 'upper')).then(
+      (st) => st.uid,
+      () => undefined,
+    );
+    const block = owner === undefined ? undefined : blockOf(this.idLayout, owner);
+    return block === undefined || block === 0
+      ? imageRange(this.idLayout).hostStart
+      : rangeOfBlock(this.idLayout, block).hostStart;
+  }
+
+  /**
+   * Directory layout below an existing sandbox dir (upper kept if present), owned by `root`: the upper and
+   * work dirs belong to it, and the sandbox dir (root:<root> 0710) lets only it pass.
+   */
   private async prepareDirs(
-    p: Pick<SandboxPaths, 'upper' | 'work' | 'rootfs' | 'sys' | 'bundle'>,
+    p: Pick<SandboxPaths, 'dir' | 'upper' | 'work' | 'rootfs' | 'sys' | 'bundle'>,
     root: number,
   ): Promise<void> {
     if (!(await exists(p.upper))) await mkdir(p.upper);
     // The merged root takes its owner and mode from the upper dir; work must belong to the same owner.
     await chown(p.upper, root, root);
+    await chown(p.dir, 0, root);
+    await chmod(p.dir, SANDBOX_DIR_MODE);
     await chmod(p.upper, 0o755);
     await rm(p.work, { recursive: true, force: true });
     await mkdir(p.work);
@@ -477,6 +635,7 @@ export class ContainerDriver implements RuntimeDriver {
 
   /** Hands a prepared (spare) sandbox dir to the sandbox's range. */
   private async ownDirs(p: SandboxPaths, range: IdRange): Promise<void> {
+    await chown(p.dir, 0, range.hostStart);
     await chown(p.upper, range.hostStart, range.hostStart);
     await chown(p.work, range.hostStart, range.hostStart);
   }
@@ -584,12 +743,15 @@ export class ContainerDriver implements RuntimeDriver {
       );
       await mountSandbox(spec.netnsPath, p.fstab, fstab.cwd, idmap);
     }
+    if (!this.seccomp) throw new RuntimeError('Internal', 'ContainerDriver.init() has not run');
     const config = buildOciConfig({
       hostname: spec.hostname,
       rootfsDir: p.rootfs,
       uidMapHostStart: spec.idRange.hostStart,
       uidMapSize: spec.idRange.size,
       seccomp: this.seccomp,
+      capabilities: this.capabilities,
+      noNewPrivileges: this.opts.noNewPrivileges ?? false,
       env: spec.initEnv ?? {},
       toolsDir: tools.dir,
       sysfsDir: p.sys,
@@ -602,6 +764,18 @@ export class ContainerDriver implements RuntimeDriver {
     });
     await writeFile(p.config, JSON.stringify(config));
     await writeFile(join(p.bundle, 'tools-version'), tools.version);
+  }
+
+  /** Fail closed: a sandbox whose init is not under its seccomp filter is not handed out. */
+  private async assertFiltered(
+    id: string,
+    pid: number,
+    kind: 'StartFailed' | 'RestoreFailed',
+  ): Promise<void> {
+    const mode = await seccompMode(pid);
+    if (mode !== 2) {
+      throw new RuntimeError(kind, `sandbox ${id}: its init runs with seccomp mode ${mode}, not 2 (filter)`);
+    }
   }
 
   private async readPid(p: SandboxPaths): Promise<number> {
@@ -640,7 +814,8 @@ export class ContainerDriver implements RuntimeDriver {
         await opts.startAfter;
         await this.runc.run(spec.id, p.bundle, p.pidFile, p.runcLog);
         const handle = { id: spec.id, pid: await this.readPid(p), sandboxDir: p.dir, upperDir: p.upper };
-        this.limitDiskSoon(spec, p);
+        await this.assertFiltered(spec.id, handle.pid, 'StartFailed');
+        this.limitSoon(spec, p, handle.pid);
         this.spares?.fill();
         return handle;
       } catch (e) {
@@ -789,6 +964,7 @@ export class ContainerDriver implements RuntimeDriver {
         }
       }
       const dumpMs = Number(process.hrtime.bigint() - started) / 1e6;
+      await makeImagesReadable(imagesDir);
       const snapshotError = await diskSnapshot;
       if (opts.leaveRunning && !wasFrozen) await this.cg().thaw(id);
       if (snapshotError) {
@@ -902,7 +1078,7 @@ export class ContainerDriver implements RuntimeDriver {
         // must map to this sandbox's range instead.
         if (meta.uidMapHostStart !== range.hostStart) {
           const from = { hostStart: meta.uidMapHostStart, size: meta.uidMapSize };
-          nsImages = await imagesForRange(imagesDir, `.userns-${spec.id}`, from, range);
+          nsImages = await imagesForRange(imagesDir, `${USERNS_VIEW_PREFIX}${spec.id}`, from, range);
         }
         await this.mountAndConfigure(spec, p, opts.tools, !reuseMounts);
         const work = this.criuWorkDir(spec.id, 'restore');
@@ -928,12 +1104,13 @@ export class ContainerDriver implements RuntimeDriver {
           );
         }
         const pid = await this.readPid(p);
+        await this.assertFiltered(spec.id, pid, 'RestoreFailed');
         // A dump taken from a frozen cgroup may come back frozen.
         await this.cg().thaw(spec.id);
         if (meta.hostname !== spec.hostname) {
           await run('nsenter', [`--uts=/proc/${pid}/ns/uts`, 'hostname', spec.hostname]);
         }
-        this.limitDiskSoon(spec, p);
+        this.limitSoon(spec, p, pid);
         return { id: spec.id, pid, sandboxDir: p.dir, upperDir: p.upper };
       } catch (e) {
         await this.rollbackRestore(spec.id, inPlace);
@@ -1002,7 +1179,7 @@ export class ContainerDriver implements RuntimeDriver {
           return;
         }
       }
-      await mkdir(dest, { mode: 0o711 });
+      await mkdir(dest, { mode: 0o700 });
       await this.cow.copyTree(p.upper, join(dest, 'upper'));
     } catch (e) {
       await this.cow.removeDir(dest).catch(() => {});

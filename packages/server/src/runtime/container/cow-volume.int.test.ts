@@ -9,8 +9,32 @@ import { readMounts } from './mountinfo.js';
 
 const IS_ROOT = process.getuid?.() === 0;
 
+/** Whether this kernel has XFS quotas (CONFIG_XFS_QUOTA; not set on this project's machines). */
+async function hasXfsQuotas(): Promise<boolean> {
+  const dir = await mkdtemp('/var/tmp/aenv-xfs-probe-');
+  try {
+    await run('truncate', ['-s', '320M', join(dir, 'img')]);
+    await run('mkfs.xfs', ['-q', join(dir, 'img')]);
+    await mkdir(join(dir, 'm'));
+    const r = await run('mount', ['-o', 'loop,prjquota', join(dir, 'img'), join(dir, 'm')], {
+      allowFailure: true,
+    });
+    if (r.code === 0) await run('umount', [join(dir, 'm')]);
+    return r.code === 0;
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+const XFS_QUOTAS = IS_ROOT && (await hasXfsQuotas());
+if (IS_ROOT && !XFS_QUOTAS)
+  console.warn('this kernel has no XFS quotas: the XFS project quota test is skipped');
+
 async function isMounted(dir: string): Promise<boolean> {
   return (await readMounts()).some((m) => m.mountPoint === dir);
+}
+
+async function mountOptions(dir: string): Promise<string[]> {
+  return (await readMounts()).filter((m) => m.mountPoint === dir).pop()?.mountOptions ?? [];
 }
 
 describe.skipIf(!IS_ROOT)('CowVolume on this host', () => {
@@ -34,13 +58,18 @@ describe.skipIf(!IS_ROOT)('CowVolume on this host', () => {
     await vol.init();
     expect(vol.kind).toBe('btrfs');
     expect(await isMounted(sandboxes)).toBe(true);
+    // Host users may never use a setuid file or device node a sandbox put there.
+    expect(await mountOptions(sandboxes)).toEqual(expect.arrayContaining(['nosuid', 'nodev', 'noatime']));
     const img = await stat(vol.imagePath);
     expect(img.size).toBe(2 * 1024 ** 3);
     expect(img.blocks * 512).toBeLessThan(256 * 1024 ** 2); // sparse
     await writeFile(join(sandboxes, 'marker'), 'kept');
 
-    // Second start while mounted: nothing changes.
+    // Second start while mounted (by an older version, without the flags): the flags are put right.
+    await run('mount', ['-o', 'remount,bind,suid,dev', sandboxes]);
+    expect(await mountOptions(sandboxes)).not.toContain('nosuid');
     await new CowVolume({ homePath: home, sandboxesDir: sandboxes, mode: 'loop-btrfs', sizeGb: 2 }).init();
+    expect(await mountOptions(sandboxes)).toEqual(expect.arrayContaining(['nosuid', 'nodev', 'noatime']));
     // After a reboot (unmounted): mounted again, same filesystem, data intact.
     await run('umount', [sandboxes]);
     expect(await isMounted(sandboxes)).toBe(false);
@@ -136,13 +165,81 @@ describe.skipIf(!IS_ROOT)('CowVolume on this host', () => {
     await run('umount', [sandboxes]);
   });
 
+  const xfs = async (name: string, options: string) => {
+    const img = join(base, `${name}.img`);
+    const mnt = join(base, name);
+    await run('truncate', ['-s', '512M', img]);
+    await run('mkfs.xfs', ['-q', '-f', '-m', 'reflink=1', img]);
+    await mkdir(mnt, { recursive: true });
+    await run('mount', ['-o', `loop,${options}`, img, mnt]);
+    return mnt;
+  };
+
+  it.skipIf(!XFS_QUOTAS)(
+    'enforces disk limits on a host XFS mounted with prjquota (XFS project quotas)',
+    async () => {
+      const home = await xfs('xfs-pq', 'prjquota');
+      const sandboxes = join(home, 'sandboxes');
+      const vol = new CowVolume({
+        homePath: home,
+        sandboxesDir: sandboxes,
+        mode: 'host',
+        sizeGb: 1,
+        diskLimits: true,
+      });
+      await vol.init();
+      expect([vol.kind, vol.enforcesLimits]).toEqual(['reflink', true]);
+      const dir = join(sandboxes, 'sb');
+      await vol.createDir(dir);
+      await mkdir(join(dir, 'upper/sub'), { recursive: true });
+      await writeFile(join(dir, 'upper/sub/before'), Buffer.alloc(2 << 20));
+      await vol.limitDir(dir, 8);
+      // What was there counts, new files and dirs below inherit the project: 16 MiB more does not fit.
+      await expect(writeFile(join(dir, 'upper/sub/big'), Buffer.alloc(16 << 20))).rejects.toMatchObject({
+        errno: -122,
+      });
+      await mkdir(join(dir, 'upper/new-dir'));
+      await expect(writeFile(join(dir, 'upper/new-dir/big'), Buffer.alloc(16 << 20))).rejects.toMatchObject({
+        errno: -122,
+      });
+      await rm(join(dir, 'upper/sub/big'), { force: true });
+      await rm(join(dir, 'upper/new-dir/big'), { force: true });
+      await vol.unlimitDir(dir);
+      await writeFile(join(dir, 'upper/sub/big'), Buffer.alloc(16 << 20));
+      await vol.removeDir(dir);
+      await run('umount', [sandboxes]);
+      await run('umount', [home]);
+    },
+  );
+
+  it('refuses disk limits it cannot enforce (XFS without project quotas); auto then uses its own volume', async () => {
+    const plain = await xfs('xfs-noq', 'noquota');
+    const opts = { homePath: plain, sandboxesDir: join(plain, 'sandboxes'), sizeGb: 1, diskLimits: true };
+    await expect(new CowVolume({ ...opts, mode: 'host' }).init()).rejects.toThrow(
+      /runtime.disk_limits is on, but the disks of sandboxes in .*\(xfs\) cannot be limited: that needs btrfs, or XFS mounted with prjquota/,
+    );
+    await run('umount', [join(plain, 'sandboxes')]);
+    const auto = new CowVolume({ ...opts, mode: 'auto' });
+    await auto.init();
+    expect([auto.kind, auto.enforcesLimits]).toEqual(['btrfs', true]);
+    await run('umount', [join(plain, 'sandboxes')]);
+    // Without limits wanted, the same host XFS is used as it is.
+    await rm(auto.imagePath, { force: true });
+    const unlimited = new CowVolume({ ...opts, mode: 'auto', diskLimits: false });
+    await unlimited.init();
+    expect([unlimited.kind, unlimited.enforcesLimits]).toEqual(['reflink', false]);
+    await run('umount', [join(plain, 'sandboxes')]);
+    await run('umount', [plain]);
+  });
+
   it('falls back to full copies in host mode on a filesystem without reflink', async () => {
     const home = join(base, 'home3');
     const sandboxes = join(home, 'sandboxes');
     const fsType = (await run('stat', ['-f', '-c', '%T', base])).stdout.trim();
     const vol = new CowVolume({ homePath: home, sandboxesDir: sandboxes, mode: 'host', sizeGb: 1 });
     await vol.init();
-    expect(await isMounted(sandboxes)).toBe(false);
+    // On the host's filesystem, a bind mount of the dir onto itself carries nosuid and nodev.
+    expect(await mountOptions(sandboxes)).toEqual(expect.arrayContaining(['nosuid', 'nodev']));
     if (fsType === 'ext2/ext3') expect(vol.kind).toBe('copy');
     const src = join(sandboxes, 'a');
     await vol.createDir(src);
@@ -152,5 +249,6 @@ describe.skipIf(!IS_ROOT)('CowVolume on this host', () => {
     expect(await readFile(join(sandboxes, 'b/upper/f'), 'utf8')).toBe('x');
     await vol.removeDir(join(sandboxes, 'b'));
     await vol.removeDir(src);
+    await run('umount', [sandboxes]);
   });
 });

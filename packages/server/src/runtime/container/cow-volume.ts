@@ -2,6 +2,7 @@ import { lstat, mkdir, open, readdir, rename, rm, statfs, unlink, writeFile } fr
 import { dirname, join } from 'node:path';
 import { CommandError, run } from '../../util/exec.js';
 import { RuntimeError } from '../driver.js';
+import type { MountEntry } from './mountinfo.js';
 import { readMounts } from './mountinfo.js';
 import { exists } from '../../util/fs.js';
 
@@ -23,16 +24,26 @@ export interface CowVolumeOptions {
   mode: CowVolumeMode;
   sizeGb: number;
   /**
-   * Per-sandbox disk limits (`limitDir`) with btrfs quota groups: turned on for aenv's own loop volume; on a
-   * host btrfs used only when its quotas are already on (turning them on affects the whole filesystem).
+   * Per-sandbox disk limits (`limitDir`): btrfs quota groups (turned on for aenv's own loop volume; on a host
+   * btrfs used only when its quotas are already on, as turning them on affects the whole filesystem), or XFS
+   * project quotas (the host filesystem mounted with prjquota). When wanted and neither is possible, `init`
+   * refuses (in `auto` mode aenv's own volume is used instead of such a host filesystem).
    */
   diskLimits?: boolean;
 }
 
 // mkfs label of the loop volume aenv creates: quotas on it are aenv's to manage.
 const LOOP_VOLUME_LABEL = 'aenv-cow';
+/**
+ * Every host-side path to sandbox files: a setuid binary or a device node a sandbox writes there is inert
+ * for host users (inside, the overlay decides: see mounts.ts).
+ */
+export const VOLUME_MOUNT_FLAGS = ['nosuid', 'nodev'];
 
 const BTRFS_MAGIC = 0x9123683e;
+const XFS_MAGIC = 0x58465342;
+/** XFS project ids are 32 bits; 0 is "no project" and 2^32-1 is reserved. */
+const MAX_PROJECT_ID = 2 ** 32 - 2;
 // The root directory of every btrfs subvolume has this inode number (BTRFS_FIRST_FREE_OBJECTID).
 const BTRFS_SUBVOL_INO = 256;
 
@@ -44,6 +55,34 @@ async function nearestExisting(path: string): Promise<string> {
 
 async function isBtrfs(path: string): Promise<boolean> {
   return (await statfs(path)).type === BTRFS_MAGIC;
+}
+
+/** The mount holding `path` (the deepest mount point above it). */
+async function mountOf(path: string): Promise<MountEntry> {
+  let best: MountEntry | undefined;
+  for (const m of await readMounts()) {
+    const prefix = m.mountPoint === '/' ? '/' : `${m.mountPoint}/`;
+    if (path !== m.mountPoint && !path.startsWith(prefix)) continue;
+    if (!best || m.mountPoint.length >= best.mountPoint.length) best = m;
+  }
+  if (!best) throw new RuntimeError('Internal', `no mount holds ${path}`);
+  return best;
+}
+
+/** Whether `path` is on XFS mounted with project quotas enforced. */
+async function xfsWithProjectQuotas(path: string): Promise<boolean> {
+  if ((await statfs(path)).type !== XFS_MAGIC) return false;
+  const opts = (await mountOf(path)).superOptions;
+  return opts.includes('prjquota') || opts.includes('pquota');
+}
+
+/**
+ * The project id of a sandbox dir: its inode number, unique among the dirs that exist on the filesystem
+ * (each sandbox dir is a direct child of the volume root and lives as long as its project).
+ */
+function projectId(ino: number): number {
+  if (ino >= 1 && ino <= MAX_PROJECT_ID) return ino;
+  return (ino % MAX_PROJECT_ID) + 1;
 }
 
 /** Whether `cp --reflink=always` works inside `dir` (xfs with reflink=1, btrfs). */
@@ -87,14 +126,32 @@ export class CowVolume {
    */
   async init(): Promise<void> {
     await this.initVolume();
-    if (this.kind === 'btrfs') this.limitsValue = await this.setUpQuotas(this.opts.diskLimits === true);
+    const wanted = this.opts.diskLimits === true;
+    if (this.kind === 'btrfs') this.limitsValue = await this.setUpQuotas(wanted);
+    else this.limitsValue = wanted && (await xfsWithProjectQuotas(this.opts.sandboxesDir));
+    if (wanted && !this.limitsValue) {
+      const fs = (await mountOf(this.opts.sandboxesDir)).fsType;
+      throw new RuntimeError(
+        'HostSetup',
+        `runtime.disk_limits is on, but the disks of sandboxes in ${this.opts.sandboxesDir} (${fs}) cannot be limited: ` +
+          (this.kind === 'btrfs'
+            ? 'btrfs quotas are off on this host filesystem (`btrfs quota enable` turns them on for all of it). '
+            : 'that needs btrfs, or XFS mounted with prjquota. ') +
+          'Use runtime.cow_volume = "loop-btrfs" (aenv\'s own volume, which enforces them), or set runtime.disk_limits = false to run without',
+      );
+    }
   }
 
   private async initVolume(): Promise<void> {
     const { sandboxesDir, mode } = this.opts;
-    await mkdir(this.opts.homePath, { recursive: true, mode: 0o755 });
+    await mkdir(this.opts.homePath, { recursive: true, mode: 0o711 });
     const mounted = (await readMounts()).find((m) => m.mountPoint === sandboxesDir);
     if (mounted) {
+      // Mounted by an older version (or before a crash): the flags are put right on every start.
+      if (!VOLUME_MOUNT_FLAGS.every((f) => mounted.mountOptions.includes(f))) {
+        const options = [...new Set([...mounted.mountOptions, ...VOLUME_MOUNT_FLAGS])];
+        await run('mount', ['-o', `remount,bind,${options.join(',')}`, sandboxesDir]);
+      }
       this.kindValue = await this.detectKind(sandboxesDir);
       if (mode === 'loop-btrfs' && this.kindValue !== 'btrfs') {
         throw new RuntimeError(
@@ -104,8 +161,14 @@ export class CowVolume {
       }
       return;
     }
-    if (mode === 'host' || (mode === 'auto' && (await this.hostCanCow()))) {
+    if (
+      mode === 'host' ||
+      (mode === 'auto' && (await this.hostCanCow()) && (await this.hostCanLimitIfWanted()))
+    ) {
       await mkdir(sandboxesDir, { recursive: true, mode: 0o711 });
+      // A bind mount of the dir onto itself carries the flags the host filesystem's mount lacks.
+      await run('mount', ['--bind', sandboxesDir, sandboxesDir]);
+      await run('mount', ['-o', `remount,bind,${VOLUME_MOUNT_FLAGS.join(',')}`, sandboxesDir]);
       this.kindValue = await this.detectKind(sandboxesDir);
       return;
     }
@@ -117,6 +180,16 @@ export class CowVolume {
     }
     await this.mountLoopVolume();
     this.kindValue = 'btrfs';
+  }
+
+  /** `auto` picks the host filesystem only when it can also enforce disk limits (if they are wanted). */
+  private async hostCanLimitIfWanted(): Promise<boolean> {
+    if (this.opts.diskLimits !== true) return true;
+    const probeDir = await nearestExisting(this.opts.sandboxesDir);
+    if (await isBtrfs(probeDir)) {
+      return (await run('btrfs', ['qgroup', 'show', probeDir], { allowFailure: true })).code === 0;
+    }
+    return xfsWithProjectQuotas(probeDir);
   }
 
   private async hostCanCow(): Promise<boolean> {
@@ -163,7 +236,14 @@ export class CowVolume {
       await rename(tmp, img);
     }
     try {
-      await run('mount', ['-t', 'btrfs', '-o', 'loop,noatime,discard=async', img, sandboxesDir]);
+      await run('mount', [
+        '-t',
+        'btrfs',
+        '-o',
+        `loop,noatime,discard=async,${VOLUME_MOUNT_FLAGS.join(',')}`,
+        img,
+        sandboxesDir,
+      ]);
     } catch (e) {
       throw new RuntimeError(
         'HostSetup',
@@ -202,6 +282,7 @@ export class CowVolume {
    */
   async limitDir(path: string, mb: number | undefined): Promise<void> {
     if (!this.limitsValue || mb === undefined) return;
+    if (this.kind !== 'btrfs') return this.setProjectLimit(path, mb);
     // On a plain dir `qgroup limit` would limit the subvolume holding it (the whole volume).
     if (!(await this.isSubvolume(path))) {
       throw new RuntimeError('Internal', `${path} is not a btrfs subvolume: cannot limit its disk`);
@@ -211,8 +292,21 @@ export class CowVolume {
 
   /** Removes the limit of `path` (a btrfs snapshot inherits its source's). No-op where limits are not enforced. */
   async unlimitDir(path: string): Promise<void> {
-    if (!this.limitsValue || !(await this.isSubvolume(path))) return;
+    if (!this.limitsValue) return;
+    if (this.kind !== 'btrfs') return (await exists(path)) ? this.setProjectLimit(path, 0) : undefined;
+    if (!(await this.isSubvolume(path))) return;
     await this.setQgroupLimit(path, 'none');
+  }
+
+  /**
+   * XFS: `path` and everything below it become one project (new files inherit it), limited to `mb` MiB of
+   * blocks (0 = no limit). Only the host's root may change a file's project, so the sandbox cannot leave it.
+   */
+  private async setProjectLimit(path: string, mb: number): Promise<void> {
+    const id = projectId((await lstat(path)).ino);
+    const mnt = (await mountOf(path)).mountPoint;
+    const cmds = mb > 0 ? ['-c', `project -s -p ${path} ${id}`] : [];
+    await run('xfs_quota', ['-x', ...cmds, '-c', `limit -p bhard=${mb}m ${id}`, mnt]);
   }
 
   /**
@@ -235,7 +329,7 @@ export class CowVolume {
   /** Makes an empty sandbox dir (a subvolume on btrfs). */
   async createDir(path: string): Promise<void> {
     if (this.kind === 'btrfs') await run('btrfs', ['subvolume', 'create', path]);
-    else await mkdir(path, { mode: 0o711 });
+    else await mkdir(path, { mode: 0o700 });
   }
 
   /**
@@ -251,7 +345,7 @@ export class CowVolume {
       }
     }
     if (await this.sameVolume(dest)) await this.createDir(dest);
-    else await mkdir(dest, { mode: 0o711 });
+    else await mkdir(dest, { mode: 0o700 });
     await this.copyTree(join(src, 'upper'), join(dest, 'upper'));
   }
 

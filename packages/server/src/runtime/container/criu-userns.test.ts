@@ -47,4 +47,18 @@ describe('CRIU user namespace image', () => {
     );
     expect(await readdir(dir)).not.toContain('.userns-s2');
   });
+
+  it('makes the view reachable from inside the restored namespace under the server umask (077)', async () => {
+    const d = await mkdtemp(join(tmpdir(), 'aenv-userns-'));
+    const old = process.umask(0o077);
+    try {
+      await writeFile(join(d, 'userns-13.img'), DUMPED);
+      const view = await imagesForRange(d, '.userns-s3', FROM, TO);
+      expect((await stat(view)).mode & 0o7777).toBe(0o711);
+      expect((await stat(join(view, 'userns-13.img'))).mode & 0o7777).toBe(0o644);
+    } finally {
+      process.umask(old);
+      await rm(d, { recursive: true, force: true });
+    }
+  });
 });

@@ -3,7 +3,7 @@
 // and archives tmpfs contents from inside it). So a checkpoint restores into another range — a fork, a
 // snapshot or template launch — once the maps in that image name the new range. Everything else in the images
 // is shared with the original (hard links).
-import { link, mkdir, readFile, readdir, rm, writeFile } from 'node:fs/promises';
+import { chmod, link, mkdir, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { BinaryReader, BinaryWriter, WireType } from '@bufbuild/protobuf/wire';
 import type { IdRange } from '../driver.js';
@@ -90,6 +90,9 @@ export function rewriteUsernsImage(image: Uint8Array, from: IdRange, to: IdRange
   return Buffer.concat(out);
 }
 
+/** Name prefix of the views `imagesForRange` makes inside a checkpoint dir. */
+export const USERNS_VIEW_PREFIX = '.userns-';
+
 /**
  * A view of the checkpoint `imagesDir` restorable into `to`: a directory inside it holding hard links to
  * every image and a rewritten user namespace image. It lives in the checkpoint dir (same filesystem and subvolume, so
@@ -103,7 +106,10 @@ export async function imagesForRange(
 ): Promise<string> {
   const dir = join(imagesDir, name);
   await rm(dir, { recursive: true, force: true });
-  await mkdir(dir, { mode: 0o711 });
+  await mkdir(dir);
+  // Searchable like the checkpoint dir itself (CRIU reads images from inside the restored namespace),
+  // whatever the server's umask.
+  await chmod(dir, 0o711);
   let rewritten = false;
   for (const e of await readdir(imagesDir, { withFileTypes: true })) {
     if (!e.isFile()) continue;
@@ -118,7 +124,8 @@ export async function imagesForRange(
           `checkpoint ${imagesDir}: cannot move its user namespace to uid range ${to.hostStart}+${to.size}: ${(err as Error).message}`,
         );
       }
-      await writeFile(join(dir, e.name), image, { mode: 0o600 });
+      await writeFile(join(dir, e.name), image);
+      await chmod(join(dir, e.name), 0o644); // like the checkpoint's other images (see the driver)
       if (rewritten) {
         await rm(dir, { recursive: true, force: true });
         throw new RuntimeError('RestoreFailed', `checkpoint ${imagesDir} has more than one user namespace`);

@@ -40,7 +40,7 @@ export async function writeCriuConfig(path: string): Promise<void> {
   }
   if (current === CRIU_CONFIG) return;
   const tmp = `${path}.tmp-${process.pid}`;
-  await writeFile(tmp, CRIU_CONFIG, { mode: 0o644 });
+  await writeFile(tmp, CRIU_CONFIG, { mode: 0o600 });
   await rename(tmp, path);
 }
 

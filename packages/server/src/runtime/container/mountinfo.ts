@@ -5,6 +5,8 @@ export interface MountEntry {
   fsType: string;
   source: string;
   superOptions: string[];
+  /** Per-mount options (rw/ro, nosuid, nodev, noexec, noatime, ...). */
+  mountOptions: string[];
   /** major:minor of the mounted device. */
   device: string;
 }
@@ -27,6 +29,7 @@ export function parseMountInfo(text: string): MountEntry[] {
       fsType: fields[sep + 1] ?? '',
       source: unescapeOctal(fields[sep + 2] ?? ''),
       superOptions: (fields[sep + 3] ?? '').split(','),
+      mountOptions: (fields[5] ?? '').split(','),
     });
   }
   return out;

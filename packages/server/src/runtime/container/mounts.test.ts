@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { overlayOptions } from './mounts.js';
+import { overlayOptions, sandboxFstab } from './mounts.js';
 import { mountsUnder, parseMountInfo } from './mountinfo.js';
 
 describe('overlayOptions', () => {
@@ -26,6 +26,22 @@ describe('overlayOptions', () => {
   });
 });
 
+describe('sandboxFstab', () => {
+  it('mounts the overlay nodev (setuid kept for sudo) and the sysfs read-only, nosuid, nodev, noexec', () => {
+    const { text } = sandboxFstab({
+      lowerDirsBottomFirst: ['/l/a'],
+      upperDir: '/s/u',
+      workDir: '/s/w',
+      rootfsDir: '/s/rootfs',
+      sysDir: '/s/sys',
+    });
+    expect(text).toBe(
+      'overlay /s/rootfs overlay nodev,lowerdir=/l/a,upperdir=/s/u,workdir=/s/w 0 0\n' +
+        'sysfs /s/sys sysfs ro,nosuid,nodev,noexec 0 0\n',
+    );
+  });
+});
+
 describe('parseMountInfo', () => {
   const text = [
     '22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw,discard',
@@ -47,6 +63,7 @@ describe('parseMountInfo', () => {
     expect(mounts[2]?.superOptions).toContain('lowerdir=/l');
     expect(mounts[4]?.mountPoint).toBe('/mnt/with space');
     expect(mounts[5]?.superOptions).toEqual(['rw', 'memory']);
+    expect(mounts[1]?.mountOptions).toEqual(['rw', 'noatime']);
   });
 
   it('lists mounts below a dir deepest first, not prefix lookalikes', () => {

@@ -53,8 +53,10 @@ export interface SandboxMounts {
  */
 export function sandboxFstab(m: SandboxMounts): { text: string; cwd?: string } {
   const { options, cwd } = overlayOptions(m.lowerDirsBottomFirst, m.upperDir, m.workDir);
+  // nodev: device nodes in the sandbox's own files never work, wherever they came from (an upper restored
+  // from a snapshot). Not nosuid: sudo inside needs setuid; the sandbox dir keeps host users out instead.
   const text =
-    `overlay ${m.rootfsDir} overlay ${options} 0 0\n` +
+    `overlay ${m.rootfsDir} overlay nodev,${options} 0 0\n` +
     `sysfs ${m.sysDir} sysfs ro,nosuid,nodev,noexec 0 0\n`;
   return cwd ? { text, cwd } : { text };
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { buildOciConfig, DEFAULT_CAPABILITIES, MASKED_PATHS } from './oci-config.js';
+import { buildOciConfig, DEFAULT_CAPABILITIES, MASKED_PATHS, sandboxCapabilities } from './oci-config.js';
 import { builtinProfile } from './seccomp.js';
 
 type AnyJson = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -10,7 +10,9 @@ function config(overrides: Partial<Parameters<typeof buildOciConfig>[0]> = {}): 
     rootfsDir: '/h/sandboxes/sb-1/rootfs',
     uidMapHostStart: 100000,
     uidMapSize: 65536,
-    seccomp: builtinProfile('x64'),
+    seccomp: builtinProfile({ nestedContainers: false }, 'x64'),
+    capabilities: sandboxCapabilities(false),
+    noNewPrivileges: false,
     env: { FOO: 'bar', PATH: '/custom/bin' },
     toolsDir: '/deps/tools/v1',
     sysfsDir: '/h/sandboxes/sb-1/sys',
@@ -37,15 +39,18 @@ describe('buildOciConfig', () => {
     expect(c.root).toEqual({ path: '/h/sandboxes/sb-1/rootfs', readonly: false });
   });
 
-  it("gives Docker's default capabilities, none inheritable, and keeps setuid working", () => {
+  it("gives Docker's default capabilities without NET_RAW, none inheritable, and keeps setuid working", () => {
     const caps = config().process.capabilities;
     for (const set of ['bounding', 'effective', 'permitted'])
       expect(caps[set]).toEqual([...DEFAULT_CAPABILITIES]);
     expect(caps.inheritable).toEqual([]);
     expect(caps.ambient).toEqual([]);
-    expect(DEFAULT_CAPABILITIES).not.toContain('CAP_SYS_ADMIN');
-    expect(DEFAULT_CAPABILITIES).not.toContain('CAP_SYS_PTRACE');
+    for (const cap of ['CAP_SYS_ADMIN', 'CAP_SYS_PTRACE', 'CAP_NET_RAW', 'CAP_SYS_RESOURCE'])
+      expect(DEFAULT_CAPABILITIES).not.toContain(cap);
     expect(config().process.noNewPrivileges).toBe(false);
+    expect(config({ noNewPrivileges: true }).process.noNewPrivileges).toBe(true);
+    const withRaw = config({ capabilities: sandboxCapabilities(true) }).process.capabilities;
+    expect(withRaw.bounding).toContain('CAP_NET_RAW');
   });
 
   it('maps container root to the host uid range and joins the given netns', () => {
@@ -53,7 +58,7 @@ describe('buildOciConfig', () => {
     expect(linux.uidMappings).toEqual([{ containerID: 0, hostID: 100000, size: 65536 }]);
     expect(linux.gidMappings).toEqual(linux.uidMappings);
     const types = linux.namespaces.map((n: AnyJson) => n.type).sort();
-    expect(types).toEqual(['ipc', 'mount', 'network', 'pid', 'user', 'uts']);
+    expect(types).toEqual(['cgroup', 'ipc', 'mount', 'network', 'pid', 'user', 'uts']);
     expect(linux.namespaces.find((n: AnyJson) => n.type === 'network').path).toBe(
       '/run/aenv/netns/aenv-ns-3',
     );
@@ -97,11 +102,14 @@ describe('buildOciConfig', () => {
     expect(c.linux.readonlyPaths).toContain('/proc/sysrq-trigger');
     expect(c.annotations).toEqual({ 'org.criu.config': '/run/aenv/criu/runc.conf' });
     expect(config({ criuConfigPath: null }).annotations).toEqual({});
-    expect(c.linux.seccomp.defaultAction).toBe('SCMP_ACT_ALLOW');
-    expect(config({ seccomp: null }).linux.seccomp).toBeUndefined();
+    expect(c.linux.seccomp.defaultAction).toBe('SCMP_ACT_ERRNO');
+    expect(() => config({ seccomp: null as never })).toThrow(/seccomp/);
   });
 
-  it('limits open files to what a user namespace may set', () => {
-    expect(config().process.rlimits).toEqual([{ type: 'RLIMIT_NOFILE', hard: 20000, soft: 20000 }]);
+  it('limits open files and turns core dumps off', () => {
+    expect(config().process.rlimits).toEqual([
+      { type: 'RLIMIT_NOFILE', hard: 20000, soft: 20000 },
+      { type: 'RLIMIT_CORE', hard: 0, soft: 0 },
+    ]);
   });
 });

@@ -1,8 +1,13 @@
+import { DEFAULT_PATH } from '@aenv/protocol';
 import type { SandboxResources } from '../driver.js';
 import { BOOT_ID_FILE } from './boot-id.js';
 import type { OciSeccomp } from './seccomp.js';
 
-/** Docker's default capability set: enough for package managers, sudo and useradd; no admin powers. */
+/**
+ * Docker's default capability set without CAP_NET_RAW: enough for package managers, sudo and useradd; no
+ * admin powers. NET_RAW (raw and packet sockets: forged packets, ARP/neighbour spoofing on the sandbox's
+ * link) is added only with `[runtime].cap_net_raw` (see `sandboxCapabilities`).
+ */
 export const DEFAULT_CAPABILITIES = [
   'CAP_CHOWN',
   'CAP_DAC_OVERRIDE',
@@ -13,12 +18,15 @@ export const DEFAULT_CAPABILITIES = [
   'CAP_SETUID',
   'CAP_SETPCAP',
   'CAP_NET_BIND_SERVICE',
-  'CAP_NET_RAW',
   'CAP_SYS_CHROOT',
   'CAP_MKNOD',
   'CAP_AUDIT_WRITE',
   'CAP_SETFCAP',
 ] as const;
+
+export function sandboxCapabilities(netRaw: boolean): string[] {
+  return netRaw ? [...DEFAULT_CAPABILITIES, 'CAP_NET_RAW'] : [...DEFAULT_CAPABILITIES];
+}
 
 /** Kernel files that leak host information or allow host-wide actions; hidden like Docker hides them. */
 export const MASKED_PATHS = [
@@ -45,7 +53,6 @@ export const INIT_PATH = '/agentenv/bin/aenv-init';
 /** runc reads this annotation and hands the file to CRIU as its configuration (network-lock skip, ...). */
 export const CRIU_CONFIG_ANNOTATION = 'org.criu.config';
 
-const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 const CFS_PERIOD_US = 100_000;
 
 export interface OciConfigInput {
@@ -54,7 +61,12 @@ export interface OciConfigInput {
   rootfsDir: string;
   uidMapHostStart: number;
   uidMapSize: number;
-  seccomp: OciSeccomp | null;
+  /** Required: a sandbox never starts without its filter (see seccomp.ts). */
+  seccomp: OciSeccomp;
+  /** The sandbox's capability set (bounding = effective = permitted). */
+  capabilities: readonly string[];
+  /** `[runtime].no_new_privileges`: setuid and file capabilities stop working inside (sudo, su, ping). */
+  noNewPrivileges: boolean;
   env: Record<string, string>;
   toolsDir: string;
   /**
@@ -92,7 +104,8 @@ export function buildOciConfig(input: OciConfigInput): Json {
   const env: string[] = [];
   const merged: Record<string, string> = { PATH: DEFAULT_PATH, HOME: '/root', ...input.env };
   for (const [k, v] of Object.entries(merged)) env.push(`${k}=${v}`);
-  const caps = [...DEFAULT_CAPABILITIES];
+  if (!input.seccomp) throw new Error('a sandbox needs a seccomp filter');
+  const caps = [...input.capabilities];
   const idMap = [{ containerID: 0, hostID: input.uidMapHostStart, size: input.uidMapSize }];
 
   const memory: Json = { limit: memoryBytes, disableOOMKiller: false };
@@ -114,10 +127,15 @@ export function buildOciConfig(input: OciConfigInput): Json {
         inheritable: [],
         ambient: [],
       },
-      rlimits: [{ type: 'RLIMIT_NOFILE', hard: input.nofileLimit, soft: input.nofileLimit }],
-      // false so setuid binaries (sudo, su, ping) work inside; privilege stays bounded by the capability
-      // set, the seccomp filter and the user namespace (container root is an unprivileged host uid).
-      noNewPrivileges: false,
+      rlimits: [
+        { type: 'RLIMIT_NOFILE', hard: input.nofileLimit, soft: input.nofileLimit },
+        // No core dumps: they would write a process's memory (tokens, keys) into the sandbox disk, and cost
+        // disk and time on every crash. Without CAP_SYS_RESOURCE the sandbox cannot raise the hard limit.
+        { type: 'RLIMIT_CORE', hard: 0, soft: 0 },
+      ],
+      // Default false so setuid binaries (sudo, su) work inside; privilege stays bounded by the capability
+      // set, the seccomp filter and the user namespace (see docs/security.md for the trade-off).
+      noNewPrivileges: input.noNewPrivileges,
     },
     root: { path: input.rootfsDir, readonly: false },
     hostname: input.hostname,
@@ -148,7 +166,8 @@ export function buildOciConfig(input: OciConfigInput): Json {
             'mount',
             '--bind',
             '-o',
-            'ro',
+            // The rootfs is mounted nosuid,nodev: a user namespace may not drop those flags on a remount.
+            'ro,nosuid,nodev,noexec',
             `${input.rootfsDir}${BOOT_ID_FILE}`,
             `${input.rootfsDir}/proc/sys/kernel/random/boot_id`,
           ],
@@ -166,6 +185,8 @@ export function buildOciConfig(input: OciConfigInput): Json {
         { type: 'uts' },
         { type: 'mount' },
         { type: 'user' },
+        // /proc/self/cgroup shows "/" instead of the host's cgroup path (which names the node and sandbox).
+        { type: 'cgroup' },
         { type: 'network', path: input.netnsPath },
       ],
       cgroupsPath: input.cgroupsPath,
@@ -184,7 +205,7 @@ export function buildOciConfig(input: OciConfigInput): Json {
       devices: [],
       maskedPaths: MASKED_PATHS,
       readonlyPaths: READONLY_PATHS,
-      ...(input.seccomp ? { seccomp: input.seccomp } : {}),
+      seccomp: input.seccomp,
     },
   };
   return config;

@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
-import { mkdir, readdir, rename, rm, stat, unlink, utimes } from 'node:fs/promises';
+import { chmod, mkdir, readdir, rename, rm, stat, unlink, utimes } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from '../../util/log.js';
+import { privatizeTree } from '../../util/private-tree.js';
 import { digestHex } from '../digest.js';
 import { RepositoryError } from '../errors.js';
 
@@ -53,8 +54,10 @@ export class LocalBlobCache {
   /** Creates the directories, drops downloads a crash left behind, and indexes what is cached. */
   init(): Promise<void> {
     this.loaded ??= (async () => {
-      await mkdir(this.blobsDir, { recursive: true });
-      await mkdir(this.tmpDir, { recursive: true });
+      // Cached snapshot content is as private as the repository's: owner-only, also what older versions wrote.
+      await mkdir(this.blobsDir, { recursive: true, mode: 0o700 });
+      await mkdir(this.tmpDir, { recursive: true, mode: 0o700 });
+      await privatizeTree(this.opts.root);
       // Downloads/uploads a crash left behind; recent ones may belong to another process sharing the cache.
       const cutoff = Date.now() - STALE_TEMP_MS;
       for (const name of await readdir(this.tmpDir)) {
@@ -113,6 +116,7 @@ export class LocalBlobCache {
     const tmp = join(this.tmpDir, `${hex}.${randomUUID()}`);
     try {
       await fill(tmp);
+      await chmod(tmp, 0o600);
       const st = await stat(tmp);
       if (st.size !== size) {
         throw new RepositoryError(

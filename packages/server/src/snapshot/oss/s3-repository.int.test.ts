@@ -164,6 +164,7 @@ defineRepositoryContract(
         const key = `${prefix}artifacts/${id}/${name}`;
         await client.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: 'orphan' }));
       },
+      hostTrees: [options.localCachePath],
       async cleanup() {
         await deletePrefix(prefix);
         await rm(local, { recursive: true, force: true });

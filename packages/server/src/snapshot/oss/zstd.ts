@@ -38,7 +38,7 @@ export async function compressFile(src: string, dst: string, level: number): Pro
   const meter = new DigestMeter();
   const results = await Promise.allSettled([
     pipeline(createReadStream(src), meter, z.stdin),
-    pipeline(z.stdout, createWriteStream(dst, { flags: 'wx' })),
+    pipeline(z.stdout, createWriteStream(dst, { flags: 'wx', mode: 0o600 })),
     z.exit,
   ]);
   const exit = results[2];
@@ -61,7 +61,7 @@ export async function writeRawContent(
 ): Promise<FileDigest> {
   const meter = new DigestMeter();
   if (codec === 'none') {
-    await pipeline(body, meter, createWriteStream(dst, { flags: 'wx' }));
+    await pipeline(body, meter, createWriteStream(dst, { flags: 'wx', mode: 0o600 }));
     return meter.result();
   }
   if (codec !== 'zstd')
@@ -69,7 +69,7 @@ export async function writeRawContent(
   const z = startZstd(['-q', '-d', '-c']);
   const results = await Promise.allSettled([
     pipeline(body, z.stdin),
-    pipeline(z.stdout, meter, createWriteStream(dst, { flags: 'wx' })),
+    pipeline(z.stdout, meter, createWriteStream(dst, { flags: 'wx', mode: 0o600 })),
     z.exit,
   ]);
   const exit = results[2];

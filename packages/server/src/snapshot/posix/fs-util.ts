@@ -17,9 +17,9 @@ export async function fsyncDir(dir: string): Promise<void> {
   }
 }
 
-/** mkdir -p that makes each new directory's entry durable in its parent. */
+/** mkdir -p (owner-only dirs) that makes each new directory's entry durable in its parent. */
 export async function ensureDir(dir: string): Promise<void> {
-  const first = await mkdir(dir, { recursive: true });
+  const first = await mkdir(dir, { recursive: true, mode: 0o700 });
   if (first === undefined) return;
   // Everything from `first` down is new: fsync each parent so the entries survive a power loss.
   let d = dir;
@@ -65,7 +65,7 @@ export async function writeFileDurable(
   opts: { ifAbsent?: boolean; mode?: number } = {},
 ): Promise<boolean> {
   const tmp = tempName(tmpDir);
-  const fd = await open(tmp, 'wx', opts.mode ?? 0o644);
+  const fd = await open(tmp, 'wx', opts.mode ?? 0o600);
   try {
     await fd.writeFile(data, 'utf8');
     await fd.sync();
@@ -91,12 +91,15 @@ export async function writeFileDurable(
   }
 }
 
-/** Copies `src` to a new temp file, hashing the bytes as they stream; the caller renames it into place. */
+/**
+ * Copies `src` to a new temp file (read-only, owner-only: published content is immutable and private), hashing
+ * the bytes as they stream; the caller renames it into place.
+ */
 export async function copyToTemp(tmpDir: string, src: string): Promise<{ tmp: string } & FileDigest> {
   const tmp = tempName(tmpDir);
   const meter = new DigestMeter();
   try {
-    await pipeline(createReadStream(src), meter, createWriteStream(tmp, { flags: 'wx', mode: 0o444 }));
+    await pipeline(createReadStream(src), meter, createWriteStream(tmp, { flags: 'wx', mode: 0o400 }));
     const fd = await open(tmp, 'r');
     try {
       await fd.sync();

@@ -61,6 +61,7 @@ defineRepositoryContract(
         await mkdir(join(root, 'snapshots', id, 'artifacts'), { recursive: true });
         await writeFile(join(root, 'snapshots', id, 'artifacts', name), 'orphan');
       },
+      hostTrees: [root],
       cleanup: () => rm(base, { recursive: true, force: true }),
     };
   },

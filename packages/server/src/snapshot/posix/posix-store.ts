@@ -16,6 +16,7 @@ import type {
   StoredLayer,
 } from '../store.js';
 import { acquireFlock, FlockError } from '../../util/flock.js';
+import { privatizeTree } from '../../util/private-tree.js';
 import {
   copyToTemp,
   ensureDir,
@@ -64,6 +65,9 @@ export class PosixStore implements RepositoryStore {
   }
 
   async init(): Promise<void> {
+    // Snapshots hold sandbox disks and memory: owner-only, also what older versions wrote.
+    await ensureDir(this.root);
+    await privatizeTree(this.root);
     for (const d of [
       'catalog/records',
       'catalog/aliases',

@@ -6,7 +6,7 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, lstat, mkdir, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -48,7 +48,22 @@ export interface ContractTarget {
   temporaryCount(): Promise<number>;
   /** Stores an artifact for a record that does not exist (what a crash during delete leaves). */
   leaveOrphanArtifact(id: string, name: string): Promise<void>;
+  /** Directories of this host the backend writes to (the store itself for posix_fs, the local cache). */
+  hostTrees: string[];
   cleanup(): Promise<void>;
+}
+
+/** Entries below `root` that group or others can access (path and octal mode). */
+async function accessibleByOthers(root: string): Promise<string[]> {
+  const out: string[] = [];
+  const walk = async (p: string): Promise<void> => {
+    const st = await lstat(p).catch(() => null);
+    if (!st || st.isSymbolicLink()) return;
+    if ((st.mode & 0o077) !== 0) out.push(`${p} ${(st.mode & 0o7777).toString(8)}`);
+    if (st.isDirectory()) for (const e of await readdir(p)) await walk(join(p, e));
+  };
+  await walk(root);
+  return out;
 }
 
 const REPO_ROOT = fileURLToPath(new URL('../../../../../', import.meta.url));
@@ -268,6 +283,21 @@ export function defineRepositoryContract(
       await target.writeDanglingAlias(dangling, newSnapshotId());
       expect((await repo.bindAlias(dangling, two.id)).alias).toBe(dangling);
       expect((await repo.get(dangling)).id).toBe(two.id);
+    });
+
+    it('keeps what it stores on this host owner-only, and makes what an older version left so', async () => {
+      for (const t of target.hostTrees) {
+        await mkdir(join(t, 'older'), { recursive: true, mode: 0o755 });
+        await writeFile(join(t, 'older', 'blob'), 'x', { mode: 0o644 });
+        await chmod(t, 0o755);
+      }
+      const rec = await publishNew();
+      const c = rec.committed!;
+      expect((await readFile(await repo.fetch(c.layers[0]!))).length).toBe(4096);
+      await repo.fetchArtifact(rec.id, 'memory');
+      const fresh = open(); // its init fixes what is there
+      await fresh.fetch(c.layers[0]!);
+      for (const t of target.hostTrees) expect(await accessibleByOthers(t)).toEqual([]);
     });
 
     it('publishes: content-addressed layers, per-record artifacts, commit marker, fetch returns the raw content', async () => {

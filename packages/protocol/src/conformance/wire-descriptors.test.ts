@@ -14,8 +14,9 @@ import {
   StartResponseSchema,
   EntryInfoSchema,
   FileType,
-} from './index.js';
+} from '../envd/index.js';
 
+// The static part of the conformance suite (no target): our envd protocol as the e2b SDK compiles it in.
 // The e2b SDK embeds its envd descriptors as base64 FileDescriptorProtos; ours must match them on every
 // name, number, type and streaming flag that reaches the wire (options such as go_package do not).
 function sdkDescriptor(fileName: string): FileDescriptorProto {

@@ -1,21 +1,9 @@
+// The node's client of envd's REST API: `/health` (is it up), `/init` (hand it the sandbox) and `/files`
+// uploads. Plain node:http with no connection reuse: envd is a fresh address per sandbox.
 import { request } from 'node:http';
-
-export interface EnvdInit {
-  envVars: Record<string, string>;
-  /** The sandbox's token, or '' to clear one the restored envd still holds. */
-  accessToken?: string;
-  /** aenv extensions: identity of the sandbox (a fork or snapshot launch changes it). */
-  sandboxId?: string;
-  templateId?: string;
-  defaultUser: string;
-  defaultWorkdir?: string;
-  timestamp: string;
-  /** aenv: the init key envd requires from the next /init on (docs/security.md, "envd /init"). */
-  initKey?: string;
-  /** aenv: limits on signed /files URLs (`[sandbox_proxy].signed_url_max_lifetime_secs`). */
-  signatureMaxLifetimeSecs?: number;
-  unexpiringSignaturesUntil?: number;
-}
+import type { Readable } from 'node:stream';
+import { ACCESS_TOKEN_HEADER, INIT_KEY_HEADER } from '../../envd/headers.js';
+import { validateInitBody, type InitBody } from '../../envd/init.js';
 
 /** What proves to envd that this /init comes from the node. */
 export interface EnvdInitCredentials {
@@ -23,6 +11,17 @@ export interface EnvdInitCredentials {
   initKey: string;
   /** The access token envd holds now (only an envd without an init key checks it). */
   token?: string;
+}
+
+/** An envd REST call that did not get the answer it needs; `status` is envd's, when it answered. */
+export class EnvdRestError extends Error {
+  constructor(
+    message: string,
+    readonly status?: number,
+  ) {
+    super(message);
+    this.name = 'EnvdRestError';
+  }
 }
 
 function call(
@@ -98,19 +97,70 @@ export async function waitForEnvd(
 /**
  * `POST /init` (called after every start and resume). envd accepts it only with the init key it holds
  * (`current.initKey`: a fresh boot's is its container's, a restored fork or snapshot holds its source's); an
- * envd from before init keys existed checks the access token it holds instead (`current.token`).
+ * envd from before init keys existed checks the access token it holds instead (`current.token`). The body is
+ * checked with envd's own validator first (InitBodyError): what envd would refuse is never sent.
  */
 export async function initEnvd(
   host: string,
   port: number,
-  init: EnvdInit,
+  init: InitBody,
   current: EnvdInitCredentials,
   timeoutMs = 10_000,
 ): Promise<void> {
-  const headers: Record<string, string> = { 'x-aenv-init-key': current.initKey };
-  if (current.token) headers['x-access-token'] = current.token;
+  validateInitBody(init);
+  const headers: Record<string, string> = { [INIT_KEY_HEADER]: current.initKey };
+  if (current.token) headers[ACCESS_TOKEN_HEADER] = current.token;
   const r = await call(host, port, 'POST', '/init', timeoutMs, init, headers);
   if (r.status !== 204 && r.status !== 200) {
-    throw new Error(`envd /init answered ${r.status}: ${r.body.slice(0, 200)}`);
+    throw new EnvdRestError(`envd /init answered ${r.status}: ${r.body.slice(0, 200)}`, r.status);
   }
+}
+
+/** `POST /files?path=&username=` with a raw body streamed from `body` (exactly `size` bytes). */
+export function uploadFile(
+  baseUrl: string,
+  target: { path: string; user: string; accessToken?: string; headers?: Record<string, string> },
+  body: Readable,
+  size: number,
+  timeoutMs = 10 * 60_000,
+): Promise<void> {
+  const { path, user, accessToken, headers } = target;
+  const url = new URL('/files', baseUrl);
+  url.searchParams.set('path', path);
+  url.searchParams.set('username', user);
+  return new Promise((resolve, reject) => {
+    const req = request(
+      url,
+      {
+        method: 'POST',
+        agent: false,
+        timeout: timeoutMs,
+        headers: {
+          ...headers,
+          'content-type': 'application/octet-stream',
+          'content-length': String(size),
+          ...(accessToken ? { [ACCESS_TOKEN_HEADER]: accessToken } : {}),
+        },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          if (res.statusCode === 200) resolve();
+          else
+            reject(
+              new EnvdRestError(
+                `envd upload of ${path} answered ${res.statusCode}: ${Buffer.concat(chunks).toString().slice(0, 300)}`,
+                res.statusCode,
+              ),
+            );
+        });
+        res.on('error', reject);
+      },
+    );
+    req.on('timeout', () => req.destroy(new Error(`envd upload of ${path} timed out`)));
+    req.on('error', (e) => reject(new EnvdRestError(`envd upload of ${path} failed: ${e.message}`)));
+    body.on('error', (e) => req.destroy(e));
+    body.pipe(req);
+  });
 }

@@ -1,17 +1,21 @@
-// The server's own client of a sandbox's envd: Connect RPC (process.Process, filesystem.Filesystem) over
+// The node's own client of a sandbox's envd: Connect RPC (process.Process, filesystem.Filesystem) over
 // HTTP/1.1 plus the REST upload. Used by the template builder and by launches that start a template's start
 // command. The user a call acts as travels as `Authorization: Basic base64("<user>:")`, as the e2b SDK sends it.
-import { request } from 'node:http';
 import type { Readable } from 'node:stream';
 import { Code, ConnectError, createClient, type Client } from '@connectrpc/connect';
 import { createConnectTransport } from '@connectrpc/connect-node';
-import { Filesystem, Process, Signal, type EntryInfo } from '@aenv/protocol';
+import { Filesystem, type EntryInfo } from '../../gen/filesystem/filesystem_pb.js';
+import { Process, Signal } from '../../gen/process/process_pb.js';
+import { ACCESS_TOKEN_HEADER } from '../../envd/headers.js';
+import { uploadFile } from './rest.js';
 
 export interface EnvdRpcClientOptions {
   /** `http://<hostInteractionIp>:<port>` */
   baseUrl: string;
   /** envd access token of a secure sandbox. */
   accessToken?: string;
+  /** Sent with every call, e.g. the routing headers of a proxy in front of envd. */
+  headers?: Record<string, string>;
 }
 
 export interface CommandSpec {
@@ -76,14 +80,17 @@ export class EnvdRpcClient {
   private readonly fs: Client<typeof Filesystem>;
 
   constructor(private readonly opts: EnvdRpcClientOptions) {
-    const token = opts.accessToken;
+    const headers = {
+      ...opts.headers,
+      ...(opts.accessToken ? { [ACCESS_TOKEN_HEADER]: opts.accessToken } : {}),
+    };
     const transport = createConnectTransport({
       baseUrl: opts.baseUrl,
       httpVersion: '1.1',
-      interceptors: token
+      interceptors: Object.keys(headers).length
         ? [
             (next) => (req) => {
-              req.header.set('x-access-token', token);
+              for (const [k, v] of Object.entries(headers)) req.header.set(k, v);
               return next(req);
             },
           ]
@@ -275,41 +282,12 @@ export class EnvdRpcClient {
     user: string,
     timeoutMs = 10 * 60_000,
   ): Promise<void> {
-    const url = new URL('/files', this.opts.baseUrl);
-    url.searchParams.set('path', path);
-    url.searchParams.set('username', user);
-    return new Promise((resolve, reject) => {
-      const req = request(
-        url,
-        {
-          method: 'POST',
-          agent: false,
-          timeout: timeoutMs,
-          headers: {
-            'content-type': 'application/octet-stream',
-            'content-length': String(size),
-            ...(this.opts.accessToken ? { 'x-access-token': this.opts.accessToken } : {}),
-          },
-        },
-        (res) => {
-          const chunks: Buffer[] = [];
-          res.on('data', (c: Buffer) => chunks.push(c));
-          res.on('end', () => {
-            if (res.statusCode === 200) resolve();
-            else
-              reject(
-                new EnvdCommandError(
-                  `envd upload of ${path} answered ${res.statusCode}: ${Buffer.concat(chunks).toString().slice(0, 300)}`,
-                ),
-              );
-          });
-          res.on('error', reject);
-        },
-      );
-      req.on('timeout', () => req.destroy(new Error(`envd upload of ${path} timed out`)));
-      req.on('error', (e) => reject(new EnvdCommandError(`envd upload of ${path} failed: ${e.message}`)));
-      body.on('error', (e) => req.destroy(e));
-      body.pipe(req);
-    });
+    const target = {
+      path,
+      user,
+      ...(this.opts.accessToken ? { accessToken: this.opts.accessToken } : {}),
+      ...(this.opts.headers ? { headers: this.opts.headers } : {}),
+    };
+    return uploadFile(this.opts.baseUrl, target, body, size, timeoutMs);
   }
 }
