@@ -3,6 +3,7 @@ import { DomainError, ErrorKind, shuttingDown } from '@aenv/protocol';
 import { runInRequest } from '../util/request-context.js';
 import { RepositoryError } from '../snapshot/errors.js';
 import { ImageError } from '../image/errors.js';
+import { RuntimeError } from '../runtime/driver.js';
 import { ApiError, errorAnswer } from './errors.js';
 
 const GENERIC = 'internal server error; request id req-7 (details are in the server log)';
@@ -51,6 +52,13 @@ describe('errorAnswer: the one mapping of a thrown error to its answer', () => {
     expect(inRequest(() => errorAnswer(digest))).toEqual({
       status: 502,
       body: { code: 502, message: GENERIC },
+      exposed: false,
+    });
+    // A runtime failure is the node's own, whatever the driver calls it.
+    const gone = new RuntimeError('NotFound', 'sandbox x has no cgroup under /sys/fs/cgroup/aenv');
+    expect(inRequest(() => errorAnswer(gone))).toEqual({
+      status: 500,
+      body: { code: 500, message: GENERIC },
       exposed: false,
     });
     expect(inRequest(() => errorAnswer(new Error('runc failed: /run/aenv/x')))).toEqual({
