@@ -20,6 +20,7 @@ import { openStateDb, type StateDb } from './state/db.js';
 import { lockNodeDirs } from './util/node-lock.js';
 import { enforceNodeDirModes } from './util/node-modes.js';
 import { makeReadOnlyForAll } from './util/private-tree.js';
+import { filesystemBytes } from './util/disk-usage.js';
 import { ServerMetrics } from './observability/metrics.js';
 import { HostMetricsSampler } from './observability/host-metrics.js';
 import {
@@ -50,6 +51,8 @@ import {
   registerAdmission,
   withResourceLimits,
 } from './api/admission.js';
+import { IdempotencyLayer } from './api/idempotency.js';
+import { IdempotencyStore, idempotencyMigrations } from './api/idempotency-store.js';
 import { registerHealthRoutes } from './api/routes/health.js';
 import { registerNodeRoutes } from './api/routes/nodes.js';
 import { registerSandboxRoutes } from './api/routes/sandboxes.js';
@@ -152,6 +155,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     ...imageMigrations,
     ...sandboxLogMigrations,
     ...idRangeMigrations,
+    ...idempotencyMigrations,
   ]);
   const store = new SandboxStore(db);
   const stored = store.loadAll().records;
@@ -342,15 +346,25 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     envdVersion: ENVD_VERSION,
   });
   const admission = new AdmissionControl(admissionLimitsFrom(config));
+  const idempotency = new IdempotencyLayer(
+    new IdempotencyStore(db, {
+      team: localTeamId(apiKey.key),
+      retentionMs: config.api.idempotency_retention_secs * 1000,
+      maxKeys: config.api.idempotency_max_keys,
+    }),
+    logger.child({ component: 'idempotency' }),
+  );
   const orchestrator = new Orchestrator({
     store,
     backend,
     templates: withResourceLimits(catalog, admission),
-    newId: newSandboxId,
+    newId: () => idempotency.sandboxChosen(newSandboxId()),
     defaultTimeoutSecs: config.orchestrator.default_sandbox_timeout_secs,
     autoEvictIntervalMs: config.orchestrator.auto_evict_interval_ms,
     autoResumeMinTimeoutSecs: config.orchestrator.auto_resume_min_sandbox_timeout_secs,
     transitionWaitMs: config.orchestrator.max_transition_wait_secs * 1000,
+    pausedQuotaBytes: await pausedQuotaBytes(config, runtime.storeDir),
+    pausedRetentionMs: config.orchestrator.paused_retention_secs * 1000,
     logger: logger.child({ component: 'orchestrator' }),
     onInstanceStopped: (instanceId) => proxyRef.current?.closeInstance(instanceId),
     onLifecycle: observability.onLifecycle,
@@ -358,6 +372,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   });
   metrics.trackSandboxStates(() => orchestrator.stateCounts());
   await orchestrator.init();
+  idempotency.recover((id) => orchestrator.find(id) !== undefined);
   await observability.start(orchestrator);
 
   await ensureBaseTemplate({
@@ -406,6 +421,8 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     maxUploadBytes: config.template_build.max_upload_mb * 1024 ** 2,
     uploadLinkTtlMs: config.template_build.upload_link_ttl_secs * 1000,
     uploadRetentionMs: config.template_build.upload_retention_hours * 3600_000,
+    logRetentionMs: config.template_build.log_retention_hours * 3600_000,
+    artefactsQuotaBytes: config.template_build.artefacts_quota_mb * 1024 ** 2,
     cache: {
       maxEntries: config.template_build.cache_max_entries,
       maxAgeMs: config.template_build.cache_max_age_hours * 3600_000,
@@ -443,6 +460,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     ),
   });
   registerAdmission(app, admission);
+  idempotency.register(app);
   registerHealthRoutes(app, metrics.registry);
   registerNodeRoutes(app, {
     enabled: config.observability.enabled,
@@ -517,6 +535,13 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       logger.info('shutdown complete');
     },
   };
+}
+
+/** `[orchestrator].paused_quota_mb`, 0 = half the size of the volume the pause artifacts live on. */
+async function pausedQuotaBytes(config: AenvConfig, storeDir: string): Promise<number> {
+  const mb = config.orchestrator.paused_quota_mb;
+  if (mb > 0) return mb * 1024 ** 2;
+  return Math.floor((await filesystemBytes(storeDir)) / 2);
 }
 
 function splitAddr(addr: string): [string, string] {

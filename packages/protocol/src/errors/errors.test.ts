@@ -31,6 +31,7 @@ describe('error kinds', () => {
       TooLarge: 'too_large',
       Unsupported: 'unsupported',
       ResourceExhausted: 'resource_exhausted',
+      InsufficientStorage: 'insufficient_storage',
       Internal: 'internal',
       BadUpstream: 'bad_upstream',
       Unavailable: 'unavailable',
@@ -65,12 +66,14 @@ describe('error kinds', () => {
 });
 
 describe('HTTP answers of the kinds', () => {
-  it('are the status as body code, 4xx exactly for the caller-fault kinds', () => {
+  it('are the status as body code, 5xx for the server-fault kinds and 507 the one other 5xx', () => {
     for (const k of ERROR_KINDS) {
       const a = HTTP_ANSWER_OF_KIND[k];
       expect(a.code, k).toBe(a.status);
-      expect(a.status >= 500, k).toBe(isServerFault(k));
+      expect(a.status >= 500, k).toBe(isServerFault(k) || k === ErrorKind.InsufficientStorage);
     }
+    expect(httpErrorAnswer(ErrorKind.InsufficientStorage)).toEqual({ status: 507, code: 507 });
+    expect(new DomainError(ErrorKind.InsufficientStorage, 'm').expose).toBe(true);
     expect(httpErrorAnswer(ErrorKind.InvalidState)).toEqual({ status: 400, code: 400 });
     expect(httpErrorAnswer(ErrorKind.Conflict)).toEqual({ status: 409, code: 409 });
     expect(httpErrorAnswer(ErrorKind.ShuttingDown)).toEqual({ status: 503, code: 503 });

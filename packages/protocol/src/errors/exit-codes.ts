@@ -19,6 +19,7 @@ export const EXIT_CODE_OF_KIND: Readonly<Record<ErrorKind, number>> = {
   [ErrorKind.Unavailable]: 15,
   [ErrorKind.Timeout]: 16,
   [ErrorKind.ShuttingDown]: 17,
+  [ErrorKind.InsufficientStorage]: 18,
 };
 
 /** The exit code for a failure: its kind's, or 1 (internal) for anything that is not a domain error. */

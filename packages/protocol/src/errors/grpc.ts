@@ -34,6 +34,7 @@ export const GRPC_STATUS_OF_KIND: Readonly<Record<ErrorKind, GrpcStatus>> = {
   [ErrorKind.TooLarge]: GrpcStatus.ResourceExhausted,
   [ErrorKind.Unsupported]: GrpcStatus.InvalidArgument,
   [ErrorKind.ResourceExhausted]: GrpcStatus.ResourceExhausted,
+  [ErrorKind.InsufficientStorage]: GrpcStatus.ResourceExhausted,
   [ErrorKind.Internal]: GrpcStatus.Internal,
   // gRPC's own mapping of an HTTP 502.
   [ErrorKind.BadUpstream]: GrpcStatus.Unavailable,

@@ -23,6 +23,8 @@ export const HTTP_ANSWER_OF_KIND: Readonly<Record<ErrorKind, HttpErrorAnswer>> =
   [ErrorKind.TooLarge]: answer(413),
   [ErrorKind.Unsupported]: answer(415),
   [ErrorKind.ResourceExhausted]: answer(429),
+  // WebDAV's "insufficient storage": a 5xx whose message is meant for the caller (docs/security.md).
+  [ErrorKind.InsufficientStorage]: answer(507),
   [ErrorKind.Internal]: answer(500),
   [ErrorKind.BadUpstream]: answer(502),
   [ErrorKind.Unavailable]: answer(503),

@@ -24,6 +24,8 @@ export const ErrorKind = {
   Unsupported: 'unsupported',
   /** A quota or rate limit of the node is used up; retrying later may succeed. */
   ResourceExhausted: 'resource_exhausted',
+  /** A storage quota of the node has no room for what the operation would write; retrying later may succeed. */
+  InsufficientStorage: 'insufficient_storage',
   /** A failure of the server itself; the message is for its log. */
   Internal: 'internal',
   /** A system aenv depends on (a registry) answered with something wrong (content that fails its digest). */

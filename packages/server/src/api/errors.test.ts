@@ -4,6 +4,7 @@ import { runInRequest } from '../util/request-context.js';
 import { RepositoryError } from '../snapshot/errors.js';
 import { ImageError } from '../image/errors.js';
 import { RuntimeError } from '../runtime/driver.js';
+import { PausedQuotaError } from '../orchestrator/paused-quota.js';
 import { ApiError, errorAnswer } from './errors.js';
 
 const GENERIC = 'internal server error; request id req-7 (details are in the server log)';
@@ -29,6 +30,12 @@ describe('errorAnswer: the one mapping of a thrown error to its answer', () => {
     });
     expect(errorAnswer(paused, { method: 'POST', path: '/sandboxes/:id/snapshots' }).status).toBe(400);
     expect(errorAnswer(shuttingDown()).body).toEqual({ code: 503, message: 'the server is shutting down' });
+    const full = new PausedQuotaError('x', 'no room under orchestrator.paused_quota_mb');
+    expect(errorAnswer(full, { method: 'POST', path: '/sandboxes/:id/pause' })).toEqual({
+      status: 507,
+      body: { code: 507, message: 'no room under orchestrator.paused_quota_mb' },
+      exposed: true,
+    });
   });
 
   it('answers repository errors by their kind, with the publish and build routes answering a taken name with 400', () => {

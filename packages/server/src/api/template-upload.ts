@@ -107,6 +107,7 @@ export class TemplateUploadEndpoint implements DataPlane {
       );
       answer(res, 200);
     } catch (e) {
+      // Every upload error is meant for the client, a 507 (no room under the artefact quota) too.
       if (!(e instanceof UploadError)) throw e;
       answer(res, httpErrorAnswer(e.kind).status, e.message, !req.readableEnded);
       if (!req.readableEnded) req.resume();

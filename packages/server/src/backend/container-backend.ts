@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from '../util/log.js';
 import type { ImageService } from '../image/index.js';
@@ -25,6 +25,7 @@ import { DEFAULT_PATH, initEnvd, waitForEnvd, type EnvdInitCredentials, type Ini
 import { archiveDir, extractArchive, syncFilesystem } from './disk-archive.js';
 import { availableMemoryRatio } from './memory-pressure.js';
 import { crashPoint } from '../util/crash-point.js';
+import { treeBytes } from '../util/disk-usage.js';
 import { PausedSharing } from './paused-sharing.js';
 import { WarmPool } from './warm-pool.js';
 
@@ -580,7 +581,10 @@ export class ContainerBackend implements SandboxBackend {
 
   // ---- pause / resume ----
 
-  async pause(record: SandboxRecord, opts: { memory: boolean }): Promise<PausedState> {
+  async pause(
+    record: SandboxRecord,
+    opts: { memory: boolean; admit?: (bytes: number) => void },
+  ): Promise<PausedState> {
     const id = record.id;
     const dir = this.pausedDir(id);
     await this.discardSettled(id);
@@ -591,6 +595,8 @@ export class ContainerBackend implements SandboxBackend {
     crashPoint('pause:frozen');
     let kind: PausedState['kind'] = 'memory';
     let reason: string | undefined;
+    let bytes = 0;
+    let pausedAt = '';
     try {
       try {
         if (!opts.memory) throw new Error('a filesystem-only pause was asked for (memory: false)');
@@ -612,7 +618,10 @@ export class ContainerBackend implements SandboxBackend {
         await this.opts.runtime.snapshotUpper(cid, join(dir, 'disk'));
       }
       crashPoint('pause:captured');
-      await writeFile(join(dir, COMPLETE), JSON.stringify({ kind, pausedAt: new Date().toISOString() }));
+      bytes = await treeBytes(dir);
+      opts.admit?.(bytes);
+      pausedAt = new Date().toISOString();
+      await writeFile(join(dir, COMPLETE), JSON.stringify({ kind, pausedAt, bytes }));
       await syncFilesystem(dir);
       crashPoint('pause:synced');
     } catch (err) {
@@ -629,11 +638,12 @@ export class ContainerBackend implements SandboxBackend {
       state.residentSlot = record.runtime.slotIndex;
       state.thawable = kind === 'memory' && this.opts.residentPauseGraceMs > 0 && !this.underMemoryPressure();
     }
-    const paused = {
+    const paused: PausedState = {
       kind,
-      pausedAt: new Date().toISOString(),
+      pausedAt,
       artifactDir: dir,
       ...(reason ? { reason } : {}),
+      bytes,
     };
     this.sharing?.share(
       { ...record, state: 'paused', paused },
@@ -882,6 +892,16 @@ export class ContainerBackend implements SandboxBackend {
     await this.opts.network.applyPolicy(this.opts.network.attach(record.runtime.slotIndex), policy);
   }
 
+  async guestAnswers(record: SandboxRecord, timeoutMs: number): Promise<boolean> {
+    if (!record.runtime) return false;
+    try {
+      await waitForEnvd(record.runtime.hostInteractionIp, this.opts.envdPort, { pollMs: 50, timeoutMs });
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
   // ---- restart ----
 
   async recover(records: readonly SandboxRecord[]): Promise<Map<string, RecoveryOutcome>> {
@@ -898,7 +918,10 @@ export class ContainerBackend implements SandboxBackend {
         state.resident = false;
         delete state.residentSlot;
         delete state.thawable;
-        outcomes.set(r.id, artifactsComplete ? { kind: 'paused' } : { kind: 'gone' });
+        outcomes.set(
+          r.id,
+          artifactsComplete ? await this.recoveredPause(r, r.paused?.bytes === undefined) : { kind: 'gone' },
+        );
         if (!artifactsComplete)
           this.log.error({ sandboxId: r.id }, 'paused sandbox has no complete artifacts');
         continue;
@@ -911,7 +934,7 @@ export class ContainerBackend implements SandboxBackend {
         keepIds.push(this.cid(r));
         outcomes.set(r.id, { kind: 'running', binding: { ...r.runtime, instanceId: randomUUID() } });
       } else if (r.state === 'pausing' && artifactsComplete) {
-        outcomes.set(r.id, { kind: 'paused' });
+        outcomes.set(r.id, await this.recoveredPause(r, true));
       } else {
         outcomes.set(r.id, { kind: 'gone' });
       }
@@ -948,6 +971,36 @@ export class ContainerBackend implements SandboxBackend {
       }
     }
     return outcomes;
+  }
+
+  /**
+   * A paused sandbox found at startup. When its record does not say what the pause holds (a crash between the
+   * artifacts' completion and the record, or a record of a version that did not count bytes), the artifacts
+   * do: their `complete` marker, and their size measured on disk.
+   */
+  private async recoveredPause(r: SandboxRecord, fromDisk: boolean): Promise<RecoveryOutcome> {
+    if (!fromDisk) return { kind: 'paused' };
+    const dir = this.pausedDir(r.id);
+    let marker: { kind?: unknown; pausedAt?: unknown; bytes?: unknown } = {};
+    try {
+      marker = JSON.parse(await readFile(join(dir, COMPLETE), 'utf8')) as typeof marker;
+    } catch {
+      // an older marker (empty) or unreadable: the record and the disk say the rest
+    }
+    const kind = marker.kind === 'filesystem' || marker.kind === 'memory' ? marker.kind : undefined;
+    const pausedAt = typeof marker.pausedAt === 'string' ? marker.pausedAt : undefined;
+    const bytes =
+      typeof marker.bytes === 'number' && Number.isFinite(marker.bytes) ? marker.bytes : await treeBytes(dir);
+    return {
+      kind: 'paused',
+      paused: {
+        kind: r.paused?.kind ?? kind ?? 'filesystem',
+        pausedAt: r.paused?.pausedAt ?? pausedAt ?? new Date().toISOString(),
+        artifactDir: dir,
+        ...(r.paused?.reason ? { reason: r.paused.reason } : {}),
+        bytes,
+      },
+    };
   }
 
   /**

@@ -17,7 +17,10 @@ export interface StartResult {
 
 /** What recover() found for a sandbox record after a server restart. */
 export type RecoveryOutcome =
-  { kind: 'running'; binding: RuntimeBinding } | { kind: 'paused' } | { kind: 'gone' };
+  | { kind: 'running'; binding: RuntimeBinding }
+  /** `paused`: what the artifacts on disk say, when the record lacks it (its size, or the whole pause). */
+  | { kind: 'paused'; paused?: PausedState }
+  | { kind: 'gone' };
 
 /** A capture taken and kept on this node, not yet in the repository. */
 export interface CapturedSandbox {
@@ -59,14 +62,21 @@ export interface SandboxBackend {
   destroy(record: SandboxRecord): Promise<void>;
   /**
    * Pauses (freeze + checkpoint + disk capture); the artifacts are durable when it resolves.
-   * `memory: false` keeps the disk only: processes start afresh on resume.
+   * `memory: false` keeps the disk only: processes start afresh on resume. `admit` is given the bytes the
+   * artifacts take once they are written, before they are marked complete: when it throws, they are removed
+   * and the sandbox runs on as before (the pause fails with that error).
    */
-  pause(record: SandboxRecord, opts: { memory: boolean }): Promise<PausedState>;
+  pause(
+    record: SandboxRecord,
+    opts: { memory: boolean; admit?: (bytes: number) => void },
+  ): Promise<PausedState>;
   /**
    * Resumes a paused sandbox; resolves when envd is healthy and `/init` is done.
    * `memory: false` boots the saved disk even when memory was kept.
    */
   resume(record: SandboxRecord, policy: EgressPolicy, opts: { memory: boolean }): Promise<StartResult>;
+  /** Whether the running sandbox's envd answers `/health` within `timeoutMs`. */
+  guestAnswers(record: SandboxRecord, timeoutMs: number): Promise<boolean>;
   /** Replaces the sandbox's egress rules. */
   applyPolicy(record: SandboxRecord, policy: EgressPolicy): Promise<void>;
   /** Called once at startup with every stored record; cleans up everything else on the host. */

@@ -5,6 +5,7 @@ import type { CaptureTarget, CapturedSandbox, LaunchSource, SandboxBackend } fro
 import { KeyedMutex, LockTimeoutError } from './keyed-mutex.js';
 import type { SandboxStore } from './store.js';
 import { crashPoint } from '../util/crash-point.js';
+import { PausedQuota, PausedQuotaError, expiredPaused, pausedBytesInUse } from './paused-quota.js';
 import {
   TRANSITIONAL_STATES,
   autoResumable,
@@ -56,6 +57,10 @@ export interface OrchestratorOptions {
   onInstanceStopped?: (instanceId: string) => void;
   /** Told of each lifecycle event of a sandbox (its logs, `GET /sandboxes/{id}/logs`). */
   onLifecycle?: (event: LifecycleEvent) => void;
+  /** `[orchestrator].paused_quota_mb` in bytes: what all paused sandboxes may hold on disk (0 = no quota). */
+  pausedQuotaBytes?: number;
+  /** `[orchestrator].paused_retention_secs` in ms: paused longer, a sandbox is deleted (0 = kept). */
+  pausedRetentionMs?: number;
 }
 
 /** One lifecycle event of a sandbox, as its logs show it. */
@@ -72,6 +77,7 @@ export interface LifecycleEvent {
     | 'timeout'
     | 'forked'
     | 'snapshotted'
+    | 'expired'
     | 'killed';
   level: 'info' | 'warn' | 'error';
   message: string;
@@ -100,6 +106,22 @@ type NewTimeout =
   { kind: 'set'; secs: number } | { kind: 'ensureMinimum'; secs: number } | { kind: 'useExisting' };
 
 const NEVER = '2069-12-07T00:00:00.000Z';
+/** How long a pause with `requireHealthyGuest` waits for envd's `/health` before it refuses. */
+export const HEALTHY_GUEST_WAIT_MS = 2000;
+
+/** The 503 of a pause refused because envd does not answer, naming what asked for the check (shown to the caller). */
+function unhealthyGuest(asked: { requireHealthyGuest: boolean; memory: boolean }): DomainError {
+  const why = asked.requireHealthyGuest ? 'requireHealthyGuest' : 'a filesystem-only pause (memory: false)';
+  const instead = [
+    ...(asked.requireHealthyGuest && asked.memory ? ['pause without requireHealthyGuest'] : []),
+    ...(!asked.memory && !asked.requireHealthyGuest ? ['pause with its memory'] : []),
+  ];
+  return new DomainError(
+    ErrorKind.Unavailable,
+    `${why}: the sandbox's guest agent (envd) did not answer within ${HEALTHY_GUEST_WAIT_MS / 1000} s; the sandbox was not paused and keeps running (retry later${instead.map((i) => `, or ${i}`).join('')})`,
+    { expose: true },
+  );
+}
 
 export const notFound = (id: string): DomainError =>
   new DomainError(ErrorKind.NotFound, `sandbox ${id} not found`, { details: { sandboxId: id } });
@@ -126,8 +148,16 @@ export class Orchestrator {
   private readonly publishing = new Set<Promise<void>>();
   private createSuccesses = 0;
   private createFails = 0;
+  private readonly pausedQuota: PausedQuota;
+  /**
+   * Sandboxes whose timeout pause the quota refused, with the bytes that pause needed: they run on, and their
+   * pause is tried again only once that much is free (not a checkpoint on every tick).
+   */
+  private readonly quotaBlocked = new Map<string, number>();
 
-  constructor(private readonly opts: OrchestratorOptions) {}
+  constructor(private readonly opts: OrchestratorOptions) {
+    this.pausedQuota = new PausedQuota(opts.pausedQuotaBytes ?? 0);
+  }
 
   /** Loads stored sandboxes and lets the backend re-adopt or clean up what it finds on the host. */
   async init(): Promise<void> {
@@ -156,6 +186,7 @@ export class Orchestrator {
       if (outcome.kind === 'paused') {
         r.state = 'paused';
         delete r.runtime;
+        if (outcome.paused) r.paused = outcome.paused;
       } else {
         r.state = 'running';
         r.runtime = outcome.binding;
@@ -170,14 +201,21 @@ export class Orchestrator {
       });
     }
     this.opts.logger.info(
-      { running: this.count('running'), paused: this.count('paused') },
+      {
+        running: this.count('running'),
+        paused: this.count('paused'),
+        pausedBytes: this.pausedBytes(),
+        pausedQuotaBytes: this.pausedQuota.quotaBytes,
+      },
       'sandboxes restored from the state store',
     );
   }
 
   startEviction(): void {
     const tick = () => {
-      void Promise.all([this.evictExpired(), this.maintainPaused()]).finally(() => {
+      // Expiry before maintenance: maintenance holds each paused sandbox's lock, and expiry skips locked ones.
+      const paused = this.expirePaused().then(() => this.maintainPaused());
+      void Promise.all([this.evictExpired(), paused]).finally(() => {
         if (!this.shuttingDown) this.evictTimer = setTimeout(tick, this.opts.autoEvictIntervalMs);
       });
     };
@@ -203,6 +241,11 @@ export class Orchestrator {
     const out: Record<string, number> = {};
     for (const r of this.sandboxes.values()) out[r.state] = (out[r.state] ?? 0) + 1;
     return out;
+  }
+
+  /** Bytes the pause artifacts of this node's paused sandboxes hold (what `paused_quota_mb` bounds). */
+  pausedBytes(): number {
+    return pausedBytesInUse(this.sandboxes.values());
   }
 
   private count(state: SandboxState): number {
@@ -387,21 +430,26 @@ export class Orchestrator {
 
   async kill(id: string): Promise<void> {
     if (!this.sandboxes.has(id)) throw notFound(id);
-    await this.withLock(id, async (r) => {
-      this.stopServing(r);
-      this.setState(r, 'killing');
-      try {
-        await this.timed('kill', () => this.opts.backend.destroy(r));
-      } catch (e) {
-        this.opts.logger.error({ err: e, sandboxId: id }, 'kill failed; the sandbox is left as it was');
-        this.setState(r, r.paused ? 'paused' : 'running');
-        throw e;
-      }
-      this.sandboxes.delete(id);
-      this.opts.store.delete(id);
-      this.notifySettled(id);
-      this.emit({ sandboxId: id, event: 'killed', level: 'info', message: 'sandbox killed' });
-    });
+    await this.withLock(id, (r) => this.destroyLocked(r, 'sandbox killed'));
+  }
+
+  /** Removes a sandbox (record, host objects, pause artifacts) under its lock: DELETE and retention expiry. */
+  private async destroyLocked(r: SandboxRecord, message: string): Promise<void> {
+    const id = r.id;
+    this.stopServing(r);
+    this.setState(r, 'killing');
+    try {
+      await this.timed('kill', () => this.opts.backend.destroy(r));
+    } catch (e) {
+      this.opts.logger.error({ err: e, sandboxId: id }, 'kill failed; the sandbox is left as it was');
+      this.setState(r, r.paused ? 'paused' : 'running');
+      throw e;
+    }
+    this.sandboxes.delete(id);
+    this.quotaBlocked.delete(id);
+    this.opts.store.delete(id);
+    this.notifySettled(id);
+    this.emit({ sandboxId: id, event: 'killed', level: 'info', message });
   }
 
   private stopServing(r: SandboxRecord): void {
@@ -552,8 +600,12 @@ export class Orchestrator {
     };
   }
 
-  /** `POST /pause`: idempotent on paused; 409 from other non-running states (reference §2.4). */
-  async pause(id: string, opts: { memory?: boolean } = {}): Promise<void> {
+  /**
+   * `POST /pause`: idempotent on paused; 409 from other non-running states (reference §2.4). With
+   * `requireHealthyGuest`, and always for a filesystem-only pause (`memory: false`), a sandbox whose envd does
+   * not answer is not paused (503) and keeps running (E2B's `SandboxPauseRequest`, docs/differences.md).
+   */
+  async pause(id: string, opts: { memory?: boolean; requireHealthyGuest?: boolean } = {}): Promise<void> {
     const current = this.sandboxes.get(id);
     if (!current || current.state === 'killing') throw notFound(id);
     if (current.state === 'paused') return;
@@ -563,18 +615,46 @@ export class Orchestrator {
     await this.withLock(id, async (r) => {
       if (r.state === 'paused') return;
       if (r.state !== 'running') throw conflict(id, `sandbox cannot be paused from ${r.state} state`);
-      await this.doPause(r, opts.memory ?? true);
+      const memory = opts.memory ?? true;
+      if (
+        (opts.requireHealthyGuest || !memory) &&
+        !(await this.opts.backend.guestAnswers(r, HEALTHY_GUEST_WAIT_MS))
+      ) {
+        throw unhealthyGuest({ requireHealthyGuest: opts.requireHealthyGuest === true, memory });
+      }
+      await this.doPause(r, memory);
     });
     // What the pause leaves resident but will never thaw (no grace, memory pressure, filesystem-only) is released
     // now, in the background, rather than at the next tick or by the next resume.
     if (!this.shuttingDown) void this.maintainPaused({ only: id });
   }
 
-  private async doPause(r: SandboxRecord, memory = true): Promise<void> {
+  /**
+   * `exempt`: the shutdown pause, which the quota counts but never refuses (refusing it would lose the sandbox).
+   * A refused pause leaves nothing written and the sandbox running as it was.
+   */
+  private async doPause(r: SandboxRecord, memory = true, exempt = false): Promise<void> {
+    if (!exempt) {
+      try {
+        this.pausedQuota.checkRoom(r.id, this.sandboxes.values());
+      } catch (e) {
+        this.pauseFailed(r, e);
+        throw e;
+      }
+    }
     this.stopServing(r);
     this.setState(r, 'pausing');
     try {
-      r.paused = await this.timed('pause', () => this.opts.backend.pause(r, { memory }));
+      const admit = (bytes: number) =>
+        exempt
+          ? this.pausedQuota.force(r.id, bytes)
+          : this.pausedQuota.admit(r.id, bytes, this.sandboxes.values());
+      try {
+        r.paused = await this.timed('pause', () => this.opts.backend.pause(r, { memory, admit }));
+      } finally {
+        this.pausedQuota.release(r.id);
+      }
+      this.quotaBlocked.delete(r.id);
       delete r.runtime;
       this.setState(r, 'paused', true);
       crashPoint('pause:recorded');
@@ -590,16 +670,29 @@ export class Orchestrator {
         fields: { kind: r.paused.kind, ...(r.paused.reason ? { reason: r.paused.reason } : {}) },
       });
     } catch (e) {
-      this.opts.logger.error({ err: e, sandboxId: r.id }, 'pause failed; the sandbox keeps running');
       this.setState(r, 'running');
-      this.emit({
-        sandboxId: r.id,
-        event: 'pause_failed',
-        level: 'error',
-        message: `pause failed; the sandbox keeps running: ${(e as Error).message}`,
-      });
+      this.pauseFailed(r, e);
       throw e;
     }
+  }
+
+  private pauseFailed(r: SandboxRecord, e: unknown): void {
+    const quota = e instanceof PausedQuotaError;
+    if (quota)
+      this.opts.logger.warn(
+        { sandboxId: r.id, quotaBytes: this.pausedQuota.quotaBytes, pausedBytes: this.pausedBytes() },
+        'pause refused by the paused-sandbox quota; the sandbox keeps running',
+      );
+    else this.opts.logger.error({ err: e, sandboxId: r.id }, 'pause failed; the sandbox keeps running');
+    this.emit({
+      sandboxId: r.id,
+      event: 'pause_failed',
+      level: quota ? 'warn' : 'error',
+      message: quota
+        ? (e as Error).message
+        : `pause failed; the sandbox keeps running: ${(e as Error).message}`,
+      ...(quota ? { fields: { reason: 'paused_quota' } } : {}),
+    });
   }
 
   async updateNetwork(id: string, policy: EgressPolicy): Promise<void> {
@@ -753,7 +846,11 @@ export class Orchestrator {
     );
   }
 
-  /** Applies each expired running sandbox's timeout action; failures are retried on the next tick. */
+  /**
+   * Applies each expired running sandbox's timeout action; failures are retried on the next tick. A timeout
+   * pause the paused-sandbox quota refuses leaves the sandbox running (killing it would lose what the pause was
+   * to keep): it is paused once the quota has room for it (docs/security.md, "Starving the others or the host").
+   */
   async evictExpired(): Promise<void> {
     const now = Date.now();
     const due = [...this.sandboxes.values()].filter(
@@ -765,6 +862,11 @@ export class Orchestrator {
     );
     await Promise.all(
       due.map(async (r) => {
+        const blocked = this.quotaBlocked.get(r.id);
+        if (r.onTimeout === 'pause' && blocked !== undefined) {
+          if (!this.pausedQuota.fits(blocked, this.sandboxes.values())) return;
+          this.quotaBlocked.delete(r.id);
+        }
         try {
           this.emit({
             sandboxId: r.id,
@@ -778,10 +880,49 @@ export class Orchestrator {
           this.opts.logger.info({ sandboxId: r.id, action: r.onTimeout }, 'sandbox timed out');
         } catch (e) {
           if (isDomainError(e, ErrorKind.NotFound)) return;
+          if (e instanceof PausedQuotaError) {
+            // The bytes it needed (at least 1: a refusal before measuring waits for any room at all).
+            this.quotaBlocked.set(r.id, Math.max(1, e.neededBytes ?? 1));
+            return;
+          }
           this.opts.logger.warn({ err: e, sandboxId: r.id }, 'timeout action failed; will retry');
         }
       }),
     );
+  }
+
+  /** Deletes sandboxes paused longer than `paused_retention_secs`, the way DELETE does. */
+  async expirePaused(): Promise<void> {
+    const retentionMs = this.opts.pausedRetentionMs ?? 0;
+    const expired = expiredPaused(this.sandboxes.values(), retentionMs, Date.now()).filter(
+      (r) => !this.locks.isLocked(r.id),
+    );
+    for (const r of expired) {
+      const pausedAt = r.paused?.pausedAt;
+      try {
+        await this.withLock(r.id, async (cur) => {
+          // Resumed or paused again meanwhile: not expired any more.
+          if (cur.state !== 'paused' || cur.paused?.pausedAt !== pausedAt) return;
+          this.emit({
+            sandboxId: r.id,
+            event: 'expired',
+            level: 'info',
+            message: `paused since ${pausedAt}, longer than orchestrator.paused_retention_secs (${retentionMs / 1000} s); deleting it`,
+          });
+          await this.destroyLocked(cur, 'deleted after its paused retention');
+          this.opts.logger.info(
+            { sandboxId: r.id, pausedAt, retentionSecs: retentionMs / 1000 },
+            'paused sandbox deleted: retention expired',
+          );
+        });
+      } catch (e) {
+        if (isDomainError(e, ErrorKind.NotFound)) continue;
+        this.opts.logger.warn(
+          { err: e, sandboxId: r.id },
+          'could not delete an expired paused sandbox; will retry',
+        );
+      }
+    }
   }
 
   /** Graceful shutdown (reference §1.6): pause every running sandbox, wait for transitional ones. */
@@ -795,7 +936,7 @@ export class Orchestrator {
         pending.map(async (r) => {
           try {
             await this.withLock(r.id, async (cur) => {
-              if (cur.state === 'running') await this.doPause(cur);
+              if (cur.state === 'running') await this.doPause(cur, true, true);
             });
           } catch (e) {
             this.opts.logger.error({ err: e, sandboxId: r.id }, 'could not pause sandbox at shutdown');

@@ -61,6 +61,8 @@ export interface PausedState {
   artifactDir: string;
   /** Why a filesystem-only pause happened, when it did. */
   reason?: string;
+  /** Bytes the artifacts take on disk (counted against `[orchestrator].paused_quota_mb`). */
+  bytes?: number;
 }
 
 export interface SandboxRecord {

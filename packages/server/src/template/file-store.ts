@@ -29,11 +29,16 @@ export interface TemplateFileStoreOptions {
   maxUploadBytes: number;
   /** How long an upload link stays valid. */
   linkTtlMs?: number;
+  /** Bytes the node's build artefacts may still take (`[template_build].artefacts_quota_mb`), after pruning. */
+  room?: () => Promise<number>;
 }
 
 /** An upload the caller got wrong (the endpoint answers it; anything else is an internal failure). */
 export class UploadError extends DomainError {
-  constructor(kind: typeof ErrorKind.InvalidArgument | typeof ErrorKind.TooLarge, message: string) {
+  constructor(
+    kind: typeof ErrorKind.InvalidArgument | typeof ErrorKind.TooLarge | typeof ErrorKind.InsufficientStorage,
+    message: string,
+  ) {
     super(kind, message);
     this.name = 'UploadError';
   }
@@ -208,9 +213,11 @@ export class TemplateFileStore {
         `upload of ${declaredLength} bytes is larger than the limit of ${this.opts.maxUploadBytes}`,
       );
     }
+    const room = (await this.opts.room?.()) ?? Infinity;
+    if (declaredLength !== undefined && declaredLength > room) throw this.noRoom(room);
     const tmp = join(this.tmpDir, `${hash}.${randomUUID()}`);
     try {
-      const bytes = await this.spool(body, tmp);
+      const bytes = await this.spool(body, tmp, room);
       if (declaredLength !== undefined && bytes !== declaredLength) {
         throw new UploadError(
           ErrorKind.InvalidArgument,
@@ -239,7 +246,14 @@ export class TemplateFileStore {
    * Copies the body to `path`, stopping (without destroying the body, so an error answer can still be sent) once
    * it passes the size limit.
    */
-  private async spool(body: Readable, path: string): Promise<number> {
+  private noRoom(room: number): UploadError {
+    return new UploadError(
+      ErrorKind.InsufficientStorage,
+      `the build artefacts of this node (build logs, uploads, build cache) are at template_build.artefacts_quota_mb: ${Math.floor(room / 1024 ** 2)} MiB left, not enough for this upload; retry after builds finished or with a smaller build context`,
+    );
+  }
+
+  private async spool(body: Readable, path: string, room: number): Promise<number> {
     const out = createWriteStream(path, { mode: 0o600, flags: 'wx' });
     const closed = finished(out);
     let bytes = 0;
@@ -252,6 +266,7 @@ export class TemplateFileStore {
             `upload larger than the limit of ${this.opts.maxUploadBytes} bytes`,
           );
         }
+        if (bytes > room) throw this.noRoom(room);
         if (!out.write(chunk)) await Promise.race([once(out, 'drain'), closed]);
       }
     } finally {
