@@ -15,7 +15,7 @@ import { ENVD_VERSION, ensureToolsDir } from '@aenv/envd';
 import { createLogger, type Logger } from './util/log.js';
 import { installProcessGuards } from './util/process-guard.js';
 import { dropSecretsFromEnvironment } from './util/exec.js';
-import { uuidv7 } from './util/uuid.js';
+import { newSandboxId } from '@aenv/protocol';
 import { openStateDb, type StateDb } from './state/db.js';
 import { lockNodeDirs } from './util/node-lock.js';
 import { enforceNodeDirModes } from './util/node-modes.js';
@@ -66,7 +66,8 @@ import { registerLogRoutes } from './api/routes/logs.js';
 import { localTeamId, registerTeamRoutes } from './api/routes/teams.js';
 import { SandboxObservability } from './observability/sandbox-observability.js';
 import { sandboxLogMigrations } from './observability/sandbox-log-store.js';
-import { createTemplateService, TemplateUploadEndpoint, uploadSecretFromApiKey } from './template/index.js';
+import { createTemplateService, uploadSecretFromApiKey } from './template/index.js';
+import { TemplateUploadEndpoint } from './api/template-upload.js';
 
 export interface RunServerOptions {
   configPath?: string;
@@ -369,7 +370,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     store,
     backend,
     templates: withResourceLimits(catalog, admission),
-    newId: () => idempotency.sandboxChosen(uuidv7()),
+    newId: () => idempotency.sandboxChosen(newSandboxId()),
     defaultTimeoutSecs: config.orchestrator.default_sandbox_timeout_secs,
     autoEvictIntervalMs: config.orchestrator.auto_evict_interval_ms,
     autoResumeMinTimeoutSecs: config.orchestrator.auto_resume_min_sandbox_timeout_secs,

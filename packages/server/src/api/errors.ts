@@ -1,14 +1,23 @@
-import type { ErrorBody } from '@aenv/protocol';
+import {
+  DomainError,
+  httpErrorAnswer,
+  internalErrorMessage,
+  publicMessage,
+  type ErrorBody,
+} from '@aenv/protocol';
 import { currentRequestId } from '../util/request-context.js';
 
+export { internalErrorMessage };
+
 /**
- * An error the API answers with `{"code": <code>, "message": <message>}` and HTTP status `status`.
- * `code` is normally the HTTP status; the reference puts a different body code in some 500 answers (§10.3),
- * which is why the two are separate.
+ * An answer the API layer decides itself (route and query validation, admission), with HTTP status `status` and
+ * the body `{"code": <code>, "message": <message>}`. `code` is normally the HTTP status; the reference puts a
+ * different body code in some 500 answers (§10.3), which is why the two are separate. Subsystems throw
+ * `DomainError`s instead; `errorAnswer` maps both.
  *
- * Internal failures (HTTP 500 with a 5xx body code, and every 5xx a subsystem raised) never show their message:
- * it may hold host paths, command lines or stderr of host tools. The client gets a generic message naming the
- * request id; the log line of that request has the details (docs/security.md, "Error answers").
+ * Internal failures (HTTP 500 with a 5xx body code, and every server-fault kind a subsystem raised) never show
+ * their message: it may hold host paths, command lines or stderr of host tools. The client gets a generic message
+ * naming the request id; the log line of that request has the details (docs/security.md, "Error answers").
  */
 export class ApiError extends Error {
   readonly code: number;
@@ -35,29 +44,39 @@ export class ApiError extends Error {
   }
 }
 
-/** What a client reads instead of the details of an internal failure. */
-export function internalErrorMessage(requestId: string | undefined, status = 500): string {
-  const what = status === 500 ? 'internal server error' : `server error ${status}`;
-  return requestId ? `${what}; request id ${requestId} (details are in the server log)` : what;
+/** How the API answers a failure. */
+export interface ErrorAnswer {
+  status: number;
+  body: ErrorBody;
+  /** Whether the body carries the error's own message (else the generic one). */
+  exposed: boolean;
 }
 
-export const badRequest = (message: string): ApiError => new ApiError(400, message);
-export const notFound = (message: string): ApiError => new ApiError(404, message);
-export const conflict = (message: string): ApiError => new ApiError(409, message);
+/** A route as its answers are looked up: the method and the path template the router matched. */
+export interface RouteKey {
+  method: string;
+  path: string;
+}
 
 /**
- * Errors thrown by subsystems may carry an HTTP-ish `status`: a 4xx one is the client's fault and its message is
- * meant for it; a 5xx one (or none: a 500) is an internal failure whose message stays in the log.
+ * The one mapping of anything a request handler threw to its answer (docs/errors.md): an `ApiError` as it says,
+ * a `DomainError` by its kind (and the route's wire quirks, `HTTP_ROUTE_QUIRKS`), a framework error by the 4xx
+ * status it carries, and everything else as an internal failure.
  */
-export function toApiError(err: unknown): ApiError {
-  if (err instanceof ApiError) return err;
-  let status = 500;
-  let message = String(err);
-  if (err && typeof err === 'object') {
-    const e = err as { status?: unknown; statusCode?: unknown; message?: unknown };
-    const s = typeof e.status === 'number' ? e.status : typeof e.statusCode === 'number' ? e.statusCode : 500;
-    if (Number.isInteger(s) && s >= 400 && s < 600) status = s;
-    if (typeof e.message === 'string') message = e.message;
+export function errorAnswer(err: unknown, route?: RouteKey): ErrorAnswer {
+  if (err instanceof ApiError) return { status: err.status, body: err.toJSON(), exposed: err.expose };
+  if (err instanceof DomainError) {
+    const { status, code } = httpErrorAnswer(err.kind, route);
+    return { status, body: { code, message: publicMessage(err, currentRequestId()) }, exposed: err.expose };
   }
-  return new ApiError(status, message, undefined, { expose: status < 500, cause: err });
+  const status = frameworkStatus(err);
+  const exposed = status < 500;
+  const message = exposed ? (err as Error).message : internalErrorMessage(currentRequestId());
+  return { status, body: { code: status, message }, exposed };
+}
+
+/** Fastify's own errors (body too large, bad content type or length) carry their HTTP status as `statusCode`. */
+function frameworkStatus(err: unknown): number {
+  const s = err instanceof Error ? (err as { statusCode?: unknown }).statusCode : undefined;
+  return typeof s === 'number' && Number.isInteger(s) && s >= 400 && s < 600 ? s : 500;
 }

@@ -17,16 +17,9 @@ import type { Logger } from '../util/log.js';
 import { newRequestId, runInRequest } from '../util/request-context.js';
 import { unhandledFaultPoint } from '../util/crash-point.js';
 import type { ServerMetrics } from '../observability/metrics.js';
+import type { DataPlane } from '../proxy/data-plane.js';
 import { hasValidApiKey } from './auth.js';
-import { ApiError, internalErrorMessage, toApiError } from './errors.js';
-
-/** The sandbox data plane (proxy): it claims requests before the control-plane router sees them. */
-export interface DataPlane {
-  /** True when the request is sandbox traffic (reference §2.7 classification). */
-  claims(req: IncomingMessage): boolean;
-  handle(req: IncomingMessage, res: ServerResponse): void;
-  upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void;
-}
+import { ApiError, errorAnswer, internalErrorMessage } from './errors.js';
 
 export interface HttpServerOptions {
   apiKey: string;
@@ -263,15 +256,14 @@ export function createHttpServer(opts: HttpServerOptions): { app: FastifyInstanc
     void reply.code(404).send({ code: 404, message: `route not found: ${req.method} ${pathOf(req.url)}` });
   });
 
-  app.setErrorHandler((err: FastifyError | ApiError, req, reply) => {
-    let apiErr: ApiError;
-    if (err instanceof ApiError) apiErr = err;
-    else if ('validation' in err && err.validation) apiErr = new ApiError(400, err.message);
-    // Fastify's own client errors (body too large, bad content type or length) carry a 4xx statusCode.
-    else apiErr = toApiError(err);
-    if (!apiErr.expose || apiErr.status >= 500)
+  app.setErrorHandler((err: Error, req, reply) => {
+    const answer =
+      'validation' in err && (err as FastifyError).validation
+        ? errorAnswer(new ApiError(400, err.message))
+        : errorAnswer(err, { method: req.method, path: req.routeOptions.url ?? '' });
+    if (!answer.exposed || answer.status >= 500)
       req.log.error({ err, method: req.method, url: req.url }, 'request error');
-    void reply.code(apiErr.status).send(apiErr.toJSON());
+    void reply.code(answer.status).send(answer.body);
   });
 
   if (!server) throw new Error('fastify did not call the server factory');

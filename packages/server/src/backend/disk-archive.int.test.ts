@@ -59,7 +59,7 @@ describe('extractArchive with the expected digest', () => {
     const evil = await archiveOf('evil', 'planted');
     writeFileSync(tar, readFileSync(evil));
     const dir = join(base, 'swapped-out');
-    await expect(extractArchive(tar, dir, expected)).rejects.toMatchObject({ kind: 'IntegrityMismatch' });
+    await expect(extractArchive(tar, dir, expected)).rejects.toMatchObject({ reason: 'IntegrityMismatch' });
     expect(existsSync(dir)).toBe(false);
   });
 
@@ -68,7 +68,7 @@ describe('extractArchive with the expected digest', () => {
     const expected = digestOf(tar);
     appendFileSync(tar, Buffer.alloc(64 * 1024, 1));
     const dir = join(base, 'appended-out');
-    await expect(extractArchive(tar, dir, expected)).rejects.toMatchObject({ kind: 'IntegrityMismatch' });
+    await expect(extractArchive(tar, dir, expected)).rejects.toMatchObject({ reason: 'IntegrityMismatch' });
     expect(existsSync(dir)).toBe(false);
   });
 });

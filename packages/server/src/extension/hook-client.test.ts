@@ -1,3 +1,4 @@
+import { ErrorKind } from '@aenv/protocol';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { Writable } from 'node:stream';
 import { createLogger } from '../util/log.js';
@@ -56,7 +57,7 @@ describe('HookClient against a real hook server', () => {
       hooks.behaviour.set('start-fresh', behaviour);
       const err = await client.startFresh(body).catch((e: unknown) => e);
       expect(err, JSON.stringify(behaviour)).toBeInstanceOf(HookError);
-      expect((err as HookError).status).toBe(502);
+      expect((err as HookError).kind).toBe(ErrorKind.BadUpstream);
       expect((err as HookError).message).toMatch(message);
     }
   });
@@ -77,11 +78,11 @@ describe('HookClient against a real hook server', () => {
     expect(hooks.of('patch-params')[0]!.body).toEqual({ sandboxId: 's1', patch: { b: 2 } });
     for (const b of [{}, { customExtensionParams: 'x' }, { customExtensionParams: [1] }]) {
       hooks.behaviour.set('patch-params', { kind: 'json', body: b });
-      await expect(client.patchParams('s1', {})).rejects.toMatchObject({ status: 400 });
+      await expect(client.patchParams('s1', {})).rejects.toMatchObject({ kind: ErrorKind.InvalidArgument });
     }
     hooks.behaviour.set('patch-params', { kind: 'status', status: 500 });
     await expect(client.patchParams('s1', {})).rejects.toMatchObject({
-      status: 400,
+      kind: ErrorKind.InvalidArgument,
       message: 'custom extension hook patch-params failed: the extension answered HTTP 500',
     });
   });

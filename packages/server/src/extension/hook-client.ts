@@ -1,6 +1,6 @@
+import { DomainError, ErrorKind } from '@aenv/protocol';
 import { fetch } from 'undici';
 import type { Logger } from '../util/log.js';
-import { ApiError } from '../api/errors.js';
 
 /** Largest answer a hook may send (docs/hooks.md); a longer one fails the call. */
 export const MAX_HOOK_RESPONSE_BYTES = 256 * 1024;
@@ -19,13 +19,14 @@ export interface StartHookBody {
 }
 
 /** A hook that failed (connection, timeout, non-2xx, malformed answer): the operation it was part of fails. */
-export class HookError extends ApiError {
+export class HookError extends DomainError {
   constructor(
     readonly hook: HookName,
     reason: string,
-    status = 502,
+    kind: ErrorKind = ErrorKind.BadUpstream,
   ) {
-    super(status, `custom extension hook ${hook} failed: ${reason}`);
+    // The reason names the extension's failure, never a host path: the caller may read it (docs/hooks.md).
+    super(kind, `custom extension hook ${hook} failed: ${reason}`, { expose: true });
     this.name = 'HookError';
   }
 }
@@ -77,9 +78,13 @@ export class HookClient {
   /** Returns the sandbox's full new params, as the extension computed them from `patch`. */
   async patchParams(sandboxId: string, patch: Record<string, unknown>): Promise<Record<string, unknown>> {
     // The reference answers a failed patch with 400 (§2, custom-extension-params).
-    const answer = await this.call('patch-params', { sandboxId, patch }, { status: 400 });
+    const answer = await this.call('patch-params', { sandboxId, patch }, { kind: ErrorKind.InvalidArgument });
     if (!isObject(answer) || !isObject(answer.customExtensionParams)) {
-      throw new HookError('patch-params', 'the answer has no customExtensionParams object', 400);
+      throw new HookError(
+        'patch-params',
+        'the answer has no customExtensionParams object',
+        ErrorKind.InvalidArgument,
+      );
     }
     return answer.customExtensionParams;
   }
@@ -103,9 +108,9 @@ export class HookClient {
   private async call(
     hook: HookName,
     body: unknown,
-    opts: { ignoreBody?: boolean; status?: number } = {},
+    opts: { ignoreBody?: boolean; kind?: ErrorKind } = {},
   ): Promise<unknown> {
-    const fail = (reason: string) => new HookError(hook, reason, opts.status);
+    const fail = (reason: string) => new HookError(hook, reason, opts.kind);
     const signal = AbortSignal.timeout(this.opts.timeoutMs);
     let text: string;
     try {
@@ -124,7 +129,7 @@ export class HookClient {
         await res.body?.cancel().catch(() => {});
         return undefined;
       }
-      text = await readBounded(res.body, hook, opts.status);
+      text = await readBounded(res.body, hook, opts.kind);
     } catch (err) {
       if (err instanceof HookError) throw err;
       if (signal.aborted) throw fail(`no answer within ${this.opts.timeoutMs} ms (timeout_ms)`);
@@ -145,7 +150,7 @@ export class HookClient {
 async function readBounded(
   body: AsyncIterable<Uint8Array> | null,
   hook: HookName,
-  status?: number,
+  kind?: ErrorKind,
 ): Promise<string> {
   if (!body) return '';
   const chunks: Uint8Array[] = [];
@@ -153,7 +158,7 @@ async function readBounded(
   for await (const chunk of body) {
     size += chunk.byteLength;
     if (size > MAX_HOOK_RESPONSE_BYTES) {
-      throw new HookError(hook, `the answer is larger than ${MAX_HOOK_RESPONSE_BYTES} bytes`, status);
+      throw new HookError(hook, `the answer is larger than ${MAX_HOOK_RESPONSE_BYTES} bytes`, kind);
     }
     chunks.push(chunk);
   }

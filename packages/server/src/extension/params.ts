@@ -1,4 +1,4 @@
-import { ApiError } from '../api/errors.js';
+import { DomainError, ErrorKind } from '@aenv/protocol';
 
 /** The env var a start-fresh hook's `extraBootArgs` become in container mode (docs/hooks.md). */
 export const EXTRA_BOOT_ARGS_ENV = 'AENV_EXTRA_BOOT_ARGS';
@@ -11,16 +11,19 @@ export const MAX_PARAMS_BYTES = 64 * 1024;
  */
 export function checkParams(value: unknown, what: string): Record<string, unknown> {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    throw new ApiError(400, `${what} must be a JSON object`);
+    throw new DomainError(ErrorKind.InvalidArgument, `${what} must be a JSON object`);
   }
   let size: number;
   try {
     size = Buffer.byteLength(JSON.stringify(value));
   } catch {
-    throw new ApiError(400, `${what} cannot be encoded as JSON`);
+    throw new DomainError(ErrorKind.InvalidArgument, `${what} cannot be encoded as JSON`);
   }
   if (size > MAX_PARAMS_BYTES) {
-    throw new ApiError(400, `${what} is ${size} bytes as JSON; at most ${MAX_PARAMS_BYTES} are allowed`);
+    throw new DomainError(
+      ErrorKind.InvalidArgument,
+      `${what} is ${size} bytes as JSON; at most ${MAX_PARAMS_BYTES} are allowed`,
+    );
   }
   return value as Record<string, unknown>;
 }

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { isUuidV7, NIL_UUID } from '../util/uuid.js';
+import { isUuidV7, NIL_UUID } from '@aenv/protocol';
 import type { MachineInfo } from './machine-info.js';
 import { resolveNodeIdentity, serverVersion, systemHostname } from './node-identity.js';
 

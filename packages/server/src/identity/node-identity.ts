@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { hostname as osHostname } from 'node:os';
-import { isUuid, NIL_UUID, uuidv7 } from '../util/uuid.js';
+import { isUuid, NIL_UUID, uuidv7 } from '@aenv/protocol';
 import { readMachineInfo, type MachineInfo } from './machine-info.js';
 
 /** `[node_identity]` as loaded by @aenv/config (AENV_NODE_ID, AENV_CLUSTER_ID, AENV_SERVICE_INSTANCE_ID already applied). */

@@ -1,5 +1,6 @@
-// Errors of the image subsystem. Every failure a caller can see is an ImageError with a kind; the API layer
-// maps `userError` to 400 (reference §5.7) and everything else to 500.
+// Errors of the image subsystem. Every failure a caller can see is an ImageError: a domain error kind (which the
+// API answers, docs/errors.md) with the image subsystem's finer reason.
+import { DomainError, ErrorKind, isServerFault } from '@aenv/protocol';
 
 export type ImageErrorKind =
   | 'InvalidReference'
@@ -11,43 +12,30 @@ export type ImageErrorKind =
   | 'Unreachable'
   | 'Internal';
 
-const STATUS: Record<ImageErrorKind, number> = {
-  InvalidReference: 400,
-  NotFound: 404,
-  Unauthorized: 401,
-  UnsupportedImage: 415,
-  TooLarge: 413,
-  DigestMismatch: 502,
-  Unreachable: 503,
-  Internal: 500,
+const KIND: Record<ImageErrorKind, ErrorKind> = {
+  InvalidReference: ErrorKind.InvalidArgument,
+  NotFound: ErrorKind.NotFound,
+  Unauthorized: ErrorKind.Unauthenticated,
+  UnsupportedImage: ErrorKind.Unsupported,
+  TooLarge: ErrorKind.TooLarge,
+  // The registry served content that fails its digest: its fault, not the caller's (reference §5.7).
+  DigestMismatch: ErrorKind.BadUpstream,
+  Unreachable: ErrorKind.Unavailable,
+  Internal: ErrorKind.Internal,
 };
 
-const USER_ERROR: Record<ImageErrorKind, boolean> = {
-  InvalidReference: true,
-  NotFound: true,
-  Unauthorized: true,
-  UnsupportedImage: true,
-  TooLarge: true,
-  DigestMismatch: false,
-  Unreachable: false,
-  Internal: false,
-};
-
-export class ImageError extends Error {
-  readonly kind: ImageErrorKind;
-  /** HTTP-like status class of the failure (4xx: the request is wrong, 5xx: the registry or the host is). */
-  readonly status: number;
+export class ImageError extends DomainError {
+  /** The image subsystem's own name for the failure. */
+  declare readonly reason: ImageErrorKind;
   /** True when the caller's input is at fault (invalid, unknown or inaccessible image). */
   readonly userError: boolean;
   /** Transient failures (network, 5xx, 429) may succeed when retried. */
   readonly transient: boolean;
 
-  constructor(kind: ImageErrorKind, message: string, opts: { cause?: unknown; transient?: boolean } = {}) {
-    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+  constructor(reason: ImageErrorKind, message: string, opts: { cause?: unknown; transient?: boolean } = {}) {
+    super(KIND[reason], message, { reason, ...(opts.cause === undefined ? {} : { cause: opts.cause }) });
     this.name = 'ImageError';
-    this.kind = kind;
-    this.status = STATUS[kind];
-    this.userError = USER_ERROR[kind];
+    this.userError = !isServerFault(this.kind);
     this.transient = opts.transient ?? false;
   }
 }

@@ -123,7 +123,7 @@ describe('image cache GC', () => {
     // D's second layer is corrupt in the layout: the pull fails after the shared layer was unpacked.
     const bad = join(layout, 'blobs', 'sha256', D.layers[1]!.digest.slice(7));
     writeFileSync(bad, Buffer.concat([readFileSync(bad), Buffer.from('junk')]));
-    await expect(h.service.pull(`oci:${layout}:d`)).rejects.toMatchObject({ kind: 'DigestMismatch' });
+    await expect(h.service.pull(`oci:${layout}:d`)).rejects.toMatchObject({ reason: 'DigestMismatch' });
     expect(h.service.get(`oci:${layout}:d`)).toBeUndefined();
     const sharedDir = join(h.rootDir, 'layers', 'v1-100000-65536', D.layers[0]!.diffId.slice(7));
     expect(existsSync(sharedDir)).toBe(true);

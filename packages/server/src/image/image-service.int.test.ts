@@ -15,6 +15,7 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { httpErrorAnswer } from '@aenv/protocol';
 import { run } from '../util/exec.js';
 import { ImageError } from './errors.js';
 import { readXattr } from './special-files.js';
@@ -275,7 +276,7 @@ describe('pull from a registry', () => {
       const a = await arm.service.pull(ref('test/index'));
       expect(a.manifestDigest).toBe(index.images[0]!.manifest.digest);
       const riscv = await arm.service.pull(ref('test/single')).catch((e: unknown) => e);
-      expect((riscv as ImageError).kind).toBe('UnsupportedImage');
+      expect((riscv as ImageError).reason).toBe('UnsupportedImage');
       expect((riscv as ImageError).message).toMatch(/image is for linux\/amd64, this host runs linux\/arm64/);
     } finally {
       await arm.close();
@@ -319,7 +320,7 @@ describe('pull from a registry', () => {
   it('rejects a hostile layer and leaves nothing behind', async () => {
     const before = layerDirCount();
     const e = await pullError(h.service.pull(ref('test/hostile')));
-    expect(e.kind).toBe('UnsupportedImage');
+    expect(e.reason).toBe('UnsupportedImage');
     expect(e.userError).toBe(true);
     expect(e.message).toMatch(/escapes the layer/);
     expect(existsSync('/escape-aenv-test')).toBe(false);
@@ -398,8 +399,8 @@ describe('downloads', () => {
         kind: { status: 503 },
       });
       const e = await pullError(fresh.service.pull(ref('test/zstd')));
-      expect(e.kind).toBe('Unreachable');
-      expect(e.status).toBe(503);
+      expect(e.reason).toBe('Unreachable');
+      expect(httpErrorAnswer(e.kind).status).toBe(503);
       expect(e.userError).toBe(false);
     } finally {
       await fresh.close();
@@ -433,8 +434,8 @@ describe('errors', () => {
   it('unknown tag and unknown repository → NotFound (user error)', async () => {
     for (const r of [ref('test/single', 'nope'), ref('test/does-not-exist')]) {
       const e = await pullError(h.service.pull(r));
-      expect(e.kind).toBe('NotFound');
-      expect(e.status).toBe(404);
+      expect(e.reason).toBe('NotFound');
+      expect(httpErrorAnswer(e.kind).status).toBe(404);
       expect(e.userError).toBe(true);
       // The registry's error body goes to the log; messages (which reach API callers) never carry it.
       expect(e.message).toMatch(/not found$/);
@@ -454,7 +455,7 @@ describe('errors', () => {
     });
     try {
       const e = await pullError(s.service.pull('test/nothing-here:v1'));
-      expect(e.kind).toBe('NotFound');
+      expect(e.reason).toBe('NotFound');
       expect(e.message).toContain(`127.0.0.1:${port} (Unreachable`);
       expect(e.message).toContain(`${proxy.host} (NotFound`);
       expect(e.message).toContain('not allowed by allowed_registries: ghcr.io');
@@ -475,7 +476,7 @@ describe('errors', () => {
   it('a closed port → Unreachable', async () => {
     const port = await freePort();
     const e = await pullError(h.service.pull(`127.0.0.1:${port}/x/y:1`));
-    expect(e.kind).toBe('Unreachable');
+    expect(e.reason).toBe('Unreachable');
     expect(e.message).toMatch(/ECONNREFUSED/);
   });
 
@@ -483,7 +484,7 @@ describe('errors', () => {
     const s = await startHarness({ insecureRegistries: [] });
     try {
       const e = await pullError(s.service.pull(ref('test/single')));
-      expect(e.kind).toBe('Unreachable');
+      expect(e.reason).toBe('Unreachable');
       expect(e.message).toMatch(/https:\/\//);
       expect(e.message).toMatch(/insecure_registries/);
     } finally {
@@ -502,7 +503,7 @@ describe('errors', () => {
     writeFileSync(path, data);
     const before = layerDirCount();
     const e = await pullError(h.service.pull(ref('test/tamper')));
-    expect(e.kind).toBe('DigestMismatch');
+    expect(e.reason).toBe('DigestMismatch');
     expect(e.userError).toBe(false);
     expect(e.message).toContain(img.layers[0]!.digest);
     expect(layerDirCount()).toBe(before);
@@ -516,7 +517,7 @@ describe('errors', () => {
     const path = storedBlobPath(reg, img.layers[0]!.digest);
     truncateSync(path, statSync(path).size - 10);
     const e = await pullError(h.service.pull(ref('test/short')));
-    expect(['DigestMismatch', 'Unreachable']).toContain(e.kind);
+    expect(['DigestMismatch', 'Unreachable']).toContain(e.reason);
     expect(e.message).toMatch(/size mismatch|interrupted|ECONNRESET|terminated|other side closed/);
     expect(h.service.get(ref('test/short'))).toBeUndefined();
   });
@@ -530,7 +531,7 @@ describe('errors', () => {
     const path = storedBlobPath(reg, img.config.digest);
     writeFileSync(path, readFileSync(path).toString().replace('A=1', 'A=2'));
     const e = await pullError(h.service.pull(ref('test/tamper-config')));
-    expect(e.kind).toBe('DigestMismatch');
+    expect(e.reason).toBe('DigestMismatch');
     expect(e.message).toContain(img.config.digest);
   });
 });
@@ -599,12 +600,12 @@ describe('local transports', () => {
     expect(idx.manifestDigest).toBe(index.images[1]!.manifest.digest);
 
     const missing = await pullError(h.service.pull(`oci:${layout}:nope`));
-    expect(missing.kind).toBe('NotFound');
+    expect(missing.reason).toBe('NotFound');
     expect(missing.message).toContain('tags: latest, multi');
     const ambiguous = await pullError(h.service.pull(`oci:${layout}`));
-    expect(ambiguous.kind).toBe('InvalidReference');
+    expect(ambiguous.reason).toBe('InvalidReference');
     const notLayout = await pullError(h.service.pull(`oci:${h.dir}/nowhere`));
-    expect(notLayout.kind).toBe('NotFound');
+    expect(notLayout.reason).toBe('NotFound');
 
     const archive = join(h.dir, 'image.tar');
     writeArchive(layout, archive);

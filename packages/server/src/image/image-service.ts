@@ -311,7 +311,7 @@ export class ImageService {
         return await this.pullCandidate(c, opts);
       } catch (e) {
         const err = asImageError(e, `pulling ${c.canonical}`);
-        if (opts.signal?.aborted || !['NotFound', 'Unauthorized', 'Unreachable'].includes(err.kind))
+        if (opts.signal?.aborted || !['NotFound', 'Unauthorized', 'Unreachable'].includes(err.reason))
           throw err;
         failures.push({
           registry: c.reference.transport === 'registry' ? c.reference.registry : c.canonical,
@@ -324,10 +324,10 @@ export class ImageService {
       }
     }
     const notAllowed = disallowedSearchRegistries(this.resolverConfig);
-    const kind = failures.every((f) => f.error.kind === 'Unreachable') ? 'Unreachable' : 'NotFound';
+    const kind = failures.every((f) => f.error.reason === 'Unreachable') ? 'Unreachable' : 'NotFound';
     throw new ImageError(
       kind,
-      `image "${ref}" was not found: tried ${failures.map((f) => `${f.registry} (${f.error.kind}: ${f.error.message})`).join('; ')}` +
+      `image "${ref}" was not found: tried ${failures.map((f) => `${f.registry} (${f.error.reason}: ${f.error.message})`).join('; ')}` +
         (notAllowed.length > 0 ? `; not allowed by allowed_registries: ${notAllowed.join(', ')}` : ''),
     );
   }
@@ -345,7 +345,7 @@ export class ImageService {
     // oci-archive: unpacking the archive to read its index is costly, so a cached pull of the same file
     // (same inode, size and mtime) is reused without opening it.
     const stamp = await fileStamp(local).catch((e: unknown) => {
-      throw e instanceof ImageError ? new ImageError(e.kind, `${c.canonical}: ${e.message}`) : e;
+      throw e instanceof ImageError ? new ImageError(e.reason, `${c.canonical}: ${e.message}`) : e;
     });
     if (!opts.refresh) {
       const cached = this.cachedByRef(c.canonical, stamp);

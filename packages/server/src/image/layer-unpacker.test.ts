@@ -142,7 +142,7 @@ describe('hostile layers cannot write outside the layer directory', () => {
 
   it('".." in a name', async () => {
     const e = await unpackError([{ name: '../outside/pwned', content: 'x' }]);
-    expect(e.kind).toBe('UnsupportedImage');
+    expect(e.reason).toBe('UnsupportedImage');
     expect(e.message).toMatch(/escapes the layer/);
   });
 

@@ -6,6 +6,7 @@ import { mkdirSync, mkdtempSync, rmSync, symlinkSync, truncateSync, writeFileSyn
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { httpErrorAnswer } from '@aenv/protocol';
 import { ImageError } from './errors.js';
 import { containedPath, type ContainedPath } from './local-files.js';
 import { extractOciArchive, fileStamp, OciLayoutSource } from './sources.js';
@@ -61,7 +62,7 @@ describe('oci: layouts below an allowed directory', () => {
     writeLayout(real, [{ tag: 'latest', item: img }]);
     symlinkSync(real, join(allowed, 'linked'));
     const e = await failure(root(join(allowed, 'linked')));
-    expect(e.kind).toBe('InvalidReference');
+    expect(e.reason).toBe('InvalidReference');
     expect(e.message).toMatch(/symbolic link/);
   });
 
@@ -92,7 +93,7 @@ describe('oci: layouts below an allowed directory', () => {
     const dir = layout('shadow-copy');
     writeFileSync(join(dir, 'index.json'), `${SECRET}\n`);
     const e = await failure(root(dir));
-    expect(e.kind).toBe('UnsupportedImage');
+    expect(e.reason).toBe('UnsupportedImage');
     expect(e.message).toMatch(/not valid JSON/);
   });
 
@@ -108,8 +109,8 @@ describe('oci: layouts below an allowed directory', () => {
     const dir = layout('huge');
     truncateSync(join(dir, 'index.json'), 1024 ** 3);
     const e = await failure(root(dir));
-    expect(e.kind).toBe('TooLarge');
-    expect(e.status).toBe(413);
+    expect(e.reason).toBe('TooLarge');
+    expect(httpErrorAnswer(e.kind).status).toBe(413);
   });
 
   it('a blob whose file is larger than its descriptor is refused before it is read', async () => {
@@ -117,7 +118,7 @@ describe('oci: layouts below an allowed directory', () => {
     const blob = join(dir, 'blobs', 'sha256', img.manifest.digest.slice(7));
     truncateSync(blob, 512 * 1024 ** 2);
     const e = await failure(root(dir));
-    expect(e.kind).toBe('DigestMismatch');
+    expect(e.reason).toBe('DigestMismatch');
     expect(e.message).toMatch(/size mismatch/);
   });
 });
@@ -143,6 +144,6 @@ describe('oci-archive: files below an allowed directory', () => {
     writeFileSync(huge, '');
     truncateSync(huge, 8 * 1024 ** 3);
     const big = await failure(extractOciArchive(at(huge), 'a', out, 1024 ** 3));
-    expect(big.kind).toBe('TooLarge');
+    expect(big.reason).toBe('TooLarge');
   });
 });

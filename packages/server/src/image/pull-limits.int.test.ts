@@ -5,6 +5,7 @@
 import { existsSync, readdirSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { httpErrorAnswer } from '@aenv/protocol';
 import { ImageError } from './errors.js';
 import { startHarness, type Harness } from './testing/harness.js';
 import {
@@ -58,8 +59,8 @@ describe('image.limits', () => {
     reg.serve('bomb/zip', 'v1', imageOfLayers([bomb]));
     const ref = `${reg.host}/bomb/zip:v1`;
     const e = await pullError(ref);
-    expect(e.kind).toBe('TooLarge');
-    expect(e.status).toBe(413);
+    expect(e.reason).toBe('TooLarge');
+    expect(httpErrorAnswer(e.kind).status).toBe(413);
     expect(e.userError).toBe(true);
     expect(e.message).toMatch(/larger than 32 MiB uncompressed \(image\.limits\.max_layer_mb\)/);
     expectNothingLeft([bomb.diffId], ref);
@@ -70,7 +71,7 @@ describe('image.limits', () => {
     reg.serve('bomb/entries', 'v1', imageOfLayers([many]));
     const ref = `${reg.host}/bomb/entries:v1`;
     const e = await pullError(ref);
-    expect(e.kind).toBe('TooLarge');
+    expect(e.reason).toBe('TooLarge');
     expect(e.message).toMatch(/more than 1000 entries \(image\.limits\.max_layer_entries\)/);
     expectNothingLeft([many.diffId], ref);
   });
@@ -84,7 +85,7 @@ describe('image.limits', () => {
     reg.serve('bomb/sum', 'v1', imageOfLayers(layers));
     const ref = `${reg.host}/bomb/sum:v1`;
     const e = await pullError(ref);
-    expect(e.kind).toBe('TooLarge');
+    expect(e.reason).toBe('TooLarge');
     expect(e.message).toMatch(/image\.limits\.max_image_mb/);
     expect(readdirSync(join(h.rootDir, 'tmp'))).toEqual([]);
     expect(h.service.get(ref)).toBeUndefined();
@@ -101,7 +102,7 @@ describe('image.limits', () => {
     writeFileSync(file, '');
     truncateSync(file, 4 * 1024 * MIB);
     const e = await pullError(`oci-archive:${file}`);
-    expect(e.kind).toBe('TooLarge');
+    expect(e.reason).toBe('TooLarge');
     expect(readdirSync(join(h.rootDir, 'tmp'))).toEqual([]);
   });
 });

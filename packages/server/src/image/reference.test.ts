@@ -70,9 +70,9 @@ describe('registry references', () => {
       err = e;
     }
     expect(err).toBeInstanceOf(ImageError);
-    expect((err as ImageError).kind).toBe('InvalidReference');
+    expect((err as ImageError).reason).toBe('InvalidReference');
     expect((err as ImageError).userError).toBe(true);
-    expect((err as ImageError).status).toBe(400);
+    expect((err as ImageError).kind).toBe('invalid_argument');
     expect((err as ImageError).message).toContain(why);
   });
 });

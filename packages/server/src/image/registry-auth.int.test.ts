@@ -67,7 +67,7 @@ describe('htpasswd (Basic) registry', () => {
   it('anonymous → Unauthorized (user error)', async () => {
     const h = await harness(reg.host);
     const e = await pullError(h.service.pull(`${reg.host}/private/app:v1`));
-    expect(e.kind).toBe('Unauthorized');
+    expect(e.reason).toBe('Unauthorized');
     expect(e.userError).toBe(true);
     expect(e.message).toMatch(/requires a login/);
   });
@@ -87,7 +87,7 @@ describe('htpasswd (Basic) registry', () => {
         credentials: { username: TEST_USER, password: 'nope' },
       }),
     );
-    expect(wrong.kind).toBe('Unauthorized');
+    expect(wrong.reason).toBe('Unauthorized');
     expect(wrong.message).toMatch(/with the given credentials/);
     const ok = await h.service.pull(`${reg.host}/private/app:v1`, {
       credentials: { username: TEST_USER, password: TEST_PASSWORD },
@@ -117,7 +117,7 @@ describe('token (Bearer) registry', () => {
     const h = await harness(reg.host);
     const before = tokens.stats.refused + tokens.stats.issued;
     const e = await pullError(h.service.pull(`${reg.host}/private/app:v1`));
-    expect(e.kind).toBe('Unauthorized');
+    expect(e.reason).toBe('Unauthorized');
     expect(e.message).toMatch(/not HTTPS/);
     expect(tokens.stats.refused + tokens.stats.issued).toBe(before);
   });
@@ -126,7 +126,7 @@ describe('token (Bearer) registry', () => {
     const h = await harness(reg.host, { insecureRegistries: [reg.host, tokenHost()] });
     const refusedBefore = tokens.stats.refused;
     const e = await pullError(h.service.pull(`${reg.host}/private/app:v1`));
-    expect(e.kind).toBe('Unauthorized');
+    expect(e.reason).toBe('Unauthorized');
     expect(e.message).toMatch(/token endpoint refused anonymous access/);
     expect(tokens.stats.refused).toBe(refusedBefore + 1);
   });

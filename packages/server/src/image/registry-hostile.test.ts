@@ -97,7 +97,7 @@ describe('token realms', () => {
     const before = baitHits();
     reg.override(/^\/v2\/realm-http\/app\/manifests\/v1$/, challenge(`${bait.url}/token`));
     const e = await manifestError('realm-http/app');
-    expect(e.kind).toBe('Unauthorized');
+    expect(e.reason).toBe('Unauthorized');
     expect(e.message).toMatch(/not HTTPS/);
     expect(baitHits()).toBe(before);
   });
@@ -106,7 +106,7 @@ describe('token realms', () => {
     for (const [i, realm] of ['file:///etc/shadow', 'ftp://127.0.0.1/t', 'not a url'].entries()) {
       reg.override(new RegExp(`^/v2/realm-scheme-${i}/app/manifests/v1$`), challenge(realm));
       const e = await manifestError(`realm-scheme-${i}/app`);
-      expect(e.kind).toBe('Unauthorized');
+      expect(e.reason).toBe('Unauthorized');
       expect(e.message).not.toContain('/etc/shadow');
     }
   });

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { httpErrorAnswer } from '@aenv/protocol';
 import { ImageError } from './errors.js';
 import { defaultImage, normalizeResolverConfig, resolveReference, type ResolverConfig } from './resolver.js';
 
@@ -23,7 +24,7 @@ describe('resolver', () => {
     expect(resolve(cfg, 'org/app')).toEqual(['ghcr.io/org/app:latest']);
     expect(resolve(cfg, 'ghcr.io/x/y:1')).toEqual(['ghcr.io/x/y:1']);
     const e = resolveError(cfg, 'docker.io/library/ubuntu:24.04');
-    expect(e.kind).toBe('InvalidReference');
+    expect(e.reason).toBe('InvalidReference');
     expect(e.message).toContain('docker.io is not allowed');
   });
 
@@ -48,9 +49,9 @@ describe('resolver', () => {
     const cfg: ResolverConfig = { searchRegistries: search, allowedRegistries: allowed };
     if (want === 'error') {
       const e = resolveError(cfg, 'ubuntu:24.04');
-      expect(e.kind).toBe('InvalidReference');
-      expect(e.status).toBeGreaterThanOrEqual(400);
-      expect(e.status).toBeLessThan(500);
+      expect(e.reason).toBe('InvalidReference');
+      expect(httpErrorAnswer(e.kind).status).toBeGreaterThanOrEqual(400);
+      expect(httpErrorAnswer(e.kind).status).toBeLessThan(500);
       expect(e.message).toContain(
         `search_registries = ${search.length ? `[${search.join(', ')}]` : '[] (empty)'}`,
       );
@@ -114,8 +115,8 @@ describe('resolver', () => {
       'oci-archive:/proc/self/environ',
     ]) {
       const e = resolveError(cfg, outside);
-      expect(e.kind, outside).toBe('InvalidReference');
-      expect(e.status).toBe(400);
+      expect(e.reason, outside).toBe('InvalidReference');
+      expect(httpErrorAnswer(e.kind).status).toBe(400);
       expect(e.message).toContain('local_image_dirs');
     }
     expect(() => normalizeResolverConfig({ localImageDirs: ['relative'] })).toThrow(/absolute/);

@@ -116,7 +116,7 @@ describe('VerifyingStream', () => {
   it('passes matching data and rejects wrong digest, short and long data', async () => {
     await run(data, { digest: digestOf(data), size: data.length });
     await expect(run(data, { digest: digestOf(Buffer.from('x')), size: data.length })).rejects.toMatchObject({
-      kind: 'DigestMismatch',
+      reason: 'DigestMismatch',
     });
     await expect(run(data, { digest: digestOf(data), size: data.length + 1 })).rejects.toThrow(
       /size mismatch/,

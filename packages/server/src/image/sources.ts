@@ -117,7 +117,7 @@ export class OciLayoutSource implements ImageSource {
     try {
       fh = await openContained(this.blobPath(d.digest), 'file');
     } catch (e) {
-      if (e instanceof ImageError && e.kind === 'NotFound') {
+      if (e instanceof ImageError && e.reason === 'NotFound') {
         throw new ImageError('NotFound', `${this.name}: blob ${d.digest} is missing from the layout`);
       }
       throw prefixed(this.name, e);
@@ -141,7 +141,7 @@ export class OciLayoutSource implements ImageSource {
     try {
       data = await readAllBounded(fh, d.size, `${this.name}: blob ${d.digest}`);
     } catch (e) {
-      throw e instanceof ImageError && e.kind === 'TooLarge'
+      throw e instanceof ImageError && e.reason === 'TooLarge'
         ? new ImageError('DigestMismatch', `${this.name}: blob ${d.digest}: more than ${d.size} bytes`)
         : e;
     } finally {
@@ -155,7 +155,7 @@ export class OciLayoutSource implements ImageSource {
     try {
       return await readContained(below(this.layout, name), limit, name);
     } catch (e) {
-      if (e instanceof ImageError && e.kind === 'NotFound') {
+      if (e instanceof ImageError && e.reason === 'NotFound') {
         throw new ImageError('NotFound', `${this.name}: not an OCI image layout (it has no ${name})`);
       }
       throw prefixed(this.name, e);
@@ -220,7 +220,7 @@ function parseJsonObject(body: Buffer): Record<string, unknown> | undefined {
 }
 
 function prefixed(name: string, e: unknown): unknown {
-  return e instanceof ImageError ? new ImageError(e.kind, `${name}: ${e.message}`, { cause: e }) : e;
+  return e instanceof ImageError ? new ImageError(e.reason, `${name}: ${e.message}`, { cause: e }) : e;
 }
 
 /** Identifies a local file's content cheaply (changes when the file is replaced or rewritten). */

@@ -6,7 +6,7 @@ function rejection(input: Parameters<typeof parseNetworkPolicy>[0]): NetworkPoli
     parseNetworkPolicy(input);
   } catch (e) {
     expect(e).toBeInstanceOf(NetworkPolicyError);
-    expect((e as NetworkPolicyError).status).toBe(400);
+    expect((e as NetworkPolicyError).kind).toBe('invalid_argument');
     return e as NetworkPolicyError;
   }
   throw new Error('expected a NetworkPolicyError');

@@ -1,13 +1,13 @@
 // Validation of a sandbox's egress policy as the API receives it (agentenv-reference §5.9).
 
+import { DomainError, ErrorKind } from '@aenv/protocol';
 import { formatCidr, parseIpOrCidr } from './ip.js';
 import type { EgressPolicy } from './types.js';
 
-/** A policy the API must answer with 400 and this message. */
-export class NetworkPolicyError extends Error {
-  readonly status = 400;
+/** A policy the caller got wrong; the API answers it with this message. */
+export class NetworkPolicyError extends DomainError {
   constructor(message: string) {
-    super(message);
+    super(ErrorKind.InvalidArgument, message);
     this.name = 'NetworkPolicyError';
   }
 }

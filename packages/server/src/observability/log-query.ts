@@ -1,4 +1,5 @@
 // Filtering and shaping of sandbox logs for `GET /sandboxes/{id}/logs` (v1) and `GET /v2/sandboxes/{id}/logs`.
+import { DomainError, ErrorKind } from '@aenv/protocol';
 import type { SandboxLogLevel, SandboxLogLine } from './sandbox-log-store.js';
 
 export const MAX_LOG_LIMIT = 1000;
@@ -6,7 +7,13 @@ export const MAX_SEARCH_LENGTH = 256;
 
 const RANK: Record<SandboxLogLevel, number> = { debug: 0, info: 1, warn: 2, error: 3 };
 
-export class LogQueryError extends Error {}
+/** A query the caller got wrong. */
+export class LogQueryError extends DomainError {
+  constructor(message: string) {
+    super(ErrorKind.InvalidArgument, message);
+    this.name = 'LogQueryError';
+  }
+}
 
 /** A non-negative integer query value, or undefined when absent. */
 export function parseQueryInt(raw: unknown, name: string, max = Number.MAX_SAFE_INTEGER): number | undefined {

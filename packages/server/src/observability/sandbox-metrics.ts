@@ -1,5 +1,6 @@
 import { Counter, Histogram, type Registry } from 'prom-client';
 import type { CgroupUsage } from '../runtime/container/cgroups.js';
+import { isRuntimeError } from '../runtime/driver.js';
 import type { DiskUsage } from './sandbox-disk.js';
 
 /** One sample of one sandbox (`SandboxMetric` of the E2B API). */
@@ -196,7 +197,7 @@ export class SandboxMetricsSampler {
       [usage, disk] = await Promise.all([this.opts.readUsage(t.containerId), this.opts.readDisk(t.diskDir)]);
     } catch (err) {
       // Gone or paused between the listing and the read: no sample this time.
-      if ((err as { kind?: string }).kind !== 'NotFound') this.opts.onError?.(t.sandboxId, err);
+      if (!isRuntimeError(err, 'NotFound')) this.opts.onError?.(t.sandboxId, err);
       return;
     }
     const nowMs = this.now();

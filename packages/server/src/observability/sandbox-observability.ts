@@ -1,4 +1,4 @@
-// Wires per-sandbox metrics and logs to the orchestrator and the runtime (the routes' deps; see server.ts).
+// Wires per-sandbox metrics and logs to the orchestrator and the runtime (what the routes read; see server.ts).
 import { join } from 'node:path';
 import type { Registry } from 'prom-client';
 import type { Logger } from '../util/log.js';
@@ -7,8 +7,7 @@ import type { LifecycleEvent, Orchestrator } from '../orchestrator/orchestrator.
 import type { SandboxRecord } from '../orchestrator/types.js';
 import { Cgroups, detectCgroupLayout, readCgroupUsage } from '../runtime/container/cgroups.js';
 import { readMounts } from '../runtime/container/mountinfo.js';
-import type { LogRouteDeps } from '../api/routes/logs.js';
-import type { MetricsRouteDeps } from '../api/routes/metrics.js';
+import type { SandboxLogsView, SandboxMetricsView } from './views.js';
 import { SandboxLogStore } from './sandbox-log-store.js';
 import { SandboxMetricsSampler } from './sandbox-metrics.js';
 import { QgroupDiskReader } from './sandbox-disk.js';
@@ -107,7 +106,7 @@ export class SandboxObservability {
     await this.sampler?.stop();
   }
 
-  metricsRoutes(): MetricsRouteDeps {
+  metricsRoutes(): SandboxMetricsView {
     return {
       samples: (id, startMs, endMs) => this.sampler?.samples(id, startMs, endMs),
       latest: (id) => this.sampler?.latest(id),
@@ -115,7 +114,7 @@ export class SandboxObservability {
     };
   }
 
-  logRoutes(): LogRouteDeps {
+  logRoutes(): SandboxLogsView {
     return {
       find: (id) => this.orchestrator?.find(id),
       lifecycle: (id) => this.logs.list(id),

@@ -1,3 +1,4 @@
+import { ErrorKind } from '@aenv/protocol';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { Writable } from 'node:stream';
 import { randomUUID } from 'node:crypto';
@@ -171,7 +172,7 @@ describe('Orchestrator with a custom extension (a real hook server on loopback)'
       hooks.behaviour.set('start-fresh', b);
       const err = await orch.create(input()).catch((e: unknown) => e);
       expect(err).toMatchObject({
-        status: 502,
+        kind: ErrorKind.BadUpstream,
         message: expect.stringMatching(/^custom extension hook start-fresh failed: /),
       });
       expect(orch.all()).toEqual([]);
@@ -215,7 +216,7 @@ describe('Orchestrator with a custom extension (a real hook server on loopback)'
     const r = await orch.create(input());
     await orch.pause(r.id);
     hooks.behaviour.set('start-resume', { kind: 'status', status: 503 });
-    await expect(orch.connect(r.id, 60)).rejects.toMatchObject({ status: 502 });
+    await expect(orch.connect(r.id, 60)).rejects.toMatchObject({ kind: ErrorKind.BadUpstream });
     expect(orch.get(r.id).state).toBe('paused');
     const told = hooks.of('start-resume', r.id)[0]!.body.sandboxInstanceId;
     await hooks.waitFor(() => hooks.of('stop').some((c) => c.body.sandboxInstanceId === told));
@@ -258,11 +259,17 @@ describe('Orchestrator with a custom extension (a real hook server on loopback)'
     expect(orch.extensionParams(r.id)).toEqual({ a: 1, b: 2 });
     expect(store.loadAll().records[0]!.customExtensionParams).toEqual({ a: 1, b: 2 });
     hooks.behaviour.set('patch-params', { kind: 'status', status: 500 });
-    await expect(orch.patchExtensionParams(r.id, { c: 3 })).rejects.toMatchObject({ status: 400 });
+    await expect(orch.patchExtensionParams(r.id, { c: 3 })).rejects.toMatchObject({
+      kind: ErrorKind.InvalidArgument,
+    });
     expect(orch.extensionParams(r.id)).toEqual({ a: 1, b: 2 });
     await orch.pause(r.id);
-    await expect(orch.patchExtensionParams(r.id, { c: 3 })).rejects.toMatchObject({ status: 409 });
-    await expect(make(false).patchExtensionParams(r.id, {})).rejects.toMatchObject({ status: 400 });
+    await expect(orch.patchExtensionParams(r.id, { c: 3 })).rejects.toMatchObject({
+      kind: ErrorKind.Conflict,
+    });
+    await expect(make(false).patchExtensionParams(r.id, {})).rejects.toMatchObject({
+      kind: ErrorKind.InvalidArgument,
+    });
   });
 
   it('without an extension nothing is called and params are still kept', async () => {

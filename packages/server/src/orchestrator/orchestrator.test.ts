@@ -7,7 +7,7 @@ import { SandboxStore, orchestratorMigrations } from './store.js';
 import { Orchestrator, type CreateSandboxInput } from './orchestrator.js';
 import type { SandboxBackend, StartResult } from './backend.js';
 import type { SandboxRecord } from './types.js';
-import { ApiError } from '../api/errors.js';
+import { DomainError, ErrorKind } from '@aenv/protocol';
 
 const silent = new Writable({ write: (_c, _e, cb) => cb() });
 
@@ -125,7 +125,7 @@ describe('Orchestrator state machine', () => {
       backend,
       templates: {
         resolveLaunchable: async (id) => {
-          if (id !== 'base') throw new ApiError(400, `template ${id} not found`);
+          if (id !== 'base') throw new DomainError(ErrorKind.NotFound, `template ${id} not found`);
           return {
             templateId: 'tpl-1',
             alias: 'base',
@@ -173,7 +173,7 @@ describe('Orchestrator state machine', () => {
   });
 
   it('rejects unknown templates before creating anything', async () => {
-    await expect(orch.create(input({ templateId: 'nope' }))).rejects.toMatchObject({ status: 400 });
+    await expect(orch.create(input({ templateId: 'nope' }))).rejects.toMatchObject({ kind: 'not_found' });
     expect(orch.counters().createFails).toBe(0);
   });
 
@@ -196,7 +196,7 @@ describe('Orchestrator state machine', () => {
     await new Promise((res) => setTimeout(res, 5));
     const pending = orch.all().find((x) => x.state === 'creating')!;
     await expect(orch.pause(pending.id)).rejects.toMatchObject({
-      status: 409,
+      kind: 'conflict',
       message: 'sandbox cannot be paused from creating state',
     });
     open();
@@ -210,9 +210,9 @@ describe('Orchestrator state machine', () => {
     const diskOnly = await orch.create(input({ autoResume: true }));
     for (const r of [off, on]) await orch.pause(r.id);
     await orch.pause(diskOnly.id, { memory: false });
-    await expect(orch.autoResume(off.id)).rejects.toMatchObject({ status: 409 });
+    await expect(orch.autoResume(off.id)).rejects.toMatchObject({ kind: 'invalid_state' });
     await expect(orch.autoResume(diskOnly.id)).rejects.toMatchObject({
-      status: 409,
+      kind: 'invalid_state',
       message: `sandbox ${diskOnly.id} was paused without its memory; resume it with connect`,
     });
     expect(orch.get(diskOnly.id).state).toBe('paused');
@@ -247,7 +247,8 @@ describe('Orchestrator state machine', () => {
     const cutBefore = stopped.length;
     backend.guestHealthy = false;
     await expect(orch.pause(r.id, { requireHealthyGuest: true })).rejects.toMatchObject({
-      status: 503,
+      kind: 'unavailable',
+      expose: true,
       message: expect.stringContaining('requireHealthyGuest'),
     });
     // Nothing changed: still running, still served (the proxy was not told to cut it), not paused on the host.
@@ -257,7 +258,8 @@ describe('Orchestrator state machine', () => {
     expect(backend.live.has(r.id)).toBe(true);
     // A filesystem-only pause is refused the same way without the field (E2B: always checked).
     await expect(orch.pause(r.id, { memory: false })).rejects.toMatchObject({
-      status: 503,
+      kind: 'unavailable',
+      expose: true,
       message: expect.stringContaining('memory: false'),
     });
     expect(orch.get(r.id).state).toBe('running');
@@ -284,7 +286,7 @@ describe('Orchestrator state machine', () => {
     await orch.kill(r.id);
     expect(orch.find(r.id)).toBeUndefined();
     expect(backend.live.size).toBe(0);
-    await expect(orch.kill(r.id)).rejects.toMatchObject({ status: 404 });
+    await expect(orch.kill(r.id)).rejects.toMatchObject({ kind: 'not_found' });
   });
 
   it('applies the timeout action on expiry: pause or kill', async () => {
@@ -299,12 +301,12 @@ describe('Orchestrator state machine', () => {
     expect(orch.get(p.id).state).toBe('paused');
   });
 
-  it('waits for an operation in progress, and gives up with 409 after the bound', async () => {
+  it('waits for an operation in progress, and gives up with a conflict after the bound', async () => {
     const r = await orch.create(input());
     let open!: () => void;
     backend.gate = new Promise((res) => (open = res));
     const pausing = orch.pause(r.id);
-    await expect(orch.setTimeout(r.id, 5)).rejects.toMatchObject({ status: 409 });
+    await expect(orch.setTimeout(r.id, 5)).rejects.toMatchObject({ kind: 'conflict' });
     open();
     await pausing;
     backend.gate = undefined;
@@ -347,7 +349,7 @@ describe('Orchestrator state machine', () => {
     expect(orch.get(src.id)).toMatchObject({ state: 'running', expiresAt: end });
     expect(orch.counters()).toMatchObject({ sandboxCount: 3, createSuccesses: 3, createFails: 1 });
     await orch.pause(src.id);
-    await expect(orch.fork(src.id, { count: 1 })).rejects.toMatchObject({ status: 409 });
+    await expect(orch.fork(src.id, { count: 1 })).rejects.toMatchObject({ kind: 'conflict' });
   });
 
   it('snapshots a running sandbox and leaves it running', async () => {
@@ -359,7 +361,9 @@ describe('Orchestrator state machine', () => {
     await expect(orch.snapshot(r.id, { recordId: 'snap-2' })).rejects.toThrow('capture failed');
     expect(orch.get(r.id).state).toBe('running');
     await orch.pause(r.id);
-    await expect(orch.snapshot(r.id, { recordId: 'snap-3' })).rejects.toMatchObject({ status: 400 });
+    await expect(orch.snapshot(r.id, { recordId: 'snap-3' })).rejects.toMatchObject({
+      kind: 'invalid_state',
+    });
     expect(backend.published).toEqual(['snap-1']);
   });
 
@@ -420,6 +424,6 @@ describe('Orchestrator state machine', () => {
     await orch.shutdown();
     expect(orch.get(a.id).state).toBe('paused');
     expect(orch.get(b.id).state).toBe('paused');
-    await expect(orch.create(input())).rejects.toMatchObject({ status: 503 });
+    await expect(orch.create(input())).rejects.toMatchObject({ kind: 'shutting_down' });
   });
 });

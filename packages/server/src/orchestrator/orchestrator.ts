@@ -1,4 +1,4 @@
-import { ApiError } from '../api/errors.js';
+import { DomainError, ErrorKind, isDomainError, shuttingDown } from '@aenv/protocol';
 import type { Logger } from '../util/log.js';
 import type { EgressPolicy } from '../network/types.js';
 import type {
@@ -126,20 +126,30 @@ const NEVER = '2069-12-07T00:00:00.000Z';
 /** How long a pause with `requireHealthyGuest` waits for envd's `/health` before it refuses. */
 export const HEALTHY_GUEST_WAIT_MS = 2000;
 
-/** The 503 of a pause refused because envd does not answer, naming what asked for the check. */
-function unhealthyGuest(asked: { requireHealthyGuest: boolean; memory: boolean }): ApiError {
+/** The 503 of a pause refused because envd does not answer, naming what asked for the check (shown to the caller). */
+function unhealthyGuest(asked: { requireHealthyGuest: boolean; memory: boolean }): DomainError {
   const why = asked.requireHealthyGuest ? 'requireHealthyGuest' : 'a filesystem-only pause (memory: false)';
   const instead = [
     ...(asked.requireHealthyGuest && asked.memory ? ['pause without requireHealthyGuest'] : []),
     ...(!asked.memory && !asked.requireHealthyGuest ? ['pause with its memory'] : []),
   ];
-  return new ApiError(
-    503,
+  return new DomainError(
+    ErrorKind.Unavailable,
     `${why}: the sandbox's guest agent (envd) did not answer within ${HEALTHY_GUEST_WAIT_MS / 1000} s; the sandbox was not paused and keeps running (retry later${instead.map((i) => `, or ${i}`).join('')})`,
+    { expose: true },
   );
 }
 
-export const notFound = (id: string) => new ApiError(404, `sandbox ${id} not found`);
+export const notFound = (id: string): DomainError =>
+  new DomainError(ErrorKind.NotFound, `sandbox ${id} not found`, { details: { sandboxId: id } });
+
+/** Another operation holds the sandbox or moved it out of the states this one starts from. */
+const conflict = (id: string, message: string): DomainError =>
+  new DomainError(ErrorKind.Conflict, message, { details: { sandboxId: id } });
+
+/** The sandbox's state does not allow the operation. */
+const invalidState = (id: string, message: string): DomainError =>
+  new DomainError(ErrorKind.InvalidState, message, { details: { sandboxId: id } });
 
 /**
  * The sandbox state machine (reference §5.1): owns every record, serialises operations per sandbox, applies
@@ -316,7 +326,7 @@ export class Orchestrator {
   // ---- lifecycle ----
 
   private assertOpen(): void {
-    if (this.shuttingDown) throw new ApiError(503, 'the server is shutting down');
+    if (this.shuttingDown) throw shuttingDown();
   }
 
   private setState(r: SandboxRecord, state: SandboxState, durable = false): void {
@@ -352,8 +362,8 @@ export class Orchestrator {
     } catch (e) {
       if (e instanceof LockTimeoutError) {
         const state = this.sandboxes.get(id)?.state ?? 'unknown';
-        throw new ApiError(
-          409,
+        throw conflict(
+          id,
           `sandbox ${id} is still ${state}; gave up waiting after ${this.opts.transitionWaitMs / 1000} s`,
         );
       }
@@ -538,10 +548,14 @@ export class Orchestrator {
    */
   async patchExtensionParams(id: string, patch: Record<string, unknown>): Promise<Record<string, unknown>> {
     const ext = this.opts.extension;
-    if (!ext) throw new ApiError(400, 'no custom extension is configured on this node');
+    if (!ext)
+      throw new DomainError(ErrorKind.InvalidArgument, 'no custom extension is configured on this node');
     return this.withLock(id, async (r) => {
       if (r.state !== 'running') {
-        throw new ApiError(409, `custom extension params cannot be changed from ${r.state} state`);
+        throw new DomainError(
+          ErrorKind.Conflict,
+          `custom extension params cannot be changed from ${r.state} state`,
+        );
       }
       const params = await ext.patchParams(r.id, patch);
       r.customExtensionParams = params;
@@ -554,11 +568,11 @@ export class Orchestrator {
     if (r.runtime) this.opts.onInstanceStopped?.(r.runtime.instanceId);
   }
 
-  /** `POST /timeout`: expiry = now + secs, may shorten. Only running sandboxes (reference: 500 with body code 400 else). */
+  /** `POST /timeout`: expiry = now + secs, may shorten. Only running sandboxes (the API answers others as the reference does). */
   async setTimeout(id: string, secs: number): Promise<void> {
     await this.withLock(id, async (r) => {
       if (r.state !== 'running') {
-        throw new ApiError(500, `sandbox ${id} timeout cannot be changed from ${r.state} state`, 400);
+        throw invalidState(id, `sandbox ${id} timeout cannot be changed from ${r.state} state`);
       }
       this.applyTimeout(r, { kind: 'set', secs });
       this.opts.store.save(r);
@@ -569,7 +583,7 @@ export class Orchestrator {
   async refresh(id: string, secs: number): Promise<void> {
     await this.withLock(id, async (r) => {
       if (r.state !== 'running') {
-        throw new ApiError(500, `sandbox ${id} cannot be refreshed from ${r.state} state`, 400);
+        throw invalidState(id, `sandbox ${id} cannot be refreshed from ${r.state} state`);
       }
       this.extend(r, secs);
     });
@@ -591,7 +605,7 @@ export class Orchestrator {
   ): Promise<{ record: SandboxRecord; resumed: boolean }> {
     const current = this.sandboxes.get(id);
     if (!current || current.state === 'killing') throw notFound(id);
-    if (current.state === 'pausing') throw new ApiError(400, 'sandbox cannot be resumed from pausing state');
+    if (current.state === 'pausing') throw invalidState(id, 'sandbox cannot be resumed from pausing state');
     return this.withLock(id, async (r) => {
       if (r.state === 'running') {
         this.extend(r, timeoutSecs);
@@ -601,7 +615,7 @@ export class Orchestrator {
         await this.doResume(r, { kind: 'set', secs: timeoutSecs }, opts.memory ?? true);
         return { record: r, resumed: true };
       }
-      throw new ApiError(409, `sandbox cannot be resumed from ${r.state} state`);
+      throw conflict(id, `sandbox cannot be resumed from ${r.state} state`);
     });
   }
 
@@ -617,7 +631,7 @@ export class Orchestrator {
     const current = this.sandboxes.get(id);
     if (!current || current.state === 'killing') throw notFound(id);
     if (current.state !== 'running' && current.state !== 'paused') {
-      throw new ApiError(409, `sandbox cannot be resumed from ${current.state} state`);
+      throw conflict(id, `sandbox cannot be resumed from ${current.state} state`);
     }
     return this.withLock(id, async (r) => {
       if (r.state === 'running') {
@@ -631,7 +645,7 @@ export class Orchestrator {
           this.opts.store.save(r);
         }
       } else {
-        throw new ApiError(409, `sandbox cannot be resumed from ${r.state} state`);
+        throw conflict(id, `sandbox cannot be resumed from ${r.state} state`);
       }
       return r;
     });
@@ -645,8 +659,8 @@ export class Orchestrator {
     return this.withLock(id, async (r) => {
       if (r.state !== 'paused') return r;
       if (!autoResumable(r)) {
-        throw new ApiError(
-          409,
+        throw invalidState(
+          id,
           r.autoResume
             ? `sandbox ${id} was paused without its memory; resume it with connect`
             : `sandbox ${id} does not auto-resume`,
@@ -717,11 +731,11 @@ export class Orchestrator {
     if (!current || current.state === 'killing') throw notFound(id);
     if (current.state === 'paused') return;
     if (current.state !== 'running' && current.state !== 'pausing') {
-      throw new ApiError(409, `sandbox cannot be paused from ${current.state} state`);
+      throw conflict(id, `sandbox cannot be paused from ${current.state} state`);
     }
     await this.withLock(id, async (r) => {
       if (r.state === 'paused') return;
-      if (r.state !== 'running') throw new ApiError(409, `sandbox cannot be paused from ${r.state} state`);
+      if (r.state !== 'running') throw conflict(id, `sandbox cannot be paused from ${r.state} state`);
       const memory = opts.memory ?? true;
       if (
         (opts.requireHealthyGuest || !memory) &&
@@ -814,7 +828,7 @@ export class Orchestrator {
   async updateNetwork(id: string, policy: EgressPolicy): Promise<void> {
     await this.withLock(id, async (r) => {
       if (r.state !== 'running') {
-        throw new ApiError(409, `sandbox network cannot be updated from ${r.state} state`);
+        throw conflict(id, `sandbox network cannot be updated from ${r.state} state`);
       }
       await this.opts.backend.applyPolicy(r, policy);
       r.network = { ...r.network, ...policy };
@@ -830,15 +844,14 @@ export class Orchestrator {
   async fork(
     id: string,
     opts: { count: number; timeoutSecs?: number },
-  ): Promise<({ ok: true; record: SandboxRecord } | { ok: false; error: ApiError })[]> {
+  ): Promise<({ ok: true; record: SandboxRecord } | { ok: false; error: DomainError })[]> {
     this.assertOpen();
     const current = this.sandboxes.get(id);
     if (!current || current.state === 'killing') throw notFound(id);
     if (current.state !== 'running')
-      throw new ApiError(409, `sandbox cannot be forked from ${current.state} state`);
+      throw conflict(id, `sandbox cannot be forked from ${current.state} state`);
     return this.withLock(id, async (src) => {
-      if (src.state !== 'running')
-        throw new ApiError(409, `sandbox cannot be forked from ${src.state} state`);
+      if (src.state !== 'running') throw conflict(id, `sandbox cannot be forked from ${src.state} state`);
       const now = new Date().toISOString();
       const children: SandboxRecord[] = Array.from({ length: opts.count }, () => ({
         ...structuredClone({ ...src, runtime: undefined, paused: undefined, extensionInstanceId: undefined }),
@@ -893,7 +906,10 @@ export class Orchestrator {
         this.notifySettled(child.id);
         this.createFails++;
         this.opts.logger.warn({ err: r.error, sandboxId: child.id, source: id }, 'fork child failed');
-        return { ok: false as const, error: new ApiError(500, `fork child failed: ${r.error.message}`) };
+        const error = new DomainError(ErrorKind.Internal, `fork child failed: ${r.error.message}`, {
+          cause: r.error,
+        });
+        return { ok: false as const, error };
       });
     });
   }
@@ -907,7 +923,7 @@ export class Orchestrator {
     const current = this.sandboxes.get(id);
     if (!current || current.state === 'killing') throw notFound(id);
     if (current.state !== 'running')
-      throw new ApiError(400, `sandbox cannot be snapshotted from ${current.state} state`);
+      throw invalidState(id, `sandbox cannot be snapshotted from ${current.state} state`);
     const t0 = performance.now();
     const captured = await this.timed('snapshot', () => this.snapshotCapture(id, target), 'capture');
     const t1 = performance.now();
@@ -931,7 +947,7 @@ export class Orchestrator {
   private snapshotCapture(id: string, target: CaptureTarget): Promise<CapturedSandbox> {
     return this.withLock(id, async (r) => {
       if (r.state !== 'running')
-        throw new ApiError(400, `sandbox cannot be snapshotted from ${r.state} state`);
+        throw invalidState(id, `sandbox cannot be snapshotted from ${r.state} state`);
       this.setState(r, 'snapshotting');
       try {
         return await this.opts.backend.capture(r, target);
@@ -999,7 +1015,7 @@ export class Orchestrator {
           else await this.kill(r.id, 'timeout');
           this.opts.logger.info({ sandboxId: r.id, action: r.onTimeout }, 'sandbox timed out');
         } catch (e) {
-          if (e instanceof ApiError && e.status === 404) return;
+          if (isDomainError(e, ErrorKind.NotFound)) return;
           if (e instanceof PausedQuotaError) {
             // The bytes it needed (at least 1: a refusal before measuring waits for any room at all).
             this.quotaBlocked.set(r.id, Math.max(1, e.neededBytes ?? 1));
@@ -1036,7 +1052,7 @@ export class Orchestrator {
           );
         });
       } catch (e) {
-        if (e instanceof ApiError && e.status === 404) continue;
+        if (isDomainError(e, ErrorKind.NotFound)) continue;
         this.opts.logger.warn(
           { err: e, sandboxId: r.id },
           'could not delete an expired paused sandbox; will retry',

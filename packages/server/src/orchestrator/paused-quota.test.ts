@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { httpErrorAnswer } from '@aenv/protocol';
 import { Writable } from 'node:stream';
 import { randomUUID } from 'node:crypto';
 import { openStateDb } from '../state/db.js';
@@ -139,11 +140,10 @@ describe('paused-sandbox quota', () => {
     expect(orch.pausedBytes()).toBe(6 * MIB);
     const err = await orch.pause(c!.id).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(PausedQuotaError);
-    expect((err as PausedQuotaError).status).toBe(507);
-    expect((err as PausedQuotaError).toJSON()).toEqual({
-      code: 507,
-      message: expect.stringContaining('orchestrator.paused_quota_mb'),
-    });
+    // The API answers it with 507 and shows the message.
+    expect(httpErrorAnswer((err as PausedQuotaError).kind)).toEqual({ status: 507, code: 507 });
+    expect((err as PausedQuotaError).expose).toBe(true);
+    expect((err as PausedQuotaError).message).toContain('orchestrator.paused_quota_mb');
     expect(orch.get(c!.id).state).toBe('running');
     expect(orch.get(c!.id).paused).toBeUndefined();
     expect(backend.artifacts.has(c!.id)).toBe(false);

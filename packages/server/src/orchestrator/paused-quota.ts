@@ -1,7 +1,7 @@
 // The node-wide budget of paused-sandbox state (`[orchestrator].paused_quota_mb`) and the retention of paused
 // sandboxes (`paused_retention_secs`); docs/security.md, "Starving the others or the host". The bytes of each
 // pause are measured on disk when it is taken and kept in its record (state.db), so the count survives restarts.
-import { ApiError } from '../api/errors.js';
+import { DomainError, ErrorKind } from '@aenv/protocol';
 import type { SandboxRecord } from './types.js';
 
 const MIB = 1024 * 1024;
@@ -11,14 +11,14 @@ function mib(bytes: number): string {
 }
 
 /** The error of a pause the quota does not allow (HTTP 507; the sandbox keeps running). */
-export class PausedQuotaError extends ApiError {
+export class PausedQuotaError extends DomainError {
   constructor(
     readonly sandboxId: string,
     message: string,
     /** What the refused pause measured, when it got that far. */
     readonly neededBytes?: number,
   ) {
-    super(507, message, undefined, { expose: true });
+    super(ErrorKind.InsufficientStorage, message, { details: { sandboxId } });
     this.name = 'PausedQuotaError';
   }
 }

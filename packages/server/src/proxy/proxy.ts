@@ -3,7 +3,7 @@ import type { Duplex } from 'node:stream';
 import { Agent, type Dispatcher } from 'undici';
 import { ENVD_UNAUTHORIZED_MESSAGE } from '@aenv/protocol';
 import type { Logger } from '../util/log.js';
-import type { DataPlane } from '../api/http-server.js';
+import type { DataPlane } from './data-plane.js';
 import { classify, RoutingError, type DataPlaneRoute } from './routing.js';
 import { AutoResumeTimeout, type ProxyTarget, type SandboxDirectory } from './directory.js';
 import { FramingError, requestFraming, type BodyFraming } from './framing.js';

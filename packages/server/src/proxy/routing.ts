@@ -1,4 +1,5 @@
 import type { IncomingMessage } from 'node:http';
+import { isSandboxId } from '@aenv/protocol';
 
 /** Where a data-plane request goes. */
 export interface DataPlaneRoute {
@@ -18,8 +19,6 @@ export class RoutingError extends Error {
     super(message);
   }
 }
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 function firstHeader(req: IncomingMessage, ...names: string[]): string | undefined {
   for (const n of names) {
@@ -53,7 +52,8 @@ export function parseProxyHost(
       throw new RoutingError(400, 'invalid sandbox data-plane host: port is invalid');
     }
     if (!id) throw new RoutingError(400, 'invalid sandbox data-plane host: sandbox id is empty');
-    if (!UUID.test(id)) throw new RoutingError(400, 'invalid sandbox data-plane host: sandbox id is invalid');
+    if (!isSandboxId(id))
+      throw new RoutingError(400, 'invalid sandbox data-plane host: sandbox id is invalid');
     return { sandboxId: id, port };
   }
   return undefined;
@@ -62,7 +62,7 @@ export function parseProxyHost(
 function routeFromHeaders(req: IncomingMessage): { sandboxId: string; port: number } {
   const id = firstHeader(req, 'x-agentenv-sandbox-id', 'e2b-sandbox-id');
   if (!id) throw new RoutingError(400, 'missing sandbox routing header');
-  if (!UUID.test(id.toLowerCase())) throw new RoutingError(400, 'invalid sandbox routing header');
+  if (!isSandboxId(id.toLowerCase())) throw new RoutingError(400, 'invalid sandbox routing header');
   const portText = firstHeader(req, 'x-agentenv-target-port', 'e2b-sandbox-port');
   if (!portText) throw new RoutingError(400, 'missing target port routing header');
   const port = /^\d+$/.test(portText) ? Number(portText) : NaN;

@@ -1,5 +1,6 @@
 // The runtime driver boundary: the orchestrator talks to sandboxes' processes and disks only through this.
 // The container driver (runc + CRIU + overlayfs) implements it today; a microVM driver can later.
+import { DomainError, ErrorKind } from '@aenv/protocol';
 
 export interface SandboxResources {
   /** CPU quota in whole or fractional CPUs (cfs quota = cpuCount × period). */
@@ -200,14 +201,22 @@ export type RuntimeErrorKind =
   | 'RestoreFailed'
   | 'Internal';
 
-/** Every failure the driver reports; `message` is meant for logs and API errors alike. */
-export class RuntimeError extends Error {
-  constructor(
-    readonly kind: RuntimeErrorKind,
-    message: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
+/**
+ * Every failure the driver reports, with the driver's own name for it as `reason`. To a caller each is the
+ * node's internal failure (the driver only runs what the node asked for), so its message, which may name host
+ * paths, stays in the log (docs/errors.md).
+ */
+export class RuntimeError extends DomainError {
+  declare readonly reason: RuntimeErrorKind;
+  constructor(reason: RuntimeErrorKind, message: string, options?: { cause?: unknown }) {
+    super(ErrorKind.Internal, message, {
+      reason,
+      ...(options?.cause === undefined ? {} : { cause: options.cause }),
+    });
     this.name = 'RuntimeError';
   }
+}
+
+export function isRuntimeError(err: unknown, reason?: RuntimeErrorKind): err is RuntimeError {
+  return err instanceof RuntimeError && (reason === undefined || err.reason === reason);
 }

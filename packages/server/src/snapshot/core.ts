@@ -2,7 +2,7 @@ import { stat } from 'node:fs/promises';
 import { z } from 'zod';
 import type { Logger } from '../util/log.js';
 import { backendError, invalidRequest, isRepositoryError, notFound, RepositoryError } from './errors.js';
-import { isSnapshotId, looksLikeUuid, newSnapshotId } from './ids.js';
+import { isSnapshotId, isUuid, newSnapshotId } from '@aenv/protocol';
 import {
   assertValidAlias,
   commitMarkerSchema,
@@ -499,8 +499,7 @@ export class CatalogRepository implements SnapshotRepository {
   }
 
   private requireId(id: string): string {
-    if (typeof id === 'string' && looksLikeUuid(id) && isSnapshotId(id.toLowerCase()))
-      return id.toLowerCase();
+    if (typeof id === 'string' && isUuid(id) && isSnapshotId(id.toLowerCase())) return id.toLowerCase();
     throw invalidRequest(`invalid snapshot id ${JSON.stringify(id)}: must be a UUIDv7`);
   }
 
@@ -584,12 +583,12 @@ export class CatalogRepository implements SnapshotRepository {
     if (typeof idOrAlias !== 'string' || idOrAlias.length === 0) {
       throw invalidRequest('a snapshot id or alias is required');
     }
-    if (looksLikeUuid(idOrAlias)) {
+    if (isUuid(idOrAlias)) {
       const id = idOrAlias.toLowerCase();
       if (isSnapshotId(id) && (await this.exists(id))) return id;
     }
     if (!isValidAlias(idOrAlias)) {
-      if (idOrAlias.length > MAX_ALIAS_LENGTH || !looksLikeUuid(idOrAlias)) assertValidAlias(idOrAlias);
+      if (idOrAlias.length > MAX_ALIAS_LENGTH || !isUuid(idOrAlias)) assertValidAlias(idOrAlias);
       return undefined;
     }
     const target = await this.aliasTarget(idOrAlias);

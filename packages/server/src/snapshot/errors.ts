@@ -1,7 +1,10 @@
+import { DomainError, ErrorKind } from '@aenv/protocol';
+
 /**
- * Repository error kinds. HTTP statuses follow the reference's repository mapping (§2.1):
- * InvalidRequest 400, NotFound 404, AliasConflict and IntegrityMismatch 409, Unsupported and Backend 500.
- * Build and publish routes answer AliasConflict/IntegrityMismatch with 400 instead (see `publishPathStatus`).
+ * Repository error reasons, each a domain error kind (docs/errors.md). The API answers them as the reference's
+ * repository mapping does (§2.1): InvalidRequest 400, NotFound 404, AliasConflict and IntegrityMismatch 409,
+ * Unsupported and Backend 500; build and publish routes answer AliasConflict/IntegrityMismatch with 400 (the API's
+ * `HTTP_ROUTE_QUIRKS`).
  */
 export type RepositoryErrorKind =
   'InvalidRequest' | 'NotFound' | 'AliasConflict' | 'IntegrityMismatch' | 'Unsupported' | 'Backend';
@@ -9,33 +12,29 @@ export type RepositoryErrorKind =
 /** What was not found, for NotFound errors (the reference has one error per case). */
 export type NotFoundSubject = 'snapshot' | 'alias' | 'artifact' | 'layer';
 
-const STATUS: Record<RepositoryErrorKind, number> = {
-  InvalidRequest: 400,
-  NotFound: 404,
-  AliasConflict: 409,
-  IntegrityMismatch: 409,
-  Unsupported: 500,
-  Backend: 500,
+const KIND: Record<RepositoryErrorKind, ErrorKind> = {
+  InvalidRequest: ErrorKind.InvalidArgument,
+  NotFound: ErrorKind.NotFound,
+  AliasConflict: ErrorKind.AlreadyExists,
+  IntegrityMismatch: ErrorKind.Corrupt,
+  // A stored record this node cannot read: the server's problem, not the caller's.
+  Unsupported: ErrorKind.Internal,
+  Backend: ErrorKind.Internal,
 };
 
-export class RepositoryError extends Error {
-  readonly status: number;
+export class RepositoryError extends DomainError {
+  /** The repository's own name for the failure. */
+  declare readonly reason: RepositoryErrorKind;
   readonly subject: NotFoundSubject | undefined;
 
   constructor(
-    readonly kind: RepositoryErrorKind,
+    reason: RepositoryErrorKind,
     message: string,
     opts: { cause?: unknown; subject?: NotFoundSubject } = {},
   ) {
-    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    super(KIND[reason], message, { reason, ...(opts.cause === undefined ? {} : { cause: opts.cause }) });
     this.name = 'RepositoryError';
-    this.status = STATUS[kind];
     this.subject = opts.subject;
-  }
-
-  /** The status build/publish routes use: conflicts and integrity errors are client errors (400) there. */
-  get publishPathStatus(): number {
-    return this.kind === 'AliasConflict' || this.kind === 'IntegrityMismatch' ? 400 : this.status;
   }
 }
 
@@ -46,7 +45,7 @@ export const notFound = (subject: NotFoundSubject, message: string): RepositoryE
   new RepositoryError('NotFound', message, { subject });
 
 export function isRepositoryError(err: unknown, kind?: RepositoryErrorKind): err is RepositoryError {
-  return err instanceof RepositoryError && (kind === undefined || err.kind === kind);
+  return err instanceof RepositoryError && (kind === undefined || err.reason === kind);
 }
 
 /** Wraps an unexpected failure of the storage layer, keeping repository errors as they are. */

@@ -9,7 +9,6 @@ import type { SnapshotRepository } from './repository.js';
 export * from './errors.js';
 export * from './record.js';
 export * from './repository.js';
-export { newSnapshotId, isSnapshotId } from './ids.js';
 export { RecordSigner, canonicalJson } from './signing.js';
 export type { OssOptions, OssCredentials } from './oss/s3-store.js';
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { RepositoryError } from './errors.js';
 import { isRepositoryError } from './errors.js';
-import { isSnapshotId, looksLikeUuid, newSnapshotId } from './ids.js';
+import { isSnapshotId, isUuid, newSnapshotId } from '@aenv/protocol';
 import {
   assertValidAlias,
   commitMarkerSchema,
@@ -38,7 +38,7 @@ describe('aliases (reference §5.6)', () => {
       expect.unreachable();
     } catch (err) {
       expect(isRepositoryError(err, 'InvalidRequest')).toBe(true);
-      expect((err as RepositoryError).status).toBe(400);
+      expect((err as RepositoryError).kind).toBe('invalid_argument');
     }
   });
 });
@@ -50,7 +50,7 @@ describe('ids', () => {
     expect(isSnapshotId(a)).toBe(true);
     expect(a < b).toBe(true);
     expect(isSnapshotId(a.toUpperCase())).toBe(false);
-    expect(looksLikeUuid(a.toUpperCase())).toBe(true);
+    expect(isUuid(a.toUpperCase())).toBe(true);
     expect(isSnapshotId('00000000-0000-4000-8000-000000000000')).toBe(false);
   });
 });
@@ -72,7 +72,7 @@ describe('stored record validation', () => {
       try {
         parseStored(storedRecordSchema, text, 'record r');
       } catch (err) {
-        expect((err as RepositoryError).kind).toBe('Backend');
+        expect((err as RepositoryError).reason).toBe('Backend');
       }
     }
   });

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { invalidRequest, RepositoryError } from './errors.js';
-import { isSnapshotId } from './ids.js';
+import { isSnapshotId } from '@aenv/protocol';
 
 export const SNAPSHOT_RECORD_VERSION = 1;
 

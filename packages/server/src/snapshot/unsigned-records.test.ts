@@ -7,7 +7,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createSnapshotRepository, newSnapshotId, type SnapshotRepository } from './index.js';
+import { newSnapshotId } from '@aenv/protocol';
+import { createSnapshotRepository, type SnapshotRepository } from './index.js';
 import { signUnsignedAtStartup, type UnsignedRecordsPolicy } from './unsigned-records.js';
 
 const logger = pino({ level: 'silent' });
@@ -67,7 +68,7 @@ describe('unsigned records at startup', () => {
     expect(JSON.parse(readFileSync(s.marker, 'utf8'))).toMatchObject({ signed: 1 });
     const planted = s.plantUnsigned();
     const again = await s.start('auto');
-    await expect(again.get(planted)).rejects.toMatchObject({ kind: 'IntegrityMismatch' });
+    await expect(again.get(planted)).rejects.toMatchObject({ reason: 'IntegrityMismatch' });
     expect((await again.get(existing)).id).toBe(existing);
   });
 
@@ -80,7 +81,7 @@ describe('unsigned records at startup', () => {
       ['refuse', 'posix_fs'],
     ] as const) {
       const repo = await s.start(policy, backend);
-      await expect(repo.get(a)).rejects.toMatchObject({ kind: 'IntegrityMismatch' });
+      await expect(repo.get(a)).rejects.toMatchObject({ reason: 'IntegrityMismatch' });
     }
     expect(existsSync(s.marker)).toBe(false);
     await s.start('sign_at_startup', 'oss');

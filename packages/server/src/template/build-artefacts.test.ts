@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable, Writable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
+import { httpErrorAnswer } from '@aenv/protocol';
 import { createLogger } from '../util/log.js';
 import { BuildArtefacts, planPrune, type Artefact, type PrunePolicy } from './build-artefacts.js';
 import { BuildCache } from './build-cache.js';
@@ -202,10 +203,10 @@ describe('uploads under the artefact quota', () => {
       .store('e'.repeat(64), Readable.from([body]), body.length)
       .catch((e: unknown) => e);
     expect(declared).toBeInstanceOf(UploadError);
-    expect((declared as UploadError).status).toBe(507);
+    expect(httpErrorAnswer((declared as UploadError).kind).status).toBe(507);
     expect((declared as UploadError).message).toContain('template_build.artefacts_quota_mb');
     const streamed = await store.store('e'.repeat(64), Readable.from([body])).catch((e: unknown) => e);
-    expect((streamed as UploadError).status).toBe(507);
+    expect(httpErrorAnswer((streamed as UploadError).kind).status).toBe(507);
     expect(await store.get('e'.repeat(64))).toBeUndefined();
     room = 8 * MIB;
     expect((await store.store('e'.repeat(64), Readable.from([body]), body.length)).size).toBe(body.length);

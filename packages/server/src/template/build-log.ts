@@ -3,6 +3,7 @@
 import { createWriteStream, existsSync, mkdirSync, type WriteStream } from 'node:fs';
 import { appendFile, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
+import { DomainError, ErrorKind } from '@aenv/protocol';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
 
@@ -53,11 +54,9 @@ function rank(l: LogLevel): number {
 export function parseLogLevel(raw: unknown): LogLevel | undefined {
   if (raw === undefined || raw === '') return undefined;
   if (typeof raw === 'string' && (LOG_LEVELS as readonly string[]).includes(raw)) return raw as LogLevel;
-  throw Object.assign(
-    new Error(`invalid level ${JSON.stringify(raw)}: must be one of ${LOG_LEVELS.join(', ')}`),
-    {
-      status: 400,
-    },
+  throw new DomainError(
+    ErrorKind.InvalidArgument,
+    `invalid level ${JSON.stringify(raw)}: must be one of ${LOG_LEVELS.join(', ')}`,
   );
 }
 

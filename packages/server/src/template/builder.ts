@@ -8,7 +8,7 @@
 import { existsSync } from 'node:fs';
 import { mkdir, readdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { ApiError } from '../api/errors.js';
+import { DomainError, ErrorKind, shuttingDown } from '@aenv/protocol';
 import type { ImageService, PulledImage } from '../image/index.js';
 import {
   isRepositoryError,
@@ -107,6 +107,10 @@ function errorMessage(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
 
+const invalidArgument = (message: string, cause?: unknown): DomainError =>
+  new DomainError(ErrorKind.InvalidArgument, message, cause === undefined ? {} : { cause });
+const invalidState = (message: string): DomainError => new DomainError(ErrorKind.InvalidState, message);
+
 export class TemplateBuilder {
   private readonly jobs = new Map<string, Job>();
   private readonly queue: (() => void)[] = [];
@@ -186,10 +190,10 @@ export class TemplateBuilder {
 
   /**
    * Validates a build request, moves the record from waiting to building and queues the build.
-   * Throws 400/404 ApiErrors for bad requests.
+   * Throws InvalidArgument/InvalidState DomainErrors for bad requests.
    */
   async start(templateId: string, body: unknown): Promise<void> {
-    if (this.closed) throw new ApiError(503, 'the server is shutting down');
+    if (this.closed) throw shuttingDown();
     const spec = parseBuildSpec(body, {
       defaultImage: this.o.defaultImage,
       uploaded: (h) => this.o.files.hasSync(h),
@@ -198,23 +202,22 @@ export class TemplateBuilder {
       try {
         this.o.images.resolve(spec.base.ref);
       } catch (e) {
-        throw new ApiError(400, `invalid fromImage ${JSON.stringify(spec.base.ref)}: ${errorMessage(e)}`);
+        throw invalidArgument(`invalid fromImage ${JSON.stringify(spec.base.ref)}: ${errorMessage(e)}`, e);
       }
     } else {
       const parent = await this.findTemplate(spec.base.ref);
-      if (!parent) throw new ApiError(400, `fromTemplate '${spec.base.ref}' not found`);
-      if (!parent.committed) throw new ApiError(400, `fromTemplate '${spec.base.ref}' is not ready`);
-      if (parent.id === templateId) throw new ApiError(400, 'a template cannot be built from itself');
+      if (!parent) throw invalidArgument(`fromTemplate '${spec.base.ref}' not found`);
+      if (!parent.committed) throw invalidState(`fromTemplate '${spec.base.ref}' is not ready`);
+      if (parent.id === templateId) throw invalidArgument('a template cannot be built from itself');
     }
     // The marker first: a crash right after the status change must still find this build at startup.
     await writeFile(this.marker(templateId), `${new Date().toISOString()}\n`, { mode: 0o600 });
     try {
       await this.o.repository.update(templateId, (r) => {
         if (r.source.kind !== 'template')
-          throw new ApiError(400, `${templateId} is a snapshot, not a template build`);
+          throw invalidArgument(`${templateId} is a snapshot, not a template build`);
         if (r.committed || r.source.build.status !== 'waiting') {
-          throw new ApiError(
-            400,
+          throw invalidState(
             `template ${templateId} was already built (build status: ${r.committed ? 'ready' : r.source.build.status})`,
           );
         }
@@ -433,7 +436,7 @@ export class TemplateBuilder {
     } catch (e) {
       const message = signal.aborted
         ? String((signal.reason as Error | undefined)?.message ?? SHUTDOWN_REASON)
-        : e instanceof StepError || e instanceof StartupError || e instanceof ApiError
+        : e instanceof StepError || e instanceof StartupError || e instanceof DomainError
           ? e.message
           : errorMessage(e);
       const step = e instanceof StepError ? e.step : stage;
@@ -508,9 +511,8 @@ export class TemplateBuilder {
     }
     const parent = await this.findTemplate(spec.base.ref);
     const committed = parent?.committed;
-    if (!parent || !committed)
-      throw new ApiError(400, `fromTemplate '${spec.base.ref}' is no longer available`);
-    if (!committed.baseImage) throw new ApiError(400, `fromTemplate '${spec.base.ref}' has no base image`);
+    if (!parent || !committed) throw invalidState(`fromTemplate '${spec.base.ref}' is no longer available`);
+    if (!committed.baseImage) throw invalidState(`fromTemplate '${spec.base.ref}' has no base image`);
     log.add('info', `FROM template ${parent.alias ?? parent.id} (${parent.id})`, 'base');
     if (committed.artifacts.memory) {
       log.add(
@@ -521,14 +523,16 @@ export class TemplateBuilder {
     }
     const image = await this.o.images.pull(committed.baseImage.reference, { signal });
     if (image.manifestDigest !== committed.baseImage.manifestDigest) {
-      throw new ApiError(
-        400,
+      throw invalidState(
         `the base image ${committed.baseImage.reference} of ${parent.alias ?? parent.id} is now ${image.manifestDigest}, not ${committed.baseImage.manifestDigest}: its disk does not fit any more`,
       );
     }
     const [layer, ...more] = committed.layers;
     if (more.length > 0 || (layer && layer.mediaType !== DISK_MEDIA_TYPE)) {
-      throw new ApiError(400, `fromTemplate '${spec.base.ref}' has a disk format this node cannot build on`);
+      throw new DomainError(
+        ErrorKind.Unsupported,
+        `fromTemplate '${spec.base.ref}' has a disk format this node cannot build on`,
+      );
     }
     if (layer) await extractArchive(await this.o.repository.fetch(layer), join(diskDir, 'upper'), layer);
     return {

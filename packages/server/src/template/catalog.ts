@@ -1,7 +1,12 @@
-import { ApiError } from '../api/errors.js';
+import { DomainError, ErrorKind } from '@aenv/protocol';
 import { captureExtensionParams } from '../backend/capture-format.js';
 import type { LaunchableTemplate, TemplateLookup } from '../orchestrator/orchestrator.js';
-import { DEFAULT_TAG, type SnapshotRecord, type SnapshotRepository } from '../snapshot/index.js';
+import {
+  DEFAULT_TAG,
+  isRepositoryError,
+  type SnapshotRecord,
+  type SnapshotRepository,
+} from '../snapshot/index.js';
 
 export interface TemplateCatalogOptions {
   repository: SnapshotRepository;
@@ -48,7 +53,7 @@ export class TemplateCatalog implements TemplateLookup {
         rec = await this.opts.repository.find(name);
       } catch (e) {
         // An invalid alias (characters outside [A-Za-z0-9_-]) simply names nothing here.
-        if ((e as { kind?: string }).kind === 'InvalidRequest') continue;
+        if (isRepositoryError(e, 'InvalidRequest')) continue;
         throw e;
       }
       if (rec && rec.source.kind !== 'paused') return name === ref || hasTag(rec, tag) ? rec : undefined;
@@ -58,17 +63,20 @@ export class TemplateCatalog implements TemplateLookup {
 
   async resolveLaunchable(ref: string): Promise<LaunchableTemplate> {
     const rec = await this.find(ref);
-    if (!rec) throw new ApiError(404, `template ${ref} not found`);
+    if (!rec) throw new DomainError(ErrorKind.NotFound, `template ${ref} not found`);
     const committed = rec.committed;
     if (!committed) {
       const status = rec.source.kind === 'template' ? rec.source.build.status : 'uncommitted';
-      throw new ApiError(400, `template '${ref}' is not ready (build status: ${status})`);
+      throw new DomainError(
+        ErrorKind.InvalidState,
+        `template '${ref}' is not ready (build status: ${status})`,
+      );
     }
     if (committed.virtualizationMode !== this.opts.virtualizationMode) {
-      throw new ApiError(
-        500,
+      // A fact about the template and the node, not a host detail: the caller may read it.
+      throw new DomainError(
+        ErrorKind.Internal,
         `template '${ref}' was captured in ${committed.virtualizationMode} mode; this node runs ${this.opts.virtualizationMode}`,
-        undefined,
         { expose: true },
       );
     }

@@ -9,13 +9,12 @@ import {
   readdirSync,
   symlinkSync,
 } from 'node:fs';
-import { request, createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
+import { ErrorKind } from '@aenv/protocol';
 import { TemplateFileStore, UploadError } from './file-store.js';
-import { TemplateUploadEndpoint } from './upload-endpoint.js';
 
 const HASH = 'c'.repeat(64);
 const dirs: string[] = [];
@@ -46,13 +45,13 @@ function archive(gzip: boolean, extra?: (ctx: string) => void): Buffer {
   return readFileSync(out);
 }
 
-async function rejects(p: Promise<unknown>, status: number, re: RegExp): Promise<void> {
+async function rejects(p: Promise<unknown>, kind: ErrorKind, re: RegExp): Promise<void> {
   const e = await p.then(
     () => undefined,
     (x: unknown) => x,
   );
   expect(e).toBeInstanceOf(UploadError);
-  expect((e as UploadError).status).toBe(status);
+  expect((e as UploadError).kind).toBe(kind);
   expect((e as Error).message).toMatch(re);
 }
 
@@ -74,12 +73,24 @@ describe('template file store', () => {
 
   it('rejects what is not a tar of relative paths, too large, or cut short', async () => {
     const s = await newStore(64 * 1024);
-    await rejects(s.store(HASH, Readable.from([Buffer.from('not a tar at all')])), 400, /not a valid tar/);
-    await rejects(s.store(HASH, Readable.from([Buffer.alloc(0)])), 400, /empty/);
-    await rejects(s.store(HASH, Readable.from([Buffer.alloc(70 * 1024, 1)])), 413, /limit/);
-    await rejects(s.store(HASH, Readable.from([Buffer.alloc(10)]), 70 * 1024), 413, /larger than the limit/);
+    await rejects(
+      s.store(HASH, Readable.from([Buffer.from('not a tar at all')])),
+      ErrorKind.InvalidArgument,
+      /not a valid tar/,
+    );
+    await rejects(s.store(HASH, Readable.from([Buffer.alloc(0)])), ErrorKind.InvalidArgument, /empty/);
+    await rejects(s.store(HASH, Readable.from([Buffer.alloc(70 * 1024, 1)])), ErrorKind.TooLarge, /limit/);
+    await rejects(
+      s.store(HASH, Readable.from([Buffer.alloc(10)]), 70 * 1024),
+      ErrorKind.TooLarge,
+      /larger than the limit/,
+    );
     const gz = archive(true);
-    await rejects(s.store(HASH, Readable.from([gz]), gz.length + 5), 400, /ended after/);
+    await rejects(
+      s.store(HASH, Readable.from([gz]), gz.length + 5),
+      ErrorKind.InvalidArgument,
+      /ended after/,
+    );
     const evil = archive(false, (ctx) => symlinkSync('/etc', join(ctx, 'l')));
     // a symlink alone is fine ...
     await s.store('e'.repeat(64), Readable.from([evil]));
@@ -88,7 +99,11 @@ describe('template file store', () => {
     writeFileSync(join(outside, 'x'), 'x');
     const bad = join(tmp(), 'bad.tar');
     execFileSync('tar', ['-cf', bad, '-C', outside, '--transform', 's,^x$,../x,', 'x']);
-    await rejects(s.store(HASH, Readable.from([readFileSync(bad)])), 400, /leaves the build context/);
+    await rejects(
+      s.store(HASH, Readable.from([readFileSync(bad)])),
+      ErrorKind.InvalidArgument,
+      /leaves the build context/,
+    );
     expect(s.hasSync(HASH)).toBe(false);
     expect(readdirSync(join(s['opts'].dir, 'tmp'))).toEqual([]);
   });
@@ -122,51 +137,5 @@ describe('template file store', () => {
     expect(await s.gc(86400_000)).toEqual([HASH]);
     expect(s.hasSync(HASH)).toBe(false);
     expect(s.hasSync('d'.repeat(64))).toBe(true);
-  });
-});
-
-describe('upload endpoint', () => {
-  let server: Server | undefined;
-  afterEach(async () => {
-    await new Promise((r) => server?.close(r) ?? r(undefined));
-    server = undefined;
-  });
-
-  async function serve(s: TemplateFileStore): Promise<string> {
-    const ep = new TemplateUploadEndpoint(s, { info() {}, warn() {}, error() {}, debug() {} } as never);
-    server = createServer((req, res) => {
-      if (ep.claims(req)) ep.handle(req, res);
-      else res.writeHead(418).end();
-    });
-    await new Promise<void>((r) => server!.listen(0, '127.0.0.1', r));
-    return `http://127.0.0.1:${(server!.address() as { port: number }).port}`;
-  }
-
-  function put(url: string, body: Buffer, method = 'PUT'): Promise<{ status: number; body: string }> {
-    return new Promise((resolve, reject) => {
-      const req = request(url, { method, headers: { 'content-length': String(body.length) } }, (res) => {
-        let text = '';
-        res.on('data', (d: Buffer) => (text += d.toString()));
-        res.on('end', () => resolve({ status: res.statusCode!, body: text }));
-      });
-      req.on('error', reject);
-      req.end(body);
-    });
-  }
-
-  it('accepts a signed upload without an API key and refuses bad links', async () => {
-    const s = await newStore();
-    const base = await serve(s);
-    const gz = archive(true);
-    const path = `/templates/tpl-1/files/${HASH}/upload`;
-    expect((await put(`${base}${path}?token=${s.uploadToken('tpl-2', HASH)}`, gz)).status).toBe(403);
-    expect((await put(`${base}${path}?token=${s.uploadToken('tpl-1', HASH)}`, gz, 'POST')).status).toBe(405);
-    const bad = await put(`${base}${path}?token=${s.uploadToken('tpl-1', HASH)}`, Buffer.from('nope'));
-    expect(bad.status).toBe(400);
-    expect(JSON.parse(bad.body)).toMatchObject({ code: 400 });
-    const ok = await put(`${base}${path}?token=${s.uploadToken('tpl-1', HASH)}`, gz);
-    expect(ok).toEqual({ status: 200, body: '' });
-    expect(s.hasSync(HASH)).toBe(true);
-    expect((await put(`${base}/templates/tpl-1/files/${HASH}`, gz)).status).toBe(418);
   });
 });

@@ -13,6 +13,7 @@ import type { Readable } from 'node:stream';
 import { finished, pipeline } from 'node:stream/promises';
 import { createGunzip } from 'node:zlib';
 import tar from 'tar-stream';
+import { DomainError, ErrorKind } from '@aenv/protocol';
 
 export interface StoredFiles {
   path: string;
@@ -32,12 +33,13 @@ export interface TemplateFileStoreOptions {
   room?: () => Promise<number>;
 }
 
-export class UploadError extends Error {
+/** An upload the caller got wrong (the endpoint answers it; anything else is an internal failure). */
+export class UploadError extends DomainError {
   constructor(
-    readonly status: number,
+    kind: typeof ErrorKind.InvalidArgument | typeof ErrorKind.TooLarge | typeof ErrorKind.InsufficientStorage,
     message: string,
   ) {
-    super(message);
+    super(kind, message);
     this.name = 'UploadError';
   }
 }
@@ -63,14 +65,17 @@ async function isGzip(path: string): Promise<boolean> {
 function checkEntryName(name: string, symlinks: Set<string>): void {
   const clean = name.replace(/^\.\/+/, '').replace(/\/+$/, '');
   if (name.startsWith('/'))
-    throw new UploadError(400, `tar entry ${JSON.stringify(name)} is an absolute path`);
+    throw new UploadError(ErrorKind.InvalidArgument, `tar entry ${JSON.stringify(name)} is an absolute path`);
   const parts = clean.split('/');
   if (parts.includes('..'))
-    throw new UploadError(400, `tar entry ${JSON.stringify(name)} leaves the build context`);
+    throw new UploadError(
+      ErrorKind.InvalidArgument,
+      `tar entry ${JSON.stringify(name)} leaves the build context`,
+    );
   for (let i = 1; i < parts.length; i++) {
     if (symlinks.has(parts.slice(0, i).join('/'))) {
       throw new UploadError(
-        400,
+        ErrorKind.InvalidArgument,
         `tar entry ${JSON.stringify(name)} lies below a symlink of the same archive`,
       );
     }
@@ -92,12 +97,16 @@ export async function validateArchive(path: string, gzip: boolean): Promise<{ en
         checkEntryName(header.name, symlinks);
         const t = header.type;
         if (t !== 'file' && t !== 'directory' && t !== 'symlink' && t !== 'link' && t !== 'contiguous-file') {
-          throw new UploadError(400, `tar entry ${JSON.stringify(header.name)} has unsupported type ${t}`);
+          throw new UploadError(
+            ErrorKind.InvalidArgument,
+            `tar entry ${JSON.stringify(header.name)} has unsupported type ${t}`,
+          );
         }
         if (t === 'symlink') symlinks.add(header.name.replace(/^\.\/+/, '').replace(/\/+$/, ''));
         if (t === 'link') checkEntryName(header.linkname ?? '', symlinks);
       } catch (e) {
-        problem = e instanceof UploadError ? e : new UploadError(400, (e as Error).message);
+        problem =
+          e instanceof UploadError ? e : new UploadError(ErrorKind.InvalidArgument, (e as Error).message);
       }
     }
     body.on('end', () => next());
@@ -108,7 +117,7 @@ export async function validateArchive(path: string, gzip: boolean): Promise<{ en
     await (gzip ? pipeline(source, createGunzip(), extract) : pipeline(source, extract));
   } catch (e) {
     throw new UploadError(
-      400,
+      ErrorKind.InvalidArgument,
       `the upload is not a valid tar${gzip ? '.gz' : ''} archive: ${(e as Error).message}`,
     );
   }
@@ -196,10 +205,11 @@ export class TemplateFileStore {
    * An upload of a hash that is already stored is read and dropped; the stored files stay as they were.
    */
   async store(hash: string, body: Readable, declaredLength?: number): Promise<StoredFiles> {
-    if (!isFilesHash(hash)) throw new UploadError(400, `invalid files hash ${JSON.stringify(hash)}`);
+    if (!isFilesHash(hash))
+      throw new UploadError(ErrorKind.InvalidArgument, `invalid files hash ${JSON.stringify(hash)}`);
     if (declaredLength !== undefined && declaredLength > this.opts.maxUploadBytes) {
       throw new UploadError(
-        413,
+        ErrorKind.TooLarge,
         `upload of ${declaredLength} bytes is larger than the limit of ${this.opts.maxUploadBytes}`,
       );
     }
@@ -209,9 +219,12 @@ export class TemplateFileStore {
     try {
       const bytes = await this.spool(body, tmp, room);
       if (declaredLength !== undefined && bytes !== declaredLength) {
-        throw new UploadError(400, `upload ended after ${bytes} of ${declaredLength} bytes`);
+        throw new UploadError(
+          ErrorKind.InvalidArgument,
+          `upload ended after ${bytes} of ${declaredLength} bytes`,
+        );
       }
-      if (bytes === 0) throw new UploadError(400, 'the upload is empty');
+      if (bytes === 0) throw new UploadError(ErrorKind.InvalidArgument, 'the upload is empty');
       const gzip = await isGzip(tmp);
       await validateArchive(tmp, gzip);
       const existing = await this.get(hash);
@@ -235,7 +248,7 @@ export class TemplateFileStore {
    */
   private noRoom(room: number): UploadError {
     return new UploadError(
-      507,
+      ErrorKind.InsufficientStorage,
       `the build artefacts of this node (build logs, uploads, build cache) are at template_build.artefacts_quota_mb: ${Math.floor(room / 1024 ** 2)} MiB left, not enough for this upload; retry after builds finished or with a smaller build context`,
     );
   }
@@ -248,7 +261,10 @@ export class TemplateFileStore {
       for await (const chunk of body.iterator({ destroyOnReturn: false }) as AsyncIterable<Buffer>) {
         bytes += chunk.length;
         if (bytes > this.opts.maxUploadBytes) {
-          throw new UploadError(413, `upload larger than the limit of ${this.opts.maxUploadBytes} bytes`);
+          throw new UploadError(
+            ErrorKind.TooLarge,
+            `upload larger than the limit of ${this.opts.maxUploadBytes} bytes`,
+          );
         }
         if (bytes > room) throw this.noRoom(room);
         if (!out.write(chunk)) await Promise.race([once(out, 'drain'), closed]);

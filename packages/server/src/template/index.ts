@@ -8,7 +8,7 @@ import type { RuntimeDriver, ToolsMount } from '../runtime/driver.js';
 import type { IdRangeAllocator } from '../runtime/container/id-range-allocator.js';
 import type { SnapshotRepository } from '../snapshot/index.js';
 import type { Logger } from '../util/log.js';
-import { uuidv7 } from '../util/uuid.js';
+import { uuidv7 } from '@aenv/protocol';
 import { BuildArtefacts } from './build-artefacts.js';
 import { BuildCache } from './build-cache.js';
 import { BuildLogStore, type BuildLogLimits } from './build-log.js';
@@ -20,7 +20,6 @@ import type { SandboxBackend } from '../orchestrator/backend.js';
 
 export { TemplateBuilder } from './builder.js';
 export { TemplateFileStore } from './file-store.js';
-export { TemplateUploadEndpoint } from './upload-endpoint.js';
 export { BuildLogStore } from './build-log.js';
 export { runStartup, StartupError } from './startup.js';
 export type { StartupOptions, StartupSpec } from './startup.js';

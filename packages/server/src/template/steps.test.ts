@@ -1,19 +1,19 @@
 import { describe, expect, it } from 'vitest';
-import { ApiError } from '../api/errors.js';
+import { DomainError } from '@aenv/protocol';
 import { changesDisk, firstForcedStep, parseBuildSpec } from './steps.js';
 
 const HASH = 'a'.repeat(64);
 const opts = { defaultImage: 'ubuntu:24.04', uploaded: (h: string) => h === HASH };
 
-function error(body: unknown): ApiError {
+function error(body: unknown): DomainError {
   try {
     parseBuildSpec(body, opts);
   } catch (e) {
-    expect(e).toBeInstanceOf(ApiError);
-    expect((e as ApiError).status).toBe(400);
-    return e as ApiError;
+    expect(e).toBeInstanceOf(DomainError);
+    expect((e as DomainError).kind).toBe('invalid_argument');
+    return e as DomainError;
   }
-  throw new Error('expected a 400');
+  throw new Error('expected an invalid_argument error');
 }
 
 describe('parseBuildSpec', () => {

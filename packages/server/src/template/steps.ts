@@ -1,7 +1,6 @@
 // The body of `POST /v2/templates/{id}/builds/{id}` (TemplateBuildStartV2) and its steps, validated before the
 // build is accepted: every error here is a 400 the SDK shows to the user.
-import { templateBuildStartV2Schema, type TemplateStep } from '@aenv/protocol';
-import { ApiError } from '../api/errors.js';
+import { DomainError, ErrorKind, templateBuildStartV2Schema, type TemplateStep } from '@aenv/protocol';
 
 interface StepBase {
   /** 1-based position in the request; the SDK maps `reason.step` back to the user's source line with it. */
@@ -43,8 +42,8 @@ const FILES_HASH_RE = /^[0-9a-f]{64}$/;
 const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const MODE_RE = /^0?[0-7]{3,4}$/;
 
-function bad(message: string): ApiError {
-  return new ApiError(400, message);
+function bad(message: string): DomainError {
+  return new DomainError(ErrorKind.InvalidArgument, message);
 }
 
 function shortLabel(type: string, args: readonly string[]): string {

@@ -1,7 +1,8 @@
 // Sandbox logs: `GET /sandboxes/{id}/logs` (v1) and `GET /v2/sandboxes/{id}/logs` (docs/operations.md).
 import type { FastifyInstance } from 'fastify';
-import type { SandboxRecord } from '../../orchestrator/types.js';
+import { isSandboxId } from '@aenv/protocol';
 import type { SandboxLogLine } from '../../observability/sandbox-log-store.js';
+import type { SandboxLogsView } from '../../observability/views.js';
 import {
   LogQueryError,
   mergeLines,
@@ -12,23 +13,12 @@ import {
 } from '../../observability/log-query.js';
 import { ApiError } from '../errors.js';
 
-export interface LogRouteDeps {
-  /** The sandbox if the node knows it (running or paused). */
-  find(sandboxId: string): SandboxRecord | undefined;
-  /** Lifecycle lines of the sandbox, also of one killed within the retention (empty when none). */
-  lifecycle(sandboxId: string): SandboxLogLine[];
-  /** Whether lifecycle lines exist for it (a killed sandbox is still found while they do). */
-  hasLifecycle(sandboxId: string): boolean;
-  /** envd's log of a running sandbox (empty when it cannot be read). */
-  envdLog(record: SandboxRecord): Promise<SandboxLogLine[]>;
-}
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+export type LogRouteDeps = SandboxLogsView;
 
 export function registerLogRoutes(app: FastifyInstance, deps: LogRouteDeps): void {
   const linesOf = async (id: string): Promise<SandboxLogLine[]> => {
-    const record = UUID.test(id) ? deps.find(id) : undefined;
-    if (!record && !(UUID.test(id) && deps.hasLifecycle(id))) {
+    const record = isSandboxId(id) ? deps.find(id) : undefined;
+    if (!record && !(isSandboxId(id) && deps.hasLifecycle(id))) {
       throw new ApiError(
         404,
         `sandbox ${JSON.stringify(id.length > 80 ? `${id.slice(0, 80)}…` : id)} not found`,

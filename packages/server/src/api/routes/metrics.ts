@@ -1,19 +1,13 @@
 // Per-sandbox metrics: `GET /sandboxes/{id}/metrics` and `GET /sandboxes/metrics?sandbox_ids=…` (docs/operations.md).
 import type { FastifyInstance } from 'fastify';
-import type { SandboxMetric } from '@aenv/protocol';
+import { isSandboxId, type SandboxMetric } from '@aenv/protocol';
 import type { SandboxMetricSample } from '../../observability/sandbox-metrics.js';
+import type { SandboxMetricsView } from '../../observability/views.js';
 import { LogQueryError, parseQueryInt } from '../../observability/log-query.js';
 import { ApiError } from '../errors.js';
 
-export interface MetricsRouteDeps {
-  /** Samples of a sandbox in `[startMs, endMs]`; undefined when it has none. */
-  samples(sandboxId: string, startMs?: number, endMs?: number): SandboxMetricSample[] | undefined;
-  latest(sandboxId: string): SandboxMetricSample | undefined;
-  /** Whether the node knows the sandbox (running or paused). */
-  knows(sandboxId: string): boolean;
-}
+export type MetricsRouteDeps = SandboxMetricsView;
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 /** Ids one batch request may name (E2B's dashboard asks for a page of sandboxes at a time). */
 export const MAX_BATCH_IDS = 100;
 
@@ -46,7 +40,7 @@ export function metricView(s: SandboxMetricSample): SandboxMetric {
 export function registerMetricsRoutes(app: FastifyInstance, deps: MetricsRouteDeps): void {
   app.get<{ Params: { id: string } }>('/sandboxes/:id/metrics', async (req) => {
     const id = req.params.id;
-    if (!UUID.test(id) || !deps.knows(id)) throw new ApiError(404, `sandbox ${quoted(id)} not found`);
+    if (!isSandboxId(id) || !deps.knows(id)) throw new ApiError(404, `sandbox ${quoted(id)} not found`);
     const q = req.query as Record<string, unknown>;
     // Unix seconds, both ends inclusive.
     const start = queryInt(q.start, 'start');
@@ -71,7 +65,7 @@ export function registerMetricsRoutes(app: FastifyInstance, deps: MetricsRouteDe
     if (ids.length > MAX_BATCH_IDS)
       throw new ApiError(400, `sandbox_ids names ${ids.length} sandboxes; at most ${MAX_BATCH_IDS}`);
     for (const id of ids) {
-      if (!UUID.test(id)) throw new ApiError(400, `invalid sandbox id ${quoted(id)} in sandbox_ids`);
+      if (!isSandboxId(id)) throw new ApiError(400, `invalid sandbox id ${quoted(id)} in sandbox_ids`);
     }
     const sandboxes: Record<string, ReturnType<typeof metricView>> = {};
     for (const id of new Set(ids)) {

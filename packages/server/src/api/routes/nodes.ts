@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import type { NodeDetail, NodeResponse } from '@aenv/protocol';
+import { isUuid, type NodeDetail, type NodeResponse } from '@aenv/protocol';
 import type { HostMetricsSampler } from '../../observability/host-metrics.js';
 import { ApiError } from '../errors.js';
 import type { SandboxCountersView } from '../../orchestrator/orchestrator.js';
@@ -23,12 +23,10 @@ export interface NodesRouteDeps {
   counters: () => SandboxCounters;
 }
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
 function clusterMatches(query: unknown, clusterId: string): boolean {
   const q = (query as { clusterID?: unknown }).clusterID;
   if (q === undefined || q === '') return true;
-  if (typeof q !== 'string' || !UUID.test(q))
+  if (typeof q !== 'string' || !isUuid(q))
     throw new ApiError(400, `invalid clusterID "${String(q)}": must be a UUID`);
   return q.toLowerCase() === clusterId.toLowerCase();
 }

@@ -15,11 +15,12 @@ import {
   type ListedSandbox,
   type SandboxDetail,
   type SandboxResponse,
+  isSandboxId,
 } from '@aenv/protocol';
 import type { Orchestrator } from '../../orchestrator/orchestrator.js';
 import { apiState, type SandboxRecord } from '../../orchestrator/types.js';
 import type { EgressPolicy } from '../../network/types.js';
-import { ApiError } from '../errors.js';
+import { ApiError, errorAnswer } from '../errors.js';
 import { paginate, parseLimit } from '../pagination.js';
 import { matchesMetadata, parseMetadataFilter } from '../metadata-filter.js';
 import { parseBody, parseRequiredBody } from '../parse-body.js';
@@ -79,11 +80,9 @@ const V2_CREATE: CreateDefaults = {
   secure: () => true,
 };
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
-
 /** A path sandboxID that is not a UUID is simply not found (reference §2.1). */
 function sandboxId(raw: string): string {
-  if (!UUID.test(raw)) throw new ApiError(404, `sandbox ${raw} not found`);
+  if (!isSandboxId(raw)) throw new ApiError(404, `sandbox ${raw} not found`);
   return raw;
 }
 
@@ -305,7 +304,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
       .code(201)
       .send(
         results.map((r): ForkResult =>
-          r.ok ? { sandbox: sandboxView(r.record) } : { error: r.error.toJSON() },
+          r.ok ? { sandbox: sandboxView(r.record) } : { error: errorAnswer(r.error).body },
         ),
       );
   });

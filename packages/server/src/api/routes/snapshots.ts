@@ -1,10 +1,15 @@
 import type { FastifyInstance } from 'fastify';
-import { NEXT_TOKEN_HEADER, snapshotSchema, type SnapshotInfo } from '@aenv/protocol';
+import {
+  isSandboxId,
+  NEXT_TOKEN_HEADER,
+  newSnapshotId,
+  snapshotSchema,
+  type SnapshotInfo,
+} from '@aenv/protocol';
 import type { Orchestrator, SnapshotTimings } from '../../orchestrator/orchestrator.js';
 import {
   isValidAlias,
   isRepositoryError,
-  newSnapshotId,
   type SnapshotRecord,
   type SnapshotRepository,
 } from '../../snapshot/index.js';
@@ -18,8 +23,6 @@ export interface SnapshotRouteDeps {
   orchestrator: Orchestrator;
   repository: SnapshotRepository;
 }
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 export function snapshotInfo(r: SnapshotRecord): SnapshotInfo {
   return {
@@ -41,7 +44,7 @@ export function registerSnapshotRoutes(app: FastifyInstance, deps: SnapshotRoute
     refuseUnsupportedSnapshotFields(req.body);
     const body = parseBody(snapshotSchema, req.body, 'snapshot request');
     const id = req.params.id;
-    if (!UUID.test(id)) throw new ApiError(404, `sandbox ${id} not found`);
+    if (!isSandboxId(id)) throw new ApiError(404, `sandbox ${id} not found`);
     if (body.name !== undefined && !isValidAlias(body.name)) {
       throw new ApiError(400, `invalid snapshot alias: "${body.name}" must match [A-Za-z0-9_-]+`);
     }
@@ -64,7 +67,7 @@ export function registerSnapshotRoutes(app: FastifyInstance, deps: SnapshotRoute
       });
     } catch (e) {
       if (created) await repo.delete(recordId).catch(() => {});
-      if (isRepositoryError(e, 'AliasConflict')) throw new ApiError(400, (e as Error).message);
+      // A name another record holds is this route's 400 (HTTP_ROUTE_QUIRKS), not a 409.
       throw e;
     }
     // How long the sandbox was held (capture) and how long the repository write took (publish).

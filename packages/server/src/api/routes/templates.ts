@@ -1,6 +1,8 @@
 // Template routes of the E2B build API (reference §2.2–2.6, e2b-protocol §2.4).
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import {
+  isBuildId,
+  isCanonicalUuid,
   assignTemplateTagsSchema,
   deleteTemplateTagsSchema,
   NEXT_TOKEN_HEADER,
@@ -15,7 +17,6 @@ import { paginate, parseLimit } from '../pagination.js';
 import { parseBody } from '../parse-body.js';
 import {
   DEFAULT_TAG,
-  isRepositoryError,
   isValidAlias,
   isValidTag,
   MAX_TAGS,
@@ -50,7 +51,6 @@ export interface TemplateRouteDeps {
 /** A caller's string in a message: quoted, and cut to 80 characters. */
 const shown = (s: string) => JSON.stringify(s.length > 80 ? `${s.slice(0, 80)}…` : s);
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const MAX_NAME = 128;
 
 function buildStatusOf(r: SnapshotRecord): TemplateBuildStatus {
@@ -91,7 +91,7 @@ async function templateByName(repo: SnapshotRepository, name: string): Promise<S
 
 /** A lookup argument that is not an id and not a valid alias names nothing (400, as the reference answers it). */
 async function findRecord(repo: SnapshotRepository, idOrAlias: string): Promise<SnapshotRecord | undefined> {
-  if (!UUID.test(idOrAlias) && !isValidAlias(idOrAlias)) {
+  if (!isCanonicalUuid(idOrAlias) && !isValidAlias(idOrAlias)) {
     throw new ApiError(400, `invalid template id or alias ${shown(idOrAlias)}`);
   }
   const r = await repo.find(idOrAlias);
@@ -176,19 +176,14 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
     const memoryMB = body.memoryMB ?? deps.defaults.memoryMB;
     if (cpuCount <= 0) throw new ApiError(400, 'cpuCount must be greater than 0');
     if (memoryMB < 128) throw new ApiError(400, 'memoryMB must be at least 128');
-    let record: SnapshotRecord;
-    try {
-      const now = nowTimestamp();
-      record = await repo.create({
-        alias: name,
-        ...(tags.length ? { tags: tags.map((tag) => ({ tag, createdAt: now })) } : {}),
-        source: { kind: 'template', build: { status: 'waiting' } },
-        resources: { cpuCount, memoryMB, diskSizeMB: deps.defaults.diskSizeMB },
-      });
-    } catch (e) {
-      if (isRepositoryError(e)) throw new ApiError(e.publishPathStatus, e.message);
-      throw e;
-    }
+    const now = nowTimestamp();
+    // A name another record holds is this route's 400 (HTTP_ROUTE_QUIRKS), not a 409.
+    const record = await repo.create({
+      alias: name,
+      ...(tags.length ? { tags: tags.map((tag) => ({ tag, createdAt: now })) } : {}),
+      source: { kind: 'template', build: { status: 'waiting' } },
+      resources: { cpuCount, memoryMB, diskSizeMB: deps.defaults.diskSizeMB },
+    });
     return reply.code(202).send({
       templateID: record.id,
       buildID: record.id,
@@ -204,7 +199,7 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
     if (templateID !== buildID) {
       throw new ApiError(400, 'templateID and buildID must match in AgentENV compatibility mode');
     }
-    if (!UUID.test(buildID))
+    if (!isBuildId(buildID))
       throw new ApiError(400, `invalid buildID ${JSON.stringify(buildID)}: must be a UUID`);
     const record = await repo.find(templateID);
     if (!record || record.source.kind === 'paused')
@@ -221,12 +216,7 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
     if (!record) throw new ApiError(404, `template ${templateID} not found`);
     if (buildID !== record.id)
       throw new ApiError(404, `build ${buildID} not found for template ${templateID}`);
-    let level;
-    try {
-      level = parseLogLevel(q.level);
-    } catch (e) {
-      throw new ApiError(400, (e as Error).message);
-    }
+    const level = parseLogLevel(q.level);
     return builder.status(record, {
       offset: parseOffset(q.logsOffset),
       limit: parseLimit(q.limit) ?? 100,

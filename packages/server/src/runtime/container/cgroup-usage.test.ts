@@ -28,7 +28,7 @@ describe('readCgroupUsage', () => {
       memoryCacheBytes: 2048,
       memoryLimitBytes: Infinity,
     });
-    await expect(readCgroupUsage(cg, 'gone')).rejects.toMatchObject({ kind: 'NotFound' });
+    await expect(readCgroupUsage(cg, 'gone')).rejects.toMatchObject({ reason: 'NotFound' });
   });
 
   it('reads cgroup v1 (and hybrid) hierarchies', async () => {

@@ -400,7 +400,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     await driver.create(s, { tools });
     const dup = await driver.create(s, { tools }).catch((e: unknown) => e);
     expect(dup).toBeInstanceOf(RuntimeError);
-    expect((dup as RuntimeError).kind).toBe('AlreadyExists');
+    expect((dup as RuntimeError).reason).toBe('AlreadyExists');
     await driver.destroy(s.id);
     // runc itself fails (the init is not executable): everything made so far is rolled back.
     const brokenTools = join(base, 'tools-broken');
@@ -410,7 +410,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     const err = await driver
       .create(broken, { tools: { dir: brokenTools, version: 'x' } })
       .catch((e: unknown) => e);
-    expect(err).toMatchObject({ kind: 'StartFailed' });
+    expect(err).toMatchObject({ reason: 'StartFailed' });
     expect((err as Error).message).toMatch(/runc run .* failed: .*permission denied/);
     expect(await leftovers(broken.id)).toEqual([]);
   });
@@ -551,7 +551,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
         subidFiles: [subuid, subgid],
       };
       const err = await new ContainerDriver(opts).init().catch((e: unknown) => e);
-      expect(err).toMatchObject({ kind: 'HostSetup' });
+      expect(err).toMatchObject({ reason: 'HostSetup' });
       expect((err as Error).message).toContain(`${subgid} line 2 "alice:165536:65536"`);
       await writeFile(subgid, 'bob:900000000:65536\n');
       const ok = new ContainerDriver(opts);
@@ -719,7 +719,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     );
     expect((await driver.stats(s.id)).frozen).toBe(false);
     await driver.destroy(s.id);
-    await expect(driver.freeze(s.id)).rejects.toMatchObject({ kind: 'NotFound' });
+    await expect(driver.freeze(s.id)).rejects.toMatchObject({ reason: 'NotFound' });
   });
 
   it('destroy is idempotent and leaves no mounts, cgroups, runc state or dirs', async () => {
@@ -960,7 +960,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
         .restore(child, images, { tools, diskSource: snapDir })
         .catch((e: unknown) => e);
       expect(err).toBeInstanceOf(RuntimeError);
-      expect((err as RuntimeError).kind).toBe('RestoreFailed');
+      expect((err as RuntimeError).reason).toBe('RestoreFailed');
       expect((err as Error).message).toMatch(/restore of .* failed: .*Error|restore of .* failed/);
       expect(await leftovers(child.id)).toEqual([]);
       await rm(images, { recursive: true, force: true });

@@ -22,7 +22,7 @@ function bad(patch: Partial<SandboxSpec>, re: RegExp) {
     err = e;
   }
   expect(err).toBeInstanceOf(RuntimeError);
-  expect((err as RuntimeError).kind).toBe('InvalidSpec');
+  expect((err as RuntimeError).reason).toBe('InvalidSpec');
   expect((err as Error).message).toMatch(re);
 }
 

@@ -70,7 +70,7 @@ describe('LocalBlobCache', () => {
     const cache = new LocalBlobCache({ root, maxBytes: 1 << 20, minEvictAgeMs: 0, logger });
     const a = blob(1000);
     await expect(cache.get(a.digest, 999, (tmp) => writeFile(tmp, a.data))).rejects.toMatchObject({
-      kind: 'IntegrityMismatch',
+      reason: 'IntegrityMismatch',
     });
     expect(cache.has(a.digest)).toBe(false);
     await expect(cache.get(a.digest, 1000, () => Promise.reject(new Error('network down')))).rejects.toThrow(

@@ -313,7 +313,7 @@ describe('oss backend specifics', () => {
       logger,
     });
     await expect(repo.list()).rejects.toMatchObject({
-      kind: 'Backend',
+      reason: 'Backend',
       message: expect.stringMatching(/not reachable/),
     });
     await repo.close();

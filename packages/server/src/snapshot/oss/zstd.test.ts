@@ -41,16 +41,16 @@ describe('zstd codec (Debian zstd CLI)', () => {
     await expect(
       writeRawContent(Readable.from([bytes]), 'zstd', join(dir, 'out'), 'layer X'),
     ).rejects.toMatchObject({
-      kind: 'IntegrityMismatch',
+      reason: 'IntegrityMismatch',
       message: expect.stringMatching(/layer X is corrupt/),
     });
     await expect(
       writeRawContent(Readable.from([Buffer.from('not zstd at all')]), 'zstd', join(dir, 'out2'), 'b'),
     ).rejects.toMatchObject({
-      kind: 'IntegrityMismatch',
+      reason: 'IntegrityMismatch',
     });
     await expect(
       writeRawContent(Readable.from([bytes]), 'lz4', join(dir, 'out3'), 'b'),
-    ).rejects.toMatchObject({ kind: 'Unsupported' });
+    ).rejects.toMatchObject({ reason: 'Unsupported' });
   });
 });

@@ -13,8 +13,9 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { httpErrorAnswer, newSnapshotId } from '@aenv/protocol';
 import { createSnapshotRepository, type SnapshotRepositoryOptions } from '../index.js';
-import { newSnapshotId } from '../ids.js';
+import { RepositoryError } from '../errors.js';
 import type {
   CommittedSnapshotDraft,
   LayerRef,
@@ -132,14 +133,16 @@ export function defineRepositoryContract(
       const rec = await repo.create(sandboxRecord(extra));
       return repo.publish(rec.id, input ?? (await simpleInput()));
     };
-    const expectError = async (p: Promise<unknown>, kind: string, status: number) => {
+    /** The repository's reason for a failure, and the status the API answers it with on most routes. */
+    const expectError = async (p: Promise<unknown>, reason: string, status: number) => {
       const err = await p.then(
         () => undefined,
-        (e: unknown) => e as { kind?: string; status?: number; message?: string },
+        (e: unknown) => e,
       );
-      expect(err, `expected a ${kind} error`).toBeDefined();
-      expect({ kind: err?.kind, status: err?.status }).toEqual({ kind, status });
-      return err as { kind: string; status: number; message: string; subject?: string };
+      expect(err, `expected a ${reason} error`).toBeInstanceOf(RepositoryError);
+      const e = err as RepositoryError;
+      expect({ reason: e.reason, status: httpErrorAnswer(e.kind).status }).toEqual({ reason, status });
+      return e;
     };
 
     beforeAll(async () => {
@@ -734,7 +737,7 @@ export function defineRepositoryContract(
           await write('aliases', alias('victim'), JSON.stringify(target2));
           const err = await expectError(repo.get(alias('victim')), 'IntegrityMismatch', 409);
           expect(err.message).toMatch(/alias '.*' points at snapshot .*, whose signed record is/);
-          expect(await repo.delete(alias('victim')).catch((e: { kind?: string }) => e.kind)).toBe(
+          expect(await repo.delete(alias('victim')).catch((e: { reason?: string }) => e.reason)).toBe(
             'IntegrityMismatch',
           );
           expect((await repo.get(target2)).committed).toBeDefined();

@@ -45,7 +45,7 @@ async function main(): Promise<void> {
       say({
         event: 'result',
         ok: false,
-        kind: isRepositoryError(err) ? err.kind : 'Other',
+        kind: isRepositoryError(err) ? err.reason : 'Other',
         message: (err as Error).message,
       });
     }

@@ -4,11 +4,12 @@
 // disk instead of being parsed by the control plane.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
-import type { DataPlane } from '../api/http-server.js';
+import { httpErrorAnswer } from '@aenv/protocol';
+import type { DataPlane } from '../proxy/data-plane.js';
 import type { Logger } from '../util/log.js';
 import { currentRequestId } from '../util/request-context.js';
-import { internalErrorMessage } from '../api/errors.js';
-import { isFilesHash, UploadError, type TemplateFileStore } from './file-store.js';
+import { isFilesHash, UploadError, type TemplateFileStore } from '../template/file-store.js';
+import { internalErrorMessage } from './errors.js';
 
 const PATH_RE = /^\/templates\/([^/?#]+)\/files\/([^/?#]+)\/upload$/;
 
@@ -106,9 +107,9 @@ export class TemplateUploadEndpoint implements DataPlane {
       );
       answer(res, 200);
     } catch (e) {
-      // 507 (no room under the artefact quota) is meant for the client; other 5xx are internal.
-      if (!(e instanceof UploadError) || (e.status >= 500 && e.status !== 507)) throw e;
-      answer(res, e.status, e.message, !req.readableEnded);
+      // Every upload error is meant for the client, a 507 (no room under the artefact quota) too.
+      if (!(e instanceof UploadError)) throw e;
+      answer(res, httpErrorAnswer(e.kind).status, e.message, !req.readableEnded);
       if (!req.readableEnded) req.resume();
     }
   }

@@ -1,5 +1,17 @@
 import { describe, expect, it } from 'vitest';
-import { isUuid, isUuidV7, NIL_UUID, uuidv7, uuidv7Timestamp } from './uuid.js';
+import {
+  isBuildId,
+  isCanonicalUuid,
+  isSandboxId,
+  isSnapshotId,
+  isUuid,
+  isUuidV7,
+  NIL_UUID,
+  newSandboxId,
+  newSnapshotId,
+  uuidv7,
+  uuidv7Timestamp,
+} from './ids.js';
 
 describe('uuidv7', () => {
   it('has the RFC 9562 layout and encodes the time', () => {
@@ -32,5 +44,36 @@ describe('isUuid', () => {
     expect(isUuid('01936f8e72f570008000000000000001')).toBe(false);
     expect(isUuid('01936f8e-72f5-7000-8000-00000000000')).toBe(false);
     expect(isUuidV7('01936F8E-72F5-7000-8000-000000000001')).toBe(false);
+  });
+});
+
+describe('ids of aenv objects', () => {
+  const v7 = '01936f8e-72f5-7000-8000-000000000001';
+  const v4 = '9b2c4a1e-3f5d-4c6b-8a7e-1d2f3a4b5c6d';
+
+  it('names sandboxes and builds by canonical (lowercase) UUIDs of any version only', () => {
+    for (const ok of [v7, v4, NIL_UUID]) {
+      expect(isSandboxId(ok)).toBe(true);
+      expect(isBuildId(ok)).toBe(true);
+    }
+    // Another spelling names no sandbox (a 404 on the wire, as in the reference).
+    for (const bad of [v7.toUpperCase(), `${v7} `, v7.replace(/-/g, ''), `{${v7}}`, '', 'base']) {
+      expect(isSandboxId(bad), bad).toBe(false);
+      expect(isBuildId(bad), bad).toBe(false);
+    }
+  });
+
+  it('stores templates and snapshots under lowercase UUIDv7 ids only', () => {
+    expect(isSnapshotId(v7)).toBe(true);
+    expect(isSnapshotId(v7.toUpperCase())).toBe(false);
+    expect(isSnapshotId(v4)).toBe(false);
+    expect(isSnapshotId(newSnapshotId())).toBe(true);
+    expect(isSandboxId(newSandboxId())).toBe(true);
+  });
+
+  it('tells any-case UUIDs from canonical ones', () => {
+    expect(isUuid(v4.toUpperCase())).toBe(true);
+    expect(isCanonicalUuid(v4.toUpperCase())).toBe(false);
+    expect(isCanonicalUuid(v4)).toBe(true);
   });
 });
