@@ -32,7 +32,7 @@ import { resolveNodeIdentity } from './identity/index.js';
 import { ImageService, imageMigrations } from './image/index.js';
 import { NetworkManager, parseNetworkPolicy } from './network/index.js';
 import { ContainerDriver, defaultCriuPath, readPidMax, resolvePidsBudget } from './runtime/index.js';
-import { IdRangeAllocator, idRangeMigrations } from './runtime/container/id-range-allocator.js';
+import { IdRangeAllocator, idRangeMigrations } from './runtime/drivers/container/id-range-allocator.js';
 import type { ToolsMount } from './runtime/driver.js';
 import { createSnapshotRepository, type SnapshotRepository } from './snapshot/index.js';
 import { signUnsignedAtStartup, unsignedReadMode } from './snapshot/unsigned-records.js';

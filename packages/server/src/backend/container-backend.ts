@@ -8,7 +8,7 @@ import type { PulledImage } from '../image/types.js';
 import type { NetworkManager } from '../network/index.js';
 import type { EgressPolicy, NetworkSlot } from '../network/types.js';
 import type { IdRange, RuntimeDriver, SandboxSpec, ToolsMount } from '../runtime/driver.js';
-import type { IdRangeAllocator } from '../runtime/container/id-range-allocator.js';
+import type { IdRangeAllocator } from '../runtime/drivers/container/id-range-allocator.js';
 import type {
   CaptureTarget,
   CapturedSandbox,

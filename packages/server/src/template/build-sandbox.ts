@@ -7,7 +7,7 @@ import type { ImageService, PulledImage } from '../image/index.js';
 import type { NetworkManager } from '../network/index.js';
 import type { NetworkSlot } from '../network/types.js';
 import type { RuntimeDriver, ToolsMount } from '../runtime/driver.js';
-import type { IdRangeAllocator } from '../runtime/container/id-range-allocator.js';
+import type { IdRangeAllocator } from '../runtime/drivers/container/id-range-allocator.js';
 import type { CommandContext } from '../snapshot/index.js';
 import type { Logger } from '../util/log.js';
 import { DEFAULT_PATH, EnvdRpcClient, initEnvd, waitForEnvd } from '@aenv/protocol';

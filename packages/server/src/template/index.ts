@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import type { ImageService } from '../image/index.js';
 import type { NetworkManager } from '../network/index.js';
 import type { RuntimeDriver, ToolsMount } from '../runtime/driver.js';
-import type { IdRangeAllocator } from '../runtime/container/id-range-allocator.js';
+import type { IdRangeAllocator } from '../runtime/drivers/container/id-range-allocator.js';
 import type { SnapshotRepository } from '../snapshot/index.js';
 import type { Logger } from '../util/log.js';
 import { uuidv7 } from '../util/uuid.js';

@@ -16,9 +16,9 @@ import {
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { run } from '../../util/exec.js';
-import type { SandboxSpec } from '../driver.js';
-import { RuntimeError } from '../driver.js';
+import { run } from '../../../util/exec.js';
+import type { SandboxSpec } from '../../driver.js';
+import { RuntimeError } from '../../driver.js';
 import { Cgroups, detectCgroupLayout } from './cgroups.js';
 import { ContainerDriver } from './container-driver.js';
 import { versionAtLeast } from './criu.js';

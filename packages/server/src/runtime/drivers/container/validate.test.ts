@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import type { SandboxSpec } from '../driver.js';
-import { RuntimeError } from '../driver.js';
+import type { SandboxSpec } from '../../driver.js';
+import { RuntimeError } from '../../driver.js';
 import { assertSandboxId, validateSpec } from './validate.js';
 
 const good: SandboxSpec = {

@@ -1,6 +1,6 @@
 import { chmod, chown, lstat, mkdir, readFile, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import { run } from '../../util/exec.js';
+import { run } from '../../../util/exec.js';
 import type {
   CheckpointOptions,
   CheckpointResult,
@@ -14,8 +14,8 @@ import type {
   SandboxSpec,
   SandboxStats,
   ToolsMount,
-} from '../driver.js';
-import { RuntimeError } from '../driver.js';
+} from '../../driver.js';
+import { RuntimeError } from '../../driver.js';
 import { Cgroups, detectCgroupLayout } from './cgroups.js';
 import type { CowKind, CowVolumeMode } from './cow-volume.js';
 import { CowVolume } from './cow-volume.js';
@@ -51,8 +51,8 @@ import { SpareDirs, Trash } from './spare-dirs.js';
 import type { OciSeccomp, SeccompSource } from './seccomp.js';
 import { loadSeccompProfile } from './seccomp.js';
 import { assertHostPath, assertSandboxId, isSandboxId, validateSpec } from './validate.js';
-import { exists } from '../../util/fs.js';
-import { privatizeTree } from '../../util/private-tree.js';
+import { exists } from '../../../util/fs.js';
+import { privatizeTree } from '../../../util/private-tree.js';
 
 /**
  * Mode of a sandbox dir (owner root, group the sandbox's mapped root): runc, running as that uid inside the

@@ -1,7 +1,7 @@
 import { isIP } from 'node:net';
 import { isAbsolute } from 'node:path';
-import type { SandboxSpec } from '../driver.js';
-import { RuntimeError } from '../driver.js';
+import type { SandboxSpec } from '../../driver.js';
+import { RuntimeError } from '../../driver.js';
 
 const ID_RE = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 const HOSTNAME_RE = /^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$/;
