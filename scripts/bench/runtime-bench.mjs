@@ -33,7 +33,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { register } from 'tsx/esm/api';
 
 register();
-const { ContainerDriver } = await import('../../packages/server/src/runtime/index.ts');
+const { ContainerDriver } =
+  await import('../../packages/server/src/runtime/drivers/container/container-driver.ts');
 const fx = await import('../../packages/server/src/runtime/drivers/container/test-fixtures.ts');
 const { buildOciConfig, DEFAULT_CAPABILITIES } =
   await import('../../packages/server/src/runtime/drivers/container/oci-config.ts');

@@ -5,7 +5,6 @@ import { fileURLToPath } from 'node:url';
 import { spawn } from 'node:child_process';
 import {
   ConfigError,
-  assertSupportedVirtualizationMode,
   containerModeNotice,
   loadConfig,
   type AenvConfig,
@@ -31,9 +30,7 @@ import {
 import { resolveNodeIdentity } from './identity/index.js';
 import { ImageService, imageMigrations } from './image/index.js';
 import { NetworkManager, parseNetworkPolicy } from './network/index.js';
-import { ContainerDriver, defaultCriuPath, readPidMax, resolvePidsBudget } from './runtime/index.js';
-import { IdRangeAllocator, idRangeMigrations } from './runtime/drivers/container/id-range-allocator.js';
-import type { ToolsMount } from './runtime/driver.js';
+import { createRuntime, idRangeMigrations, runtimeFactory, type ToolsMount } from './runtime/index.js';
 import { createSnapshotRepository, type SnapshotRepository } from './snapshot/index.js';
 import { signUnsignedAtStartup, unsignedReadMode } from './snapshot/unsigned-records.js';
 import { ContainerBackend } from './backend/container-backend.js';
@@ -237,34 +234,11 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     metricsRegistry: metrics.registry,
   });
 
-  const pids = resolvePidsBudget(
-    { node: config.runtime.node_pids_limit, perSandbox: config.runtime.pids_limit },
-    await readPidMax(),
-  );
-  const runtime = new ContainerDriver({
-    homePath: config.home_path,
-    runtimePath: config.runtime_path,
-    runcPath: config.runtime.runc_path,
-    criuPath: config.runtime.criu_path || defaultCriuPath(config.deps_path),
-    uidMapHostStart: config.runtime.uid_map_host_start,
-    uidMapSize: config.runtime.uid_map_size,
-    uidRanges: config.runtime.uid_ranges,
-    cowVolume: config.runtime.cow_volume,
-    cowVolumeSizeGb: config.runtime.cow_volume_size_gb,
-    diskLimits: config.runtime.disk_limits,
-    cgroupParent: config.resource_prefix,
-    nodePidsLimit: pids.node,
-    nofileLimit: config.runtime.nofile_limit,
-    inotifyMaxInstances: config.runtime.inotify_max_instances,
-    inotifyMaxWatches: config.runtime.inotify_max_watches,
-    seccompProfilePath: config.runtime.seccomp_profile,
-    nestedContainers: config.runtime.nested_containers,
-    capNetRaw: config.runtime.cap_net_raw,
-    noNewPrivileges: config.runtime.no_new_privileges,
+  const { driver: runtime, ...runtimeHost } = await createRuntime(config, {
+    db,
     logger: logger.child({ component: 'runtime' }),
   });
-  await runtime.init();
-  const idRanges = new IdRangeAllocator(db, runtime.idLayout);
+  const idRanges = runtimeHost.idRanges;
 
   const signingKey = resolveRecordSigningKey({
     homePath: config.home_path,
@@ -310,12 +284,12 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     residentPauseGraceMs: config.orchestrator.resident_pause_grace_secs * 1000,
     runtimeVersions: {
       envd: ENVD_VERSION,
-      ...(runtime.criuVersion ? { criu: runtime.criuVersion } : {}),
+      ...runtimeHost.versions,
     },
     envdPort: config.tools.control_plane_port,
     envdPollMs: config.envd.poll_ms,
     envdInitTimeoutMs: config.envd.init_timeout_secs * 1000,
-    pidsLimit: pids.perSandbox,
+    pidsLimit: runtimeHost.pidsPerSandbox,
     envdToken: (id) => tokens.envd(id),
     envdInitKey: (id) => tokens.envdInit(id),
     signedUrlMaxLifetimeSecs: config.sandbox_proxy.signed_url_max_lifetime_secs,
@@ -324,8 +298,8 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   });
   const observability = new SandboxObservability({
     db,
-    cgroupParent: runtime.cgroupParent,
-    sandboxesDir: runtime.sandboxesDir,
+    cgroupParent: runtimeHost.cgroupParent,
+    sandboxesDir: runtimeHost.sandboxesDir,
     containerIdOf: (r) => backend.containerIdOf(r),
     envdPort: config.tools.control_plane_port,
     envdToken: (id) => tokens.envd(id),
@@ -383,7 +357,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
 
   const templates = await createTemplateService({
     homePath: config.home_path,
-    sandboxesDir: runtime.sandboxesDir,
+    sandboxesDir: runtimeHost.sandboxesDir,
     runtime,
     network,
     images,
@@ -392,7 +366,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     envdPort: config.tools.control_plane_port,
     envdPollMs: config.envd.poll_ms,
     envdInitTimeoutMs: config.envd.init_timeout_secs * 1000,
-    pidsLimit: pids.perSandbox,
+    pidsLimit: runtimeHost.pidsPerSandbox,
     envdInitKey: (id) => tokens.envdInit(id),
     idRanges,
     backend,
@@ -544,7 +518,8 @@ export async function runServer(opts: RunServerOptions): Promise<number> {
   let loaded;
   try {
     loaded = loadConfig({ configPath: opts.configPath, env: opts.env, flags: opts.flags ?? {} });
-    assertSupportedVirtualizationMode(loaded.config);
+    // Refused before anything touches the host.
+    runtimeFactory(loaded.config.virtualization_mode);
   } catch (e) {
     if (e instanceof ConfigError) {
       process.stderr.write(`aenv: invalid configuration:\n${e.message}\n`);
