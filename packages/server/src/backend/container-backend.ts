@@ -8,7 +8,7 @@ import type { PulledImage } from '../image/types.js';
 import type { NetworkManager } from '../network/index.js';
 import type { EgressPolicy, NetworkSlot } from '../network/types.js';
 import type { IdRange, RuntimeDriver, SandboxSpec, ToolsMount } from '../runtime/driver.js';
-import type { IdRangeAllocator } from '../runtime/drivers/container/id-range-allocator.js';
+import type { IdRangeAllocator } from '../runtime/index.js';
 import type {
   CaptureTarget,
   CapturedSandbox,
@@ -45,7 +45,7 @@ export interface ContainerBackendOptions {
   residentPauseGraceMs: number;
   /** Below this share of available RAM, paused sandboxes release their memory at once. */
   memoryPressureRatio?: number;
-  /** Versions recorded with every capture (envd, tools, runc, criu, ...). */
+  /** Versions recorded with every capture (envd, tools, the runtime driver's host components, ...). */
   runtimeVersions: Record<string, string>;
   /** Pre-started sandboxes kept per template in use (`[pool].warm_sandboxes`; 0 = none). */
   warmSandboxes: number;
@@ -62,13 +62,8 @@ export interface ContainerBackendOptions {
   logger: Logger;
 }
 
-import {
-  DISK_MEDIA_TYPE,
-  MEMORY_MEDIA_TYPE,
-  sandboxContext,
-  type BackendState,
-  type CaptureExtra,
-} from './capture-format.js';
+import { DISK_MEDIA_TYPE, sandboxContext } from './capture-format.js';
+import { BackendRecordCodec, type BackendState, type CaptureExtra } from './record-state.js';
 
 const COMPLETE = 'complete';
 
@@ -91,12 +86,11 @@ const warmKey = (b: BootSpec) =>
   `${b.templateId}|${b.committed.baseImage?.manifestDigest ?? ''}|${b.resources.cpuCount}|${b.resources.memoryMB}|${b.resources.diskSizeMB}`;
 
 const leaseHolder = (id: string) => `sandbox:${id}`;
-const stateOf = (r: SandboxRecord) => r.backend as unknown as BackendState;
 
 /**
- * The container backend: a sandbox = a netns slot + an overlay over cached image layers + a runc container whose
- * init runs envd from the tools mount. Pause, fork and snapshots are CRIU checkpoints plus copy-on-write disk
- * snapshots kept on the sandbox volume. Each step is undone in reverse when a later one fails.
+ * The container backend: a sandbox = a netns slot + a runtime driver sandbox on cached image layers whose init
+ * runs envd from the tools mount. Pause, fork and snapshots are the driver's memory checkpoints plus
+ * copy-on-write disk captures kept on the sandbox volume. Each step is undone in reverse when a later one fails.
  */
 /** How to boot a template that starts from its image (no captured memory or disk), or undefined for captures. */
 function imageBoot(source: LaunchSource, resources: BootSpec['resources']): BootSpec | undefined {
@@ -110,9 +104,12 @@ export class ContainerBackend implements SandboxBackend {
   private readonly sharing: PausedSharing | undefined;
 
   private readonly warm: WarmPool<BootSpec, BootedSandbox>;
+  /** Reads and writes what this backend keeps on records and captures. */
+  readonly records: BackendRecordCodec;
 
   constructor(private readonly opts: ContainerBackendOptions) {
-    if (opts.sharePaused) this.sharing = new PausedSharing(opts.repository, opts.logger);
+    this.records = new BackendRecordCodec(opts.runtime.recordCodec);
+    if (opts.sharePaused) this.sharing = new PausedSharing(opts.repository, opts.runtime, opts.logger);
     this.warm = new WarmPool({
       size: opts.warmSandboxes,
       maxTemplates: 4,
@@ -128,7 +125,16 @@ export class ContainerBackend implements SandboxBackend {
   }
 
   private get store(): string {
-    return this.opts.runtime.storeDir;
+    return this.opts.runtime.captureRoot;
+  }
+
+  private stateOf(r: SandboxRecord): BackendState {
+    return this.records.decodeState(r.id, r.backend);
+  }
+
+  /** Stores `state` as the record's backend state (the orchestrator persists the record afterwards). */
+  private setState(r: SandboxRecord, state: BackendState): void {
+    r.backend = this.records.encodeState(state);
   }
 
   pausedDir(id: string): string {
@@ -150,7 +156,7 @@ export class ContainerBackend implements SandboxBackend {
 
   /** The runtime's id of the sandbox's container: the sandbox id, or the id of the warm sandbox it was given. */
   private cid(record: SandboxRecord): string {
-    return stateOf(record).containerId ?? record.id;
+    return this.stateOf(record).containerId ?? record.id;
   }
 
   /** The runtime's id of a running sandbox's container (its cgroup and dir name; per-sandbox metrics read them). */
@@ -170,7 +176,7 @@ export class ContainerBackend implements SandboxBackend {
       id,
       hostname: id,
       idRange,
-      lowerDirs: state.lowerDirs,
+      rootfs: state.rootfs,
       resources: {
         cpuCount: resources.cpuCount,
         memoryMB: resources.memoryMB,
@@ -254,7 +260,7 @@ export class ContainerBackend implements SandboxBackend {
       });
       return {
         binding: this.binding(booted.slot),
-        backend: booted.state as unknown as Record<string, unknown>,
+        backend: this.records.encodeState(booted.state),
       };
     });
   }
@@ -288,7 +294,7 @@ export class ContainerBackend implements SandboxBackend {
       const state: BackendState = {
         imageRef: baseImage.reference,
         manifestDigest: image.manifestDigest,
-        lowerDirs: image.layers.map((l) => l.dir),
+        rootfs: { layers: image.layers.map((l) => l.dir) },
         toolsVersion: this.opts.tools.version,
         envdEnv: {
           PATH: boot.committed.context.envVars.PATH ?? DEFAULT_PATH,
@@ -345,7 +351,7 @@ export class ContainerBackend implements SandboxBackend {
       throw err;
     }
     const state: BackendState = { ...warm.state, containerId: warm.containerId };
-    return { binding: this.binding(warm.slot), backend: state as unknown as Record<string, unknown> };
+    return { binding: this.binding(warm.slot), backend: this.records.encodeState(state) };
   }
 
   private async discardBooted(b: BootedSandbox): Promise<void> {
@@ -369,13 +375,13 @@ export class ContainerBackend implements SandboxBackend {
   /** Launches a sandbox from a capture (snapshot or template): restores its memory, or boots its disk. */
   private async startFromCapture(record: SandboxRecord, snapshot: SnapshotRecord, policy: EgressPolicy) {
     const committed = snapshot.committed!;
-    const extra = committed.extra as unknown as CaptureExtra;
+    const extra = this.records.decodeCapture(snapshot.id, committed.extra);
     const image = await this.imageFor(committed.baseImage!.reference, committed.baseImage!.manifestDigest);
     const local = await this.ensureLocalSnapshot(snapshot);
     const state: BackendState = {
       imageRef: committed.baseImage!.reference,
       manifestDigest: image.manifestDigest,
-      lowerDirs: image.layers.map((l) => l.dir),
+      rootfs: { layers: image.layers.map((l) => l.dir) },
       toolsVersion: extra.toolsVersion,
       envdEnv: extra.envdEnv,
       ...(committed.startup ? { startCmd: committed.startup.startCmd } : {}),
@@ -427,7 +433,7 @@ export class ContainerBackend implements SandboxBackend {
         try {
           await this.opts.runtime.restore(spec, from.memory, {
             tools: this.toolsFor(state.toolsVersion),
-            diskSource: from.disk,
+            disk: from.disk,
             startAfter: policyApplied,
           });
           restored = true;
@@ -444,7 +450,7 @@ export class ContainerBackend implements SandboxBackend {
         state.toolsVersion = this.opts.tools.version;
         await this.opts.runtime.create(spec, {
           tools: this.opts.tools,
-          diskSource: from.disk,
+          disk: from.disk,
           startAfter: policyApplied,
         });
       }
@@ -470,12 +476,12 @@ export class ContainerBackend implements SandboxBackend {
       }
       return {
         binding: this.binding(slot),
-        backend: {
+        backend: this.records.encodeState({
           ...state,
           containerId: undefined,
           resident: false,
           residentSlot: undefined,
-        } as unknown as Record<string, unknown>,
+        }),
       };
     });
   }
@@ -516,7 +522,7 @@ export class ContainerBackend implements SandboxBackend {
   // ---- stop ----
 
   async destroy(record: SandboxRecord): Promise<void> {
-    const state = stateOf(record);
+    const state = this.stateOf(record);
     await this.opts.runtime.destroy(this.cid(record));
     this.opts.idRanges.release(record.id);
     await this.releaseSlot(record.id, record.runtime?.slotIndex ?? state.residentSlot);
@@ -563,7 +569,7 @@ export class ContainerBackend implements SandboxBackend {
 
   /** Removes a dir that may hold a disk snapshot (`disk/`, possibly a btrfs subvolume). */
   private async removeTree(dir: string): Promise<void> {
-    if (existsSync(join(dir, 'disk'))) await this.opts.runtime.removeUpperSnapshot(join(dir, 'disk'));
+    if (existsSync(join(dir, 'disk'))) await this.opts.runtime.removeDisk(join(dir, 'disk'));
     await rm(dir, { recursive: true, force: true });
   }
 
@@ -596,10 +602,10 @@ export class ContainerBackend implements SandboxBackend {
         if (!opts.memory) throw new Error('a filesystem-only pause was asked for (memory: false)');
         await this.opts.runtime.checkpoint(cid, join(dir, 'memory'), {
           leaveRunning: true,
-          upperSnapshotDest: join(dir, 'disk'),
+          diskDest: join(dir, 'disk'),
         });
       } catch (err) {
-        // CRIU refused this workload: keep the disk, and say the processes will restart on resume.
+        // The driver could not checkpoint this workload: keep the disk, and say the processes will restart on resume.
         kind = 'filesystem';
         reason = err instanceof Error ? err.message : String(err);
         if (opts.memory)
@@ -609,7 +615,7 @@ export class ContainerBackend implements SandboxBackend {
           );
         await rm(join(dir, 'memory'), { recursive: true, force: true });
         await rm(join(dir, 'disk'), { recursive: true, force: true });
-        await this.opts.runtime.snapshotUpper(cid, join(dir, 'disk'));
+        await this.opts.runtime.captureDisk(cid, join(dir, 'disk'));
       }
       crashPoint('pause:captured');
       await writeFile(join(dir, COMPLETE), JSON.stringify({ kind, pausedAt: new Date().toISOString() }));
@@ -620,14 +626,15 @@ export class ContainerBackend implements SandboxBackend {
       await this.opts.runtime.thaw(cid).catch(() => {});
       throw err;
     }
-    const state = stateOf(record);
+    const state = this.stateOf(record);
     // The frozen container is released later, in the background (maintain), so the pause answers as soon as it
     // is durable. Until then a memory pause within its grace resumes by thawing. A filesystem-only pause (asked
-    // for, or because CRIU refused the workload) means "restart the processes": it is never thawed.
+    // for, or because the checkpoint was refused) means "restart the processes": it is never thawed.
     if (record.runtime) {
       state.resident = true;
       state.residentSlot = record.runtime.slotIndex;
       state.thawable = kind === 'memory' && this.opts.residentPauseGraceMs > 0 && !this.underMemoryPressure();
+      this.setState(record, state);
     }
     const paused = {
       kind,
@@ -664,20 +671,21 @@ export class ContainerBackend implements SandboxBackend {
 
   /** Drops the frozen processes and the slot of a paused sandbox; its artifacts stay. */
   private async releaseMemory(record: SandboxRecord): Promise<void> {
-    const state = stateOf(record);
+    const state = this.stateOf(record);
     await this.opts.runtime.destroy(this.cid(record));
     await this.releaseSlot(record.id, state.residentSlot ?? record.runtime?.slotIndex);
-    state.resident = false;
-    delete state.residentSlot;
-    delete state.thawable;
+    this.setState(record, { ...state, resident: false, residentSlot: undefined, thawable: undefined });
   }
 
   async resume(record: SandboxRecord, policy: EgressPolicy, opts: { memory: boolean }): Promise<StartResult> {
-    const state = stateOf(record);
+    let state = this.stateOf(record);
     const dir = this.pausedDir(record.id);
     // The shared copy must be gone before the sandbox runs again: nobody may resume it elsewhere meanwhile.
     await this.sharing?.forget(record.id);
-    if (state.resident && (!opts.memory || !state.thawable)) await this.releaseMemory(record);
+    if (state.resident && (!opts.memory || !state.thawable)) {
+      await this.releaseMemory(record);
+      state = this.stateOf(record);
+    }
     if (state.resident && state.residentSlot !== undefined) {
       const slot = this.opts.network.attach(state.residentSlot);
       await this.opts.runtime.thaw(this.cid(record));
@@ -686,12 +694,12 @@ export class ContainerBackend implements SandboxBackend {
       this.discardInBackground(record.id);
       return {
         binding: this.binding(slot),
-        backend: {
+        backend: this.records.encodeState({
           ...state,
           resident: false,
           residentSlot: undefined,
           thawable: undefined,
-        } as unknown as Record<string, unknown>,
+        }),
       };
     }
     if (!existsSync(join(dir, COMPLETE)))
@@ -712,7 +720,7 @@ export class ContainerBackend implements SandboxBackend {
     const now = Date.now();
     const pressure = opts.releaseAll || this.underMemoryPressure();
     for (const r of paused) {
-      const state = stateOf(r);
+      const state = this.stateOf(r);
       if (!state.resident || !r.paused) continue;
       const inGrace = state.thawable && now - Date.parse(r.paused.pausedAt) < this.opts.residentPauseGraceMs;
       if (inGrace && !pressure) continue;
@@ -728,13 +736,13 @@ export class ContainerBackend implements SandboxBackend {
   // ---- fork / capture ----
 
   async fork(source: SandboxRecord, children: readonly SandboxRecord[]): Promise<ForkChildResult[]> {
-    const state = stateOf(source);
+    const state = this.stateOf(source);
     const work = join(this.store, 'forks', randomUUID());
     await mkdir(work, { recursive: true, mode: 0o711 });
     try {
       await this.opts.runtime.checkpoint(this.cid(source), join(work, 'memory'), {
         leaveRunning: true,
-        upperSnapshotDest: join(work, 'disk'),
+        diskDest: join(work, 'disk'),
       });
       const currentToken = source.secure ? this.opts.envdToken(source.id) : undefined;
       return await Promise.all(
@@ -766,7 +774,7 @@ export class ContainerBackend implements SandboxBackend {
   }
 
   async capture(record: SandboxRecord, target: CaptureTarget): Promise<CapturedSandbox> {
-    const state = stateOf(record);
+    const state = this.stateOf(record);
     const work = join(this.store, 'captures', target.recordId);
     await rm(work, { recursive: true, force: true });
     await mkdir(work, { recursive: true, mode: 0o711 });
@@ -774,7 +782,7 @@ export class ContainerBackend implements SandboxBackend {
       await target.createRecord?.();
       await this.opts.runtime.checkpoint(this.cid(record), join(work, 'memory'), {
         leaveRunning: true,
-        upperSnapshotDest: join(work, 'disk'),
+        diskDest: join(work, 'disk'),
       });
     } catch (err) {
       await this.discardWorkDir(work);
@@ -785,7 +793,7 @@ export class ContainerBackend implements SandboxBackend {
       sourceSecure: record.secure,
       toolsVersion: state.toolsVersion,
       envdEnv: state.envdEnv,
-      lowerDirs: state.lowerDirs,
+      rootfs: state.rootfs,
     };
     const context = target.context ?? sandboxContext(record);
     const committed = {
@@ -794,7 +802,7 @@ export class ContainerBackend implements SandboxBackend {
       runtimeVersions: { ...this.opts.runtimeVersions, tools: state.toolsVersion },
       virtualizationMode: this.opts.runtime.virtualizationMode,
       baseImage: { reference: state.imageRef, manifestDigest: state.manifestDigest },
-      extra: extra as unknown as Record<string, unknown>,
+      extra: this.records.encodeCapture(extra),
     };
     return { publish: () => this.publishCapture(target.recordId, work, committed) };
   }
@@ -808,11 +816,13 @@ export class ContainerBackend implements SandboxBackend {
     try {
       await Promise.all([
         archiveDir(join(work, 'memory'), join(work, 'memory.tar')),
-        archiveDir(join(work, 'disk', 'upper'), join(work, 'disk.tar')),
+        archiveDir(this.opts.runtime.diskFilesDir(join(work, 'disk')), join(work, 'disk.tar')),
       ]);
       await this.opts.repository.publish(recordId, {
         layers: [{ path: join(work, 'disk.tar'), mediaType: DISK_MEDIA_TYPE }],
-        artifacts: { memory: { path: join(work, 'memory.tar'), mediaType: MEMORY_MEDIA_TYPE } },
+        artifacts: {
+          memory: { path: join(work, 'memory.tar'), mediaType: this.opts.runtime.memoryMediaTypes.capture },
+        },
         committed,
       });
       // What was just captured becomes this node's local copy of the snapshot: launches need no download.
@@ -832,7 +842,7 @@ export class ContainerBackend implements SandboxBackend {
   /** Removes a fork or capture work dir (`memory/`, `disk/` possibly a btrfs subvolume). */
   private async discardWorkDir(work: string): Promise<void> {
     if (existsSync(join(work, 'disk')))
-      await this.opts.runtime.removeUpperSnapshot(join(work, 'disk')).catch(() => {});
+      await this.opts.runtime.removeDisk(join(work, 'disk')).catch(() => {});
     await rm(work, { recursive: true, force: true });
   }
 
@@ -854,9 +864,9 @@ export class ContainerBackend implements SandboxBackend {
           );
         }
         const disk = committed.layers[0];
-        if (disk)
-          await extractArchive(await this.opts.repository.fetch(disk), join(tmp, 'disk', 'upper'), disk);
-        else await mkdir(join(tmp, 'disk', 'upper'), { recursive: true });
+        const files = this.opts.runtime.diskFilesDir(join(tmp, 'disk'));
+        if (disk) await extractArchive(await this.opts.repository.fetch(disk), files, disk);
+        else await mkdir(files, { recursive: true });
         await writeFile(join(tmp, COMPLETE), '');
         await this.removeLocalSnapshot(snapshot.id);
         await rename(tmp, dir);
@@ -872,8 +882,7 @@ export class ContainerBackend implements SandboxBackend {
   async removeLocalSnapshot(snapshotId: string): Promise<void> {
     const dir = this.snapshotCacheDir(snapshotId);
     if (!existsSync(dir)) return;
-    if (existsSync(join(dir, 'disk')))
-      await this.opts.runtime.removeUpperSnapshot(join(dir, 'disk')).catch(() => {});
+    if (existsSync(join(dir, 'disk'))) await this.opts.runtime.removeDisk(join(dir, 'disk')).catch(() => {});
     await rm(dir, { recursive: true, force: true });
   }
 
@@ -894,10 +903,8 @@ export class ContainerBackend implements SandboxBackend {
       const artifactsComplete = existsSync(join(this.pausedDir(r.id), COMPLETE));
       if (r.state === 'paused') {
         // A resident pause does not survive a restart: its frozen container is removed below, the artifacts stay.
-        const state = stateOf(r);
-        state.resident = false;
-        delete state.residentSlot;
-        delete state.thawable;
+        const state = this.stateOf(r);
+        this.setState(r, { ...state, resident: false, residentSlot: undefined, thawable: undefined });
         outcomes.set(r.id, artifactsComplete ? { kind: 'paused' } : { kind: 'gone' });
         if (!artifactsComplete)
           this.log.error({ sandboxId: r.id }, 'paused sandbox has no complete artifacts');
@@ -1004,7 +1011,7 @@ export class ContainerBackend implements SandboxBackend {
         const dir = join(this.store, sub, name);
         if (sub === 'captures') await this.dropUncommittedRecord(name);
         if (existsSync(join(dir, 'disk')))
-          await this.opts.runtime.removeUpperSnapshot(join(dir, 'disk')).catch(() => {});
+          await this.opts.runtime.removeDisk(join(dir, 'disk')).catch(() => {});
         await rm(dir, { recursive: true, force: true });
       }
     }

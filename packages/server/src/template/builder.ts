@@ -92,7 +92,7 @@ interface Job {
 /** The base a build starts from, resolved. */
 interface ResolvedBase {
   image: PulledImage;
-  /** The parent template's disk (a directory holding `upper/`), for builds from a template that has one. */
+  /** The parent template's disk (a saved disk), for builds from a template that has one. */
   disk?: string;
   state: BuildState;
   key: string;
@@ -302,7 +302,7 @@ export class TemplateBuilder {
         id: '',
         slotIndex: -1,
         hostInteractionIp: '',
-        lowerDirs: base.image.layers.map((l) => l.dir),
+        rootfs: { layers: base.image.layers.map((l) => l.dir) },
         imageRef: base.image.reference,
         manifestDigest: base.image.manifestDigest,
         toolsVersion: this.o.sandboxes.toolsVersion,
@@ -514,7 +514,12 @@ export class TemplateBuilder {
     if (more.length > 0 || (layer && layer.mediaType !== DISK_MEDIA_TYPE)) {
       throw new ApiError(400, `fromTemplate '${spec.base.ref}' has a disk format this node cannot build on`);
     }
-    if (layer) await extractArchive(await this.o.repository.fetch(layer), join(diskDir, 'upper'), layer);
+    if (layer)
+      await extractArchive(
+        await this.o.repository.fetch(layer),
+        this.o.sandboxes.diskFilesDir(diskDir),
+        layer,
+      );
     return {
       image,
       ...(layer ? { disk: diskDir } : {}),
