@@ -70,7 +70,7 @@ export interface RunServerOptions {
 
 const REPO_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 
-/** CAP_NET_ADMIN (12) and CAP_SYS_ADMIN (21) are what netns, nftables, mounts and runc need. */
+/** CAP_NET_ADMIN (12) and CAP_SYS_ADMIN (21) are what netns, nftables, mounts and the runtime driver need. */
 async function missingCapabilities(): Promise<string[]> {
   const status = await readFile('/proc/self/status', 'utf8');
   const eff = BigInt(`0x${/^CapEff:\s+([0-9a-f]+)/m.exec(status)?.[1] ?? '0'}`);

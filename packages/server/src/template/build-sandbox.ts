@@ -1,5 +1,5 @@
 // Temporary sandboxes that template builds run their steps in. They are made from the same parts as the
-// container backend's sandboxes (network slot, image layers, runc via the runtime driver, envd from the tools
+// container backend's sandboxes (network slot, image layers, the runtime driver, envd from the tools
 // mount), with what builds need on top: a start on a saved disk (the layer cache, a parent template's disk) and
 // disk snapshots between steps. They are not orchestrator sandboxes: the API never lists
 // them, and after a crash the backend's startup reconcile removes them with everything else it does not know.
