@@ -24,12 +24,26 @@ program
     process.exitCode = code;
   });
 
-for (const role of ['scheduler', 'gateway'] as const) {
+program
+  .command('scheduler')
+  .description(
+    'cluster scheduler: placement, sandbox bindings and heartbeats over gRPC (-config, -query-only)',
+  )
+  // Its own flags, Go style as the reference's (`-config <path>`), parsed by @aenv/scheduler.
+  .helpOption(false)
+  .allowUnknownOption()
+  .allowExcessArguments()
+  .action(async (_opts: unknown, cmd: Command) => {
+    const { runSchedulerCommand } = await import('@aenv/scheduler');
+    process.exitCode = await runSchedulerCommand(cmd.args);
+  });
+
+for (const role of ['gateway'] as const) {
   program
     .command(role)
     .description(`cluster ${role} (not implemented yet)`)
     .action(async () => {
-      const mod = role === 'scheduler' ? await import('@aenv/scheduler') : await import('@aenv/gateway');
+      const mod = await import('@aenv/gateway');
       process.exitCode = mod.main();
     });
 }

@@ -98,6 +98,18 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
         aenv: true,
         doc: 'Largest accepted control-plane JSON request body, in bytes.',
       }),
+      idempotency_retention_secs: int({
+        default: 86400,
+        min: 1,
+        aenv: true,
+        doc: 'How long the answer of a sandbox create sent with an Idempotency-Key is kept (in state.db, across restarts): a retry with the same key and request within this time gets that answer instead of a second sandbox.',
+      }),
+      idempotency_max_keys: int({
+        default: 10000,
+        min: 1,
+        aenv: true,
+        doc: 'Most Idempotency-Key answers kept; past it the oldest are dropped first (a retry with a dropped key creates again).',
+      }),
     },
     { aenv: true },
   ),

@@ -1,11 +1,19 @@
-// aenv scheduler: cluster mode (reference §6: scheduler.v1 gRPC placement and bindings; gateway routing and list
-// aggregation). Not built yet: a single node needs neither — its API is the entry point. See docs/architecture.md.
-export const CLUSTER_MODE_AVAILABLE = false;
-
-/** Entry point of `aenv scheduler`; exits with a clear message until cluster mode exists. */
-export function main(): number {
-  process.stderr.write(
-    'aenv scheduler: cluster mode is not implemented yet; run a single node with `aenv server`\n',
-  );
-  return 2;
-}
+// aenv scheduler: placement, sandbox→node bindings and heartbeats of a cluster, over gRPC scheduler.v1
+// (docs/cluster.md). Nodes (heartbeat reporter) and gateways use createSchedulerClient.
+export { runSchedulerCommand, parseSchedulerArgs } from './cli.js';
+export { startScheduler, type RunningScheduler } from './run.js';
+export { loadSchedulerConfig } from './config/load.js';
+export {
+  ClusterConfigError,
+  defaultClusterConfig,
+  applyConfigDocument,
+  applyEnvironment,
+  validateGatewaySection,
+  type ClusterConfig,
+  type GatewaySection,
+  type SchedulerSection,
+} from './config/cluster-config.js';
+export { parseGoDuration } from './config/duration.js';
+export { parseListenAddress, type ListenAddress } from './config/listen-address.js';
+export { createSchedulerClient, type SchedulerClient } from './client.js';
+export { createLogger } from './log.js';

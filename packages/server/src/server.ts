@@ -47,6 +47,8 @@ import {
   registerAdmission,
   withResourceLimits,
 } from './api/admission.js';
+import { IdempotencyLayer } from './api/idempotency.js';
+import { IdempotencyStore, idempotencyMigrations } from './api/idempotency-store.js';
 import { registerHealthRoutes } from './api/routes/health.js';
 import { registerNodeRoutes } from './api/routes/nodes.js';
 import { registerSandboxRoutes } from './api/routes/sandboxes.js';
@@ -148,6 +150,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     ...imageMigrations,
     ...sandboxLogMigrations,
     ...idRangeMigrations,
+    ...idempotencyMigrations,
   ]);
   const store = new SandboxStore(db);
   const stored = store.loadAll().records;
@@ -315,11 +318,19 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     envdVersion: ENVD_VERSION,
   });
   const admission = new AdmissionControl(admissionLimitsFrom(config));
+  const idempotency = new IdempotencyLayer(
+    new IdempotencyStore(db, {
+      team: localTeamId(apiKey.key),
+      retentionMs: config.api.idempotency_retention_secs * 1000,
+      maxKeys: config.api.idempotency_max_keys,
+    }),
+    logger.child({ component: 'idempotency' }),
+  );
   const orchestrator = new Orchestrator({
     store,
     backend,
     templates: withResourceLimits(catalog, admission),
-    newId: uuidv7,
+    newId: () => idempotency.sandboxChosen(uuidv7()),
     defaultTimeoutSecs: config.orchestrator.default_sandbox_timeout_secs,
     autoEvictIntervalMs: config.orchestrator.auto_evict_interval_ms,
     autoResumeMinTimeoutSecs: config.orchestrator.auto_resume_min_sandbox_timeout_secs,
@@ -331,6 +342,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   });
   metrics.trackSandboxStates(() => orchestrator.stateCounts());
   await orchestrator.init();
+  idempotency.recover((id) => orchestrator.find(id) !== undefined);
   await observability.start(orchestrator);
 
   await ensureBaseTemplate({
@@ -416,6 +428,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     ),
   });
   registerAdmission(app, admission);
+  idempotency.register(app);
   registerHealthRoutes(app, metrics.registry);
   registerNodeRoutes(app, {
     enabled: config.observability.enabled,

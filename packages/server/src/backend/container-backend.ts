@@ -891,6 +891,16 @@ export class ContainerBackend implements SandboxBackend {
     await this.opts.network.applyPolicy(this.opts.network.attach(record.runtime.slotIndex), policy);
   }
 
+  async guestAnswers(record: SandboxRecord, timeoutMs: number): Promise<boolean> {
+    if (!record.runtime) return false;
+    try {
+      await waitForEnvd(record.runtime.hostInteractionIp, this.opts.envdPort, { pollMs: 50, timeoutMs });
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
   // ---- restart ----
 
   async recover(records: readonly SandboxRecord[]): Promise<Map<string, RecoveryOutcome>> {

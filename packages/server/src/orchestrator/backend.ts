@@ -67,6 +67,8 @@ export interface SandboxBackend {
    * `memory: false` boots the saved disk even when memory was kept.
    */
   resume(record: SandboxRecord, policy: EgressPolicy, opts: { memory: boolean }): Promise<StartResult>;
+  /** Whether the running sandbox's envd answers `/health` within `timeoutMs`. */
+  guestAnswers(record: SandboxRecord, timeoutMs: number): Promise<boolean>;
   /** Replaces the sandbox's egress rules. */
   applyPolicy(record: SandboxRecord, policy: EgressPolicy): Promise<void>;
   /** Called once at startup with every stored record; cleans up everything else on the host. */

@@ -100,6 +100,21 @@ type NewTimeout =
   { kind: 'set'; secs: number } | { kind: 'ensureMinimum'; secs: number } | { kind: 'useExisting' };
 
 const NEVER = '2069-12-07T00:00:00.000Z';
+/** How long a pause with `requireHealthyGuest` waits for envd's `/health` before it refuses. */
+export const HEALTHY_GUEST_WAIT_MS = 2000;
+
+/** The 503 of a pause refused because envd does not answer, naming what asked for the check. */
+function unhealthyGuest(asked: { requireHealthyGuest: boolean; memory: boolean }): ApiError {
+  const why = asked.requireHealthyGuest ? 'requireHealthyGuest' : 'a filesystem-only pause (memory: false)';
+  const instead = [
+    ...(asked.requireHealthyGuest && asked.memory ? ['pause without requireHealthyGuest'] : []),
+    ...(!asked.memory && !asked.requireHealthyGuest ? ['pause with its memory'] : []),
+  ];
+  return new ApiError(
+    503,
+    `${why}: the sandbox's guest agent (envd) did not answer within ${HEALTHY_GUEST_WAIT_MS / 1000} s; the sandbox was not paused and keeps running (retry later${instead.map((i) => `, or ${i}`).join('')})`,
+  );
+}
 
 export const notFound = (id: string) => new ApiError(404, `sandbox ${id} not found`);
 
@@ -543,8 +558,12 @@ export class Orchestrator {
     };
   }
 
-  /** `POST /pause`: idempotent on paused; 409 from other non-running states (reference §2.4). */
-  async pause(id: string, opts: { memory?: boolean } = {}): Promise<void> {
+  /**
+   * `POST /pause`: idempotent on paused; 409 from other non-running states (reference §2.4). With
+   * `requireHealthyGuest`, and always for a filesystem-only pause (`memory: false`), a sandbox whose envd does
+   * not answer is not paused (503) and keeps running (E2B's `SandboxPauseRequest`, docs/differences.md).
+   */
+  async pause(id: string, opts: { memory?: boolean; requireHealthyGuest?: boolean } = {}): Promise<void> {
     const current = this.sandboxes.get(id);
     if (!current || current.state === 'killing') throw notFound(id);
     if (current.state === 'paused') return;
@@ -554,7 +573,14 @@ export class Orchestrator {
     await this.withLock(id, async (r) => {
       if (r.state === 'paused') return;
       if (r.state !== 'running') throw new ApiError(409, `sandbox cannot be paused from ${r.state} state`);
-      await this.doPause(r, opts.memory ?? true);
+      const memory = opts.memory ?? true;
+      if (
+        (opts.requireHealthyGuest || !memory) &&
+        !(await this.opts.backend.guestAnswers(r, HEALTHY_GUEST_WAIT_MS))
+      ) {
+        throw unhealthyGuest({ requireHealthyGuest: opts.requireHealthyGuest === true, memory });
+      }
+      await this.doPause(r, memory);
     });
     // What the pause leaves resident but will never thaw (no grace, memory pressure, filesystem-only) is released
     // now, in the background, rather than at the next tick or by the next resume.

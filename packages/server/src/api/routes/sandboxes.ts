@@ -285,7 +285,10 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
 
   app.post<{ Params: { id: string } }>('/sandboxes/:id/pause', async (req, reply) => {
     const body = parseBody(pauseSchema, req.body, 'pause request');
-    await orch.pause(sandboxId(req.params.id), { memory: body.memory ?? KEEP_MEMORY });
+    await orch.pause(sandboxId(req.params.id), {
+      memory: body.memory ?? KEEP_MEMORY,
+      requireHealthyGuest: body.requireHealthyGuest ?? false,
+    });
     return reply.code(204).send();
   });
 
