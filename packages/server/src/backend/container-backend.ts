@@ -132,6 +132,11 @@ export class ContainerBackend implements SandboxBackend {
     return this.records.decodeState(r.id, r.backend);
   }
 
+  /** As stateOf, or undefined while the record has none yet (a start in progress, or cut short by a crash). */
+  private stateIfAny(r: SandboxRecord): BackendState | undefined {
+    return Object.keys(r.backend).length === 0 ? undefined : this.stateOf(r);
+  }
+
   /** Stores `state` as the record's backend state (the orchestrator persists the record afterwards). */
   private setState(r: SandboxRecord, state: BackendState): void {
     r.backend = this.records.encodeState(state);
@@ -156,7 +161,7 @@ export class ContainerBackend implements SandboxBackend {
 
   /** The runtime's id of the sandbox's container: the sandbox id, or the id of the warm sandbox it was given. */
   private cid(record: SandboxRecord): string {
-    return this.stateOf(record).containerId ?? record.id;
+    return this.stateIfAny(record)?.containerId ?? record.id;
   }
 
   /** The runtime's id of a running sandbox's container (its cgroup and dir name; per-sandbox metrics read them). */
@@ -522,10 +527,16 @@ export class ContainerBackend implements SandboxBackend {
   // ---- stop ----
 
   async destroy(record: SandboxRecord): Promise<void> {
-    const state = this.stateOf(record);
-    await this.opts.runtime.destroy(this.cid(record));
+    let state: BackendState | undefined;
+    try {
+      state = this.stateIfAny(record);
+    } catch (err) {
+      // A kill always goes through: what the record cannot say is taken from its id.
+      this.log.warn({ err, sandboxId: record.id }, 'the stored backend state of a sandbox cannot be read');
+    }
+    await this.opts.runtime.destroy(state?.containerId ?? record.id);
     this.opts.idRanges.release(record.id);
-    await this.releaseSlot(record.id, record.runtime?.slotIndex ?? state.residentSlot);
+    await this.releaseSlot(record.id, record.runtime?.slotIndex ?? state?.residentSlot);
     await this.sharing?.forget(record.id);
     await this.discardSettled(record.id);
     await this.discardPauseArtifacts(record.id);
@@ -909,12 +920,20 @@ export class ContainerBackend implements SandboxBackend {
     const keepSlots: number[] = [];
     const keepIds: string[] = [];
     for (const r of records) {
-      const live = listed.get(this.cid(r));
+      let state: BackendState | undefined;
+      try {
+        state = this.stateIfAny(r);
+      } catch (err) {
+        // Recovered as far as the record allows (its container taken to be its id); what needs the state (a
+        // resume, a pause) answers with this error.
+        this.log.error({ err, sandboxId: r.id }, 'the stored backend state of a sandbox cannot be read');
+      }
+      const live = listed.get(state?.containerId ?? r.id);
       const artifactsComplete = existsSync(join(this.pausedDir(r.id), COMPLETE));
       if (r.state === 'paused') {
         // A resident pause does not survive a restart: its frozen container is removed below, the artifacts stay.
-        const state = this.stateOf(r);
-        this.setState(r, { ...state, resident: false, residentSlot: undefined, thawable: undefined });
+        if (state)
+          this.setState(r, { ...state, resident: false, residentSlot: undefined, thawable: undefined });
         outcomes.set(r.id, artifactsComplete ? { kind: 'paused' } : { kind: 'gone' });
         if (!artifactsComplete)
           this.log.error({ sandboxId: r.id }, 'paused sandbox has no complete artifacts');
@@ -922,10 +941,10 @@ export class ContainerBackend implements SandboxBackend {
       }
       if (r.runtime && live && (live.status === 'running' || live.status === 'paused')) {
         // Running, or caught in the middle of a pause: a frozen container whose pause never completed runs on.
-        if (live.status === 'paused') await this.opts.runtime.thaw(this.cid(r));
+        if (live.status === 'paused') await this.opts.runtime.thaw(state?.containerId ?? r.id);
         await this.removePauseArtifacts(r.id);
         keepSlots.push(r.runtime.slotIndex);
-        keepIds.push(this.cid(r));
+        keepIds.push(state?.containerId ?? r.id);
         outcomes.set(r.id, { kind: 'running', binding: { ...r.runtime, instanceId: randomUUID() } });
       } else if (r.state === 'pausing' && artifactsComplete) {
         outcomes.set(r.id, { kind: 'paused' });

@@ -51,7 +51,8 @@ const StoredState = z.object({
 });
 
 const StoredCapture = z.object({
-  sourceSandboxId: z.string().min(1),
+  // Empty for a template whose layers all came from the build cache (no build sandbox ran).
+  sourceSandboxId: z.string(),
   sourceSecure: z.boolean(),
   toolsVersion: z.string().min(1),
   envdEnv: Env,
