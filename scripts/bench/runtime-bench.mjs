@@ -33,12 +33,13 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { register } from 'tsx/esm/api';
 
 register();
-const { ContainerDriver } = await import('../../packages/server/src/runtime/index.ts');
-const fx = await import('../../packages/server/src/runtime/container/test-fixtures.ts');
+const { ContainerDriver } =
+  await import('../../packages/server/src/runtime/drivers/container/container-driver.ts');
+const fx = await import('../../packages/server/src/runtime/drivers/container/test-fixtures.ts');
 const { buildOciConfig, DEFAULT_CAPABILITIES } =
-  await import('../../packages/server/src/runtime/container/oci-config.ts');
-const { loadSeccompProfile } = await import('../../packages/server/src/runtime/container/seccomp.ts');
-const { overlayOptions } = await import('../../packages/server/src/runtime/container/mounts.ts');
+  await import('../../packages/server/src/runtime/drivers/container/oci-config.ts');
+const { loadSeccompProfile } = await import('../../packages/server/src/runtime/drivers/container/seccomp.ts');
+const { overlayOptions } = await import('../../packages/server/src/runtime/drivers/container/mounts.ts');
 
 const args = process.argv.slice(2);
 const opt = (name, dflt) => {
@@ -199,7 +200,7 @@ try {
     id,
     hostname: id,
     idRange: rangeOf(id),
-    lowerDirs: [lower],
+    rootfs: { layers: [lower] },
     resources,
     netnsPath,
     nameservers: ['192.0.2.53'],
@@ -308,7 +309,7 @@ try {
   // ---- checkpoint / restore
   if (hasCriu && !args.includes('--only-create')) {
     const criuEnv = { ...process.env, CRIU_FAULT: '130' };
-    const store = driver.storeDir;
+    const store = driver.captureRoot;
     const dump = [];
     const restore = [];
     const dumpLeave = [];
@@ -331,15 +332,15 @@ try {
       const img2 = join(store, `img-l-${i}`);
       const snap = join(store, `snap-${i}`);
       t0 = performance.now();
-      await driver.checkpoint(id, img2, { leaveRunning: true, upperSnapshotDest: snap });
+      await driver.checkpoint(id, img2, { leaveRunning: true, diskDest: snap });
       dumpLeave.push(performance.now() - t0);
       const child = `f${++seq}`;
       const ns2 = await newNetns();
       t0 = performance.now();
-      await driver.restore(specFor(child, ns2), img2, { tools: toolsMount, diskSource: snap });
+      await driver.restore(specFor(child, ns2), img2, { tools: toolsMount, disk: snap });
       fork.push(performance.now() - t0);
       await driver.destroy(child);
-      await driver.removeUpperSnapshot(snap);
+      await driver.removeDisk(snap);
       await rm(img2, { recursive: true, force: true });
       await driver.whenIdle();
     };

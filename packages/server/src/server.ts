@@ -5,7 +5,6 @@ import { fileURLToPath } from 'node:url';
 import { spawn } from 'node:child_process';
 import {
   ConfigError,
-  assertSupportedVirtualizationMode,
   containerModeNotice,
   loadConfig,
   type AenvConfig,
@@ -32,9 +31,7 @@ import {
 import { resolveNodeIdentity } from './identity/index.js';
 import { ImageService, imageMigrations } from './image/index.js';
 import { NetworkManager, parseNetworkPolicy } from './network/index.js';
-import { ContainerDriver, defaultCriuPath, readPidMax, resolvePidsBudget } from './runtime/index.js';
-import { IdRangeAllocator, idRangeMigrations } from './runtime/container/id-range-allocator.js';
-import type { ToolsMount } from './runtime/driver.js';
+import { createRuntime, idRangeMigrations, runtimeFactory, type ToolsMount } from './runtime/index.js';
 import { createSnapshotRepository, type SnapshotRepository } from './snapshot/index.js';
 import { signUnsignedAtStartup, unsignedReadMode } from './snapshot/unsigned-records.js';
 import { ContainerBackend } from './backend/container-backend.js';
@@ -80,7 +77,7 @@ export interface RunServerOptions {
 
 const REPO_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 
-/** CAP_NET_ADMIN (12) and CAP_SYS_ADMIN (21) are what netns, nftables, mounts and runc need. */
+/** CAP_NET_ADMIN (12) and CAP_SYS_ADMIN (21) are what netns, nftables, mounts and the runtime driver need. */
 async function missingCapabilities(): Promise<string[]> {
   const status = await readFile('/proc/self/status', 'utf8');
   const eff = BigInt(`0x${/^CapEff:\s+([0-9a-f]+)/m.exec(status)?.[1] ?? '0'}`);
@@ -246,34 +243,11 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     metricsRegistry: metrics.registry,
   });
 
-  const pids = resolvePidsBudget(
-    { node: config.runtime.node_pids_limit, perSandbox: config.runtime.pids_limit },
-    await readPidMax(),
-  );
-  const runtime = new ContainerDriver({
-    homePath: config.home_path,
-    runtimePath: config.runtime_path,
-    runcPath: config.runtime.runc_path,
-    criuPath: config.runtime.criu_path || defaultCriuPath(config.deps_path),
-    uidMapHostStart: config.runtime.uid_map_host_start,
-    uidMapSize: config.runtime.uid_map_size,
-    uidRanges: config.runtime.uid_ranges,
-    cowVolume: config.runtime.cow_volume,
-    cowVolumeSizeGb: config.runtime.cow_volume_size_gb,
-    diskLimits: config.runtime.disk_limits,
-    cgroupParent: config.resource_prefix,
-    nodePidsLimit: pids.node,
-    nofileLimit: config.runtime.nofile_limit,
-    inotifyMaxInstances: config.runtime.inotify_max_instances,
-    inotifyMaxWatches: config.runtime.inotify_max_watches,
-    seccompProfilePath: config.runtime.seccomp_profile,
-    nestedContainers: config.runtime.nested_containers,
-    capNetRaw: config.runtime.cap_net_raw,
-    noNewPrivileges: config.runtime.no_new_privileges,
+  const { driver: runtime, ...runtimeHost } = await createRuntime(config, {
+    db,
     logger: logger.child({ component: 'runtime' }),
   });
-  await runtime.init();
-  const idRanges = new IdRangeAllocator(db, runtime.idLayout);
+  const idRanges = runtimeHost.idRanges;
 
   const signingKey = resolveRecordSigningKey({
     homePath: config.home_path,
@@ -319,12 +293,12 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     residentPauseGraceMs: config.orchestrator.resident_pause_grace_secs * 1000,
     runtimeVersions: {
       envd: ENVD_VERSION,
-      ...(runtime.criuVersion ? { criu: runtime.criuVersion } : {}),
+      ...runtimeHost.versions,
     },
     envdPort: config.tools.control_plane_port,
     envdPollMs: config.envd.poll_ms,
     envdInitTimeoutMs: config.envd.init_timeout_secs * 1000,
-    pidsLimit: pids.perSandbox,
+    pidsLimit: runtimeHost.pidsPerSandbox,
     envdToken: (id) => tokens.envd(id),
     envdInitKey: (id) => tokens.envdInit(id),
     signedUrlMaxLifetimeSecs: config.sandbox_proxy.signed_url_max_lifetime_secs,
@@ -333,8 +307,8 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   });
   const observability = new SandboxObservability({
     db,
-    cgroupParent: runtime.cgroupParent,
-    sandboxesDir: runtime.sandboxesDir,
+    cgroupParent: runtimeHost.cgroupParent,
+    sandboxesDir: runtimeHost.sandboxesDir,
     containerIdOf: (r) => backend.containerIdOf(r),
     envdPort: config.tools.control_plane_port,
     envdToken: (id) => tokens.envd(id),
@@ -375,7 +349,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     autoEvictIntervalMs: config.orchestrator.auto_evict_interval_ms,
     autoResumeMinTimeoutSecs: config.orchestrator.auto_resume_min_sandbox_timeout_secs,
     transitionWaitMs: config.orchestrator.max_transition_wait_secs * 1000,
-    pausedQuotaBytes: await pausedQuotaBytes(config, runtime.storeDir),
+    pausedQuotaBytes: await pausedQuotaBytes(config, runtime.captureRoot),
     pausedRetentionMs: config.orchestrator.paused_retention_secs * 1000,
     logger: logger.child({ component: 'orchestrator' }),
     onInstanceStopped: (instanceId) => proxyRef.current?.closeInstance(instanceId),
@@ -415,7 +389,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
 
   const templates = await createTemplateService({
     homePath: config.home_path,
-    sandboxesDir: runtime.sandboxesDir,
+    sandboxesDir: runtimeHost.sandboxesDir,
     runtime,
     network,
     images,
@@ -424,7 +398,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     envdPort: config.tools.control_plane_port,
     envdPollMs: config.envd.poll_ms,
     envdInitTimeoutMs: config.envd.init_timeout_secs * 1000,
-    pidsLimit: pids.perSandbox,
+    pidsLimit: runtimeHost.pidsPerSandbox,
     envdInitKey: (id) => tokens.envdInit(id),
     idRanges,
     backend,
@@ -556,10 +530,10 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
 }
 
 /** `[orchestrator].paused_quota_mb`, 0 = half the size of the volume the pause artifacts live on. */
-async function pausedQuotaBytes(config: AenvConfig, storeDir: string): Promise<number> {
+async function pausedQuotaBytes(config: AenvConfig, captureRoot: string): Promise<number> {
   const mb = config.orchestrator.paused_quota_mb;
   if (mb > 0) return mb * 1024 ** 2;
-  return Math.floor((await filesystemBytes(storeDir)) / 2);
+  return Math.floor((await filesystemBytes(captureRoot)) / 2);
 }
 
 function splitAddr(addr: string): [string, string] {
@@ -588,7 +562,8 @@ export async function runServer(opts: RunServerOptions): Promise<number> {
   let loaded;
   try {
     loaded = loadConfig({ configPath: opts.configPath, env: opts.env, flags: opts.flags ?? {} });
-    assertSupportedVirtualizationMode(loaded.config);
+    // Refused before anything touches the host.
+    runtimeFactory(loaded.config.virtualization_mode);
   } catch (e) {
     if (e instanceof ConfigError) {
       process.stderr.write(`aenv: invalid configuration:\n${e.message}\n`);

@@ -9,7 +9,7 @@ const here = (p) => new URL(p, import.meta.url).href;
 
 export const harness = await import(here('../../../test/e2e/harness.ts'));
 export const { run } = await import(here('../../../packages/server/src/util/exec.ts'));
-export const criu = await import(here('../../../packages/server/src/runtime/container/criu.ts'));
+export const criu = await import(here('../../../packages/server/src/runtime/drivers/container/criu.ts'));
 export const { overlayOptions } = await import(
-  here('../../../packages/server/src/runtime/container/mounts.ts')
+  here('../../../packages/server/src/runtime/drivers/container/mounts.ts')
 );

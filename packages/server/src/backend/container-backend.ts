@@ -8,7 +8,7 @@ import type { PulledImage } from '../image/types.js';
 import type { NetworkManager } from '../network/index.js';
 import type { EgressPolicy, NetworkSlot } from '../network/types.js';
 import type { IdRange, RuntimeDriver, SandboxSpec, ToolsMount } from '../runtime/driver.js';
-import type { IdRangeAllocator } from '../runtime/container/id-range-allocator.js';
+import type { IdRangeAllocator } from '../runtime/index.js';
 import type {
   BeforeInstanceStart,
   CaptureTarget,
@@ -47,7 +47,7 @@ export interface ContainerBackendOptions {
   residentPauseGraceMs: number;
   /** Below this share of available RAM, paused sandboxes release their memory at once. */
   memoryPressureRatio?: number;
-  /** Versions recorded with every capture (envd, tools, runc, criu, ...). */
+  /** Versions recorded with every capture (envd, tools, the runtime driver's host components, ...). */
   runtimeVersions: Record<string, string>;
   /** Pre-started sandboxes kept per template in use (`[pool].warm_sandboxes`; 0 = none). */
   warmSandboxes: number;
@@ -64,13 +64,8 @@ export interface ContainerBackendOptions {
   logger: Logger;
 }
 
-import {
-  DISK_MEDIA_TYPE,
-  MEMORY_MEDIA_TYPE,
-  sandboxContext,
-  type BackendState,
-  type CaptureExtra,
-} from './capture-format.js';
+import { DISK_MEDIA_TYPE, sandboxContext } from './capture-format.js';
+import { BackendRecordCodec, type BackendState, type CaptureExtra } from './record-state.js';
 
 const COMPLETE = 'complete';
 
@@ -96,12 +91,11 @@ const warmKey = (b: BootSpec) =>
   `${b.templateId}|${b.committed.baseImage?.manifestDigest ?? ''}|${b.resources.cpuCount}|${b.resources.memoryMB}|${b.resources.diskSizeMB}`;
 
 const leaseHolder = (id: string) => `sandbox:${id}`;
-const stateOf = (r: SandboxRecord) => r.backend as unknown as BackendState;
 
 /**
- * The container backend: a sandbox = a netns slot + an overlay over cached image layers + a runc container whose
- * init runs envd from the tools mount. Pause, fork and snapshots are CRIU checkpoints plus copy-on-write disk
- * snapshots kept on the sandbox volume. Each step is undone in reverse when a later one fails.
+ * The container backend: a sandbox = a netns slot + a runtime driver sandbox on cached image layers whose init
+ * runs envd from the tools mount. Pause, fork and snapshots are the driver's memory checkpoints plus
+ * copy-on-write disk captures kept on the sandbox volume. Each step is undone in reverse when a later one fails.
  */
 /** How to boot a template that starts from its image (no captured memory or disk), or undefined for captures. */
 function imageBoot(source: LaunchSource, resources: BootSpec['resources']): BootSpec | undefined {
@@ -115,9 +109,12 @@ export class ContainerBackend implements SandboxBackend {
   private readonly sharing: PausedSharing | undefined;
 
   private readonly warm: WarmPool<BootSpec, BootedSandbox>;
+  /** Reads and writes what this backend keeps on records and captures. */
+  readonly records: BackendRecordCodec;
 
   constructor(private readonly opts: ContainerBackendOptions) {
-    if (opts.sharePaused) this.sharing = new PausedSharing(opts.repository, opts.logger);
+    this.records = new BackendRecordCodec(opts.runtime.recordCodec);
+    if (opts.sharePaused) this.sharing = new PausedSharing(opts.repository, opts.runtime, opts.logger);
     this.warm = new WarmPool({
       size: opts.warmSandboxes,
       maxTemplates: 4,
@@ -133,7 +130,21 @@ export class ContainerBackend implements SandboxBackend {
   }
 
   private get store(): string {
-    return this.opts.runtime.storeDir;
+    return this.opts.runtime.captureRoot;
+  }
+
+  private stateOf(r: SandboxRecord): BackendState {
+    return this.records.decodeState(r.id, r.backend);
+  }
+
+  /** As stateOf, or undefined while the record has none yet (a start in progress, or cut short by a crash). */
+  private stateIfAny(r: SandboxRecord): BackendState | undefined {
+    return Object.keys(r.backend).length === 0 ? undefined : this.stateOf(r);
+  }
+
+  /** Stores `state` as the record's backend state (the orchestrator persists the record afterwards). */
+  private setState(r: SandboxRecord, state: BackendState): void {
+    r.backend = this.records.encodeState(state);
   }
 
   pausedDir(id: string): string {
@@ -155,7 +166,7 @@ export class ContainerBackend implements SandboxBackend {
 
   /** The runtime's id of the sandbox's container: the sandbox id, or the id of the warm sandbox it was given. */
   private cid(record: SandboxRecord): string {
-    return stateOf(record).containerId ?? record.id;
+    return this.stateIfAny(record)?.containerId ?? record.id;
   }
 
   /** The runtime's id of a running sandbox's container (its cgroup and dir name; per-sandbox metrics read them). */
@@ -175,7 +186,7 @@ export class ContainerBackend implements SandboxBackend {
       id,
       hostname: id,
       idRange,
-      lowerDirs: state.lowerDirs,
+      rootfs: state.rootfs,
       resources: {
         cpuCount: resources.cpuCount,
         memoryMB: resources.memoryMB,
@@ -292,7 +303,7 @@ export class ContainerBackend implements SandboxBackend {
       );
       return {
         binding: this.binding(booted.slot, booted.instanceId),
-        backend: booted.state as unknown as Record<string, unknown>,
+        backend: this.records.encodeState(booted.state),
       };
     });
   }
@@ -329,7 +340,7 @@ export class ContainerBackend implements SandboxBackend {
       const state: BackendState = {
         imageRef: baseImage.reference,
         manifestDigest: image.manifestDigest,
-        lowerDirs: image.layers.map((l) => l.dir),
+        rootfs: { layers: image.layers.map((l) => l.dir) },
         toolsVersion: this.opts.tools.version,
         envdEnv: {
           PATH: boot.committed.context.envVars.PATH ?? DEFAULT_PATH,
@@ -386,10 +397,7 @@ export class ContainerBackend implements SandboxBackend {
       throw err;
     }
     const state: BackendState = { ...warm.state, containerId: warm.containerId };
-    return {
-      binding: this.binding(warm.slot, warm.instanceId),
-      backend: state as unknown as Record<string, unknown>,
-    };
+    return { binding: this.binding(warm.slot, warm.instanceId), backend: this.records.encodeState(state) };
   }
 
   private async discardBooted(b: BootedSandbox): Promise<void> {
@@ -418,13 +426,13 @@ export class ContainerBackend implements SandboxBackend {
     beforeStart?: BeforeInstanceStart,
   ) {
     const committed = snapshot.committed!;
-    const extra = committed.extra as unknown as CaptureExtra;
+    const extra = this.records.decodeCapture(snapshot.id, committed.extra);
     const image = await this.imageFor(committed.baseImage!.reference, committed.baseImage!.manifestDigest);
     const local = await this.ensureLocalSnapshot(snapshot);
     const state: BackendState = {
       imageRef: committed.baseImage!.reference,
       manifestDigest: image.manifestDigest,
-      lowerDirs: image.layers.map((l) => l.dir),
+      rootfs: { layers: image.layers.map((l) => l.dir) },
       toolsVersion: extra.toolsVersion,
       envdEnv: extra.envdEnv,
       ...(committed.startup ? { startCmd: committed.startup.startCmd } : {}),
@@ -480,7 +488,7 @@ export class ContainerBackend implements SandboxBackend {
         try {
           await this.opts.runtime.restore(spec, from.memory, {
             tools: this.toolsFor(state.toolsVersion),
-            diskSource: from.disk,
+            disk: from.disk,
             startAfter: policyApplied,
           });
           restored = true;
@@ -497,7 +505,7 @@ export class ContainerBackend implements SandboxBackend {
         state.toolsVersion = this.opts.tools.version;
         await this.opts.runtime.create(spec, {
           tools: this.opts.tools,
-          diskSource: from.disk,
+          disk: from.disk,
           startAfter: policyApplied,
         });
       }
@@ -523,12 +531,12 @@ export class ContainerBackend implements SandboxBackend {
       }
       return {
         binding: this.binding(slot, instanceId),
-        backend: {
+        backend: this.records.encodeState({
           ...state,
           containerId: undefined,
           resident: false,
           residentSlot: undefined,
-        } as unknown as Record<string, unknown>,
+        }),
       };
     });
   }
@@ -569,10 +577,16 @@ export class ContainerBackend implements SandboxBackend {
   // ---- stop ----
 
   async destroy(record: SandboxRecord): Promise<void> {
-    const state = stateOf(record);
-    await this.opts.runtime.destroy(this.cid(record));
+    let state: BackendState | undefined;
+    try {
+      state = this.stateIfAny(record);
+    } catch (err) {
+      // A kill always goes through: what the record cannot say is taken from its id.
+      this.log.warn({ err, sandboxId: record.id }, 'the stored backend state of a sandbox cannot be read');
+    }
+    await this.opts.runtime.destroy(state?.containerId ?? record.id);
     this.opts.idRanges.release(record.id);
-    await this.releaseSlot(record.id, record.runtime?.slotIndex ?? state.residentSlot);
+    await this.releaseSlot(record.id, record.runtime?.slotIndex ?? state?.residentSlot);
     await this.sharing?.forget(record.id);
     await this.discardSettled(record.id);
     await this.discardPauseArtifacts(record.id);
@@ -616,7 +630,7 @@ export class ContainerBackend implements SandboxBackend {
 
   /** Removes a dir that may hold a disk snapshot (`disk/`, possibly a btrfs subvolume). */
   private async removeTree(dir: string): Promise<void> {
-    if (existsSync(join(dir, 'disk'))) await this.opts.runtime.removeUpperSnapshot(join(dir, 'disk'));
+    if (existsSync(join(dir, 'disk'))) await this.opts.runtime.removeDisk(join(dir, 'disk'));
     await rm(dir, { recursive: true, force: true });
   }
 
@@ -654,10 +668,10 @@ export class ContainerBackend implements SandboxBackend {
         if (!opts.memory) throw new Error('a filesystem-only pause was asked for (memory: false)');
         await this.opts.runtime.checkpoint(cid, join(dir, 'memory'), {
           leaveRunning: true,
-          upperSnapshotDest: join(dir, 'disk'),
+          diskDest: join(dir, 'disk'),
         });
       } catch (err) {
-        // CRIU refused this workload: keep the disk, and say the processes will restart on resume.
+        // The driver could not checkpoint this workload: keep the disk, and say the processes will restart on resume.
         kind = 'filesystem';
         reason = err instanceof Error ? err.message : String(err);
         if (opts.memory)
@@ -667,7 +681,7 @@ export class ContainerBackend implements SandboxBackend {
           );
         await rm(join(dir, 'memory'), { recursive: true, force: true });
         await rm(join(dir, 'disk'), { recursive: true, force: true });
-        await this.opts.runtime.snapshotUpper(cid, join(dir, 'disk'));
+        await this.opts.runtime.captureDisk(cid, join(dir, 'disk'));
       }
       crashPoint('pause:captured');
       bytes = await treeBytes(dir);
@@ -681,14 +695,15 @@ export class ContainerBackend implements SandboxBackend {
       await this.opts.runtime.thaw(cid).catch(() => {});
       throw err;
     }
-    const state = stateOf(record);
+    const state = this.stateOf(record);
     // The frozen container is released later, in the background (maintain), so the pause answers as soon as it
     // is durable. Until then a memory pause within its grace resumes by thawing. A filesystem-only pause (asked
-    // for, or because CRIU refused the workload) means "restart the processes": it is never thawed.
+    // for, or because the checkpoint was refused) means "restart the processes": it is never thawed.
     if (record.runtime) {
       state.resident = true;
       state.residentSlot = record.runtime.slotIndex;
       state.thawable = kind === 'memory' && this.opts.residentPauseGraceMs > 0 && !this.underMemoryPressure();
+      this.setState(record, state);
     }
     const paused: PausedState = {
       kind,
@@ -726,12 +741,10 @@ export class ContainerBackend implements SandboxBackend {
 
   /** Drops the frozen processes and the slot of a paused sandbox; its artifacts stay. */
   private async releaseMemory(record: SandboxRecord): Promise<void> {
-    const state = stateOf(record);
+    const state = this.stateOf(record);
     await this.opts.runtime.destroy(this.cid(record));
     await this.releaseSlot(record.id, state.residentSlot ?? record.runtime?.slotIndex);
-    state.resident = false;
-    delete state.residentSlot;
-    delete state.thawable;
+    this.setState(record, { ...state, resident: false, residentSlot: undefined, thawable: undefined });
   }
 
   async resume(
@@ -739,11 +752,14 @@ export class ContainerBackend implements SandboxBackend {
     policy: EgressPolicy,
     opts: { memory: boolean; beforeStart?: BeforeInstanceStart },
   ): Promise<StartResult> {
-    const state = stateOf(record);
+    let state = this.stateOf(record);
     const dir = this.pausedDir(record.id);
     // The shared copy must be gone before the sandbox runs again: nobody may resume it elsewhere meanwhile.
     await this.sharing?.forget(record.id);
-    if (state.resident && (!opts.memory || !state.thawable)) await this.releaseMemory(record);
+    if (state.resident && (!opts.memory || !state.thawable)) {
+      await this.releaseMemory(record);
+      state = this.stateOf(record);
+    }
     if (state.resident && state.residentSlot !== undefined) {
       const slot = this.opts.network.attach(state.residentSlot);
       const instanceId = randomUUID();
@@ -754,12 +770,12 @@ export class ContainerBackend implements SandboxBackend {
       this.discardInBackground(record.id);
       return {
         binding: this.binding(slot, instanceId),
-        backend: {
+        backend: this.records.encodeState({
           ...state,
           resident: false,
           residentSlot: undefined,
           thawable: undefined,
-        } as unknown as Record<string, unknown>,
+        }),
       };
     }
     if (!existsSync(join(dir, COMPLETE)))
@@ -786,7 +802,7 @@ export class ContainerBackend implements SandboxBackend {
     const now = Date.now();
     const pressure = opts.releaseAll || this.underMemoryPressure();
     for (const r of paused) {
-      const state = stateOf(r);
+      const state = this.stateOf(r);
       if (!state.resident || !r.paused) continue;
       const inGrace = state.thawable && now - Date.parse(r.paused.pausedAt) < this.opts.residentPauseGraceMs;
       if (inGrace && !pressure) continue;
@@ -806,13 +822,13 @@ export class ContainerBackend implements SandboxBackend {
     children: readonly SandboxRecord[],
     beforeStart?: (child: SandboxRecord) => BeforeInstanceStart | undefined,
   ): Promise<ForkChildResult[]> {
-    const state = stateOf(source);
+    const state = this.stateOf(source);
     const work = join(this.store, 'forks', randomUUID());
     await mkdir(work, { recursive: true, mode: 0o711 });
     try {
       await this.opts.runtime.checkpoint(this.cid(source), join(work, 'memory'), {
         leaveRunning: true,
-        upperSnapshotDest: join(work, 'disk'),
+        diskDest: join(work, 'disk'),
       });
       const currentToken = source.secure ? this.opts.envdToken(source.id) : undefined;
       return await Promise.all(
@@ -845,7 +861,7 @@ export class ContainerBackend implements SandboxBackend {
   }
 
   async capture(record: SandboxRecord, target: CaptureTarget): Promise<CapturedSandbox> {
-    const state = stateOf(record);
+    const state = this.stateOf(record);
     const work = join(this.store, 'captures', target.recordId);
     await rm(work, { recursive: true, force: true });
     await mkdir(work, { recursive: true, mode: 0o711 });
@@ -853,7 +869,7 @@ export class ContainerBackend implements SandboxBackend {
       await target.createRecord?.();
       await this.opts.runtime.checkpoint(this.cid(record), join(work, 'memory'), {
         leaveRunning: true,
-        upperSnapshotDest: join(work, 'disk'),
+        diskDest: join(work, 'disk'),
       });
     } catch (err) {
       await this.discardWorkDir(work);
@@ -864,7 +880,7 @@ export class ContainerBackend implements SandboxBackend {
       sourceSecure: record.secure,
       toolsVersion: state.toolsVersion,
       envdEnv: state.envdEnv,
-      lowerDirs: state.lowerDirs,
+      rootfs: state.rootfs,
       ...(record.customExtensionParams ? { customExtensionParams: record.customExtensionParams } : {}),
     };
     const context = target.context ?? sandboxContext(record);
@@ -874,7 +890,7 @@ export class ContainerBackend implements SandboxBackend {
       runtimeVersions: { ...this.opts.runtimeVersions, tools: state.toolsVersion },
       virtualizationMode: this.opts.runtime.virtualizationMode,
       baseImage: { reference: state.imageRef, manifestDigest: state.manifestDigest },
-      extra: extra as unknown as Record<string, unknown>,
+      extra: this.records.encodeCapture(extra),
     };
     return { publish: () => this.publishCapture(target.recordId, work, committed) };
   }
@@ -888,11 +904,13 @@ export class ContainerBackend implements SandboxBackend {
     try {
       await Promise.all([
         archiveDir(join(work, 'memory'), join(work, 'memory.tar')),
-        archiveDir(join(work, 'disk', 'upper'), join(work, 'disk.tar')),
+        archiveDir(this.opts.runtime.diskFilesDir(join(work, 'disk')), join(work, 'disk.tar')),
       ]);
       await this.opts.repository.publish(recordId, {
         layers: [{ path: join(work, 'disk.tar'), mediaType: DISK_MEDIA_TYPE }],
-        artifacts: { memory: { path: join(work, 'memory.tar'), mediaType: MEMORY_MEDIA_TYPE } },
+        artifacts: {
+          memory: { path: join(work, 'memory.tar'), mediaType: this.opts.runtime.memoryMediaTypes.capture },
+        },
         committed,
       });
       // What was just captured becomes this node's local copy of the snapshot: launches need no download.
@@ -912,7 +930,7 @@ export class ContainerBackend implements SandboxBackend {
   /** Removes a fork or capture work dir (`memory/`, `disk/` possibly a btrfs subvolume). */
   private async discardWorkDir(work: string): Promise<void> {
     if (existsSync(join(work, 'disk')))
-      await this.opts.runtime.removeUpperSnapshot(join(work, 'disk')).catch(() => {});
+      await this.opts.runtime.removeDisk(join(work, 'disk')).catch(() => {});
     await rm(work, { recursive: true, force: true });
   }
 
@@ -934,9 +952,9 @@ export class ContainerBackend implements SandboxBackend {
           );
         }
         const disk = committed.layers[0];
-        if (disk)
-          await extractArchive(await this.opts.repository.fetch(disk), join(tmp, 'disk', 'upper'), disk);
-        else await mkdir(join(tmp, 'disk', 'upper'), { recursive: true });
+        const files = this.opts.runtime.diskFilesDir(join(tmp, 'disk'));
+        if (disk) await extractArchive(await this.opts.repository.fetch(disk), files, disk);
+        else await mkdir(files, { recursive: true });
         await writeFile(join(tmp, COMPLETE), '');
         await this.removeLocalSnapshot(snapshot.id);
         await rename(tmp, dir);
@@ -952,8 +970,7 @@ export class ContainerBackend implements SandboxBackend {
   async removeLocalSnapshot(snapshotId: string): Promise<void> {
     const dir = this.snapshotCacheDir(snapshotId);
     if (!existsSync(dir)) return;
-    if (existsSync(join(dir, 'disk')))
-      await this.opts.runtime.removeUpperSnapshot(join(dir, 'disk')).catch(() => {});
+    if (existsSync(join(dir, 'disk'))) await this.opts.runtime.removeDisk(join(dir, 'disk')).catch(() => {});
     await rm(dir, { recursive: true, force: true });
   }
 
@@ -980,14 +997,20 @@ export class ContainerBackend implements SandboxBackend {
     const keepSlots: number[] = [];
     const keepIds: string[] = [];
     for (const r of records) {
-      const live = listed.get(this.cid(r));
+      let state: BackendState | undefined;
+      try {
+        state = this.stateIfAny(r);
+      } catch (err) {
+        // Recovered as far as the record allows (its container taken to be its id); what needs the state (a
+        // resume, a pause) answers with this error.
+        this.log.error({ err, sandboxId: r.id }, 'the stored backend state of a sandbox cannot be read');
+      }
+      const live = listed.get(state?.containerId ?? r.id);
       const artifactsComplete = existsSync(join(this.pausedDir(r.id), COMPLETE));
       if (r.state === 'paused') {
         // A resident pause does not survive a restart: its frozen container is removed below, the artifacts stay.
-        const state = stateOf(r);
-        state.resident = false;
-        delete state.residentSlot;
-        delete state.thawable;
+        if (state)
+          this.setState(r, { ...state, resident: false, residentSlot: undefined, thawable: undefined });
         outcomes.set(
           r.id,
           artifactsComplete ? await this.recoveredPause(r, r.paused?.bytes === undefined) : { kind: 'gone' },
@@ -998,10 +1021,10 @@ export class ContainerBackend implements SandboxBackend {
       }
       if (r.runtime && live && (live.status === 'running' || live.status === 'paused')) {
         // Running, or caught in the middle of a pause: a frozen container whose pause never completed runs on.
-        if (live.status === 'paused') await this.opts.runtime.thaw(this.cid(r));
+        if (live.status === 'paused') await this.opts.runtime.thaw(state?.containerId ?? r.id);
         await this.removePauseArtifacts(r.id);
         keepSlots.push(r.runtime.slotIndex);
-        keepIds.push(this.cid(r));
+        keepIds.push(state?.containerId ?? r.id);
         outcomes.set(r.id, { kind: 'running', binding: { ...r.runtime, instanceId: randomUUID() } });
       } else if (r.state === 'pausing' && artifactsComplete) {
         outcomes.set(r.id, await this.recoveredPause(r, true));
@@ -1127,7 +1150,7 @@ export class ContainerBackend implements SandboxBackend {
         const dir = join(this.store, sub, name);
         if (sub === 'captures') await this.dropUncommittedRecord(name);
         if (existsSync(join(dir, 'disk')))
-          await this.opts.runtime.removeUpperSnapshot(join(dir, 'disk')).catch(() => {});
+          await this.opts.runtime.removeDisk(join(dir, 'disk')).catch(() => {});
         await rm(dir, { recursive: true, force: true });
       }
     }

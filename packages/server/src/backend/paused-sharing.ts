@@ -3,11 +3,11 @@ import { join } from 'node:path';
 import type { Logger } from '../util/log.js';
 import type { SandboxRecord } from '../orchestrator/types.js';
 import type { SnapshotRepository } from '../snapshot/index.js';
+import type { RuntimeDriver } from '../runtime/driver.js';
 import { archiveDir } from './disk-archive.js';
 import { sandboxContext } from './capture-format.js';
 
 export const PAUSED_DISK_MEDIA_TYPE = 'application/vnd.aenv.paused-disk.tar';
-export const PAUSED_MEMORY_MEDIA_TYPE = 'application/vnd.aenv.paused-criu-images.tar';
 
 /**
  * Copies paused sandboxes into a shared snapshot repository (oss), so that another node with the same
@@ -19,10 +19,11 @@ export class PausedSharing {
 
   constructor(
     private readonly repository: SnapshotRepository,
+    private readonly runtime: Pick<RuntimeDriver, 'diskFilesDir' | 'memoryMediaTypes'>,
     private readonly logger: Logger,
   ) {}
 
-  /** Starts copying the artifacts in `dir` (`memory/`, `disk/upper`) of a paused sandbox. */
+  /** Starts copying the artifacts in `dir` (`memory/`, `disk/`) of a paused sandbox. */
   share(record: SandboxRecord, dir: string, runtimeVersions: Record<string, string>, mode: string): void {
     const job = this.copy(record, dir, runtimeVersions, mode).catch((err: unknown) =>
       this.logger.warn({ err, sandboxId: record.id }, 'could not copy the paused sandbox to the repository'),
@@ -44,7 +45,7 @@ export class PausedSharing {
       const hasMemory = record.paused?.kind === 'memory';
       await Promise.all([
         hasMemory ? archiveDir(join(dir, 'memory'), join(work, 'memory.tar')) : Promise.resolve(),
-        archiveDir(join(dir, 'disk', 'upper'), join(work, 'disk.tar')),
+        archiveDir(this.runtime.diskFilesDir(join(dir, 'disk')), join(work, 'disk.tar')),
       ]);
       const created = await this.repository.create({
         source: { kind: 'paused', sandboxId: record.id },
@@ -53,13 +54,13 @@ export class PausedSharing {
       await this.repository.publish(created.id, {
         layers: [{ path: join(work, 'disk.tar'), mediaType: PAUSED_DISK_MEDIA_TYPE }],
         artifacts: hasMemory
-          ? { memory: { path: join(work, 'memory.tar'), mediaType: PAUSED_MEMORY_MEDIA_TYPE } }
+          ? { memory: { path: join(work, 'memory.tar'), mediaType: this.runtime.memoryMediaTypes.paused } }
           : {},
         committed: {
           context: sandboxContext(record),
           runtimeVersions,
           virtualizationMode: mode,
-          extra: { sandbox: record as unknown as Record<string, unknown> },
+          extra: { sandbox: { ...record } },
         },
       });
       this.logger.info(

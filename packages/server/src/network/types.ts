@@ -3,7 +3,7 @@
 /** One pre-created network namespace with its addresses. */
 export interface NetworkSlot {
   index: number;
-  /** Bind-mounted netns file, given to runc as the network namespace path. */
+  /** Bind-mounted netns file, given to the runtime driver as the sandbox's network namespace. */
   netnsPath: string;
   /** Host side of the veth pair. */
   hostIfName: string;

@@ -17,7 +17,7 @@ export interface EnvdLogSource {
 
 /**
  * The tail of the sandbox's envd log, read through envd (as root) so that the sandbox's own view of its files
- * applies: reading its upper dir from the host would follow links the sandbox planted. Empty when there is none.
+ * applies: reading its disk from the host would follow links the sandbox planted. Empty when there is none.
  * The sandbox controls envd, so the answer is bounded in size and time and never trusted beyond being text.
  */
 export function fetchEnvdLog(src: EnvdLogSource): Promise<{ text: string; truncated: boolean }> {

@@ -1,7 +1,7 @@
 import { readFileSync, statSync } from 'node:fs';
 import { readdir, realpath, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import { readMounts, type MountEntry } from '../runtime/container/mountinfo.js';
+import { readMounts, type MountEntry } from '../runtime/drivers/container/mountinfo.js';
 import { run } from '../util/exec.js';
 
 export interface DiskUsage {

@@ -5,7 +5,7 @@ import {
   type MetricsTarget,
   type SandboxMetricSample,
 } from './sandbox-metrics.js';
-import type { CgroupUsage } from '../runtime/container/cgroups.js';
+import type { CgroupUsage } from '../runtime/drivers/container/cgroups.js';
 import { RuntimeError } from '../runtime/driver.js';
 
 const sample = (t: number): SandboxMetricSample => ({

@@ -1,5 +1,5 @@
 import { Counter, Histogram, type Registry } from 'prom-client';
-import type { CgroupUsage } from '../runtime/container/cgroups.js';
+import type { CgroupUsage } from '../runtime/drivers/container/cgroups.js';
 import { isRuntimeError } from '../runtime/driver.js';
 import type { DiskUsage } from './sandbox-disk.js';
 

@@ -51,7 +51,7 @@ export interface RuntimeBinding {
   instanceId: string;
 }
 
-/** How the sandbox was paused: with memory (CRIU checkpoint) or filesystem only (processes restart on resume). */
+/** How the sandbox was paused: with memory (a checkpoint of its processes) or filesystem only (processes restart on resume). */
 export type PauseKind = 'memory' | 'filesystem';
 
 export interface PausedState {

@@ -1,5 +1,7 @@
 // The runtime driver boundary: the orchestrator talks to sandboxes' processes and disks only through this.
-// The container driver (runc + CRIU + overlayfs) implements it today; a microVM driver can later.
+// What crosses it is neutral: the rootfs as image layers plus options only one driver reads, saved disks and
+// memory as refs whose insides are the driver's, and the state a driver keeps on a record through its codec.
+// The container driver (drivers/container/) implements it today; see docs/runtime.md for where a second goes.
 import { DomainError, ErrorKind } from '@aenv/protocol';
 
 export interface SandboxResources {
@@ -10,7 +12,7 @@ export interface SandboxResources {
   /** Maximum number of tasks (processes + threads) in the sandbox. */
   pidsLimit: number;
   /**
-   * What the sandbox may write in total (its upper dir), in MiB; writes past it fail with EDQUOT. Enforced
+   * What the sandbox may write in total (its own disk, above the image), in MiB; writes past it fail with EDQUOT. Enforced
    * where the sandbox volume can (btrfs quota groups); undefined: no limit.
    */
   diskMB?: number;
@@ -22,13 +24,29 @@ export interface IdRange {
   size: number;
 }
 
+/** The root filesystem a sandbox runs on, as it crosses the boundary. */
+export interface RootfsSpec {
+  /** Unpacked read-only image layer dirs, bottom layer first (as `PulledImage.layers` lists them). */
+  layers: string[];
+  /** Options only one driver reads; a driver refuses ones it does not know (the container driver takes none). */
+  driverOptions?: Record<string, string>;
+}
+
+/**
+ * A saved disk: a directory the driver filled (`captureDisk`, `CheckpointOptions.diskDest`) or a caller filled
+ * through `diskFilesDir`. What is inside is the driver's; it lives under `captureRoot`.
+ */
+export type DiskRef = string;
+
+/** Saved memory: the directory `checkpoint` filled. What is inside is the driver's. */
+export type MemoryRef = string;
+
 export interface SandboxSpec {
-  /** Sandbox id: `[A-Za-z0-9][A-Za-z0-9_-]{0,63}`. Names the sandbox dir, the runc container and the cgroup. */
+  /** Sandbox id: `[A-Za-z0-9][A-Za-z0-9_-]{0,63}`. Names everything the driver makes for the sandbox. */
   id: string;
   /** Hostname inside the sandbox (usually the id); RFC 1123 label, at most 63 characters. */
   hostname: string;
-  /** Read-only image layer dirs, bottom layer first (as `PulledImage.layers` lists them). */
-  lowerDirs: string[];
+  rootfs: RootfsSpec;
   resources: SandboxResources;
   /** Network namespace file of the sandbox's slot (bind-mounted netns). */
   netnsPath: string;
@@ -52,11 +70,8 @@ export interface ToolsMount {
 
 export interface CreateOptions {
   tools: ToolsMount;
-  /**
-   * Start on a saved disk instead of an empty upper: a directory made by `snapshotUpper` (its `upper/`
-   * becomes the new sandbox's upper, copy-on-write where the volume allows).
-   */
-  diskSource?: string;
+  /** Start on a saved disk instead of an empty one (copied copy-on-write where the volume allows). */
+  disk?: DiskRef;
   /**
    * Awaited right before the sandbox's first process starts (the sandbox's network policy being installed, so no
    * sandbox process ever runs without it). Its rejection fails the create.
@@ -68,10 +83,10 @@ export interface RestoreOptions {
   /** Must be the same tools version the checkpoint was taken with (processes map files from it). */
   tools: ToolsMount;
   /**
-   * Disk to restore on. Omitted: the sandbox dir of `spec.id` must still exist (restore in place after a
-   * stopping checkpoint). Given: a fresh sandbox dir is made from it (resume elsewhere, fork).
+   * Disk to restore on. Omitted: the disk of `spec.id` must still exist (restore in place after a stopping
+   * checkpoint). Given: the sandbox gets a fresh disk made from it (resume elsewhere, fork).
    */
-  diskSource?: string;
+  disk?: DiskRef;
   /** As CreateOptions.startAfter: awaited right before the restored processes run again. */
   startAfter?: Promise<unknown>;
 }
@@ -81,14 +96,14 @@ export interface CheckpointOptions {
   leaveRunning?: boolean;
   /**
    * Also capture the disk at the same instant (while the processes are frozen) into this new
-   * directory, as `snapshotUpper` would. Needed for a consistent fork of a running sandbox.
+   * directory, as `captureDisk` would. Needed for a consistent fork of a running sandbox.
    */
-  upperSnapshotDest?: string;
+  diskDest?: string;
 }
 
 export interface CheckpointResult {
-  imagesDir: string;
-  /** Wall time of the CRIU dump as runc reported it back to us. */
+  memory: MemoryRef;
+  /** Wall time of the memory dump itself. */
   dumpMs: number;
   /** Size of the memory image on disk. */
   imageBytes: number;
@@ -99,17 +114,13 @@ export interface SandboxHandle {
   id: string;
   /** Host PID of the sandbox's init process. */
   pid: number;
-  /** Directory holding the sandbox's upper, rootfs mount point and bundle. */
-  sandboxDir: string;
-  /** The overlay upper dir: every file the sandbox changed, as the host sees it. */
-  upperDir: string;
 }
 
 export type SandboxStatus = 'creating' | 'created' | 'running' | 'paused' | 'stopped' | 'absent';
 
 export interface ListedSandbox {
   id: string;
-  /** runc's view; `absent` when only host leftovers (dir, mount, cgroup) exist. */
+  /** The driver's view; `absent` when only host leftovers (dir, mount, cgroup) exist. */
   status: SandboxStatus;
   pid: number | null;
   hasDir: boolean;
@@ -150,10 +161,17 @@ export interface RuntimeDriver {
   /** e.g. "container". Checkpoints restore only into the same mode. */
   readonly virtualizationMode: string;
   /**
-   * A directory on the sandbox volume for callers' checkpoint images and disk snapshots (same filesystem, so
-   * `snapshotUpper`/`diskSource` stay copy-on-write). `reconcile` never touches it.
+   * A directory on the sandbox volume for callers' saved memory and disks (same filesystem, so `captureDisk`
+   * and `CreateOptions.disk` stay copy-on-write). `reconcile` never touches it.
    */
-  readonly storeDir: string;
+  readonly captureRoot: string;
+  /** Encodes and decodes what this driver keeps on a sandbox record (and in captures) about its rootfs. */
+  readonly recordCodec: DriverRecordCodec;
+  /**
+   * Media types of this driver's saved memory in a snapshot repository: in captures (snapshots, templates) and
+   * in shared copies of paused sandboxes. Recorded with each artifact; only this driver restores them.
+   */
+  readonly memoryMediaTypes: { capture: string; paused: string };
   /** Checks host prerequisites and prepares storage; idempotent, safe to call on every start. */
   init(): Promise<void>;
   /** Makes the sandbox's disk and starts its init process. On failure nothing of it is left behind. */
@@ -175,14 +193,19 @@ export interface RuntimeDriver {
   /** Stops scheduling the sandbox's processes at once (memory stays). */
   freeze(id: string): Promise<void>;
   thaw(id: string): Promise<void>;
-  /** Dumps the sandbox's process tree (memory, PIDs, sockets) into `imagesDir` (created; must not exist). */
-  checkpoint(id: string, imagesDir: string, opts?: CheckpointOptions): Promise<CheckpointResult>;
-  /** Brings a checkpoint back to life as `spec.id`, in `spec.netnsPath`. Restoring under a new id is a fork. */
-  restore(spec: SandboxSpec, imagesDir: string, opts: RestoreOptions): Promise<SandboxHandle>;
-  /** Copy-on-write copy of the sandbox's upper into `dest/upper` (`dest` must not exist). Freeze first. */
-  snapshotUpper(id: string, dest: string): Promise<void>;
-  /** Removes a directory made by `snapshotUpper`. Idempotent. */
-  removeUpperSnapshot(path: string): Promise<void>;
+  /** Dumps the sandbox's process tree (memory, PIDs, sockets) into `dest` (created; must not exist). */
+  checkpoint(id: string, dest: string, opts?: CheckpointOptions): Promise<CheckpointResult>;
+  /** Brings saved memory back to life as `spec.id`, in `spec.netnsPath`. Restoring under a new id is a fork. */
+  restore(spec: SandboxSpec, memory: MemoryRef, opts: RestoreOptions): Promise<SandboxHandle>;
+  /** Copy-on-write copy of the sandbox's disk into `dest` (must not exist). Freeze first. */
+  captureDisk(id: string, dest: string): Promise<DiskRef>;
+  /** Removes a saved disk (it may need more than `rm`). Idempotent. */
+  removeDisk(disk: DiskRef): Promise<void>;
+  /**
+   * The directory holding the files of a saved disk, as a disk archive (`DISK_MEDIA_TYPE`) packs them: what
+   * the sandbox changed above its image. Filling it in a new `disk` makes a disk `create` can start on.
+   */
+  diskFilesDir(disk: DiskRef): string;
   list(): Promise<ListedSandbox[]>;
   /** Deletes every sandbox resource on the host whose id is not in `keepIds` (startup after a crash). */
   reconcile(keepIds: Iterable<string>): Promise<ReconcileReport>;
@@ -191,8 +214,19 @@ export interface RuntimeDriver {
   close(): Promise<void>;
 }
 
+/**
+ * The driver's part of what a sandbox record (`SandboxRecord.backend`) and a capture (`committed.extra`) hold:
+ * the rootfs, under the driver's own keys. `decode` takes the whole stored object and reads only those.
+ */
+export interface DriverRecordCodec {
+  encode(rootfs: RootfsSpec): Record<string, unknown>;
+  /** Throws a RuntimeError (`InvalidState`) naming what is missing or malformed. */
+  decode(stored: Record<string, unknown>): RootfsSpec;
+}
+
 export type RuntimeErrorKind =
   | 'InvalidSpec'
+  | 'InvalidState'
   | 'NotFound'
   | 'AlreadyExists'
   | 'HostSetup'

@@ -1,6 +1,5 @@
 export * from './driver.js';
-export { ContainerDriver, CHECKPOINT_META_FILE } from './container/container-driver.js';
-export type { ContainerDriverOptions, Logger as RuntimeLogger } from './container/container-driver.js';
-export type { CowKind, CowVolumeMode } from './container/cow-volume.js';
-export { defaultCriuPath } from './container/criu.js';
-export { readPidMax, resolvePidsBudget } from './container/pids-budget.js';
+export { createRuntime, runtimeFactory } from './create-runtime.js';
+export type { Runtime, RuntimeDeps, VirtualizationMode } from './create-runtime.js';
+export { idRangeMigrations } from './drivers/container/id-range-allocator.js';
+export type { IdRangeAllocator } from './drivers/container/id-range-allocator.js';

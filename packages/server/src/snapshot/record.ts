@@ -85,13 +85,13 @@ export interface StartupCommand {
 export interface CommittedSnapshot {
   context: CommandContext;
   startup?: StartupCommand;
-  /** envd, tools, runc, criu, ... */
+  /** envd, tools and the runtime driver's host components. */
   runtimeVersions: Record<string, string>;
   virtualizationMode: string;
   baseImage?: { reference: string; manifestDigest: string };
   /** Disk layers, bottom first. */
   layers: LayerRef[];
-  /** Named per-record artifacts, e.g. `memory` → the CRIU images archive. */
+  /** Named per-record artifacts, e.g. `memory` → the archive of the runtime's saved memory. */
   artifacts: Record<string, LayerRef>;
   extra?: Record<string, unknown>;
 }

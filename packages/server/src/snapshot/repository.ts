@@ -16,7 +16,7 @@ export interface LocalFile {
 export interface PublishInput {
   /** Disk layers, bottom first: stored content-addressed and shared between records. */
   layers: LocalFile[];
-  /** Named per-record artifacts (e.g. `memory`: the CRIU images archive). */
+  /** Named per-record artifacts (e.g. `memory`: the archive of the runtime's saved memory). */
   artifacts: Record<string, LocalFile>;
   committed: CommittedSnapshotDraft;
 }

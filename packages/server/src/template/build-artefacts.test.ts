@@ -104,6 +104,7 @@ describe('BuildArtefacts on disk', () => {
     const cache = new BuildCache({
       dir: l.cacheDir,
       removeDisk: (p) => rm(p),
+      diskFilesDir: (d) => join(d, 'upper'),
       maxEntries: 64,
       maxAgeMs: 365 * 24 * HOUR,
       logger: silent,

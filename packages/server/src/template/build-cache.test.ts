@@ -10,6 +10,8 @@ const dirs: string[] = [];
 afterEach(() => {
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
+/** A saved disk's files, as a driver lays them out (any layout works: the cache only asks). */
+const filesOf = (disk: string) => join(disk, 'files');
 const quiet = { info() {}, warn() {}, error() {}, debug() {}, child: () => quiet } as never;
 
 async function cache(maxEntries = 10): Promise<BuildCache> {
@@ -18,6 +20,7 @@ async function cache(maxEntries = 10): Promise<BuildCache> {
   const c = new BuildCache({
     dir,
     removeDisk: (p) => rm(p, { recursive: true, force: true }),
+    diskFilesDir: filesOf,
     maxEntries,
     maxAgeMs: 86400_000,
     logger: quiet,
@@ -33,10 +36,10 @@ const state = (user: string): BuildState => ({
   volumes: [],
   labels: {},
 });
-/** Stands in for RuntimeDriver.snapshotUpper: dest/upper with a file. */
+/** Stands in for RuntimeDriver.captureDisk: a saved disk with one file. */
 const disk = (content: string) => async (dest: string) => {
-  mkdirSync(join(dest, 'upper'), { recursive: true });
-  writeFileSync(join(dest, 'upper', 'f'), content);
+  mkdirSync(filesOf(dest), { recursive: true });
+  writeFileSync(join(filesOf(dest), 'f'), content);
 };
 
 describe('template build cache', () => {
@@ -61,7 +64,7 @@ describe('template build cache', () => {
     expect(await c.longestPrefix(keys, 2)).toMatchObject({ steps: 1, state: { user: 'a' } });
     expect(await c.longestPrefix(keys, 0)).toBeUndefined();
     const hit = (await c.longestPrefix(keys, 3))!;
-    expect(existsSync(join(hit.dir, 'upper', 'f'))).toBe(true);
+    expect(existsSync(join(filesOf(hit.dir), 'f'))).toBe(true);
   });
 
   it('drops half-made entries at startup and evicts the least recently used', async () => {
@@ -76,8 +79,8 @@ describe('template build cache', () => {
     expect(await c.evict()).toBe(1);
     expect(await c.get(keys[2]!)).toBeUndefined();
     expect(await c.get(keys[1]!)).toBeDefined();
-    mkdirSync(join(dir, 'tmp-crashed', 'upper'), { recursive: true });
-    mkdirSync(join(dir, 'f'.repeat(64), 'upper'), { recursive: true });
+    mkdirSync(filesOf(join(dir, 'tmp-crashed')), { recursive: true });
+    mkdirSync(filesOf(join(dir, 'f'.repeat(64))), { recursive: true });
     await c.init();
     expect(readdirSync(dir).sort()).toEqual([keys[1], `${keys[1]}.json`, keys[3], `${keys[3]}.json`].sort());
     const failing = c.save(keys[2]!, 2, state('x'), async () => {

@@ -1,10 +1,10 @@
 // The layer cache of template builds: after every step that can change the disk, the build sandbox's disk is
-// saved (a copy-on-write snapshot of its upper, milliseconds on the CoW volume) under a key that hashes the base
+// saved (a copy-on-write capture of its disk, milliseconds on the CoW volume) under a key that hashes the base
 // (image manifest digest or parent template layers) and every step so far (type, args, files hash). A later
 // build whose steps start the same way starts its build sandbox on the saved disk of the longest such prefix
 // and runs only the rest.
 //
-//   <dir>/<key>/upper     the saved disk (made by RuntimeDriver.snapshotUpper)
+//   <dir>/<key>           the saved disk (made by RuntimeDriver.captureDisk)
 //   <dir>/<key>.json      what the steps had set by then; written last: an entry exists only when it exists
 //   <dir>/tmp-*           snapshots being made; removed at startup
 //
@@ -20,7 +20,7 @@ import type { BuildState } from './build-state.js';
 
 export interface CacheEntry {
   key: string;
-  /** Directory holding `upper/`, usable as a runtime disk source. */
+  /** A saved disk, usable as a runtime disk source. */
   dir: string;
   /** Number of steps the entry covers. */
   steps: number;
@@ -37,8 +37,10 @@ interface EntryMeta {
 
 export interface BuildCacheOptions {
   dir: string;
-  /** Removes a directory made by snapshotUpper (btrfs subvolumes need more than rm). */
+  /** Removes a saved disk (btrfs subvolumes need more than rm). */
   removeDisk(path: string): Promise<void>;
+  /** Where the files of a saved disk are (`RuntimeDriver.diskFilesDir`): an entry without them is not used. */
+  diskFilesDir(disk: string): string;
   maxEntries: number;
   maxAgeMs: number;
   logger: Logger;
@@ -84,7 +86,8 @@ export class BuildCache {
     const dir = join(this.opts.dir, key);
     try {
       const meta = JSON.parse(await readFile(this.metaPath(key), 'utf8')) as EntryMeta;
-      if (meta.version !== 1 || meta.key !== key || !existsSync(join(dir, 'upper'))) return undefined;
+      if (meta.version !== 1 || meta.key !== key || !existsSync(this.opts.diskFilesDir(dir)))
+        return undefined;
       const now = new Date();
       await utimes(this.metaPath(key), now, now).catch(() => {});
       return { key, dir, steps: meta.steps, state: meta.state };
@@ -102,7 +105,7 @@ export class BuildCache {
     return undefined;
   }
 
-  /** Saves an entry; `snapshot(dest)` must create `dest/upper`. An existing entry of the key is kept. */
+  /** Saves an entry; `snapshot(dest)` must create the saved disk `dest`. An existing entry of the key is kept. */
   async save(
     key: string,
     steps: number,

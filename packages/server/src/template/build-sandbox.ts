@@ -1,13 +1,13 @@
 // Temporary sandboxes that template builds run their steps in. They are made from the same parts as the
-// container backend's sandboxes (network slot, image layers, runc via the runtime driver, envd from the tools
+// container backend's sandboxes (network slot, image layers, the runtime driver, envd from the tools
 // mount), with what builds need on top: a start on a saved disk (the layer cache, a parent template's disk) and
 // disk snapshots between steps. They are not orchestrator sandboxes: the API never lists
 // them, and after a crash the backend's startup reconcile removes them with everything else it does not know.
 import type { ImageService, PulledImage } from '../image/index.js';
 import type { NetworkManager } from '../network/index.js';
 import type { NetworkSlot } from '../network/types.js';
-import type { RuntimeDriver, ToolsMount } from '../runtime/driver.js';
-import type { IdRangeAllocator } from '../runtime/container/id-range-allocator.js';
+import type { RootfsSpec, RuntimeDriver, ToolsMount } from '../runtime/driver.js';
+import type { IdRangeAllocator } from '../runtime/index.js';
 import type { CommandContext } from '../snapshot/index.js';
 import type { Logger } from '../util/log.js';
 import { DEFAULT_PATH, EnvdRpcClient, initEnvd, waitForEnvd } from '@aenv/protocol';
@@ -32,7 +32,7 @@ export interface BuildSandboxSpec {
   id: string;
   templateId: string;
   image: PulledImage;
-  /** A directory holding `upper/` (a cache entry, a parent template's disk) to start on instead of an empty disk. */
+  /** A saved disk (a cache entry, a parent template's disk) to start on instead of an empty disk. */
   diskSource?: string;
   /** `diskSizeMB` limits what the build writes, as for any sandbox. */
   resources: { cpuCount: number; memoryMB: number; diskSizeMB?: number };
@@ -44,7 +44,7 @@ export interface BuildSandbox {
   id: string;
   slot: NetworkSlot;
   envd: EnvdRpcClient;
-  lowerDirs: string[];
+  rootfs: RootfsSpec;
 }
 
 export const BUILD_LEASE_PREFIX = 'build:';
@@ -101,7 +101,7 @@ export class BuildSandboxes {
         allowInternetAccess: null,
       });
       policyApplied.catch(() => {});
-      const lowerDirs = spec.image.layers.map((l) => l.dir);
+      const rootfs = { layers: spec.image.layers.map((l) => l.dir) };
       const rangeOwner = BUILD_LEASE_PREFIX + spec.id;
       const idRange = this.opts.idRanges.acquire(rangeOwner);
       undo.push(async () => this.opts.idRanges.release(rangeOwner));
@@ -110,7 +110,7 @@ export class BuildSandboxes {
           id: spec.id,
           hostname: spec.id,
           idRange,
-          lowerDirs,
+          rootfs,
           resources: {
             cpuCount: spec.resources.cpuCount,
             memoryMB: spec.resources.memoryMB,
@@ -129,7 +129,7 @@ export class BuildSandboxes {
         {
           tools: this.opts.tools,
           startAfter: policyApplied,
-          ...(spec.diskSource ? { diskSource: spec.diskSource } : {}),
+          ...(spec.diskSource ? { disk: spec.diskSource } : {}),
         },
       );
       undo.push(() => this.opts.runtime.destroy(spec.id));
@@ -153,7 +153,7 @@ export class BuildSandboxes {
         id: spec.id,
         slot,
         envd: new EnvdRpcClient({ baseUrl: `http://${slot.hostInteractionIp}:${this.opts.envdPort}` }),
-        lowerDirs,
+        rootfs,
       };
     } catch (e) {
       for (const step of undo.reverse()) {
@@ -165,18 +165,23 @@ export class BuildSandboxes {
     }
   }
 
-  /** Saves the sandbox's disk into `dest` (`dest/upper`), with its processes frozen for a consistent copy. */
+  /** Saves the sandbox's disk into `dest`, with its processes frozen for a consistent copy. */
   async snapshotDisk(sb: BuildSandbox, dest: string): Promise<void> {
     await this.opts.runtime.freeze(sb.id);
     try {
-      await this.opts.runtime.snapshotUpper(sb.id, dest);
+      await this.opts.runtime.captureDisk(sb.id, dest);
     } finally {
       await this.opts.runtime.thaw(sb.id);
     }
   }
 
   removeDisk(path: string): Promise<void> {
-    return this.opts.runtime.removeUpperSnapshot(path);
+    return this.opts.runtime.removeDisk(path);
+  }
+
+  /** Where the files of a saved disk are (what a disk archive holds). */
+  diskFilesDir(disk: string): string {
+    return this.opts.runtime.diskFilesDir(disk);
   }
 
   async destroy(sb: BuildSandbox): Promise<void> {

@@ -94,7 +94,7 @@ interface Job {
 /** The base a build starts from, resolved. */
 interface ResolvedBase {
   image: PulledImage;
-  /** The parent template's disk (a directory holding `upper/`), for builds from a template that has one. */
+  /** The parent template's disk (a saved disk), for builds from a template that has one. */
   disk?: string;
   state: BuildState;
   key: string;
@@ -321,7 +321,7 @@ export class TemplateBuilder {
         id: '',
         slotIndex: -1,
         hostInteractionIp: '',
-        lowerDirs: base.image.layers.map((l) => l.dir),
+        rootfs: { layers: base.image.layers.map((l) => l.dir) },
         imageRef: base.image.reference,
         manifestDigest: base.image.manifestDigest,
         toolsVersion: this.o.sandboxes.toolsVersion,
@@ -534,7 +534,12 @@ export class TemplateBuilder {
         `fromTemplate '${spec.base.ref}' has a disk format this node cannot build on`,
       );
     }
-    if (layer) await extractArchive(await this.o.repository.fetch(layer), join(diskDir, 'upper'), layer);
+    if (layer)
+      await extractArchive(
+        await this.o.repository.fetch(layer),
+        this.o.sandboxes.diskFilesDir(diskDir),
+        layer,
+      );
     return {
       image,
       ...(layer ? { disk: diskDir } : {}),

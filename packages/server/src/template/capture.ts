@@ -1,23 +1,25 @@
 // Turning a finished build sandbox into the committed content of a template record, in the container backend's
 // capture format, so that `POST /sandboxes` launches it through the backend's `startFromCapture`:
-//   - layers[0] = the sandbox's disk (its overlay upper, archived by backend/disk-archive.ts), mediaType
-//     DISK_MEDIA_TYPE; artifacts.memory = the CRIU images (memory captures only);
-//   - extra = what the backend's CaptureExtra holds (tools version, envd env, lower dirs, source).
+//   - layers[0] = the files of the sandbox's disk (archived by backend/disk-archive.ts), mediaType
+//     DISK_MEDIA_TYPE; artifacts.memory = the runtime's saved memory (memory captures only);
+//   - extra = what the backend's CaptureExtra holds (tools version, envd env, rootfs, source).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { CaptureTarget, SandboxBackend } from '../orchestrator/backend.js';
 import type { SandboxRecord } from '../orchestrator/types.js';
 import type { CommandContext, SnapshotRecord, SnapshotRepository } from '../snapshot/index.js';
 import { archiveDir } from '../backend/disk-archive.js';
-import { DISK_MEDIA_TYPE, type BackendState, type CaptureExtra } from '../backend/capture-format.js';
+import { DISK_MEDIA_TYPE } from '../backend/capture-format.js';
+import type { BackendRecordCodec, CaptureExtra } from '../backend/record-state.js';
+import type { RootfsSpec } from '../runtime/driver.js';
 
 /** The build sandbox as the runtime knows it. */
 export interface CapturedSandbox {
   id: string;
   slotIndex: number;
   hostInteractionIp: string;
-  /** Overlay lower dirs it runs on (the base image's layers). */
-  lowerDirs: string[];
+  /** The rootfs it runs on (the base image's layers). */
+  rootfs: RootfsSpec;
   imageRef: string;
   manifestDigest: string;
   toolsVersion: string;
@@ -34,8 +36,8 @@ export interface CaptureRequest {
   /** The start command (running in the sandbox when the capture has memory). */
   startup?: { startCmd: string; readyCmd: string };
   /**
-   * The build sandbox's disk as it was after the last step and before the start command ran: a directory
-   * holding `upper/`. A capture without memory takes this one (no pid or lock files of a start command that
+   * The build sandbox's disk as it was after the last step and before the start command ran (a saved
+   * disk). A capture without memory takes this one (no pid or lock files of a start command that
    * is not running); a memory capture takes the disk at the instant of its checkpoint.
    */
   diskBeforeStart: string;
@@ -59,12 +61,12 @@ function captureExtra(s: CapturedSandbox): CaptureExtra {
     sourceSecure: false,
     toolsVersion: s.toolsVersion,
     envdEnv: s.envdEnv,
-    lowerDirs: s.lowerDirs,
+    rootfs: s.rootfs,
   };
 }
 
 /**
- * CRIU checkpoint (left running) + disk, through the backend's `capture`. The build sandbox is handed over as the
+ * Memory checkpoint (left running) + disk, through the backend's `capture`. The build sandbox is handed over as the
  * sandbox record the backend would have made for it (the fields its capture reads).
  */
 export class BackendCapture implements TemplateCapture {
@@ -73,6 +75,7 @@ export class BackendCapture implements TemplateCapture {
   constructor(
     private readonly backend: Pick<SandboxBackend, 'capture'>,
     private readonly repository: SnapshotRepository,
+    private readonly records: BackendRecordCodec,
   ) {}
 
   async capture(req: CaptureRequest): Promise<SnapshotRecord> {
@@ -95,13 +98,13 @@ export class BackendCapture implements TemplateCapture {
       envdVersion: '',
       defaultUser: req.context.user ?? 'root',
       runtime: { slotIndex: s.slotIndex, hostInteractionIp: s.hostInteractionIp, instanceId: s.id },
-      backend: {
+      backend: this.records.encodeState({
         imageRef: s.imageRef,
         manifestDigest: s.manifestDigest,
-        lowerDirs: s.lowerDirs,
+        rootfs: s.rootfs,
         toolsVersion: s.toolsVersion,
         envdEnv: s.envdEnv,
-      } satisfies BackendState,
+      }),
     };
     const target: CaptureTarget = {
       recordId: req.templateRecordId,
@@ -119,6 +122,9 @@ export interface FilesystemCaptureOptions {
   tmpDir: string;
   runtimeVersions: Record<string, string>;
   virtualizationMode: string;
+  records: BackendRecordCodec;
+  /** Where the files of a saved disk are (`RuntimeDriver.diskFilesDir`). */
+  diskFilesDir(disk: string): string;
 }
 
 /** The disk before the start command, without memory: for templates that have no start command to keep. */
@@ -131,7 +137,7 @@ export class FilesystemCapture implements TemplateCapture {
     const work = await mkdtemp(join(this.opts.tmpDir, 'capture-'));
     try {
       const disk = join(work, 'disk.tar');
-      await archiveDir(join(req.diskBeforeStart, 'upper'), disk);
+      await archiveDir(this.opts.diskFilesDir(req.diskBeforeStart), disk);
       const s = req.sandbox;
       return await this.opts.repository.publish(req.templateRecordId, {
         layers: [{ path: disk, mediaType: DISK_MEDIA_TYPE }],
@@ -142,7 +148,7 @@ export class FilesystemCapture implements TemplateCapture {
           runtimeVersions: { ...this.opts.runtimeVersions, tools: s.toolsVersion },
           virtualizationMode: this.opts.virtualizationMode,
           baseImage: { reference: s.imageRef, manifestDigest: s.manifestDigest },
-          extra: { ...captureExtra(s) } as Record<string, unknown>,
+          extra: this.opts.records.encodeCapture(captureExtra(s)),
         },
       });
     } finally {

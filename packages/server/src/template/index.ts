@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import type { ImageService } from '../image/index.js';
 import type { NetworkManager } from '../network/index.js';
 import type { RuntimeDriver, ToolsMount } from '../runtime/driver.js';
-import type { IdRangeAllocator } from '../runtime/container/id-range-allocator.js';
+import type { IdRangeAllocator } from '../runtime/index.js';
 import type { SnapshotRepository } from '../snapshot/index.js';
 import type { Logger } from '../util/log.js';
 import { uuidv7 } from '@aenv/protocol';
@@ -15,6 +15,7 @@ import { BuildLogStore, type BuildLogLimits } from './build-log.js';
 import { BuildSandboxes } from './build-sandbox.js';
 import { TemplateBuilder, type StartupTimings } from './builder.js';
 import { BackendCapture, FilesystemCapture, type TemplateCapture } from './capture.js';
+import { BackendRecordCodec } from '../backend/record-state.js';
 import { TemplateFileStore } from './file-store.js';
 import type { SandboxBackend } from '../orchestrator/backend.js';
 
@@ -65,7 +66,7 @@ export interface TemplateServiceOptions {
   artefactsQuotaBytes?: number;
   /** How often build artefacts are pruned besides after each build (default 5 min). */
   artefactsPruneIntervalMs?: number;
-  /** The backend's CRIU capture, used for templates with a start command. */
+  /** The backend's memory capture, used for templates with a start command. */
   backend: Pick<SandboxBackend, 'capture'>;
   /** Replaces the memory capture (tests). */
   memoryCapture?: TemplateCapture;
@@ -119,7 +120,8 @@ export async function createTemplateService(o: TemplateServiceOptions): Promise<
   });
   const cache = new BuildCache({
     dir: join(o.sandboxesDir, '.template-build-cache'),
-    removeDisk: (p) => o.runtime.removeUpperSnapshot(p),
+    removeDisk: (p) => o.runtime.removeDisk(p),
+    diskFilesDir: (p) => o.runtime.diskFilesDir(p),
     maxEntries: o.cache?.maxEntries ?? 64,
     maxAgeMs: o.cache?.maxAgeMs ?? 7 * DAY_MS,
     logger,
@@ -129,13 +131,16 @@ export async function createTemplateService(o: TemplateServiceOptions): Promise<
   await mkdir(captureTmp, { recursive: true, mode: 0o700 });
   for (const name of await readdir(captureTmp))
     await rm(join(captureTmp, name), { recursive: true, force: true });
+  const records = new BackendRecordCodec(o.runtime.recordCodec);
   const filesystemCapture = new FilesystemCapture({
     repository: o.repository,
     tmpDir: captureTmp,
     runtimeVersions: o.runtimeVersions,
     virtualizationMode: o.virtualizationMode,
+    records,
+    diskFilesDir: (d) => o.runtime.diskFilesDir(d),
   });
-  const memoryCapture = o.memoryCapture ?? new BackendCapture(o.backend, o.repository);
+  const memoryCapture = o.memoryCapture ?? new BackendCapture(o.backend, o.repository, records);
   const builder = new TemplateBuilder({
     repository: o.repository,
     images: o.images,

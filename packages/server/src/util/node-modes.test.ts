@@ -93,13 +93,13 @@ describe('enforceNodeDirModes', () => {
       ['snapshot-store/repository/layers/sha256/abc', 0o444],
       ['builds/b1.log', 0o644],
       ['image-cache/layers/v1/l1/usr/bin/sudo', 0o4755],
-      ['sandboxes/sb1/upper/etc/passwd', 0o644],
-      ['deps/criu/current/bin/criu', 0o755],
+      ['sandboxes/sb1/disk/etc/passwd', 0o644],
+      ['deps/checkpointer/current/bin/checkpointer', 0o755],
       ['deps/tools/v1/bin/node', 0o755],
       ['deps/tools/.native-x/addon.node', 0o644],
     ] as const)
       put(join(home, p), m);
-    put(join(run, 'criu/runc.conf'), 0o644);
+    put(join(run, 'driver/driver.conf'), 0o644);
     for (const d of [home, join(home, 'secrets'), join(home, 'image-cache'), deps, join(deps, 'tools'), run])
       chmodSync(d, 0o755);
     await enforceNodeDirModes({
@@ -117,11 +117,11 @@ describe('enforceNodeDirModes', () => {
     // Image and sandbox content keeps its modes; the dirs above it are the wall.
     expect(mode(join(home, 'image-cache'))).toBe('700');
     expect(mode(join(home, 'image-cache/layers/v1/l1/usr/bin/sudo'))).toBe('4755');
-    expect(mode(join(home, 'sandboxes/sb1/upper/etc/passwd'))).toBe('644');
+    expect(mode(join(home, 'sandboxes/sb1/disk/etc/passwd'))).toBe('644');
     expect([mode(deps), mode(join(deps, 'tools'))]).toEqual(['711', '711']);
-    expect(mode(join(deps, 'criu'))).toBe('700');
+    expect(mode(join(deps, 'checkpointer'))).toBe('700');
     expect(mode(join(deps, 'tools/v1/bin/node'))).toBe('755');
     expect(mode(join(deps, 'tools/.native-x/addon.node'))).toBe('600');
-    expect([mode(run), mode(join(run, 'criu/runc.conf'))]).toEqual(['700', '600']);
+    expect([mode(run), mode(join(run, 'driver/driver.conf'))]).toEqual(['700', '600']);
   });
 });

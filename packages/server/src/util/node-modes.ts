@@ -23,7 +23,7 @@ function inside(dir: string, p: string): boolean {
  * Makes the node's directories private at every start (and so fixes trees written by older versions):
  * everything 0700 / owner-only files, except where a sandbox uid must pass (docs/security.md, "local host
  * users"):
- * - `home` 0711: runc prepares a sandbox's root and binds as the sandbox's mapped root, which must reach
+ * - `home` 0711: the runtime driver prepares a sandbox's root and binds as the sandbox's mapped root, which must reach
  *   `home/sandboxes/<id>/rootfs` and the tools dir;
  * - `deps` and `deps/tools` 0711 for the tools dir, whose version dirs are readable by all (they are
  *   mounted read-only into every sandbox, hold no secret, and are made so after they are built);

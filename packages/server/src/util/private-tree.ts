@@ -14,9 +14,9 @@ export interface PrivatizeOptions {
   rule?(path: string, st: Stats): TreeRule;
   /** Mode of private directories (default 0700). */
   dirMode?: number;
-  /** Whether directories keep the search (x) bits they have for group and others (CRIU image dirs). */
+  /** Whether directories keep the search (x) bits they have for group and others (saved memory dirs). */
   keepSearch?: boolean;
-  /** Files of a directory whose entries pass this keep read access for all (CRIU images, see the driver). */
+  /** Files of a directory whose entries pass this keep read access for all (saved memory, see the runtime driver). */
   readableFilesIf?(names: string[]): boolean;
 }
 

@@ -87,7 +87,7 @@ const draft: CommittedSnapshotDraft = {
     volumes: [],
     labels: {},
   },
-  runtimeVersions: { envd: '0.5.15', tools: '0.1.0', runc: '1.1.5', criu: '4.1' },
+  runtimeVersions: { envd: '0.5.15', tools: '0.1.0', driver: '4.1' },
   virtualizationMode: 'container',
 };
 
@@ -126,7 +126,7 @@ export function defineRepositoryContract(
     });
     const simpleInput = async (): Promise<PublishInput> => ({
       layers: [{ path: await file(), mediaType: 'application/vnd.aenv.disk-diff.v1.tar' }],
-      artifacts: { memory: { path: await file(), mediaType: 'application/vnd.aenv.criu-images.v1.tar' } },
+      artifacts: { memory: { path: await file(), mediaType: 'application/vnd.aenv.memory.v1.tar' } },
       committed: draft,
     });
     const publishNew = async (extra: Partial<NewSnapshotRecord> = {}, input?: PublishInput) => {
@@ -313,7 +313,9 @@ export function defineRepositoryContract(
             { path: await file(layerA), mediaType: 'application/vnd.aenv.layer.v1.tar' },
             { path: await file(layerB), mediaType: 'application/vnd.aenv.layer.v1.tar' },
           ],
-          artifacts: { memory: { path: await file(memory), mediaType: 'application/vnd.aenv.criu.v1.tar' } },
+          artifacts: {
+            memory: { path: await file(memory), mediaType: 'application/vnd.aenv.memory.v1.tar' },
+          },
           committed: { ...draft, extra: { pauseKind: 'memory' } },
         },
         { onProgress: (e) => void events.push(e) },
@@ -323,7 +325,7 @@ export function defineRepositoryContract(
       expect(c.layers[0]!.digest).toMatch(/^sha256:[0-9a-f]{64}$/);
       expect(c.artifacts.memory).toMatchObject({
         size: memory.length,
-        mediaType: 'application/vnd.aenv.criu.v1.tar',
+        mediaType: 'application/vnd.aenv.memory.v1.tar',
       });
       expect(c).toMatchObject({
         virtualizationMode: 'container',
@@ -636,7 +638,7 @@ export function defineRepositoryContract(
         const other = await publishNew();
         const edits: ((d: Doc) => void)[] = [
           (d) => void ((d.committed as CommittedSnapshotDraft).context.envVars.LD_PRELOAD = '/tmp/x.so'),
-          (d) => void ((d.committed as CommittedSnapshotDraft).extra = { lowerDirs: ['/'] }),
+          (d) => void ((d.committed as CommittedSnapshotDraft).extra = { layers: ['/'] }),
           // Point the record at another record's (genuine, signed) blobs: digests and sizes are bound too.
           (d) => void ((d.committed as { layers: unknown }).layers = other.committed!.layers),
           (d) =>

@@ -6,11 +6,12 @@ import { existsSync } from 'node:fs';
 import { mkdir, readFile, rename, rm } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { run } from '../../util/exec.js';
-import type { IdRange } from '../driver.js';
-import { RuntimeError } from '../driver.js';
+import { run } from '../../../util/exec.js';
+import type { IdRange } from '../../driver.js';
+import { RuntimeError } from '../../driver.js';
 
-const SOURCE = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..', 'native', 'aenv-idmap.c');
+// packages/server/native, from src/ or dist/runtime/drivers/container.
+const SOURCE = join(dirname(fileURLToPath(import.meta.url)), '../../../../native/aenv-idmap.c');
 
 /** Compiles the helper into `dir` unless this source version is there already; returns its path. */
 export async function buildIdmapHelper(dir: string): Promise<string> {

@@ -3,7 +3,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { applyMigrations, openStateDb } from '../../state/db.js';
+import { applyMigrations, openStateDb } from '../../../state/db.js';
 import { IdRangeAllocator, idRangeMigrations, NoFreeIdRangeError } from './id-range-allocator.js';
 
 const L = { start: 100000, size: 65536, count: 3 };

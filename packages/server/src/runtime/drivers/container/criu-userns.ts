@@ -6,8 +6,8 @@
 import { chmod, link, mkdir, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { BinaryReader, BinaryWriter, WireType } from '@bufbuild/protobuf/wire';
-import type { IdRange } from '../driver.js';
-import { RuntimeError } from '../driver.js';
+import type { IdRange } from '../../driver.js';
+import { RuntimeError } from '../../driver.js';
 
 // A sandbox has one user namespace (nested ones are refused by seccomp).
 const USERNS_IMAGE_RE = /^userns-\d+\.img$/;

@@ -1,8 +1,8 @@
 // The host uid/gid span aenv uses (docs/security.md, "uid isolation"): block 0 owns the cached image layers
 // (no sandbox runs as it), blocks 1..count are the sandboxes' own ranges, one per sandbox.
 import { readFile } from 'node:fs/promises';
-import type { IdRange } from '../driver.js';
-import { RuntimeError } from '../driver.js';
+import type { IdRange } from '../../driver.js';
+import { RuntimeError } from '../../driver.js';
 
 export interface IdLayout {
   /** `[runtime].uid_map_host_start`: first id of the span, and of the image range. */

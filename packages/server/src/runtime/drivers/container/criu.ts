@@ -1,6 +1,6 @@
 import { mkdir, readFile, rename, statfs, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import { run } from '../../util/exec.js';
+import { run } from '../../../util/exec.js';
 
 /**
  * CRIU options for every dump and restore, handed to CRIU by runc (config-file settings override runc's

@@ -1,5 +1,5 @@
 import { DEFAULT_PATH } from '@aenv/protocol';
-import type { SandboxResources } from '../driver.js';
+import type { SandboxResources } from '../../driver.js';
 import { BOOT_ID_FILE } from './boot-id.js';
 import type { OciSeccomp } from './seccomp.js';
 

@@ -1,5 +1,5 @@
 import { readFile } from 'node:fs/promises';
-import { RuntimeError } from '../driver.js';
+import { RuntimeError } from '../../driver.js';
 
 /** The automatic per-sandbox share of the node's budget: this many sandboxes at their limit fill it. */
 const SANDBOXES_PER_BUDGET = 16;

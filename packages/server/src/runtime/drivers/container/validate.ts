@@ -1,7 +1,7 @@
 import { isIP } from 'node:net';
 import { isAbsolute } from 'node:path';
-import type { SandboxSpec } from '../driver.js';
-import { RuntimeError } from '../driver.js';
+import type { SandboxSpec } from '../../driver.js';
+import { RuntimeError } from '../../driver.js';
 
 const ID_RE = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 const HOSTNAME_RE = /^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$/;
@@ -44,13 +44,21 @@ export function validateSpec(spec: SandboxSpec): void {
       `hostname ${JSON.stringify(spec.hostname)} is invalid: letters, digits and '-', at most 63 characters`,
     );
   }
-  if (!Array.isArray(spec.lowerDirs) || spec.lowerDirs.length === 0) {
+  const layers = spec.rootfs?.layers;
+  if (!Array.isArray(layers) || layers.length === 0) {
     throw new RuntimeError(
       'InvalidSpec',
-      `sandbox ${spec.id}: lowerDirs must list at least one image layer dir`,
+      `sandbox ${spec.id}: rootfs.layers must list at least one image layer dir`,
     );
   }
-  for (const dir of spec.lowerDirs) assertHostPath('lower dir', dir);
+  for (const dir of layers) assertHostPath('lower dir', dir);
+  const options = Object.keys(spec.rootfs.driverOptions ?? {});
+  if (options.length > 0) {
+    throw new RuntimeError(
+      'InvalidSpec',
+      `sandbox ${spec.id}: the container driver takes no rootfs options (got ${options.join(', ')})`,
+    );
+  }
   assertHostPath('netnsPath', spec.netnsPath);
   const r = spec.resources;
   if (!r || !(Number.isFinite(r.cpuCount) && r.cpuCount > 0 && r.cpuCount <= 1024)) {

@@ -3,7 +3,7 @@
 import { lstat, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { run } from '../../util/exec.js';
+import { run } from '../../../util/exec.js';
 import { CowVolume } from './cow-volume.js';
 import { readMounts } from './mountinfo.js';
 

@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
-import { CommandError, run } from '../../util/exec.js';
+import { CommandError, run } from '../../../util/exec.js';
 
 export interface RuncState {
   id: string;

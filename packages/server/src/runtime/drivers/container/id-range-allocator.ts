@@ -1,8 +1,8 @@
 // Which sandbox holds which uid/gid range, kept in state.db so that no two sandboxes ever get the same range,
 // across restarts too. A range is held for the sandbox's whole life — running or paused, since its disk is
 // owned by it — and freed when the sandbox is killed. See docs/security.md, "uid isolation".
-import type { Migration, StateDb } from '../../state/db.js';
-import type { IdRange } from '../driver.js';
+import type { Migration, StateDb } from '../../../state/db.js';
+import type { IdRange } from '../../driver.js';
 import type { IdLayout } from './id-ranges.js';
 import { rangeOfBlock } from './id-ranges.js';
 

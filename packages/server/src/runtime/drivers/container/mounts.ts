@@ -1,6 +1,6 @@
 import { dirname, relative, sep } from 'node:path';
-import { run } from '../../util/exec.js';
-import { RuntimeError } from '../driver.js';
+import { run } from '../../../util/exec.js';
+import { RuntimeError } from '../../driver.js';
 import { mountsUnder, readMounts } from './mountinfo.js';
 
 // The kernel copies mount data into one page; longer option strings fail with a confusing EINVAL.

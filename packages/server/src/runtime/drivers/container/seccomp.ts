@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { release } from 'node:os';
-import { RuntimeError } from '../driver.js';
+import { RuntimeError } from '../../driver.js';
 
 // OCI runtime-spec seccomp shapes (the subset runc reads).
 export interface OciSeccompArg {

@@ -1,10 +1,10 @@
 import { lstat, mkdir, open, readdir, rename, rm, statfs, unlink, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import { CommandError, run } from '../../util/exec.js';
-import { RuntimeError } from '../driver.js';
+import { CommandError, run } from '../../../util/exec.js';
+import { RuntimeError } from '../../driver.js';
 import type { MountEntry } from './mountinfo.js';
 import { readMounts } from './mountinfo.js';
-import { exists } from '../../util/fs.js';
+import { exists } from '../../../util/fs.js';
 
 export type CowVolumeMode = 'auto' | 'host' | 'loop-btrfs';
 

@@ -16,9 +16,9 @@ import {
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { run } from '../../util/exec.js';
-import type { SandboxSpec } from '../driver.js';
-import { RuntimeError } from '../driver.js';
+import { run } from '../../../util/exec.js';
+import type { SandboxSpec } from '../../driver.js';
+import { RuntimeError } from '../../driver.js';
 import { Cgroups, detectCgroupLayout } from './cgroups.js';
 import { ContainerDriver } from './container-driver.js';
 import { versionAtLeast } from './criu.js';
@@ -107,7 +107,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       id,
       hostname: id,
       idRange,
-      lowerDirs: [lower],
+      rootfs: { layers: [lower] },
       resources: { cpuCount: 1, memoryMB: 128, pidsLimit: 128 },
       netnsPath: patch.netnsPath ?? (await newNetns()),
       nameservers: ['192.0.2.53'],
@@ -389,9 +389,9 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
 
   it('refuses bad specs and duplicate ids with clear errors, leaving nothing behind', async () => {
     const s = await spec();
-    await expect(driver.create({ ...s, lowerDirs: [join(base, 'nope')] }, { tools })).rejects.toThrow(
-      /image layer dir .*nope does not exist/,
-    );
+    await expect(
+      driver.create({ ...s, rootfs: { layers: [join(base, 'nope')] } }, { tools }),
+    ).rejects.toThrow(/image layer dir .*nope does not exist/);
     await expect(driver.create({ ...s, id: '../evil' }, { tools })).rejects.toThrow(/sandbox id/);
     await expect(
       driver.create(s, { tools: { dir: join(base, 'lower-busybox'), version: 'x' } }),
@@ -492,12 +492,12 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
         `rootid=${a.idRange.hostStart}`,
       );
       await driver.freeze(a.id);
-      const snap = join(driver.storeDir, `uid-disk-${a.id}`);
-      await driver.snapshotUpper(a.id, snap);
+      const snap = join(driver.captureRoot, `uid-disk-${a.id}`);
+      await driver.captureDisk(a.id, snap);
       await driver.thaw(a.id);
 
       const b = await spec();
-      const hb = await driver.create(b, { tools, diskSource: snap });
+      const hb = await driver.create(b, { tools, disk: snap });
       const root = b.idRange.hostStart;
       const suid = await lstat(join(hb.upperDir, 'data/suid'));
       expect([suid.uid, suid.gid, suid.mode & 0o7777]).toEqual([root, root, 0o4755]);
@@ -513,7 +513,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       expect(
         (await execInSandbox(hb.upperDir, 'stat -c %u:%a /data/user /data/suid; cat /data/user')).output,
       ).toBe('1000:644\n0:4755\nu\n');
-      await driver.removeUpperSnapshot(snap);
+      await driver.removeDisk(snap);
       for (const id of [a.id, b.id]) await driver.destroy(id);
     });
 
@@ -577,15 +577,15 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     expect(await readFile(join(h.upperDir, base.slice(1), 'escape2'), 'utf8')).toBe('b\n');
     // Starting a second sandbox on this disk rewrites /etc files in the new upper: the links are replaced.
     await driver.freeze(s.id);
-    const snap = join(driver.storeDir, `snap-${s.id}`);
-    await driver.snapshotUpper(s.id, snap);
+    const snap = join(driver.captureRoot, `snap-${s.id}`);
+    await driver.captureDisk(s.id, snap);
     await driver.thaw(s.id);
     const s2 = await spec();
-    const h2 = await driver.create(s2, { tools, diskSource: snap });
+    const h2 = await driver.create(s2, { tools, disk: snap });
     expect(await readFile(victim, 'utf8')).toBe('host file\n');
     expect((await lstat(join(h2.upperDir, 'etc/hosts'))).isFile()).toBe(true);
     expect((await execInSandbox(h2.upperDir, 'cat /escape1 /etc/hostname')).output).toBe(`a\n${s2.id}\n`);
-    await driver.removeUpperSnapshot(snap);
+    await driver.removeDisk(snap);
     expect(await exists(snap)).toBe(false);
     await driver.destroy(s.id);
     await driver.destroy(s2.id);
@@ -632,10 +632,10 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     );
     expect(again.output).toBe('rc=0\n');
 
-    const disk = join(driver.storeDir, `disk-${s.id}`);
-    await driver.snapshotUpper(s.id, disk);
+    const disk = join(driver.captureRoot, `disk-${s.id}`);
+    await driver.captureDisk(s.id, disk);
     const child = await spec({ resources: limited(32) });
-    const c = await driver.create(child, { tools, diskSource: disk });
+    const c = await driver.create(child, { tools, disk: disk });
     await driver.diskLimitSet(child.id);
     // The 16 MB it inherited count toward its 32.
     const childFill = await execInSandbox(c.upperDir, fillUp('/more', 24));
@@ -647,20 +647,20 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     // host writes its files into the sandbox dir before the limit is set — and is as full as its source.
     const EDQUOT = { errno: -122 };
     await expect(writeFile(join(c.upperDir, 'filler'), Buffer.alloc(64 << 20))).rejects.toMatchObject(EDQUOT);
-    const fullDisk = join(driver.storeDir, `disk-${child.id}`);
-    await driver.snapshotUpper(child.id, fullDisk);
+    const fullDisk = join(driver.captureRoot, `disk-${child.id}`);
+    await driver.captureDisk(child.id, fullDisk);
     // Its limit may even be below what it already holds (8 of ~32 MB): it starts, and can be snapshotted again.
     const grandchild = await spec({ resources: limited(8) });
-    const g = await driver.create(grandchild, { tools, diskSource: fullDisk });
+    const g = await driver.create(grandchild, { tools, disk: fullDisk });
     await driver.diskLimitSet(grandchild.id);
     await expect(writeFile(join(g.upperDir, 'more'), Buffer.alloc(1 << 20))).rejects.toMatchObject(EDQUOT);
-    const overDisk = join(driver.storeDir, `disk-${grandchild.id}`);
-    await driver.snapshotUpper(grandchild.id, overDisk);
+    const overDisk = join(driver.captureRoot, `disk-${grandchild.id}`);
+    await driver.captureDisk(grandchild.id, overDisk);
     // The snapshots themselves (host data) are not held to the limit they were taken with.
     await writeFile(join(fullDisk, 'upper', 'host-copy'), Buffer.alloc(40 << 20));
     await writeFile(join(overDisk, 'upper', 'host-copy'), Buffer.alloc(40 << 20));
     for (const id of [grandchild.id, child.id, s.id]) await driver.destroy(id);
-    for (const d of [disk, fullDisk, overDisk]) await driver.removeUpperSnapshot(d);
+    for (const d of [disk, fullDisk, overDisk]) await driver.removeDisk(d);
   });
 
   it('stops a fork bomb at pidsLimit', async () => {
@@ -826,7 +826,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
         'counter to start',
       );
       const pidsBefore = (await execInSandbox(h.upperDir, 'pidof nc')).output;
-      const images = join(driver.storeDir, `ckpt-${s.id}`);
+      const images = join(driver.captureRoot, `ckpt-${s.id}`);
       // The pause flow: CPU is released at once by the freezer, then the dump.
       await driver.freeze(s.id);
       const ck = await driver.checkpoint(s.id, images);
@@ -881,9 +881,9 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
         'counter to start',
       );
       const secret = await readFile(join(h.upperDir, 'tmp/secret'), 'utf8');
-      const images = join(driver.storeDir, `fork-${s.id}`);
-      const snap = join(driver.storeDir, `fork-disk-${s.id}`);
-      await driver.checkpoint(s.id, images, { leaveRunning: true, upperSnapshotDest: snap });
+      const images = join(driver.captureRoot, `fork-${s.id}`);
+      const snap = join(driver.captureRoot, `fork-disk-${s.id}`);
+      await driver.checkpoint(s.id, images, { leaveRunning: true, diskDest: snap });
       const atFork = Number((await readFile(join(snap, 'upper/tmp/count'), 'utf8')).trim());
       // The source keeps running.
       await waitFor(
@@ -893,7 +893,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       );
 
       const child = await spec();
-      const c = await driver.restore(child, images, { tools, diskSource: snap });
+      const c = await driver.restore(child, images, { tools, disk: snap });
       expect(c.sandboxDir).not.toBe(h.sandboxDir);
       // The fork runs in its own range: its restored user namespace and its disk moved there.
       expect(child.idRange.hostStart).not.toBe(s.idRange.hostStart);
@@ -929,7 +929,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       const [pc, cc] = [await driver.stats(s.id), await driver.stats(child.id)];
       expect(pc.pids).toBeGreaterThan(0);
       expect(cc.pids).toBeGreaterThan(0);
-      await driver.removeUpperSnapshot(snap);
+      await driver.removeDisk(snap);
       await rm(images, { recursive: true, force: true });
       await driver.destroy(child.id);
       await driver.destroy(s.id);
@@ -939,7 +939,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     it('refuses a restore with another tools version and reports CRIU failures clearly', async () => {
       const s = await spec({}, counterCmd);
       await driver.create(s, { tools });
-      const images = join(driver.storeDir, `ckpt-tools-${s.id}`);
+      const images = join(driver.captureRoot, `ckpt-tools-${s.id}`);
       await driver.checkpoint(s.id, images);
       await expect(driver.restore(s, images, { tools: { ...tools, version: 'other' } })).rejects.toThrow(
         /taken with tools test-tools-1, not other/,
@@ -953,12 +953,10 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       await driver.destroy(s.id);
       // A damaged image: restore fails with CRIU's own error text, and leaves no half sandbox.
       const child = await spec();
-      const snapDir = join(driver.storeDir, `empty-disk-${s.id}`);
+      const snapDir = join(driver.captureRoot, `empty-disk-${s.id}`);
       await mkdir(join(snapDir, 'upper'), { recursive: true });
       for (const f of await readdir(images)) if (f.startsWith('pstree')) await rm(join(images, f));
-      const err = await driver
-        .restore(child, images, { tools, diskSource: snapDir })
-        .catch((e: unknown) => e);
+      const err = await driver.restore(child, images, { tools, disk: snapDir }).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(RuntimeError);
       expect((err as RuntimeError).reason).toBe('RestoreFailed');
       expect((err as Error).message).toMatch(/restore of .* failed: .*Error|restore of .* failed/);
@@ -971,7 +969,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
   describe.skipIf(!hasBase)('Debian base image', () => {
     it('runs with the base image: sudo works for user 1000, package files owned by root inside', async () => {
       const layers = await unpackOciLayout(BASE_IMAGE, 'latest', join(base, 'base-layers'), UID_START);
-      const s = await spec({ lowerDirs: layers });
+      const s = await spec({ rootfs: { layers } });
       const h = await driver.create(s, { tools });
       const r = await execInSandbox(
         h.upperDir,

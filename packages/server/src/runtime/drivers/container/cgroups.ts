@@ -2,10 +2,10 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { mkdir, readFile, readdir, rmdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { SandboxStats } from '../driver.js';
-import { RuntimeError } from '../driver.js';
+import type { SandboxStats } from '../../driver.js';
+import { RuntimeError } from '../../driver.js';
 import type { MountEntry } from './mountinfo.js';
-import { exists } from '../../util/fs.js';
+import { exists } from '../../../util/fs.js';
 
 const V1_CONTROLLERS = new Set([
   'cpu',

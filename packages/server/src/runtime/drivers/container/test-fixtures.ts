@@ -15,7 +15,7 @@ import {
 } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { run } from '../../util/exec.js';
+import { run } from '../../../util/exec.js';
 
 const BUSYBOX = '/bin/busybox';
 

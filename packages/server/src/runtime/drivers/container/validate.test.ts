@@ -1,12 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import type { SandboxSpec } from '../driver.js';
-import { RuntimeError } from '../driver.js';
+import type { SandboxSpec } from '../../driver.js';
+import { RuntimeError } from '../../driver.js';
 import { assertSandboxId, validateSpec } from './validate.js';
 
 const good: SandboxSpec = {
   id: 'ia1b2c3',
   hostname: 'ia1b2c3',
-  lowerDirs: ['/cache/layers/1'],
+  rootfs: { layers: ['/cache/layers/1'] },
   resources: { cpuCount: 2, memoryMB: 512, pidsLimit: 1024 },
   netnsPath: '/run/aenv/netns/aenv-ns-1',
   nameservers: ['10.0.0.2', '2001:db8::53'],
@@ -37,9 +37,13 @@ describe('validateSpec', () => {
 
   it('names the bad field', () => {
     bad({ hostname: 'bad_host' }, /hostname/);
-    bad({ lowerDirs: [] }, /lowerDirs/);
-    bad({ lowerDirs: ['relative/dir'] }, /absolute/);
-    bad({ lowerDirs: ['/a,upperdir=/etc'] }, /must not contain/);
+    bad({ rootfs: { layers: [] } }, /rootfs\.layers/);
+    bad({ rootfs: { layers: ['relative/dir'] } }, /absolute/);
+    bad({ rootfs: { layers: ['/a,upperdir=/etc'] } }, /must not contain/);
+    bad(
+      { rootfs: { layers: ['/l'], driverOptions: { kernel: '/vmlinux' } } },
+      /no rootfs options \(got kernel\)/,
+    );
     bad({ netnsPath: '/x:y' }, /netnsPath/);
     bad({ resources: { cpuCount: 0, memoryMB: 512, pidsLimit: 10 } }, /cpuCount/);
     bad({ resources: { cpuCount: 1, memoryMB: 1.5, pidsLimit: 10 } }, /memoryMB/);

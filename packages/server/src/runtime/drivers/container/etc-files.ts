@@ -2,7 +2,7 @@ import { constants } from 'node:fs';
 import type { Stats } from 'node:fs';
 import { chmod, chown, lstat, mkdir, open, readFile, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import { RuntimeError } from '../driver.js';
+import { RuntimeError } from '../../driver.js';
 
 export interface EtcFilesInput {
   upperDir: string;

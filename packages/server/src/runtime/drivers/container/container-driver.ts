@@ -1,10 +1,11 @@
 import { chmod, chown, lstat, mkdir, readFile, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import { run } from '../../util/exec.js';
+import { run } from '../../../util/exec.js';
 import type {
   CheckpointOptions,
   CheckpointResult,
   CreateOptions,
+  DiskRef,
   IdRange,
   ListedSandbox,
   ReconcileReport,
@@ -14,8 +15,9 @@ import type {
   SandboxSpec,
   SandboxStats,
   ToolsMount,
-} from '../driver.js';
-import { RuntimeError } from '../driver.js';
+} from '../../driver.js';
+import { containerRecordCodec } from './record-codec.js';
+import { RuntimeError } from '../../driver.js';
 import { Cgroups, detectCgroupLayout } from './cgroups.js';
 import type { CowKind, CowVolumeMode } from './cow-volume.js';
 import { CowVolume } from './cow-volume.js';
@@ -51,8 +53,8 @@ import { SpareDirs, Trash } from './spare-dirs.js';
 import type { OciSeccomp, SeccompSource } from './seccomp.js';
 import { loadSeccompProfile } from './seccomp.js';
 import { assertHostPath, assertSandboxId, isSandboxId, validateSpec } from './validate.js';
-import { exists } from '../../util/fs.js';
-import { privatizeTree } from '../../util/private-tree.js';
+import { exists } from '../../../util/fs.js';
+import { privatizeTree } from '../../../util/private-tree.js';
 
 /**
  * Mode of a sandbox dir (owner root, group the sandbox's mapped root): runc, running as that uid inside the
@@ -135,6 +137,14 @@ export interface ContainerDriverOptions {
   /** Empty sandbox dirs kept ready so a create only renames one (default 2; 0 = none). */
   spareDirs?: number;
   logger?: Logger;
+}
+
+/** A sandbox as the container driver hands it back: with its dir and overlay upper, as the host sees them. */
+export interface ContainerSandboxHandle extends SandboxHandle {
+  /** Directory holding the sandbox's upper, rootfs mount point and bundle. */
+  sandboxDir: string;
+  /** The overlay upper dir: every file the sandbox changed. */
+  upperDir: string;
 }
 
 interface CheckpointMeta {
@@ -322,8 +332,20 @@ export class ContainerDriver implements RuntimeDriver {
   }
 
   /** A place on the sandbox volume for other modules' CoW-friendly data (disk snapshots, checkpoint images). */
-  get storeDir(): string {
+  get captureRoot(): string {
     return join(this.sandboxesDir, '.store');
+  }
+
+  readonly recordCodec = containerRecordCodec;
+
+  readonly memoryMediaTypes = {
+    capture: 'application/vnd.aenv.criu-images.tar',
+    paused: 'application/vnd.aenv.paused-criu-images.tar',
+  };
+
+  /** A saved disk is a directory holding the sandbox's overlay upper as `upper/`. */
+  diskFilesDir(disk: DiskRef): string {
+    return join(disk, 'upper');
   }
 
   async init(): Promise<void> {
@@ -365,7 +387,7 @@ export class ContainerDriver implements RuntimeDriver {
     await this.cow.init();
     await this.enforceSandboxDirModes();
     await assertSearchable('sandbox dir', this.sandboxesDir);
-    await mkdir(this.storeDir, { recursive: true, mode: 0o700 });
+    await mkdir(this.captureRoot, { recursive: true, mode: 0o700 });
     const remove = (path: string) => this.cow.removeDir(path);
     this.trash = new Trash({ dir: this.sandboxesDir, remove, log: this.log });
     await this.trash.init();
@@ -560,7 +582,7 @@ export class ContainerDriver implements RuntimeDriver {
   }
 
   private async checkLowerDirs(spec: SandboxSpec): Promise<void> {
-    for (const d of spec.lowerDirs) {
+    for (const d of spec.rootfs.layers) {
       let st;
       try {
         st = await stat(d);
@@ -670,13 +692,13 @@ export class ContainerDriver implements RuntimeDriver {
   }
 
   private lowerMountPoints(spec: SandboxSpec, p: SandboxPaths): string[] {
-    return spec.lowerDirs.map((_, i) => join(p.lowers, String(i)));
+    return spec.rootfs.layers.map((_, i) => join(p.lowers, String(i)));
   }
 
   /** bundle/layers.json: the layers (bottom first), the range owning them on disk, the sandbox's range. */
   private layersRecord(spec: SandboxSpec): string {
     return JSON.stringify({
-      lowerDirs: spec.lowerDirs,
+      lowerDirs: spec.rootfs.layers,
       layersIdRange: imageRange(this.idLayout),
       idRange: spec.idRange,
     });
@@ -721,7 +743,7 @@ export class ContainerDriver implements RuntimeDriver {
   ): Promise<void> {
     await writeEtcFiles({
       upperDir: p.upper,
-      lowerDirs: spec.lowerDirs,
+      lowerDirs: spec.rootfs.layers,
       hostname: spec.hostname,
       nameservers: spec.nameservers ?? [],
       rootUid: spec.idRange.hostStart,
@@ -738,7 +760,7 @@ export class ContainerDriver implements RuntimeDriver {
         this.helper(),
         imageRange(this.idLayout),
         spec.idRange,
-        spec.lowerDirs,
+        spec.rootfs.layers,
         this.lowerMountPoints(spec, p),
       );
       await mountSandbox(spec.netnsPath, p.fstab, fstab.cwd, idmap);
@@ -784,30 +806,30 @@ export class ContainerDriver implements RuntimeDriver {
     return pid;
   }
 
-  async create(spec: SandboxSpec, opts: CreateOptions): Promise<SandboxHandle> {
+  async create(spec: SandboxSpec, opts: CreateOptions): Promise<ContainerSandboxHandle> {
     validateSpec(spec);
     const range = assertSandboxRange(this.idLayout, spec.idRange, `sandbox ${spec.id}`);
     return this.lock.run(spec.id, async () => {
       await this.checkTools(opts.tools);
       await this.checkLowerDirs(spec);
-      if (opts.diskSource !== undefined) assertHostPath('diskSource', opts.diskSource);
+      if (opts.disk !== undefined) assertHostPath('diskSource', opts.disk);
       const p = this.paths(spec.id);
       if ((await exists(p.dir)) || (await exists(this.runcStateDir(spec.id)))) {
         throw new RuntimeError('AlreadyExists', `sandbox ${spec.id} already exists`);
       }
       try {
-        const spare = opts.diskSource ? null : this.spares?.take();
+        const spare = opts.disk ? null : this.spares?.take();
         if (spare) {
           await rename(spare, p.dir);
           await this.ownDirs(p, range);
         } else {
-          if (opts.diskSource) {
-            await this.cloneDisk(opts.diskSource, p);
+          if (opts.disk) {
+            await this.cloneDisk(opts.disk, p);
             await this.adoptDisk(p, range);
           } else await this.cow.createDir(p.dir);
           await this.prepareDirs(p, range.hostStart);
         }
-        await writeBootId(p.upper, spec.lowerDirs, spec.idRange.hostStart, (id) =>
+        await writeBootId(p.upper, spec.rootfs.layers, spec.idRange.hostStart, (id) =>
           this.viewOfLayerId(id, spec.idRange),
         );
         await this.mountAndConfigure(spec, p, opts.tools);
@@ -833,10 +855,7 @@ export class ContainerDriver implements RuntimeDriver {
 
   private async cloneDisk(source: string, p: SandboxPaths): Promise<void> {
     if (!(await exists(join(source, 'upper')))) {
-      throw new RuntimeError(
-        'InvalidSpec',
-        `disk source ${source} has no upper/ (not made by snapshotUpper)`,
-      );
+      throw new RuntimeError('InvalidSpec', `disk source ${source} has no upper/ (not made by captureDisk)`);
     }
     await this.cow.cloneDir(source, p.dir);
     // Only upper/ carries the disk; anything else a snapshot brought along is stale.
@@ -900,7 +919,7 @@ export class ContainerDriver implements RuntimeDriver {
   async checkpoint(id: string, imagesDir: string, opts: CheckpointOptions = {}): Promise<CheckpointResult> {
     assertSandboxId(id);
     assertHostPath('imagesDir', imagesDir);
-    if (opts.upperSnapshotDest !== undefined) assertHostPath('upperSnapshotDest', opts.upperSnapshotDest);
+    if (opts.diskDest !== undefined) assertHostPath('upperSnapshotDest', opts.diskDest);
     this.requireCriu('checkpoint');
     return this.lock.run(id, async () => {
       const p = this.paths(id);
@@ -910,8 +929,8 @@ export class ContainerDriver implements RuntimeDriver {
       }
       if (await exists(imagesDir))
         throw new RuntimeError('AlreadyExists', `checkpoint dir ${imagesDir} already exists`);
-      if (opts.upperSnapshotDest && (await exists(opts.upperSnapshotDest))) {
-        throw new RuntimeError('AlreadyExists', `snapshot dir ${opts.upperSnapshotDest} already exists`);
+      if (opts.diskDest && (await exists(opts.diskDest))) {
+        throw new RuntimeError('AlreadyExists', `snapshot dir ${opts.diskDest} already exists`);
       }
       const config = JSON.parse(await readFile(p.config, 'utf8')) as OciConfigView;
       const netnsPath = config.linux.namespaces.find((n) => n.type === 'network')?.path;
@@ -929,8 +948,8 @@ export class ContainerDriver implements RuntimeDriver {
       if (!wasFrozen) await this.cg().freeze(id);
       const started = process.hrtime.bigint();
       // Frozen, the disk cannot change while CRIU dumps: its snapshot is taken at the same time, not after.
-      const diskSnapshot = opts.upperSnapshotDest
-        ? this.snapshotPaths(p, opts.upperSnapshotDest).then(
+      const diskSnapshot = opts.diskDest
+        ? this.snapshotPaths(p, opts.diskDest).then(
             () => undefined,
             (err: unknown) => err,
           )
@@ -950,8 +969,7 @@ export class ContainerDriver implements RuntimeDriver {
             continue;
           }
           await rm(imagesDir, { recursive: true, force: true });
-          if (!(await diskSnapshot) && opts.upperSnapshotDest)
-            await this.cow.removeDir(opts.upperSnapshotDest).catch(() => {});
+          if (!(await diskSnapshot) && opts.diskDest) await this.cow.removeDir(opts.diskDest).catch(() => {});
           if (!wasFrozen)
             await this.cg()
               .thaw(id)
@@ -990,7 +1008,7 @@ export class ContainerDriver implements RuntimeDriver {
         await this.runc.forceDelete(id);
         await this.cg().remove(id);
       }
-      return { imagesDir, dumpMs, imageBytes: await dirBytes(imagesDir) };
+      return { memory: imagesDir, dumpMs, imageBytes: await dirBytes(imagesDir) };
     });
   }
 
@@ -1020,11 +1038,11 @@ export class ContainerDriver implements RuntimeDriver {
     return lower ? lower.slice('lowerdir='.length).split(':').reverse() : [];
   }
 
-  async restore(spec: SandboxSpec, imagesDir: string, opts: RestoreOptions): Promise<SandboxHandle> {
+  async restore(spec: SandboxSpec, imagesDir: string, opts: RestoreOptions): Promise<ContainerSandboxHandle> {
     validateSpec(spec);
     const range = assertSandboxRange(this.idLayout, spec.idRange, `sandbox ${spec.id}`);
     assertHostPath('imagesDir', imagesDir);
-    if (opts.diskSource !== undefined) assertHostPath('diskSource', opts.diskSource);
+    if (opts.disk !== undefined) assertHostPath('diskSource', opts.disk);
     this.requireCriu('restore');
     return this.lock.run(spec.id, async () => {
       await this.checkTools(opts.tools);
@@ -1050,7 +1068,7 @@ export class ContainerDriver implements RuntimeDriver {
           `sandbox ${spec.id} is ${state.status}; destroy it before restoring`,
         );
       }
-      const inPlace = opts.diskSource === undefined;
+      const inPlace = opts.disk === undefined;
       if (inPlace) {
         if (!(await exists(p.upper))) {
           throw new RuntimeError(
@@ -1069,7 +1087,7 @@ export class ContainerDriver implements RuntimeDriver {
         if (inPlace && !reuseMounts) await unmountTree(p.dir);
         // In place, the sandbox dir kept its limit: lifted while the host writes into it (see create).
         if (inPlace) await this.cow.unlimitDir(p.dir);
-        if (!inPlace) await this.cloneDisk(opts.diskSource as string, p);
+        if (!inPlace) await this.cloneDisk(opts.disk as string, p);
         if (!reuseMounts) {
           await this.adoptDisk(p, range);
           await this.prepareDirs(p, range.hostStart);
@@ -1154,7 +1172,7 @@ export class ContainerDriver implements RuntimeDriver {
     return meta;
   }
 
-  async snapshotUpper(id: string, dest: string): Promise<void> {
+  async captureDisk(id: string, dest: string): Promise<DiskRef> {
     assertSandboxId(id);
     assertHostPath('snapshot dest', dest);
     return this.lock.run(id, async () => {
@@ -1162,6 +1180,7 @@ export class ContainerDriver implements RuntimeDriver {
       if (!(await exists(p.upper))) throw new RuntimeError('NotFound', `sandbox ${id} has no disk`);
       if (await exists(dest)) throw new RuntimeError('AlreadyExists', `snapshot dir ${dest} already exists`);
       await this.snapshotPaths(p, dest);
+      return dest;
     });
   }
 
@@ -1189,7 +1208,7 @@ export class ContainerDriver implements RuntimeDriver {
     }
   }
 
-  async removeUpperSnapshot(path: string): Promise<void> {
+  async removeDisk(path: DiskRef): Promise<void> {
     assertHostPath('snapshot path', path);
     await this.cow.removeDir(path);
   }
