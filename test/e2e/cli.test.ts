@@ -1,7 +1,7 @@
 // The `aenv` client commands (docs/cli.md) run as the built binary against a real node: JSON output parsed,
 // exit codes checked, the credentials file's rules, and the failures a user or a script meets.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -311,6 +311,115 @@ describe('aenv CLI against a node', () => {
     // A start that cannot attach left nothing behind.
     const all = json(await aenv(['list'])) as { sandboxID: string }[];
     expect(all.filter((s) => !created.includes(s.sandboxID))).toEqual([]);
+  });
+
+  describe('in a real terminal (tmux)', () => {
+    const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+    const sessions: string[] = [];
+    afterAll(() => {
+      for (const name of sessions) spawnSync('tmux', ['kill-session', '-t', name]);
+    });
+
+    /**
+     * Runs `aenv <args>` in a detached tmux session of 100x30; the wrapper prints the exit code and whether
+     * the terminal settings (stty -g) were the same after as before, then waits to be killed.
+     */
+    function inTmux(args: string[]): string {
+      const name = `${RUN}-${sessions.length}`;
+      sessions.push(name);
+      const wrapper = join(work, `${name}.sh`);
+      writeFileSync(
+        wrapper,
+        [
+          `export HOME=${home} AENV_URL=${server.url} AENV_API_KEY=${server.apiKey}`,
+          'before=$(stty -g)',
+          `${process.execPath} ${CLI} ${args.map((a) => `'${a}'`).join(' ')}`,
+          'code=$?',
+          '[ "$(stty -g)" = "$before" ] && state=RESTORED || state=BROKEN',
+          'echo "AENV-EXIT:$code:$state"',
+          'sleep 600',
+        ].join('\n'),
+      );
+      const r = spawnSync('tmux', [
+        'new-session',
+        '-d',
+        '-s',
+        name,
+        '-x',
+        '100',
+        '-y',
+        '30',
+        `bash --norc ${wrapper}`,
+      ]);
+      expect(r.status, String(r.stderr)).toBe(0);
+      return name;
+    }
+
+    const pane = (name: string) =>
+      spawnSync('tmux', ['capture-pane', '-p', '-J', '-t', name, '-S', '-200'], { encoding: 'utf8' }).stdout;
+
+    /** Waits (bounded) until the pane shows `pattern`; returns the pane. */
+    async function waitFor(name: string, pattern: RegExp): Promise<string> {
+      for (let i = 0; i < 300; i++) {
+        const text = pane(name);
+        if (pattern.test(text)) return text;
+        await sleep(200);
+      }
+      throw new Error(`tmux pane never showed ${pattern}:\n${pane(name)}`);
+    }
+
+    const keys = (name: string, ...k: string[]) => spawnSync('tmux', ['send-keys', '-t', name, ...k]);
+
+    it('start attaches a shell: prompt, output, resize, exit restores the terminal', async () => {
+      const t = inTmux(['start', 'base']);
+      const shown = await waitFor(t, /sandbox [0-9a-f-]{36} \(exit the shell/);
+      created.push(/sandbox ([0-9a-f-]{36})/.exec(shown)![1]!);
+      // The login shell's prompt (capture-pane drops its trailing space).
+      await waitFor(t, /[#$]$/m);
+      keys(t, 'echo "hello-$((6*7))"', 'Enter');
+      await waitFor(t, /^hello-42$/m);
+      keys(t, 'stty size', 'Enter');
+      await waitFor(t, /^30 100$/m);
+      spawnSync('tmux', ['resize-window', '-t', t, '-x', '120', '-y', '40']);
+      await sleep(500);
+      keys(t, 'clear; stty size', 'Enter');
+      await waitFor(t, /^40 120$/m);
+      keys(t, 'exit 5', 'Enter');
+      await waitFor(t, /AENV-EXIT:5:RESTORED/);
+    });
+
+    it('connect attaches to a running sandbox; Ctrl-D ends it; a dropped sandbox still restores the terminal', async () => {
+      const id = await startDetached();
+      const t = inTmux(['connect', id]);
+      await sleep(1000);
+      keys(t, 'echo "in-$((1+1))"', 'Enter');
+      await waitFor(t, /^in-2$/m);
+      keys(t, 'C-d');
+      await waitFor(t, /AENV-EXIT:0:RESTORED/);
+
+      const t2 = inTmux(['cn', id]);
+      keys(t2, 'echo "again-$((2+1))"', 'Enter');
+      await waitFor(t2, /^again-3$/m);
+      json(await aenv(['rm', id]));
+      const end = await waitFor(t2, /AENV-EXIT:\d+:\w+/);
+      expect(end).toMatch(/AENV-EXIT:[1-9]\d*:RESTORED/);
+    });
+
+    it("exec -t runs in a PTY of the terminal's size and Ctrl-C interrupts it", async () => {
+      const id = await startDetached();
+      const t = inTmux([
+        'exec',
+        '-t',
+        id,
+        'sh',
+        '-c',
+        'stty size; trap "echo got-INT; exit 7" INT; sleep 300 & wait',
+      ]);
+      await waitFor(t, /^30 100$/m);
+      keys(t, 'C-c');
+      await waitFor(t, /got-INT/);
+      await waitFor(t, /AENV-EXIT:7:RESTORED/);
+    });
   });
 
   it('prints completion scripts bash can load and complete with', async () => {
