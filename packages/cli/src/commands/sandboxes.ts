@@ -131,12 +131,19 @@ export function registerSandboxCommands(program: Command): void {
       .command('start')
       .argument('<target>', 'template id or alias (an OCI image reference with --cold)')
       .description('start a sandbox and attach a shell to it (-d: print its id and leave it running)')
-      .option('--cold', 'boot from an OCI image instead of a template (POST /sandboxes-cold)')
+      .option(
+        '--cold',
+        "boot from an OCI image instead of a template (POST /sandboxes-cold: AgentENV's route, not served by aenv nodes yet)",
+      )
       .option('--secure', "require the envd access token for the sandbox's envd")
       .option('--timeout <secs>', 'seconds until the sandbox ends', seconds, DEFAULT_TIMEOUT_SECS)
-      .option('--cpu <n>', 'vCPUs (--cold only)', intIn(1, 1024))
+      .option('--cpu <n>', 'vCPUs (--cold only; also --cpu-count)', intIn(1, 1024))
       .addOption(new Option('--cpu-count <n>').argParser(intIn(1, 1024)).hideHelp())
-      .option('--memory <mb>', 'memory in MiB (--cold only)', intIn(128, 16 * 1024 * 1024))
+      .option(
+        '--memory <mb>',
+        'memory in MiB (--cold only; also --memory-mb, --mem)',
+        intIn(128, 16 * 1024 * 1024),
+      )
       .addOption(new Option('--memory-mb <mb>').argParser(intIn(128, 16 * 1024 * 1024)).hideHelp())
       .addOption(new Option('--mem <mb>').argParser(intIn(128, 16 * 1024 * 1024)).hideHelp())
       .option(

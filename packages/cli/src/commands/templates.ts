@@ -30,9 +30,17 @@ export function templateNameOf(image: string): string {
 /** The resource flags shared by `pull` and `build`, with the reference's aliases hidden. */
 export function withResourceFlags(cmd: Command): Command {
   return cmd
-    .option('--cpu <n>', "vCPUs of its sandboxes (default: the node's [machine] default)", intIn(1, 1024))
+    .option(
+      '--cpu <n>',
+      "vCPUs of its sandboxes (default: the node's [machine] default; also --cpu-count)",
+      intIn(1, 1024),
+    )
     .addOption(new Option('--cpu-count <n>').argParser(intIn(1, 1024)).hideHelp())
-    .option('--memory <mb>', 'memory of its sandboxes in MiB', intIn(128, 16 * 1024 * 1024))
+    .option(
+      '--memory <mb>',
+      'memory of its sandboxes in MiB (also --memory-mb, --mem)',
+      intIn(128, 16 * 1024 * 1024),
+    )
     .addOption(new Option('--memory-mb <mb>').argParser(intIn(128, 16 * 1024 * 1024)).hideHelp())
     .addOption(new Option('--mem <mb>').argParser(intIn(128, 16 * 1024 * 1024)).hideHelp());
 }
