@@ -98,6 +98,18 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
         aenv: true,
         doc: 'Largest accepted control-plane JSON request body, in bytes.',
       }),
+      idempotency_retention_secs: int({
+        default: 86400,
+        min: 1,
+        aenv: true,
+        doc: 'How long the answer of a sandbox create sent with an Idempotency-Key is kept (in state.db, across restarts): a retry with the same key and request within this time gets that answer instead of a second sandbox.',
+      }),
+      idempotency_max_keys: int({
+        default: 10000,
+        min: 1,
+        aenv: true,
+        doc: 'Most Idempotency-Key answers kept; past it the oldest are dropped first (a retry with a dropped key creates again).',
+      }),
     },
     { aenv: true },
   ),
@@ -532,13 +544,13 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
       trim: true,
       check: httpUrl,
       example: 'http://127.0.0.1:9090',
-      doc: 'Base URL of the hook service; unset = disabled and customExtensionParams are rejected.',
+      doc: 'Base URL of the hook service (`POST {url}/sandbox-hook/*`, docs/hooks.md); unset = disabled and customExtensionParams are rejected.',
     }),
     timeout_ms: int({
       default: 5000,
       min: 1,
       commented: true,
-      doc: 'Timeout of each non-stop hook call in milliseconds.',
+      doc: 'Timeout of each hook call in milliseconds, answer included; a start or patch-params hook past it fails its operation.',
     }),
   }),
 
@@ -701,6 +713,18 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
       aenv: true,
       doc: 'How long an operation waits for a sandbox in a transitional state.',
     }),
+    paused_quota_mb: int({
+      default: 0,
+      min: 0,
+      aenv: true,
+      doc: 'Most bytes the pause artifacts (CRIU images + saved disks) of all paused sandboxes of this node may hold, in MiB; a pause past it is refused with 507 and the sandbox keeps running. 0 = half the size of the sandbox volume.',
+    }),
+    paused_retention_secs: int({
+      default: 0,
+      min: 0,
+      aenv: true,
+      doc: 'A sandbox paused this long is deleted (record, disk and checkpoint, as DELETE does). 0 = paused sandboxes are kept until deleted.',
+    }),
   }),
 
   template_build: section(
@@ -735,7 +759,19 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
         default: 168,
         min: 1,
         aenv: true,
-        doc: 'Uploaded build contexts unused for this long are removed (checked at startup).',
+        doc: 'Uploaded build contexts unused for this long are removed (checked at startup and every few minutes).',
+      }),
+      log_retention_hours: int({
+        default: 720,
+        min: 0,
+        aenv: true,
+        doc: 'Build logs older than this are removed (the template stays; its build status then shows no log lines). 0 = kept until the template is deleted.',
+      }),
+      artefacts_quota_mb: int({
+        default: 10240,
+        min: 0,
+        aenv: true,
+        doc: 'Most bytes build leftovers (build logs, uploaded build contexts, the build-step cache) may hold together, in MiB; past it the least recently used are removed first, and an upload that still does not fit is refused with 507. Built templates never count. 0 = no limit.',
       }),
       cache_max_entries: int({
         default: 64,

@@ -20,6 +20,7 @@ import { openStateDb, type StateDb } from './state/db.js';
 import { lockNodeDirs } from './util/node-lock.js';
 import { enforceNodeDirModes } from './util/node-modes.js';
 import { makeReadOnlyForAll } from './util/private-tree.js';
+import { filesystemBytes } from './util/disk-usage.js';
 import { ServerMetrics } from './observability/metrics.js';
 import { HostMetricsSampler } from './observability/host-metrics.js';
 import {
@@ -50,9 +51,14 @@ import {
   registerAdmission,
   withResourceLimits,
 } from './api/admission.js';
+import { IdempotencyLayer } from './api/idempotency.js';
+import { IdempotencyStore, idempotencyMigrations } from './api/idempotency-store.js';
 import { registerHealthRoutes } from './api/routes/health.js';
 import { registerNodeRoutes } from './api/routes/nodes.js';
 import { registerSandboxRoutes } from './api/routes/sandboxes.js';
+import { HookClient } from './extension/hook-client.js';
+import { SandboxEventStore, sandboxEventMigrations } from './events/sandbox-events.js';
+import { registerEventRoutes } from './api/routes/events.js';
 import { registerSnapshotRoutes } from './api/routes/snapshots.js';
 import { registerTemplateRoutes } from './api/routes/templates.js';
 import { registerMetricsRoutes } from './api/routes/metrics.js';
@@ -150,7 +156,9 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     ...orchestratorMigrations,
     ...imageMigrations,
     ...sandboxLogMigrations,
+    ...sandboxEventMigrations,
     ...idRangeMigrations,
+    ...idempotencyMigrations,
   ]);
   const store = new SandboxStore(db);
   const stored = store.loadAll().records;
@@ -341,22 +349,45 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     envdVersion: ENVD_VERSION,
   });
   const admission = new AdmissionControl(admissionLimitsFrom(config));
+  const idempotency = new IdempotencyLayer(
+    new IdempotencyStore(db, {
+      team: localTeamId(apiKey.key),
+      retentionMs: config.api.idempotency_retention_secs * 1000,
+      maxKeys: config.api.idempotency_max_keys,
+    }),
+    logger.child({ component: 'idempotency' }),
+  );
+  const extension = config.custom_extension.url
+    ? new HookClient({
+        url: config.custom_extension.url,
+        timeoutMs: config.custom_extension.timeout_ms,
+        logger: logger.child({ component: 'custom-extension' }),
+      })
+    : undefined;
+  const events = new SandboxEventStore(db, { teamId: localTeamId(apiKey.key) });
   const orchestrator = new Orchestrator({
     store,
     backend,
     templates: withResourceLimits(catalog, admission),
-    newId: uuidv7,
+    newId: () => idempotency.sandboxChosen(uuidv7()),
     defaultTimeoutSecs: config.orchestrator.default_sandbox_timeout_secs,
     autoEvictIntervalMs: config.orchestrator.auto_evict_interval_ms,
     autoResumeMinTimeoutSecs: config.orchestrator.auto_resume_min_sandbox_timeout_secs,
     transitionWaitMs: config.orchestrator.max_transition_wait_secs * 1000,
+    pausedQuotaBytes: await pausedQuotaBytes(config, runtime.storeDir),
+    pausedRetentionMs: config.orchestrator.paused_retention_secs * 1000,
     logger: logger.child({ component: 'orchestrator' }),
     onInstanceStopped: (instanceId) => proxyRef.current?.closeInstance(instanceId),
-    onLifecycle: observability.onLifecycle,
+    onLifecycle: (e) => {
+      events.onLifecycle(e);
+      observability.onLifecycle(e);
+    },
+    ...(extension ? { extension } : {}),
     observe: (operation, fn, stage) => metrics.observe(operation, fn, stage),
   });
   metrics.trackSandboxStates(() => orchestrator.stateCounts());
   await orchestrator.init();
+  idempotency.recover((id) => orchestrator.find(id) !== undefined);
   await observability.start(orchestrator);
 
   await ensureBaseTemplate({
@@ -405,6 +436,8 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     maxUploadBytes: config.template_build.max_upload_mb * 1024 ** 2,
     uploadLinkTtlMs: config.template_build.upload_link_ttl_secs * 1000,
     uploadRetentionMs: config.template_build.upload_retention_hours * 3600_000,
+    logRetentionMs: config.template_build.log_retention_hours * 3600_000,
+    artefactsQuotaBytes: config.template_build.artefacts_quota_mb * 1024 ** 2,
     cache: {
       maxEntries: config.template_build.cache_max_entries,
       maxAgeMs: config.template_build.cache_max_age_hours * 3600_000,
@@ -442,6 +475,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     ),
   });
   registerAdmission(app, admission);
+  idempotency.register(app);
   registerHealthRoutes(app, metrics.registry);
   registerNodeRoutes(app, {
     enabled: config.observability.enabled,
@@ -475,6 +509,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   registerSnapshotRoutes(app, { orchestrator, repository });
   registerMetricsRoutes(app, observability.metricsRoutes());
   registerLogRoutes(app, observability.logRoutes());
+  registerEventRoutes(app, events);
   registerTeamRoutes(app, { apiKey: apiKey.key });
 
   const [host, portText] = splitAddr(config.api_addr);
@@ -499,6 +534,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       await templates.close();
       await observability.stop();
       await orchestrator.shutdown();
+      await extension?.drain();
       await backend.close();
       proxy.closeAll();
       // Requests still in flight get a moment to finish; then connections that never sent a request (which
@@ -516,6 +552,13 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       logger.info('shutdown complete');
     },
   };
+}
+
+/** `[orchestrator].paused_quota_mb`, 0 = half the size of the volume the pause artifacts live on. */
+async function pausedQuotaBytes(config: AenvConfig, storeDir: string): Promise<number> {
+  const mb = config.orchestrator.paused_quota_mb;
+  if (mb > 0) return mb * 1024 ** 2;
+  return Math.floor((await filesystemBytes(storeDir)) / 2);
 }
 
 function splitAddr(addr: string): [string, string] {

@@ -59,7 +59,10 @@ export const forkSchema = z.object({
 /** `POST /sandboxes/{id}/snapshots`. */
 export const snapshotSchema = z.object({ name: z.string().optional() });
 /** `SandboxPauseRequest` (`POST /sandboxes/{id}/pause`). */
-export const pauseSchema = z.object({ memory: z.boolean().optional() });
+export const pauseSchema = z.object({
+  memory: z.boolean().optional(),
+  requireHealthyGuest: z.boolean().optional(),
+});
 
 /** `TemplateBuildRequestV3` (`POST /v3/templates`); fields no route reads pass through. */
 export const templateBuildRequestV3Schema = z

@@ -16,6 +16,14 @@ export interface CaptureExtra {
   toolsVersion: string;
   envdEnv: Record<string, string>;
   lowerDirs: string[];
+  /** The source's custom extension params: a launch of the capture gets them unless it brings its own. */
+  customExtensionParams?: Record<string, unknown>;
+}
+
+/** The custom extension params a capture's `committed.extra` records, if it is a valid object. */
+export function captureExtensionParams(extra: unknown): Record<string, unknown> | undefined {
+  const params = (extra as Partial<CaptureExtra> | undefined)?.customExtensionParams;
+  return typeof params === 'object' && params !== null && !Array.isArray(params) ? params : undefined;
 }
 
 /** What the container backend keeps in `SandboxRecord.backend` for a sandbox it runs. */

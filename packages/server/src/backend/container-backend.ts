@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from '../util/log.js';
 import type { ImageService } from '../image/index.js';
@@ -10,6 +10,7 @@ import type { EgressPolicy, NetworkSlot } from '../network/types.js';
 import type { IdRange, RuntimeDriver, SandboxSpec, ToolsMount } from '../runtime/driver.js';
 import type { IdRangeAllocator } from '../runtime/container/id-range-allocator.js';
 import type {
+  BeforeInstanceStart,
   CaptureTarget,
   CapturedSandbox,
   ForkChildResult,
@@ -25,6 +26,7 @@ import { DEFAULT_PATH, initEnvd, waitForEnvd, type EnvdInitCredentials, type Ini
 import { archiveDir, extractArchive, syncFilesystem } from './disk-archive.js';
 import { availableMemoryRatio } from './memory-pressure.js';
 import { crashPoint } from '../util/crash-point.js';
+import { treeBytes } from '../util/disk-usage.js';
 import { PausedSharing } from './paused-sharing.js';
 import { WarmPool } from './warm-pool.js';
 
@@ -84,6 +86,9 @@ interface BootedSandbox {
   containerId: string;
   slot: NetworkSlot;
   state: BackendState;
+  /** The instance id the start hook was told of (a sandbox booted for one), and the extra env it asked for. */
+  instanceId?: string;
+  extraEnv?: Record<string, string>;
 }
 
 /** Pre-started sandboxes are interchangeable when template, image and resources match. */
@@ -218,22 +223,52 @@ export class ContainerBackend implements SandboxBackend {
     }
   }
 
-  private binding(slot: NetworkSlot) {
-    return { slotIndex: slot.index, hostInteractionIp: slot.hostInteractionIp, instanceId: randomUUID() };
+  private binding(slot: NetworkSlot, instanceId: string = randomUUID()) {
+    return { slotIndex: slot.index, hostInteractionIp: slot.hostInteractionIp, instanceId };
+  }
+
+  /** Tells the start hook (if any) where the instance `instanceId` is about to run. */
+  private async placed(
+    beforeStart: BeforeInstanceStart | undefined,
+    kind: 'fresh' | 'resume',
+    slot: NetworkSlot,
+    instanceId: string,
+  ): Promise<Record<string, string> | undefined> {
+    if (!beforeStart) return undefined;
+    const { extraEnv } = await beforeStart({
+      kind,
+      instanceId,
+      netnsPath: slot.netnsPath,
+      hostInteractionIp: slot.hostInteractionIp,
+    });
+    return extraEnv;
   }
 
   // ---- start ----
 
-  async start(record: SandboxRecord, source: LaunchSource, policy: EgressPolicy): Promise<StartResult> {
+  async start(
+    record: SandboxRecord,
+    source: LaunchSource,
+    policy: EgressPolicy,
+    beforeStart?: BeforeInstanceStart,
+  ): Promise<StartResult> {
     const snapshot = source.record as SnapshotRecord;
     if (!snapshot.committed?.baseImage)
       throw new Error(`template ${source.templateId} has no base image to start from`);
     const boot = imageBoot(source, record.resources);
-    if (!boot) return this.startFromCapture(record, snapshot, policy);
+    if (!boot) return this.startFromCapture(record, snapshot, policy, beforeStart);
     const key = warmKey(boot);
     const warm = this.warm.take(key);
     this.warm.want(key, boot);
     if (warm) {
+      // A failed start hook fails the create (it is not a reason to try another container).
+      warm.instanceId = randomUUID();
+      try {
+        warm.extraEnv = await this.placed(beforeStart, 'fresh', warm.slot, warm.instanceId);
+      } catch (err) {
+        await this.discardBooted(warm);
+        throw err;
+      }
       try {
         return await this.adopt(record, warm, policy);
       } catch (err) {
@@ -245,15 +280,18 @@ export class ContainerBackend implements SandboxBackend {
       }
     }
     return this.transaction(record.id, async (undo) => {
-      const booted = await this.bootContainer(record.id, boot, policy);
+      const booted = await this.bootContainer(record.id, boot, policy, beforeStart);
       undo(() => this.discardBooted(booted));
       this.opts.images.acquireLease(leaseHolder(record.id), booted.state.manifestDigest);
       undo(async () => this.opts.images.releaseLease(leaseHolder(record.id)));
-      await initEnvd(booted.slot.hostInteractionIp, this.opts.envdPort, this.initBody(record), {
-        initKey: this.opts.envdInitKey(booted.containerId),
-      });
+      await initEnvd(
+        booted.slot.hostInteractionIp,
+        this.opts.envdPort,
+        this.initBody(record, booted.extraEnv),
+        { initKey: this.opts.envdInitKey(booted.containerId) },
+      );
       return {
-        binding: this.binding(booted.slot),
+        binding: this.binding(booted.slot, booted.instanceId),
         backend: booted.state as unknown as Record<string, unknown>,
       };
     });
@@ -268,6 +306,7 @@ export class ContainerBackend implements SandboxBackend {
     containerId: string,
     boot: BootSpec,
     policy: EgressPolicy | null,
+    beforeStart?: BeforeInstanceStart,
   ): Promise<BootedSandbox> {
     const baseImage = boot.committed.baseImage!;
     return this.transaction(containerId, async (undo) => {
@@ -285,6 +324,8 @@ export class ContainerBackend implements SandboxBackend {
       if (acquired.status === 'rejected') throw acquired.reason;
       const image = pulled.value;
       const slot = acquired.value;
+      const instanceId = randomUUID();
+      const extraEnv = await this.placed(beforeStart, 'fresh', slot, instanceId);
       const state: BackendState = {
         imageRef: baseImage.reference,
         manifestDigest: image.manifestDigest,
@@ -309,7 +350,7 @@ export class ContainerBackend implements SandboxBackend {
         this.envdHealthy(containerId, slot.hostInteractionIp),
         this.opts.runtime.diskLimitSet(containerId),
       ]);
-      return { containerId, slot, state };
+      return { containerId, slot, state, instanceId, ...(extraEnv ? { extraEnv } : {}) };
     });
   }
 
@@ -335,7 +376,7 @@ export class ContainerBackend implements SandboxBackend {
         this.opts.runtime.rename(warm.containerId, record.id),
         this.opts.network.applyPolicy(warm.slot, policy),
       ]);
-      await initEnvd(warm.slot.hostInteractionIp, this.opts.envdPort, this.initBody(record), {
+      await initEnvd(warm.slot.hostInteractionIp, this.opts.envdPort, this.initBody(record, warm.extraEnv), {
         initKey: this.opts.envdInitKey(warm.containerId),
       });
       // From here on the sandbox holds the container's range (for life: pause and resume keep it).
@@ -345,7 +386,10 @@ export class ContainerBackend implements SandboxBackend {
       throw err;
     }
     const state: BackendState = { ...warm.state, containerId: warm.containerId };
-    return { binding: this.binding(warm.slot), backend: state as unknown as Record<string, unknown> };
+    return {
+      binding: this.binding(warm.slot, warm.instanceId),
+      backend: state as unknown as Record<string, unknown>,
+    };
   }
 
   private async discardBooted(b: BootedSandbox): Promise<void> {
@@ -367,7 +411,12 @@ export class ContainerBackend implements SandboxBackend {
   }
 
   /** Launches a sandbox from a capture (snapshot or template): restores its memory, or boots its disk. */
-  private async startFromCapture(record: SandboxRecord, snapshot: SnapshotRecord, policy: EgressPolicy) {
+  private async startFromCapture(
+    record: SandboxRecord,
+    snapshot: SnapshotRecord,
+    policy: EgressPolicy,
+    beforeStart?: BeforeInstanceStart,
+  ) {
     const committed = snapshot.committed!;
     const extra = committed.extra as unknown as CaptureExtra;
     const image = await this.imageFor(committed.baseImage!.reference, committed.baseImage!.manifestDigest);
@@ -382,12 +431,13 @@ export class ContainerBackend implements SandboxBackend {
     };
     const memory = committed.artifacts.memory ? join(local, 'memory') : undefined;
     const currentToken = extra.sourceSecure ? this.opts.envdToken(extra.sourceSandboxId) : undefined;
-    return this.launch(record, state, policy, {
-      memory,
-      disk: join(local, 'disk'),
-      currentId: extra.sourceSandboxId,
-      currentToken,
-    });
+    return this.launch(
+      record,
+      state,
+      policy,
+      { memory, disk: join(local, 'disk'), currentId: extra.sourceSandboxId, currentToken },
+      beforeStart,
+    );
   }
 
   /**
@@ -406,10 +456,13 @@ export class ContainerBackend implements SandboxBackend {
       currentToken?: string;
       leaseHeld?: boolean;
     },
+    beforeStart?: BeforeInstanceStart,
   ): Promise<StartResult> {
     return this.transaction(record.id, async (undo) => {
       const slot = await this.opts.network.acquire();
       undo(() => this.opts.network.release(slot));
+      const instanceId = randomUUID();
+      await this.placed(beforeStart, 'resume', slot, instanceId);
       // A paused sandbox already holds its image lease, and keeps it if this resume fails.
       if (!from.leaseHeld) {
         this.opts.images.acquireLease(leaseHolder(record.id), state.manifestDigest);
@@ -469,7 +522,7 @@ export class ContainerBackend implements SandboxBackend {
         );
       }
       return {
-        binding: this.binding(slot),
+        binding: this.binding(slot, instanceId),
         backend: {
           ...state,
           containerId: undefined,
@@ -497,9 +550,9 @@ export class ContainerBackend implements SandboxBackend {
   }
 
   /** envd's `/init`: the sandbox's identity, env, user, workdir and token (every start and resume). */
-  private initBody(record: SandboxRecord): InitBody {
+  private initBody(record: SandboxRecord, extraEnv?: Record<string, string>): InitBody {
     return {
-      envVars: record.envVars,
+      envVars: { ...record.envVars, ...extraEnv },
       accessToken: record.secure ? this.opts.envdToken(record.id) : '',
       sandboxId: record.id,
       templateId: record.templateId,
@@ -580,7 +633,10 @@ export class ContainerBackend implements SandboxBackend {
 
   // ---- pause / resume ----
 
-  async pause(record: SandboxRecord, opts: { memory: boolean }): Promise<PausedState> {
+  async pause(
+    record: SandboxRecord,
+    opts: { memory: boolean; admit?: (bytes: number) => void },
+  ): Promise<PausedState> {
     const id = record.id;
     const dir = this.pausedDir(id);
     await this.discardSettled(id);
@@ -591,6 +647,8 @@ export class ContainerBackend implements SandboxBackend {
     crashPoint('pause:frozen');
     let kind: PausedState['kind'] = 'memory';
     let reason: string | undefined;
+    let bytes = 0;
+    let pausedAt = '';
     try {
       try {
         if (!opts.memory) throw new Error('a filesystem-only pause was asked for (memory: false)');
@@ -612,7 +670,10 @@ export class ContainerBackend implements SandboxBackend {
         await this.opts.runtime.snapshotUpper(cid, join(dir, 'disk'));
       }
       crashPoint('pause:captured');
-      await writeFile(join(dir, COMPLETE), JSON.stringify({ kind, pausedAt: new Date().toISOString() }));
+      bytes = await treeBytes(dir);
+      opts.admit?.(bytes);
+      pausedAt = new Date().toISOString();
+      await writeFile(join(dir, COMPLETE), JSON.stringify({ kind, pausedAt, bytes }));
       await syncFilesystem(dir);
       crashPoint('pause:synced');
     } catch (err) {
@@ -629,11 +690,12 @@ export class ContainerBackend implements SandboxBackend {
       state.residentSlot = record.runtime.slotIndex;
       state.thawable = kind === 'memory' && this.opts.residentPauseGraceMs > 0 && !this.underMemoryPressure();
     }
-    const paused = {
+    const paused: PausedState = {
       kind,
-      pausedAt: new Date().toISOString(),
+      pausedAt,
       artifactDir: dir,
       ...(reason ? { reason } : {}),
+      bytes,
     };
     this.sharing?.share(
       { ...record, state: 'paused', paused },
@@ -672,7 +734,11 @@ export class ContainerBackend implements SandboxBackend {
     delete state.thawable;
   }
 
-  async resume(record: SandboxRecord, policy: EgressPolicy, opts: { memory: boolean }): Promise<StartResult> {
+  async resume(
+    record: SandboxRecord,
+    policy: EgressPolicy,
+    opts: { memory: boolean; beforeStart?: BeforeInstanceStart },
+  ): Promise<StartResult> {
     const state = stateOf(record);
     const dir = this.pausedDir(record.id);
     // The shared copy must be gone before the sandbox runs again: nobody may resume it elsewhere meanwhile.
@@ -680,12 +746,14 @@ export class ContainerBackend implements SandboxBackend {
     if (state.resident && (!opts.memory || !state.thawable)) await this.releaseMemory(record);
     if (state.resident && state.residentSlot !== undefined) {
       const slot = this.opts.network.attach(state.residentSlot);
+      const instanceId = randomUUID();
+      await this.placed(opts.beforeStart, 'resume', slot, instanceId);
       await this.opts.runtime.thaw(this.cid(record));
       // No /init: envd never stopped, and nothing it was given changed (env, user, workdir and token are the
       // sandbox's for life; a container reads the host's clock, so there is no clock to set after a pause).
       this.discardInBackground(record.id);
       return {
-        binding: this.binding(slot),
+        binding: this.binding(slot, instanceId),
         backend: {
           ...state,
           resident: false,
@@ -697,13 +765,19 @@ export class ContainerBackend implements SandboxBackend {
     if (!existsSync(join(dir, COMPLETE)))
       throw new Error(`the pause artifacts of ${record.id} are missing (${dir})`);
     const memory = opts.memory && record.paused?.kind === 'memory' ? join(dir, 'memory') : undefined;
-    const result = await this.launch(record, state, policy, {
-      memory,
-      disk: join(dir, 'disk'),
-      currentId: record.id,
-      currentToken: record.secure ? this.opts.envdToken(record.id) : undefined,
-      leaseHeld: true,
-    });
+    const result = await this.launch(
+      record,
+      state,
+      policy,
+      {
+        memory,
+        disk: join(dir, 'disk'),
+        currentId: record.id,
+        currentToken: record.secure ? this.opts.envdToken(record.id) : undefined,
+        leaseHeld: true,
+      },
+      opts.beforeStart,
+    );
     this.discardInBackground(record.id);
     return result;
   }
@@ -727,7 +801,11 @@ export class ContainerBackend implements SandboxBackend {
 
   // ---- fork / capture ----
 
-  async fork(source: SandboxRecord, children: readonly SandboxRecord[]): Promise<ForkChildResult[]> {
+  async fork(
+    source: SandboxRecord,
+    children: readonly SandboxRecord[],
+    beforeStart?: (child: SandboxRecord) => BeforeInstanceStart | undefined,
+  ): Promise<ForkChildResult[]> {
     const state = stateOf(source);
     const work = join(this.store, 'forks', randomUUID());
     await mkdir(work, { recursive: true, mode: 0o711 });
@@ -740,12 +818,13 @@ export class ContainerBackend implements SandboxBackend {
       return await Promise.all(
         children.map(async (child): Promise<ForkChildResult> => {
           try {
-            const start = await this.launch(child, { ...state }, this.policyOf(child), {
-              memory: join(work, 'memory'),
-              disk: join(work, 'disk'),
-              currentId: source.id,
-              currentToken,
-            });
+            const start = await this.launch(
+              child,
+              { ...state },
+              this.policyOf(child),
+              { memory: join(work, 'memory'), disk: join(work, 'disk'), currentId: source.id, currentToken },
+              beforeStart?.(child),
+            );
             return { ok: true, start };
           } catch (err) {
             return { ok: false, error: err instanceof Error ? err : new Error(String(err)) };
@@ -786,6 +865,7 @@ export class ContainerBackend implements SandboxBackend {
       toolsVersion: state.toolsVersion,
       envdEnv: state.envdEnv,
       lowerDirs: state.lowerDirs,
+      ...(record.customExtensionParams ? { customExtensionParams: record.customExtensionParams } : {}),
     };
     const context = target.context ?? sandboxContext(record);
     const committed = {
@@ -882,6 +962,16 @@ export class ContainerBackend implements SandboxBackend {
     await this.opts.network.applyPolicy(this.opts.network.attach(record.runtime.slotIndex), policy);
   }
 
+  async guestAnswers(record: SandboxRecord, timeoutMs: number): Promise<boolean> {
+    if (!record.runtime) return false;
+    try {
+      await waitForEnvd(record.runtime.hostInteractionIp, this.opts.envdPort, { pollMs: 50, timeoutMs });
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
   // ---- restart ----
 
   async recover(records: readonly SandboxRecord[]): Promise<Map<string, RecoveryOutcome>> {
@@ -898,7 +988,10 @@ export class ContainerBackend implements SandboxBackend {
         state.resident = false;
         delete state.residentSlot;
         delete state.thawable;
-        outcomes.set(r.id, artifactsComplete ? { kind: 'paused' } : { kind: 'gone' });
+        outcomes.set(
+          r.id,
+          artifactsComplete ? await this.recoveredPause(r, r.paused?.bytes === undefined) : { kind: 'gone' },
+        );
         if (!artifactsComplete)
           this.log.error({ sandboxId: r.id }, 'paused sandbox has no complete artifacts');
         continue;
@@ -911,7 +1004,7 @@ export class ContainerBackend implements SandboxBackend {
         keepIds.push(this.cid(r));
         outcomes.set(r.id, { kind: 'running', binding: { ...r.runtime, instanceId: randomUUID() } });
       } else if (r.state === 'pausing' && artifactsComplete) {
-        outcomes.set(r.id, { kind: 'paused' });
+        outcomes.set(r.id, await this.recoveredPause(r, true));
       } else {
         outcomes.set(r.id, { kind: 'gone' });
       }
@@ -948,6 +1041,36 @@ export class ContainerBackend implements SandboxBackend {
       }
     }
     return outcomes;
+  }
+
+  /**
+   * A paused sandbox found at startup. When its record does not say what the pause holds (a crash between the
+   * artifacts' completion and the record, or a record of a version that did not count bytes), the artifacts
+   * do: their `complete` marker, and their size measured on disk.
+   */
+  private async recoveredPause(r: SandboxRecord, fromDisk: boolean): Promise<RecoveryOutcome> {
+    if (!fromDisk) return { kind: 'paused' };
+    const dir = this.pausedDir(r.id);
+    let marker: { kind?: unknown; pausedAt?: unknown; bytes?: unknown } = {};
+    try {
+      marker = JSON.parse(await readFile(join(dir, COMPLETE), 'utf8')) as typeof marker;
+    } catch {
+      // an older marker (empty) or unreadable: the record and the disk say the rest
+    }
+    const kind = marker.kind === 'filesystem' || marker.kind === 'memory' ? marker.kind : undefined;
+    const pausedAt = typeof marker.pausedAt === 'string' ? marker.pausedAt : undefined;
+    const bytes =
+      typeof marker.bytes === 'number' && Number.isFinite(marker.bytes) ? marker.bytes : await treeBytes(dir);
+    return {
+      kind: 'paused',
+      paused: {
+        kind: r.paused?.kind ?? kind ?? 'filesystem',
+        pausedAt: r.paused?.pausedAt ?? pausedAt ?? new Date().toISOString(),
+        artifactDir: dir,
+        ...(r.paused?.reason ? { reason: r.paused.reason } : {}),
+        bytes,
+      },
+    };
   }
 
   /**

@@ -17,13 +17,34 @@ export interface StartResult {
 
 /** What recover() found for a sandbox record after a server restart. */
 export type RecoveryOutcome =
-  { kind: 'running'; binding: RuntimeBinding } | { kind: 'paused' } | { kind: 'gone' };
+  | { kind: 'running'; binding: RuntimeBinding }
+  /** `paused`: what the artifacts on disk say, when the record lacks it (its size, or the whole pause). */
+  | { kind: 'paused'; paused?: PausedState }
+  | { kind: 'gone' };
 
 /** A capture taken and kept on this node, not yet in the repository. */
 export interface CapturedSandbox {
   /** Stores the capture into its repository record (committing it); removes the local work on failure. */
   publish(): Promise<void>;
 }
+
+/** Where a new instance of a sandbox is about to run (before its first process starts; docs/hooks.md). */
+export interface InstancePlacement {
+  /** `fresh`: booted from a template's image; `resume`: restored or booted from saved state. */
+  kind: 'fresh' | 'resume';
+  /** Fresh per start; the binding of the started instance carries the same id. */
+  instanceId: string;
+  netnsPath: string;
+  hostInteractionIp: string;
+}
+
+/**
+ * Told before an instance's first process starts (or its frozen processes thaw). Its failure fails the start; what
+ * it returns is extra environment of the instance's processes (given to envd with `/init`).
+ */
+export type BeforeInstanceStart = (
+  placement: InstancePlacement,
+) => Promise<{ extraEnv?: Record<string, string> }>;
 
 export type ForkChildResult = { ok: true; start: StartResult } | { ok: false; error: Error };
 
@@ -54,19 +75,35 @@ export interface CaptureTarget {
  */
 export interface SandboxBackend {
   /** Starts a fresh sandbox; resolves when envd is healthy and `/init` is done. */
-  start(record: SandboxRecord, source: LaunchSource, policy: EgressPolicy): Promise<StartResult>;
+  start(
+    record: SandboxRecord,
+    source: LaunchSource,
+    policy: EgressPolicy,
+    beforeStart?: BeforeInstanceStart,
+  ): Promise<StartResult>;
   /** Removes everything of the sandbox on this node (idempotent). */
   destroy(record: SandboxRecord): Promise<void>;
   /**
    * Pauses (freeze + checkpoint + disk capture); the artifacts are durable when it resolves.
-   * `memory: false` keeps the disk only: processes start afresh on resume.
+   * `memory: false` keeps the disk only: processes start afresh on resume. `admit` is given the bytes the
+   * artifacts take once they are written, before they are marked complete: when it throws, they are removed
+   * and the sandbox runs on as before (the pause fails with that error).
    */
-  pause(record: SandboxRecord, opts: { memory: boolean }): Promise<PausedState>;
+  pause(
+    record: SandboxRecord,
+    opts: { memory: boolean; admit?: (bytes: number) => void },
+  ): Promise<PausedState>;
   /**
    * Resumes a paused sandbox; resolves when envd is healthy and `/init` is done.
    * `memory: false` boots the saved disk even when memory was kept.
    */
-  resume(record: SandboxRecord, policy: EgressPolicy, opts: { memory: boolean }): Promise<StartResult>;
+  resume(
+    record: SandboxRecord,
+    policy: EgressPolicy,
+    opts: { memory: boolean; beforeStart?: BeforeInstanceStart },
+  ): Promise<StartResult>;
+  /** Whether the running sandbox's envd answers `/health` within `timeoutMs`. */
+  guestAnswers(record: SandboxRecord, timeoutMs: number): Promise<boolean>;
   /** Replaces the sandbox's egress rules. */
   applyPolicy(record: SandboxRecord, policy: EgressPolicy): Promise<void>;
   /** Called once at startup with every stored record; cleans up everything else on the host. */
@@ -77,7 +114,11 @@ export interface SandboxBackend {
    */
   capture(record: SandboxRecord, target: CaptureTarget): Promise<CapturedSandbox>;
   /** One checkpoint of `source`, restored into every child (each with its own slot, id and tokens). */
-  fork(source: SandboxRecord, children: readonly SandboxRecord[]): Promise<ForkChildResult[]>;
+  fork(
+    source: SandboxRecord,
+    children: readonly SandboxRecord[],
+    beforeStart?: (child: SandboxRecord) => BeforeInstanceStart | undefined,
+  ): Promise<ForkChildResult[]>;
   /**
    * Periodic housekeeping (e.g. releasing the memory of sandboxes paused long enough ago); `releaseAll` drops
    * everything paused sandboxes still hold in memory (shutdown).

@@ -52,6 +52,10 @@ class MapBackend implements SandboxBackend {
     this.resumedWithMemory.push(opts.memory);
     return this.started(r);
   }
+  guestHealthy = true;
+  async guestAnswers() {
+    return this.guestHealthy;
+  }
   async applyPolicy() {}
   captured: string[] = [];
   published: string[] = [];
@@ -235,6 +239,35 @@ describe('Orchestrator state machine', () => {
     backend.failNext = 'pause';
     await expect(orch.pause(r.id)).rejects.toThrow();
     expect(orch.get(r.id).state).toBe('running');
+  });
+
+  it('with requireHealthyGuest or memory: false, refuses (503) to pause a sandbox whose envd does not answer', async () => {
+    const r = await orch.create(input());
+    const instance = r.runtime!.instanceId;
+    const cutBefore = stopped.length;
+    backend.guestHealthy = false;
+    await expect(orch.pause(r.id, { requireHealthyGuest: true })).rejects.toMatchObject({
+      status: 503,
+      message: expect.stringContaining('requireHealthyGuest'),
+    });
+    // Nothing changed: still running, still served (the proxy was not told to cut it), not paused on the host.
+    expect(orch.get(r.id)).toMatchObject({ state: 'running', runtime: { instanceId: instance } });
+    expect(orch.get(r.id).paused).toBeUndefined();
+    expect(stopped.length).toBe(cutBefore);
+    expect(backend.live.has(r.id)).toBe(true);
+    // A filesystem-only pause is refused the same way without the field (E2B: always checked).
+    await expect(orch.pause(r.id, { memory: false })).rejects.toMatchObject({
+      status: 503,
+      message: expect.stringContaining('memory: false'),
+    });
+    expect(orch.get(r.id).state).toBe('running');
+    // Without either the same guest is paused; a healthy one is paused with it.
+    await orch.pause(r.id);
+    expect(orch.get(r.id).state).toBe('paused');
+    const healthy = await orch.create(input());
+    backend.guestHealthy = true;
+    await orch.pause(healthy.id, { requireHealthyGuest: true });
+    expect(orch.get(healthy.id).state).toBe('paused');
   });
 
   it('connect never shortens, timeout may shorten', async () => {

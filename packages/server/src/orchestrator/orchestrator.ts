@@ -1,10 +1,19 @@
 import { ApiError } from '../api/errors.js';
 import type { Logger } from '../util/log.js';
 import type { EgressPolicy } from '../network/types.js';
-import type { CaptureTarget, CapturedSandbox, LaunchSource, SandboxBackend } from './backend.js';
+import type {
+  BeforeInstanceStart,
+  CaptureTarget,
+  CapturedSandbox,
+  LaunchSource,
+  SandboxBackend,
+} from './backend.js';
+import type { HookClient } from '../extension/hook-client.js';
+import { EXTRA_BOOT_ARGS_ENV } from '../extension/params.js';
 import { KeyedMutex, LockTimeoutError } from './keyed-mutex.js';
 import type { SandboxStore } from './store.js';
 import { crashPoint } from '../util/crash-point.js';
+import { PausedQuota, PausedQuotaError, expiredPaused, pausedBytesInUse } from './paused-quota.js';
 import {
   TRANSITIONAL_STATES,
   autoResumable,
@@ -24,6 +33,8 @@ export interface CreateSandboxInput {
   envVars: Record<string, string>;
   allowPublicTraffic: boolean;
   policy: EgressPolicy;
+  /** Given with the create; absent: the template's (a snapshot's) params, if any. */
+  customExtensionParams?: Record<string, unknown>;
 }
 
 export interface LaunchableTemplate extends LaunchSource {
@@ -33,6 +44,8 @@ export interface LaunchableTemplate extends LaunchSource {
   defaultWorkdir?: string;
   /** The template's environment (image ENV, template ENV steps); the create request's envVars win. */
   envVars?: Record<string, string>;
+  /** Custom extension params recorded with a snapshot. */
+  customExtensionParams?: Record<string, unknown>;
 }
 
 /** Looks up what `templateID` names (id or alias of a committed template or snapshot). */
@@ -56,6 +69,12 @@ export interface OrchestratorOptions {
   onInstanceStopped?: (instanceId: string) => void;
   /** Told of each lifecycle event of a sandbox (its logs, `GET /sandboxes/{id}/logs`). */
   onLifecycle?: (event: LifecycleEvent) => void;
+  /** The custom extension's hooks (`[custom_extension]`), when one is configured (docs/hooks.md). */
+  extension?: Pick<HookClient, 'startFresh' | 'startResume' | 'patchParams' | 'stop'>;
+  /** `[orchestrator].paused_quota_mb` in bytes: what all paused sandboxes may hold on disk (0 = no quota). */
+  pausedQuotaBytes?: number;
+  /** `[orchestrator].paused_retention_secs` in ms: paused longer, a sandbox is deleted (0 = kept). */
+  pausedRetentionMs?: number;
 }
 
 /** One lifecycle event of a sandbox, as its logs show it. */
@@ -72,10 +91,14 @@ export interface LifecycleEvent {
     | 'timeout'
     | 'forked'
     | 'snapshotted'
+    | 'expired'
     | 'killed';
   level: 'info' | 'warn' | 'error';
   message: string;
   fields?: Record<string, string>;
+  /** The sandbox's template and current instance when the event happened (events API, docs/events.md). */
+  templateId?: string;
+  instanceId?: string;
 }
 
 /** Where the time of a snapshot went: the sandbox held (capture) and the repository write (publish). */
@@ -100,6 +123,21 @@ type NewTimeout =
   { kind: 'set'; secs: number } | { kind: 'ensureMinimum'; secs: number } | { kind: 'useExisting' };
 
 const NEVER = '2069-12-07T00:00:00.000Z';
+/** How long a pause with `requireHealthyGuest` waits for envd's `/health` before it refuses. */
+export const HEALTHY_GUEST_WAIT_MS = 2000;
+
+/** The 503 of a pause refused because envd does not answer, naming what asked for the check. */
+function unhealthyGuest(asked: { requireHealthyGuest: boolean; memory: boolean }): ApiError {
+  const why = asked.requireHealthyGuest ? 'requireHealthyGuest' : 'a filesystem-only pause (memory: false)';
+  const instead = [
+    ...(asked.requireHealthyGuest && asked.memory ? ['pause without requireHealthyGuest'] : []),
+    ...(!asked.memory && !asked.requireHealthyGuest ? ['pause with its memory'] : []),
+  ];
+  return new ApiError(
+    503,
+    `${why}: the sandbox's guest agent (envd) did not answer within ${HEALTHY_GUEST_WAIT_MS / 1000} s; the sandbox was not paused and keeps running (retry later${instead.map((i) => `, or ${i}`).join('')})`,
+  );
+}
 
 export const notFound = (id: string) => new ApiError(404, `sandbox ${id} not found`);
 
@@ -117,8 +155,16 @@ export class Orchestrator {
   private readonly publishing = new Set<Promise<void>>();
   private createSuccesses = 0;
   private createFails = 0;
+  private readonly pausedQuota: PausedQuota;
+  /**
+   * Sandboxes whose timeout pause the quota refused, with the bytes that pause needed: they run on, and their
+   * pause is tried again only once that much is free (not a checkpoint on every tick).
+   */
+  private readonly quotaBlocked = new Map<string, number>();
 
-  constructor(private readonly opts: OrchestratorOptions) {}
+  constructor(private readonly opts: OrchestratorOptions) {
+    this.pausedQuota = new PausedQuota(opts.pausedQuotaBytes ?? 0);
+  }
 
   /** Loads stored sandboxes and lets the backend re-adopt or clean up what it finds on the host. */
   async init(): Promise<void> {
@@ -136,6 +182,7 @@ export class Orchestrator {
           'sandbox did not survive the restart; removed',
         );
         this.opts.store.delete(r.id);
+        this.extensionStopped(r);
         this.emit({
           sandboxId: r.id,
           event: 'lost',
@@ -147,6 +194,8 @@ export class Orchestrator {
       if (outcome.kind === 'paused') {
         r.state = 'paused';
         delete r.runtime;
+        if (outcome.paused) r.paused = outcome.paused;
+        this.extensionStopped(r);
       } else {
         r.state = 'running';
         r.runtime = outcome.binding;
@@ -161,14 +210,21 @@ export class Orchestrator {
       });
     }
     this.opts.logger.info(
-      { running: this.count('running'), paused: this.count('paused') },
+      {
+        running: this.count('running'),
+        paused: this.count('paused'),
+        pausedBytes: this.pausedBytes(),
+        pausedQuotaBytes: this.pausedQuota.quotaBytes,
+      },
       'sandboxes restored from the state store',
     );
   }
 
   startEviction(): void {
     const tick = () => {
-      void Promise.all([this.evictExpired(), this.maintainPaused()]).finally(() => {
+      // Expiry before maintenance: maintenance holds each paused sandbox's lock, and expiry skips locked ones.
+      const paused = this.expirePaused().then(() => this.maintainPaused());
+      void Promise.all([this.evictExpired(), paused]).finally(() => {
         if (!this.shuttingDown) this.evictTimer = setTimeout(tick, this.opts.autoEvictIntervalMs);
       });
     };
@@ -177,7 +233,13 @@ export class Orchestrator {
   }
 
   /** Tells the lifecycle listener; its failure never affects the sandbox. */
-  private emit(event: LifecycleEvent): void {
+  private emit(event: LifecycleEvent, record?: SandboxRecord): void {
+    const r = record ?? this.sandboxes.get(event.sandboxId);
+    if (r) {
+      event.templateId ??= r.templateId;
+      const instance = r.runtime?.instanceId ?? r.extensionInstanceId;
+      if (instance) event.instanceId ??= instance;
+    }
     try {
       this.opts.onLifecycle?.(event);
     } catch (err) {
@@ -194,6 +256,11 @@ export class Orchestrator {
     const out: Record<string, number> = {};
     for (const r of this.sandboxes.values()) out[r.state] = (out[r.state] ?? 0) + 1;
     return out;
+  }
+
+  /** Bytes the pause artifacts of this node's paused sandboxes hold (what `paused_quota_mb` bounds). */
+  pausedBytes(): number {
+    return pausedBytesInUse(this.sandboxes.values());
   }
 
   private count(state: SandboxState): number {
@@ -323,14 +390,19 @@ export class Orchestrator {
       envdVersion: template.envdVersion,
       defaultUser: template.defaultUser,
       ...(template.defaultWorkdir ? { defaultWorkdir: template.defaultWorkdir } : {}),
+      ...(input.customExtensionParams || template.customExtensionParams
+        ? { customExtensionParams: input.customExtensionParams ?? template.customExtensionParams }
+        : {}),
       backend: {},
     };
     this.sandboxes.set(id, record);
     return this.locks.run(id, this.opts.transitionWaitMs, async () => {
+      const hooks = this.startHooks(record);
       try {
         const started = await this.timed('create', () =>
-          this.opts.backend.start(record, template, input.policy),
+          this.opts.backend.start(record, template, input.policy, hooks.beforeStart),
         );
+        hooks.started(started.binding.instanceId);
         record.runtime = started.binding;
         record.backend = started.backend;
         this.applyTimeout(record, { kind: 'set', secs: record.timeoutSecs });
@@ -345,6 +417,7 @@ export class Orchestrator {
         });
         return record;
       } catch (e) {
+        hooks.started(undefined);
         this.createFails++;
         this.sandboxes.delete(id);
         this.opts.store.delete(id);
@@ -376,22 +449,104 @@ export class Orchestrator {
     return this.sandboxes.get(id);
   }
 
-  async kill(id: string): Promise<void> {
+  async kill(id: string, cause?: 'timeout'): Promise<void> {
     if (!this.sandboxes.has(id)) throw notFound(id);
-    await this.withLock(id, async (r) => {
-      this.stopServing(r);
-      this.setState(r, 'killing');
-      try {
-        await this.timed('kill', () => this.opts.backend.destroy(r));
-      } catch (e) {
-        this.opts.logger.error({ err: e, sandboxId: id }, 'kill failed; the sandbox is left as it was');
-        this.setState(r, r.paused ? 'paused' : 'running');
-        throw e;
+    await this.withLock(id, (r) =>
+      this.destroyLocked(
+        r,
+        cause === 'timeout' ? 'sandbox killed (timed out)' : 'sandbox killed',
+        cause ? { cause } : undefined,
+      ),
+    );
+  }
+
+  /** Removes a sandbox (record, host objects, pause artifacts) under its lock: DELETE and retention expiry. */
+  private async destroyLocked(
+    r: SandboxRecord,
+    message: string,
+    fields?: Record<string, string>,
+  ): Promise<void> {
+    const id = r.id;
+    this.stopServing(r);
+    this.setState(r, 'killing');
+    try {
+      await this.timed('kill', () => this.opts.backend.destroy(r));
+    } catch (e) {
+      this.opts.logger.error({ err: e, sandboxId: id }, 'kill failed; the sandbox is left as it was');
+      this.setState(r, r.paused ? 'paused' : 'running');
+      throw e;
+    }
+    this.sandboxes.delete(id);
+    this.quotaBlocked.delete(id);
+    this.opts.store.delete(id);
+    this.notifySettled(id);
+    this.emit({ sandboxId: id, event: 'killed', level: 'info', message, ...(fields ? { fields } : {}) }, r);
+    this.extensionStopped(r);
+  }
+
+  /**
+   * The start hooks of one start of `r` (reference §5.13). `beforeStart` tells the extension, `started` settles it:
+   * every instance it was told of and that did not become the sandbox's (a failed start, a pre-started sandbox
+   * given up) is told `stop`, so the extension holds nothing for it.
+   */
+  private startHooks(
+    r: SandboxRecord,
+    kind?: 'resume',
+  ): { beforeStart?: BeforeInstanceStart; started(instanceId: string | undefined): void } {
+    const ext = this.opts.extension;
+    if (!ext) return { started: () => {} };
+    const told: string[] = [];
+    return {
+      beforeStart: async (p) => {
+        told.push(p.instanceId);
+        const body = {
+          sandboxId: r.id,
+          sandboxInstanceId: p.instanceId,
+          networkNamespacePath: p.netnsPath,
+          hostInteractionIp: p.hostInteractionIp,
+          ...(r.customExtensionParams ? { customExtensionParams: r.customExtensionParams } : {}),
+        };
+        if ((kind ?? p.kind) === 'resume') {
+          await ext.startResume(body);
+          return {};
+        }
+        const args = await ext.startFresh(body);
+        return args === undefined ? {} : { extraEnv: { [EXTRA_BOOT_ARGS_ENV]: args } };
+      },
+      started: (instanceId) => {
+        for (const i of told) if (i !== instanceId) ext.stop(r.id, i);
+        if (instanceId !== undefined && told.includes(instanceId)) r.extensionInstanceId = instanceId;
+      },
+    };
+  }
+
+  /** Tells the extension (best effort) that the sandbox's instance stopped: kill, pause, a loss at restart. */
+  private extensionStopped(r: SandboxRecord): void {
+    if (!r.extensionInstanceId) return;
+    this.opts.extension?.stop(r.id, r.extensionInstanceId);
+    delete r.extensionInstanceId;
+  }
+
+  /** The sandbox's custom extension params (`{}` when none). */
+  extensionParams(id: string): Record<string, unknown> {
+    return this.get(id).customExtensionParams ?? {};
+  }
+
+  /**
+   * `PATCH /custom-extension-params`: the extension computes the full new params from `patch`; they replace the
+   * stored ones. Only a running sandbox (reference §2: 409 otherwise); no extension or a failed hook → 400.
+   */
+  async patchExtensionParams(id: string, patch: Record<string, unknown>): Promise<Record<string, unknown>> {
+    const ext = this.opts.extension;
+    if (!ext) throw new ApiError(400, 'no custom extension is configured on this node');
+    return this.withLock(id, async (r) => {
+      if (r.state !== 'running') {
+        throw new ApiError(409, `custom extension params cannot be changed from ${r.state} state`);
       }
-      this.sandboxes.delete(id);
-      this.opts.store.delete(id);
-      this.notifySettled(id);
-      this.emit({ sandboxId: id, event: 'killed', level: 'info', message: 'sandbox killed' });
+      const params = await ext.patchParams(r.id, patch);
+      r.customExtensionParams = params;
+      this.opts.store.save(r);
+      return params;
     });
   }
 
@@ -505,10 +660,15 @@ export class Orchestrator {
   private async doResume(r: SandboxRecord, timeout: NewTimeout, memory = true): Promise<void> {
     this.assertOpen();
     this.setState(r, 'resuming');
+    const hooks = this.startHooks(r, 'resume');
     try {
       const started = await this.timed('resume', () =>
-        this.opts.backend.resume(r, this.policyOf(r), { memory }),
+        this.opts.backend.resume(r, this.policyOf(r), {
+          memory,
+          ...(hooks.beforeStart ? { beforeStart: hooks.beforeStart } : {}),
+        }),
       );
+      hooks.started(started.binding.instanceId);
       r.runtime = started.binding;
       r.backend = started.backend;
       const kind = r.paused?.kind === 'memory' && memory ? 'memory' : 'filesystem';
@@ -523,6 +683,7 @@ export class Orchestrator {
         fields: { kind },
       });
     } catch (e) {
+      hooks.started(undefined);
       this.opts.logger.error({ err: e, sandboxId: r.id }, 'resume failed; the sandbox stays paused');
       this.setState(r, 'paused');
       this.emit({
@@ -543,8 +704,15 @@ export class Orchestrator {
     };
   }
 
-  /** `POST /pause`: idempotent on paused; 409 from other non-running states (reference §2.4). */
-  async pause(id: string, opts: { memory?: boolean } = {}): Promise<void> {
+  /**
+   * `POST /pause`: idempotent on paused; 409 from other non-running states (reference §2.4). With
+   * `requireHealthyGuest`, and always for a filesystem-only pause (`memory: false`), a sandbox whose envd does
+   * not answer is not paused (503) and keeps running (E2B's `SandboxPauseRequest`, docs/differences.md).
+   */
+  async pause(
+    id: string,
+    opts: { memory?: boolean; requireHealthyGuest?: boolean; cause?: 'timeout' } = {},
+  ): Promise<void> {
     const current = this.sandboxes.get(id);
     if (!current || current.state === 'killing') throw notFound(id);
     if (current.state === 'paused') return;
@@ -554,20 +722,52 @@ export class Orchestrator {
     await this.withLock(id, async (r) => {
       if (r.state === 'paused') return;
       if (r.state !== 'running') throw new ApiError(409, `sandbox cannot be paused from ${r.state} state`);
-      await this.doPause(r, opts.memory ?? true);
+      const memory = opts.memory ?? true;
+      if (
+        (opts.requireHealthyGuest || !memory) &&
+        !(await this.opts.backend.guestAnswers(r, HEALTHY_GUEST_WAIT_MS))
+      ) {
+        throw unhealthyGuest({ requireHealthyGuest: opts.requireHealthyGuest === true, memory });
+      }
+      await this.doPause(r, memory, false, opts.cause);
     });
     // What the pause leaves resident but will never thaw (no grace, memory pressure, filesystem-only) is released
     // now, in the background, rather than at the next tick or by the next resume.
     if (!this.shuttingDown) void this.maintainPaused({ only: id });
   }
 
-  private async doPause(r: SandboxRecord, memory = true): Promise<void> {
+  /**
+   * `exempt`: the shutdown pause, which the quota counts but never refuses (refusing it would lose the sandbox).
+   * `cause` is what the pause event says caused it. A refused pause leaves nothing written and the sandbox running as it was.
+   */
+  private async doPause(r: SandboxRecord, memory = true, exempt = false, cause?: 'timeout'): Promise<void> {
+    if (!exempt) {
+      try {
+        this.pausedQuota.checkRoom(r.id, this.sandboxes.values());
+      } catch (e) {
+        this.pauseFailed(r, e);
+        throw e;
+      }
+    }
     this.stopServing(r);
     this.setState(r, 'pausing');
     try {
-      r.paused = await this.timed('pause', () => this.opts.backend.pause(r, { memory }));
+      const admit = (bytes: number) =>
+        exempt
+          ? this.pausedQuota.force(r.id, bytes)
+          : this.pausedQuota.admit(r.id, bytes, this.sandboxes.values());
+      try {
+        r.paused = await this.timed('pause', () => this.opts.backend.pause(r, { memory, admit }));
+      } finally {
+        this.pausedQuota.release(r.id);
+      }
+      this.quotaBlocked.delete(r.id);
+      const instanceId = r.runtime?.instanceId;
       delete r.runtime;
+      const stopped = r.extensionInstanceId;
+      delete r.extensionInstanceId;
       this.setState(r, 'paused', true);
+      if (stopped) this.opts.extension?.stop(r.id, stopped);
       crashPoint('pause:recorded');
       this.opts.logger.info(
         { sandboxId: r.id, kind: r.paused.kind, reason: r.paused.reason },
@@ -578,19 +778,37 @@ export class Orchestrator {
         event: 'paused',
         level: 'info',
         message: r.paused.kind === 'memory' ? 'sandbox paused' : 'sandbox paused (filesystem only)',
-        fields: { kind: r.paused.kind, ...(r.paused.reason ? { reason: r.paused.reason } : {}) },
+        fields: {
+          kind: r.paused.kind,
+          ...(r.paused.reason ? { reason: r.paused.reason } : {}),
+          ...(cause ? { cause } : {}),
+        },
+        ...(instanceId ? { instanceId } : {}),
       });
     } catch (e) {
-      this.opts.logger.error({ err: e, sandboxId: r.id }, 'pause failed; the sandbox keeps running');
       this.setState(r, 'running');
-      this.emit({
-        sandboxId: r.id,
-        event: 'pause_failed',
-        level: 'error',
-        message: `pause failed; the sandbox keeps running: ${(e as Error).message}`,
-      });
+      this.pauseFailed(r, e);
       throw e;
     }
+  }
+
+  private pauseFailed(r: SandboxRecord, e: unknown): void {
+    const quota = e instanceof PausedQuotaError;
+    if (quota)
+      this.opts.logger.warn(
+        { sandboxId: r.id, quotaBytes: this.pausedQuota.quotaBytes, pausedBytes: this.pausedBytes() },
+        'pause refused by the paused-sandbox quota; the sandbox keeps running',
+      );
+    else this.opts.logger.error({ err: e, sandboxId: r.id }, 'pause failed; the sandbox keeps running');
+    this.emit({
+      sandboxId: r.id,
+      event: 'pause_failed',
+      level: quota ? 'warn' : 'error',
+      message: quota
+        ? (e as Error).message
+        : `pause failed; the sandbox keeps running: ${(e as Error).message}`,
+      ...(quota ? { fields: { reason: 'paused_quota' } } : {}),
+    });
   }
 
   async updateNetwork(id: string, policy: EgressPolicy): Promise<void> {
@@ -623,7 +841,7 @@ export class Orchestrator {
         throw new ApiError(409, `sandbox cannot be forked from ${src.state} state`);
       const now = new Date().toISOString();
       const children: SandboxRecord[] = Array.from({ length: opts.count }, () => ({
-        ...structuredClone({ ...src, runtime: undefined, paused: undefined }),
+        ...structuredClone({ ...src, runtime: undefined, paused: undefined, extensionInstanceId: undefined }),
         id: this.opts.newId(),
         state: 'creating' as const,
         createdAt: now,
@@ -632,10 +850,14 @@ export class Orchestrator {
       }));
       for (const c of children) this.sandboxes.set(c.id, c);
       this.setState(src, 'forking');
+      const hooks = new Map(children.map((c) => [c.id, this.startHooks(c, 'resume')]));
       let results;
       try {
-        results = await this.timed('fork', () => this.opts.backend.fork(src, children));
+        results = await this.timed('fork', () =>
+          this.opts.backend.fork(src, children, (c) => hooks.get(c.id)?.beforeStart),
+        );
       } catch (e) {
+        for (const h of hooks.values()) h.started(undefined);
         for (const c of children) this.sandboxes.delete(c.id);
         this.createFails += children.length;
         throw e;
@@ -644,6 +866,7 @@ export class Orchestrator {
       }
       return children.map((child, i) => {
         const r = results[i]!;
+        hooks.get(child.id)?.started(r.ok ? r.start.binding.instanceId : undefined);
         if (r.ok) {
           child.runtime = r.start.binding;
           child.backend = r.start.backend;
@@ -742,7 +965,11 @@ export class Orchestrator {
     );
   }
 
-  /** Applies each expired running sandbox's timeout action; failures are retried on the next tick. */
+  /**
+   * Applies each expired running sandbox's timeout action; failures are retried on the next tick. A timeout
+   * pause the paused-sandbox quota refuses leaves the sandbox running (killing it would lose what the pause was
+   * to keep): it is paused once the quota has room for it (docs/security.md, "Starving the others or the host").
+   */
   async evictExpired(): Promise<void> {
     const now = Date.now();
     const due = [...this.sandboxes.values()].filter(
@@ -754,6 +981,11 @@ export class Orchestrator {
     );
     await Promise.all(
       due.map(async (r) => {
+        const blocked = this.quotaBlocked.get(r.id);
+        if (r.onTimeout === 'pause' && blocked !== undefined) {
+          if (!this.pausedQuota.fits(blocked, this.sandboxes.values())) return;
+          this.quotaBlocked.delete(r.id);
+        }
         try {
           this.emit({
             sandboxId: r.id,
@@ -762,15 +994,55 @@ export class Orchestrator {
             message: `sandbox timed out; ${r.onTimeout === 'pause' ? 'pausing' : 'killing'} it`,
             fields: { action: r.onTimeout },
           });
-          if (r.onTimeout === 'pause') await this.pause(r.id, { memory: r.autoPauseMemory ?? true });
-          else await this.kill(r.id);
+          if (r.onTimeout === 'pause')
+            await this.pause(r.id, { memory: r.autoPauseMemory ?? true, cause: 'timeout' });
+          else await this.kill(r.id, 'timeout');
           this.opts.logger.info({ sandboxId: r.id, action: r.onTimeout }, 'sandbox timed out');
         } catch (e) {
           if (e instanceof ApiError && e.status === 404) return;
+          if (e instanceof PausedQuotaError) {
+            // The bytes it needed (at least 1: a refusal before measuring waits for any room at all).
+            this.quotaBlocked.set(r.id, Math.max(1, e.neededBytes ?? 1));
+            return;
+          }
           this.opts.logger.warn({ err: e, sandboxId: r.id }, 'timeout action failed; will retry');
         }
       }),
     );
+  }
+
+  /** Deletes sandboxes paused longer than `paused_retention_secs`, the way DELETE does. */
+  async expirePaused(): Promise<void> {
+    const retentionMs = this.opts.pausedRetentionMs ?? 0;
+    const expired = expiredPaused(this.sandboxes.values(), retentionMs, Date.now()).filter(
+      (r) => !this.locks.isLocked(r.id),
+    );
+    for (const r of expired) {
+      const pausedAt = r.paused?.pausedAt;
+      try {
+        await this.withLock(r.id, async (cur) => {
+          // Resumed or paused again meanwhile: not expired any more.
+          if (cur.state !== 'paused' || cur.paused?.pausedAt !== pausedAt) return;
+          this.emit({
+            sandboxId: r.id,
+            event: 'expired',
+            level: 'info',
+            message: `paused since ${pausedAt}, longer than orchestrator.paused_retention_secs (${retentionMs / 1000} s); deleting it`,
+          });
+          await this.destroyLocked(cur, 'deleted after its paused retention', { cause: 'retention' });
+          this.opts.logger.info(
+            { sandboxId: r.id, pausedAt, retentionSecs: retentionMs / 1000 },
+            'paused sandbox deleted: retention expired',
+          );
+        });
+      } catch (e) {
+        if (e instanceof ApiError && e.status === 404) continue;
+        this.opts.logger.warn(
+          { err: e, sandboxId: r.id },
+          'could not delete an expired paused sandbox; will retry',
+        );
+      }
+    }
   }
 
   /** Graceful shutdown (reference §1.6): pause every running sandbox, wait for transitional ones. */
@@ -784,7 +1056,7 @@ export class Orchestrator {
         pending.map(async (r) => {
           try {
             await this.withLock(r.id, async (cur) => {
-              if (cur.state === 'running') await this.doPause(cur);
+              if (cur.state === 'running') await this.doPause(cur, true, true);
             });
           } catch (e) {
             this.opts.logger.error({ err: e, sandboxId: r.id }, 'could not pause sandbox at shutdown');

@@ -61,6 +61,8 @@ export interface PausedState {
   artifactDir: string;
   /** Why a filesystem-only pause happened, when it did. */
   reason?: string;
+  /** Bytes the artifacts take on disk (counted against `[orchestrator].paused_quota_mb`). */
+  bytes?: number;
 }
 
 export interface SandboxRecord {
@@ -89,6 +91,10 @@ export interface SandboxRecord {
   defaultWorkdir?: string;
   runtime?: RuntimeBinding;
   paused?: PausedState;
+  /** Opaque params for the custom extension (kept across pause/resume, recorded in snapshots; docs/hooks.md). */
+  customExtensionParams?: Record<string, unknown>;
+  /** The instance the custom extension was last told started and not yet told stopped. */
+  extensionInstanceId?: string;
   /** Backend-private data needed to restart or resume the sandbox (image layers, tools version, ...). */
   backend: Record<string, unknown>;
 }

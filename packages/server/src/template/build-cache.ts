@@ -14,6 +14,8 @@ import { existsSync } from 'node:fs';
 import { mkdir, readdir, readFile, rename, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from '../util/log.js';
+import { treeBytes } from '../util/disk-usage.js';
+import type { Artefact } from './build-artefacts.js';
 import type { BuildState } from './build-state.js';
 
 export interface CacheEntry {
@@ -57,6 +59,9 @@ export function cacheKeys(baseKey: string, stepKeyTexts: readonly string[]): str
 }
 
 export class BuildCache {
+  /** Bytes of each entry, measured once (an entry never changes after it is saved). */
+  private readonly sizes = new Map<string, number>();
+
   constructor(private readonly opts: BuildCacheOptions) {}
 
   async init(): Promise<void> {
@@ -146,7 +151,27 @@ export class BuildCache {
     return removed;
   }
 
+  /** Every entry as a build artefact (its size on disk, its last use), for the node-wide artefact quota. */
+  async artefacts(): Promise<Artefact[]> {
+    const out: Artefact[] = [];
+    for (const name of await readdir(this.opts.dir).catch(() => [] as string[])) {
+      const m = /^([0-9a-f]{64})\.json$/.exec(name);
+      if (!m) continue;
+      const key = m[1]!;
+      const st = await stat(join(this.opts.dir, name)).catch(() => undefined);
+      if (!st) continue;
+      let bytes = this.sizes.get(key);
+      if (bytes === undefined) {
+        bytes = (await treeBytes(join(this.opts.dir, key))) + st.blocks * 512;
+        this.sizes.set(key, bytes);
+      }
+      out.push({ kind: 'cache', name: key, bytes, usedAt: st.mtimeMs, remove: () => this.remove(key) });
+    }
+    return out;
+  }
+
   async remove(key: string): Promise<void> {
+    this.sizes.delete(key);
     // Meta first: without it the entry no longer exists, whatever happens to the directory.
     await rm(this.metaPath(key), { force: true });
     await this.opts.removeDisk(join(this.opts.dir, key));

@@ -71,6 +71,8 @@ export interface TemplateBuilderOptions {
   nodeName: string;
   logger: Logger;
   startup?: StartupTimings;
+  /** Told when a build has ended (its leftovers may be pruned now). */
+  onFinished?: (templateId: string) => void;
 }
 
 export interface BuildStatusView {
@@ -169,6 +171,19 @@ export class TemplateBuilder {
     return this.jobs.has(id);
   }
 
+  /** Builds running or queued here now. */
+  activeIds(): Set<string> {
+    return new Set(this.jobs.keys());
+  }
+
+  /** Files hashes a running or queued build still copies from. */
+  filesInUse(): Set<string> {
+    const keep = new Set<string>();
+    for (const j of this.jobs.values())
+      for (const s of j.spec.steps) if (s.kind === 'copy') keep.add(s.filesHash);
+    return keep;
+  }
+
   /**
    * Validates a build request, moves the record from waiting to building and queues the build.
    * Throws 400/404 ApiErrors for bad requests.
@@ -259,6 +274,7 @@ export class TemplateBuilder {
       this.jobs.delete(job.id);
       await this.o.logs.finish(job.id);
       await rm(this.marker(job.id), { force: true });
+      this.o.onFinished?.(job.id);
     }
   }
 
@@ -564,13 +580,5 @@ export class TemplateBuilder {
     for (const j of jobs) j.abort.abort(new Error(SHUTDOWN_REASON));
     for (const release of this.queue.splice(0)) release();
     await Promise.all(jobs.map((j) => j.done.catch(() => {})));
-  }
-
-  /** Upload files no build needs any more are kept `maxAgeMs` after their last use. */
-  async gcUploads(maxAgeMs: number): Promise<void> {
-    const keep = new Set<string>();
-    for (const j of this.jobs.values())
-      for (const s of j.spec.steps) if (s.kind === 'copy') keep.add(s.filesHash);
-    await this.o.files.gc(maxAgeMs, keep);
   }
 }

@@ -1,4 +1,5 @@
 import { ApiError } from '../api/errors.js';
+import { captureExtensionParams } from '../backend/capture-format.js';
 import type { LaunchableTemplate, TemplateLookup } from '../orchestrator/orchestrator.js';
 import { DEFAULT_TAG, type SnapshotRecord, type SnapshotRepository } from '../snapshot/index.js';
 
@@ -71,6 +72,8 @@ export class TemplateCatalog implements TemplateLookup {
         { expose: true },
       );
     }
+    // A snapshot launches with its source's custom extension params unless the create brings its own.
+    const params = captureExtensionParams(committed.extra);
     return {
       templateId: rec.id,
       ...(rec.alias ? { alias: rec.alias } : {}),
@@ -79,6 +82,7 @@ export class TemplateCatalog implements TemplateLookup {
       envdVersion: committed.runtimeVersions.envd ?? this.opts.envdVersion,
       defaultUser: committed.context.user ?? 'root',
       envVars: committed.context.envVars,
+      ...(params ? { customExtensionParams: params } : {}),
       ...(committed.context.workdir && committed.context.workdir !== '/'
         ? { defaultWorkdir: committed.context.workdir }
         : {}),

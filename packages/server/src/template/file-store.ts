@@ -28,6 +28,8 @@ export interface TemplateFileStoreOptions {
   maxUploadBytes: number;
   /** How long an upload link stays valid. */
   linkTtlMs?: number;
+  /** Bytes the node's build artefacts may still take (`[template_build].artefacts_quota_mb`), after pruning. */
+  room?: () => Promise<number>;
 }
 
 export class UploadError extends Error {
@@ -201,9 +203,11 @@ export class TemplateFileStore {
         `upload of ${declaredLength} bytes is larger than the limit of ${this.opts.maxUploadBytes}`,
       );
     }
+    const room = (await this.opts.room?.()) ?? Infinity;
+    if (declaredLength !== undefined && declaredLength > room) throw this.noRoom(room);
     const tmp = join(this.tmpDir, `${hash}.${randomUUID()}`);
     try {
-      const bytes = await this.spool(body, tmp);
+      const bytes = await this.spool(body, tmp, room);
       if (declaredLength !== undefined && bytes !== declaredLength) {
         throw new UploadError(400, `upload ended after ${bytes} of ${declaredLength} bytes`);
       }
@@ -229,7 +233,14 @@ export class TemplateFileStore {
    * Copies the body to `path`, stopping (without destroying the body, so an error answer can still be sent) once
    * it passes the size limit.
    */
-  private async spool(body: Readable, path: string): Promise<number> {
+  private noRoom(room: number): UploadError {
+    return new UploadError(
+      507,
+      `the build artefacts of this node (build logs, uploads, build cache) are at template_build.artefacts_quota_mb: ${Math.floor(room / 1024 ** 2)} MiB left, not enough for this upload; retry after builds finished or with a smaller build context`,
+    );
+  }
+
+  private async spool(body: Readable, path: string, room: number): Promise<number> {
     const out = createWriteStream(path, { mode: 0o600, flags: 'wx' });
     const closed = finished(out);
     let bytes = 0;
@@ -239,6 +250,7 @@ export class TemplateFileStore {
         if (bytes > this.opts.maxUploadBytes) {
           throw new UploadError(413, `upload larger than the limit of ${this.opts.maxUploadBytes} bytes`);
         }
+        if (bytes > room) throw this.noRoom(room);
         if (!out.write(chunk)) await Promise.race([once(out, 'drain'), closed]);
       }
     } finally {

@@ -9,6 +9,7 @@ import type { IdRangeAllocator } from '../runtime/container/id-range-allocator.j
 import type { SnapshotRepository } from '../snapshot/index.js';
 import type { Logger } from '../util/log.js';
 import { uuidv7 } from '../util/uuid.js';
+import { BuildArtefacts } from './build-artefacts.js';
 import { BuildCache } from './build-cache.js';
 import { BuildLogStore, type BuildLogLimits } from './build-log.js';
 import { BuildSandboxes } from './build-sandbox.js';
@@ -57,8 +58,14 @@ export interface TemplateServiceOptions {
   uploadSecret: string | Buffer;
   maxUploadBytes?: number;
   uploadLinkTtlMs?: number;
-  /** Uploaded build contexts unused this long are removed at startup. */
+  /** Uploaded build contexts unused this long are removed. */
   uploadRetentionMs?: number;
+  /** `[template_build].log_retention_hours` in ms (0 = kept). */
+  logRetentionMs?: number;
+  /** `[template_build].artefacts_quota_mb` in bytes (0 = no limit). */
+  artefactsQuotaBytes?: number;
+  /** How often build artefacts are pruned besides after each build (default 5 min). */
+  artefactsPruneIntervalMs?: number;
   /** The backend's CRIU capture, used for templates with a start command. */
   backend: Pick<SandboxBackend, 'capture'>;
   /** Replaces the memory capture (tests). */
@@ -72,10 +79,13 @@ export interface TemplateService {
   builder: TemplateBuilder;
   files: TemplateFileStore;
   logs: BuildLogStore;
+  artefacts: BuildArtefacts;
   close(): Promise<void>;
 }
 
 const DAY_MS = 24 * 3600_000;
+/** Build artefacts used this recently are never removed to make room: a build may be about to read them. */
+const ARTEFACT_PROTECT_MS = 10 * 60_000;
 
 /** A secret for upload links derived from the API key (one-way). */
 export function uploadSecretFromApiKey(apiKey: string): Buffer {
@@ -84,11 +94,14 @@ export function uploadSecretFromApiKey(apiKey: string): Buffer {
 
 export async function createTemplateService(o: TemplateServiceOptions): Promise<TemplateService> {
   const logger = o.logger;
+  // Made once the builder exists (it knows which artefacts are in use); uploads before that are not possible.
+  const artefactsRef: { current?: BuildArtefacts } = {};
   const files = new TemplateFileStore({
     dir: join(o.homePath, 'template-files'),
     secret: o.uploadSecret,
     maxUploadBytes: o.maxUploadBytes ?? 4 * 1024 ** 3,
     ...(o.uploadLinkTtlMs !== undefined ? { linkTtlMs: o.uploadLinkTtlMs } : {}),
+    room: () => artefactsRef.current?.room() ?? Promise.resolve(Infinity),
   });
   await files.init();
   const logs = new BuildLogStore(join(o.homePath, 'builds'), o.logLimits);
@@ -144,16 +157,40 @@ export async function createTemplateService(o: TemplateServiceOptions): Promise<
     nodeName: o.nodeName,
     logger,
     ...(o.startup ? { startup: o.startup } : {}),
+    onFinished: () => void artefacts.prune().catch(() => {}),
   });
+  const artefacts = new BuildArtefacts(
+    {
+      logsDir: logs.dir,
+      uploadsDir: join(o.homePath, 'template-files'),
+      activeBuilds: () => builder.activeIds(),
+      uploadsInUse: () => builder.filesInUse(),
+      cacheEntries: () => cache.artefacts(),
+    },
+    {
+      quotaBytes: o.artefactsQuotaBytes ?? 0,
+      retentionMs: {
+        log: o.logRetentionMs ?? 30 * DAY_MS,
+        upload: o.uploadRetentionMs ?? 7 * DAY_MS,
+        cache: o.cache?.maxAgeMs ?? 7 * DAY_MS,
+      },
+      protectMs: ARTEFACT_PROTECT_MS,
+    },
+    logger,
+  );
+  artefactsRef.current = artefacts;
   await builder.init();
-  await builder
-    .gcUploads(o.uploadRetentionMs ?? 7 * DAY_MS)
-    .catch((err: unknown) => logger.warn({ err }, 'template upload GC failed'));
+  await artefacts.prune().catch((err: unknown) => logger.warn({ err }, 'build artefact pruning failed'));
+  artefacts.start(o.artefactsPruneIntervalMs ?? 5 * 60_000);
 
   return {
     builder,
     files,
     logs,
-    close: () => builder.close(),
+    artefacts,
+    close: async () => {
+      await builder.close();
+      await artefacts.stop();
+    },
   };
 }

@@ -106,7 +106,8 @@ export class TemplateUploadEndpoint implements DataPlane {
       );
       answer(res, 200);
     } catch (e) {
-      if (!(e instanceof UploadError) || e.status >= 500) throw e;
+      // 507 (no room under the artefact quota) is meant for the client; other 5xx are internal.
+      if (!(e instanceof UploadError) || (e.status >= 500 && e.status !== 507)) throw e;
       answer(res, e.status, e.message, !req.readableEnded);
       if (!req.readableEnded) req.resume();
     }

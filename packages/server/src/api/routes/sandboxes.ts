@@ -23,6 +23,7 @@ import { ApiError } from '../errors.js';
 import { paginate, parseLimit } from '../pagination.js';
 import { matchesMetadata, parseMetadataFilter } from '../metadata-filter.js';
 import { parseBody, parseRequiredBody } from '../parse-body.js';
+import { checkParams } from '../../extension/params.js';
 import {
   refuseUnsupportedCreateFields,
   refuseUnsupportedNetworkUpdateFields,
@@ -143,11 +144,12 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
   const create = async (body: unknown, reply: FastifyReply, defaults: CreateDefaults) => {
     const req = parseRequiredBody(newSandboxSchema, body, 'sandbox request');
     refuseUnsupportedCreateFields(body);
-    if (
-      req.customExtensionParams &&
-      Object.keys(req.customExtensionParams).length > 0 &&
-      !deps.customExtensionConfigured
-    ) {
+    // An empty object is no params (like an empty envVars): the template's, if any, apply.
+    const extensionParams =
+      req.customExtensionParams && Object.keys(req.customExtensionParams).length > 0
+        ? checkParams(req.customExtensionParams, 'customExtensionParams')
+        : undefined;
+    if (extensionParams && !deps.customExtensionConfigured) {
       throw new ApiError(
         400,
         'customExtensionParams given but no custom extension is configured on this node',
@@ -175,6 +177,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
       envVars: req.envVars ?? {},
       allowPublicTraffic: req.network?.allowPublicTraffic ?? true,
       policy,
+      ...(extensionParams ? { customExtensionParams: extensionParams } : {}),
     });
     return created(reply, r, 201);
   };
@@ -285,7 +288,10 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
 
   app.post<{ Params: { id: string } }>('/sandboxes/:id/pause', async (req, reply) => {
     const body = parseBody(pauseSchema, req.body, 'pause request');
-    await orch.pause(sandboxId(req.params.id), { memory: body.memory ?? KEEP_MEMORY });
+    await orch.pause(sandboxId(req.params.id), {
+      memory: body.memory ?? KEEP_MEMORY,
+      requireHealthyGuest: body.requireHealthyGuest ?? false,
+    });
     return reply.code(204).send();
   });
 
@@ -314,5 +320,19 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
     });
     await orch.updateNetwork(sandboxId(req.params.id), policy);
     return reply.code(204).send();
+  });
+
+  app.get<{ Params: { id: string } }>('/sandboxes/:id/custom-extension-params', async (req) =>
+    orch.extensionParams(sandboxId(req.params.id)),
+  );
+
+  app.patch<{ Params: { id: string } }>('/sandboxes/:id/custom-extension-params', async (req) => {
+    if (req.body === undefined || req.body === null)
+      throw new ApiError(400, 'invalid custom extension params patch: a JSON object body is required');
+    const id = sandboxId(req.params.id);
+    const patch = checkParams(req.body, 'the custom extension params patch');
+    // 404 before 400: an unknown sandbox is unknown whether or not an extension is configured.
+    orch.get(id);
+    return orch.patchExtensionParams(id, patch);
   });
 }
