@@ -374,8 +374,8 @@ describe('aenv CLI against a node', () => {
       const t = inTmux(['start', 'base']);
       const shown = await waitFor(t, /sandbox [0-9a-f-]{36} \(exit the shell/);
       created.push(/sandbox ([0-9a-f-]{36})/.exec(shown)![1]!);
-      // The login shell's prompt (capture-pane drops its trailing space).
-      await waitFor(t, /[#$]$/m);
+      // The login shell's prompt (`-J` keeps the pane's trailing spaces).
+      await waitFor(t, /[#$] *$/m);
       keys(t, 'echo "hello-$((6*7))"', 'Enter');
       await waitFor(t, /^hello-42$/m);
       keys(t, 'stty size', 'Enter');
