@@ -19,6 +19,7 @@ HOST_PACKAGES=(
   # the image cache writes whiteouts, fifos and xattrs through python3 (Node has no API for them)
   python3-minimal
   conntrack # cuts the connections a stricter egress policy denies (docs/networking.md)
+  tmux # the terminal test/e2e/cli.test.ts drives `aenv start`/`connect`/`exec -t` in
   # used by this script itself
   binutils dpkg
 )

@@ -1,51 +1,12 @@
 #!/usr/bin/env node
-import { Command } from 'commander';
+import { CommanderError } from 'commander';
+import { EXIT } from './client/exit-codes.js';
+import { buildProgram } from './program.js';
 
-const program = new Command('aenv')
-  .description('aenv: isolated Linux sandboxes for AI agents on hosts you own (E2B-compatible)')
-  .version('0.1.0');
-
-program
-  .command('server')
-  .description('run a node: the E2B-compatible API, the sandbox proxy and the runtime')
-  .option('--config <path>', 'config file (default: $AENV_CONFIG_PATH or config/default.toml)')
-  .option('--setup-only', 'install host dependencies (Debian packages, CRIU prefix, tools dir) and exit')
-  .option('--api-addr <host:port>', 'listen address (default: $API_ADDR or 0.0.0.0:8000)')
-  .option('--home <dir>', 'state directory (default: $AENV_HOME_PATH or /var/lib/aenv)')
-  .action(async (opts: { config?: string; setupOnly?: boolean; apiAddr?: string; home?: string }) => {
-    const { runServer } = await import('@aenv/server');
-    const code = await runServer({
-      configPath: opts.config,
-      setupOnly: opts.setupOnly ?? false,
-      // One failing request must not end the node (docs/security.md).
-      processGuards: true,
-      flags: { apiAddr: opts.apiAddr, homePath: opts.home },
-    });
-    process.exitCode = code;
-  });
-
-program
-  .command('scheduler')
-  .description(
-    'cluster scheduler: placement, sandbox bindings and heartbeats over gRPC (-config, -query-only)',
-  )
-  // Its own flags, Go style as the reference's (`-config <path>`), parsed by @aenv/scheduler.
-  .helpOption(false)
-  .allowUnknownOption()
-  .allowExcessArguments()
-  .action(async (_opts: unknown, cmd: Command) => {
-    const { runSchedulerCommand } = await import('@aenv/scheduler');
-    process.exitCode = await runSchedulerCommand(cmd.args);
-  });
-
-for (const role of ['gateway'] as const) {
-  program
-    .command(role)
-    .description(`cluster ${role} (not implemented yet)`)
-    .action(async () => {
-      const mod = await import('@aenv/gateway');
-      process.exitCode = mod.main();
-    });
+try {
+  await buildProgram().parseAsync(process.argv);
+} catch (e) {
+  // Commander has already printed its one line (unknown option, missing argument, …).
+  if (!(e instanceof CommanderError)) throw e;
+  process.exitCode = e.exitCode === 0 ? EXIT.ok : EXIT.usage;
 }
-
-await program.parseAsync(process.argv);

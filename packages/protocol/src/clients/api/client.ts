@@ -53,6 +53,15 @@ export interface AenvApiClientOptions {
   headers?: Record<string, string>;
 }
 
+/** `NewColdSandbox` of reference §2.3 (note `allowInternetAccess` is camelCase here). */
+export interface NewColdSandbox extends Omit<NewSandbox, 'templateID' | 'allow_internet_access'> {
+  image: string;
+  allowInternetAccess?: boolean;
+  cpuCount?: number;
+  memoryMB?: number;
+  diskSizeMB?: number;
+}
+
 /** One page of a list and the token of the next one (absent on the last page). */
 export interface Page<T> {
   items: T[];
@@ -158,6 +167,10 @@ export class AenvApiClient {
   readonly sandboxes = {
     /** `POST /v2/sandboxes` (as the e2b SDK creates: always secured). */
     create: (body: NewSandbox) => this.json<SandboxResponse>('POST', '/v2/sandboxes', { body }),
+    /** `POST /sandboxes`: secured only when `secure` says so (the reference CLI's `start`). */
+    createV1: (body: NewSandbox) => this.json<SandboxResponse>('POST', '/sandboxes', { body }),
+    /** `POST /sandboxes-cold` (AgentENV): a sandbox booted from an OCI image, with its own resources. */
+    createCold: (body: NewColdSandbox) => this.json<SandboxResponse>('POST', '/sandboxes-cold', { body }),
     /** `GET /v2/sandboxes`: running and paused sandboxes, newest first unless `order: 'asc'`. */
     list: (q: SandboxListQuery = {}) =>
       this.page<ListedSandbox>('/v2/sandboxes', {

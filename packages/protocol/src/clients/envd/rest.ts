@@ -1,7 +1,8 @@
 // The node's client of envd's REST API: `/health` (is it up), `/init` (hand it the sandbox) and `/files`
 // uploads. Plain node:http with no connection reuse: envd is a fresh address per sandbox.
 import { request } from 'node:http';
-import type { Readable } from 'node:stream';
+import type { Readable, Writable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import { ACCESS_TOKEN_HEADER, INIT_KEY_HEADER } from '../../envd/headers.js';
 import { validateInitBody, type InitBody } from '../../envd/init.js';
 
@@ -163,4 +164,64 @@ export function uploadFile(
     body.on('error', (e) => req.destroy(e));
     body.pipe(req);
   });
+}
+
+/**
+ * `GET /files?path=&username=`: streams the file into `dest` (which is ended). A non-200 answer rejects with
+ * envd's status and message, and nothing is written to `dest`.
+ */
+export function downloadFile(
+  baseUrl: string,
+  target: { path: string; user: string; accessToken?: string; headers?: Record<string, string> },
+  dest: Writable,
+  timeoutMs = 10 * 60_000,
+): Promise<void> {
+  const { path, user, accessToken, headers } = target;
+  const url = new URL('/files', baseUrl);
+  url.searchParams.set('path', path);
+  url.searchParams.set('username', user);
+  return new Promise((resolve, reject) => {
+    const req = request(
+      url,
+      {
+        method: 'GET',
+        agent: false,
+        timeout: timeoutMs,
+        headers: { ...headers, ...(accessToken ? { [ACCESS_TOKEN_HEADER]: accessToken } : {}) },
+      },
+      (res) => {
+        if (res.statusCode !== 200) {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () =>
+            reject(
+              new EnvdRestError(
+                `envd download of ${path} answered ${res.statusCode}: ${envdMessage(Buffer.concat(chunks).toString())}`,
+                res.statusCode,
+              ),
+            ),
+          );
+          res.on('error', reject);
+          return;
+        }
+        pipeline(res, dest).then(resolve, (e: Error) =>
+          reject(new EnvdRestError(`envd download of ${path} failed: ${e.message}`)),
+        );
+      },
+    );
+    req.on('timeout', () => req.destroy(new Error(`envd download of ${path} timed out`)));
+    req.on('error', (e) => reject(new EnvdRestError(`envd download of ${path} failed: ${e.message}`)));
+    req.end();
+  });
+}
+
+/** envd's `{message}` out of an error body, or the body's start. */
+function envdMessage(text: string): string {
+  try {
+    const j = JSON.parse(text) as { message?: unknown };
+    if (typeof j.message === 'string') return j.message;
+  } catch {
+    // not JSON
+  }
+  return text.trim().slice(0, 300);
 }

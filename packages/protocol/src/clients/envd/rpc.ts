@@ -1,13 +1,13 @@
 // The node's own client of a sandbox's envd: Connect RPC (process.Process, filesystem.Filesystem) over
 // HTTP/1.1 plus the REST upload. Used by the template builder and by launches that start a template's start
 // command. The user a call acts as travels as `Authorization: Basic base64("<user>:")`, as the e2b SDK sends it.
-import type { Readable } from 'node:stream';
+import type { Readable, Writable } from 'node:stream';
 import { Code, ConnectError, createClient, type Client } from '@connectrpc/connect';
 import { createConnectTransport } from '@connectrpc/connect-node';
 import { Filesystem, type EntryInfo } from '../../gen/filesystem/filesystem_pb.js';
 import { Process, Signal } from '../../gen/process/process_pb.js';
 import { ACCESS_TOKEN_HEADER } from '../../envd/headers.js';
-import { uploadFile } from './rest.js';
+import { downloadFile, uploadFile } from './rest.js';
 
 export interface EnvdRpcClientOptions {
   /** `http://<hostInteractionIp>:<port>` */
@@ -53,6 +53,26 @@ export interface BackgroundProcess {
   ended: Promise<CommandResult>;
   /** Stops following its output (the process keeps running). */
   detach(): void;
+}
+
+/** How an interactive process is started (`aenv exec`, the shell of `aenv start`/`connect`). */
+export interface InteractiveOptions {
+  /** Open a stdin pipe the caller writes with `write` (default: stdin is /dev/null). */
+  stdin?: boolean;
+  /** Run in a PTY of this size; its output arrives as `stdout` and `write` feeds the PTY. */
+  pty?: { cols: number; rows: number };
+  /** envd kills the process after this long (the call's Connect deadline). */
+  timeoutMs?: number;
+  onOutput?: (out: CommandOutput) => void;
+}
+
+/** A started process the caller talks to: input, PTY size, signals, and its end. */
+export interface InteractiveProcess extends BackgroundProcess {
+  /** Sends bytes to its stdin (or to its PTY); calls are delivered in order. */
+  write(data: Uint8Array): Promise<void>;
+  closeStdin(): Promise<void>;
+  resize(cols: number, rows: number): Promise<void>;
+  signal(signal: 'SIGTERM' | 'SIGKILL'): Promise<void>;
 }
 
 export class EnvdCommandError extends Error {
@@ -104,7 +124,11 @@ export class EnvdRpcClient {
     return user ? { authorization: basicAuth(user) } : {};
   }
 
-  private startStream(spec: CommandSpec, signal: AbortSignal | undefined) {
+  private startStream(
+    spec: CommandSpec,
+    signal: AbortSignal | undefined,
+    io: Pick<InteractiveOptions, 'stdin' | 'pty' | 'timeoutMs'> = {},
+  ) {
     return this.process.start(
       {
         process: {
@@ -113,9 +137,14 @@ export class EnvdRpcClient {
           envs: spec.envs ?? {},
           ...(spec.cwd ? { cwd: spec.cwd } : {}),
         },
-        stdin: false,
+        stdin: io.stdin ?? false,
+        ...(io.pty ? { pty: { size: io.pty } } : {}),
       },
-      { headers: this.headers(spec.user), ...(signal ? { signal } : {}) },
+      {
+        headers: this.headers(spec.user),
+        ...(signal ? { signal } : {}),
+        ...(io.timeoutMs !== undefined ? { timeoutMs: io.timeoutMs } : {}),
+      },
     );
   }
 
@@ -182,10 +211,13 @@ export class EnvdRpcClient {
   /** Starts a command and returns once envd reports its pid; output keeps flowing to `onOutput`. */
   async startBackground(
     spec: CommandSpec,
-    opts: { onOutput?: (out: CommandOutput) => void } = {},
+    opts: { onOutput?: (out: CommandOutput) => void } & Pick<
+      InteractiveOptions,
+      'stdin' | 'pty' | 'timeoutMs'
+    > = {},
   ): Promise<BackgroundProcess> {
     const abort = new AbortController();
-    const stream = this.startStream(spec, abort.signal)[Symbol.asyncIterator]();
+    const stream = this.startStream(spec, abort.signal, opts)[Symbol.asyncIterator]();
     let detached = false;
     let pid: number | undefined;
     try {
@@ -240,6 +272,45 @@ export class EnvdRpcClient {
     };
   }
 
+  /**
+   * Starts a process the caller talks to (stdin or a PTY) and returns once envd reports its pid. Input goes
+   * by unary SendInput calls, in order: envd's client-streaming StreamInput needs HTTP/2, and this client
+   * speaks HTTP/1.1 (what the node's proxy and the e2b SDK use).
+   */
+  async startInteractive(spec: CommandSpec, opts: InteractiveOptions = {}): Promise<InteractiveProcess> {
+    const proc = await this.startBackground(spec, opts);
+    const headers = this.headers(spec.user);
+    const selector = { selector: { case: 'pid' as const, value: proc.pid } };
+    let queue: Promise<unknown> = Promise.resolve();
+    const inOrder = <T>(fn: () => Promise<T>): Promise<T> => {
+      const next = queue.then(fn);
+      queue = next.catch(() => undefined);
+      return next;
+    };
+    return {
+      ...proc,
+      write: (data) =>
+        inOrder(async () => {
+          await this.process.sendInput(
+            {
+              process: selector,
+              input: { input: opts.pty ? { case: 'pty', value: data } : { case: 'stdin', value: data } },
+            },
+            { headers },
+          );
+        }),
+      closeStdin: () =>
+        inOrder(async () => {
+          await this.process.closeStdin({ process: selector }, { headers });
+        }),
+      resize: (cols, rows) =>
+        inOrder(async () => {
+          await this.process.update({ process: selector, pty: { size: { cols, rows } } }, { headers });
+        }),
+      signal: (signal) => inOrder(() => this.sendSignal(proc.pid, signal, spec.user)),
+    };
+  }
+
   async sendSignal(pid: number, signal: 'SIGTERM' | 'SIGKILL', user?: string): Promise<void> {
     await this.process.sendSignal(
       {
@@ -272,6 +343,23 @@ export class EnvdRpcClient {
       if (e instanceof ConnectError && e.code === Code.NotFound) return undefined;
       throw e;
     }
+  }
+
+  /** `filesystem.ListDir` to `depth` levels (1: the directory's own entries). */
+  async listDir(path: string, depth: number, user?: string): Promise<EntryInfo[]> {
+    const r = await this.fs.listDir({ path, depth }, { headers: this.headers(user) });
+    return r.entries;
+  }
+
+  /** `GET /files?path=&username=`: the file's bytes, streamed into `dest`. */
+  downloadFile(path: string, dest: Writable, user: string, timeoutMs = 10 * 60_000): Promise<void> {
+    const target = {
+      path,
+      user,
+      ...(this.opts.accessToken ? { accessToken: this.opts.accessToken } : {}),
+      ...(this.opts.headers ? { headers: this.opts.headers } : {}),
+    };
+    return downloadFile(this.opts.baseUrl, target, dest, timeoutMs);
   }
 
   /** `POST /files?path=&username=` with a raw body streamed from `body` (exactly `size` bytes). */

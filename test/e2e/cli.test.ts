@@ -1,0 +1,444 @@
+// The `aenv` client commands (docs/cli.md) run as the built binary against a real node: JSON output parsed,
+// exit codes checked, the credentials file's rules, and the failures a user or a script meets.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { spawn, spawnSync } from 'node:child_process';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { REPO, startServer, type TestServer } from './harness.js';
+
+const CLI = join(REPO, 'packages', 'cli', 'dist', 'main.js');
+const BASE_IMAGE = 'oci:/var/cache/aenv/images/base:latest';
+const RUN = `c${Date.now().toString(36)}`;
+
+interface Ran {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+describe('aenv CLI against a node', () => {
+  let server: TestServer;
+  let home: string;
+  let work: string;
+  const created: string[] = [];
+
+  beforeAll(async () => {
+    server = await startServer({
+      name: 'cli',
+      toml: '[observability.sandbox_metrics]\ninterval_secs = 1\n',
+    });
+    home = mkdtempSync(join(tmpdir(), 'aenv-cli-home-'));
+    work = mkdtempSync(join(tmpdir(), 'aenv-cli-work-'));
+  });
+  afterAll(async () => {
+    if (server) {
+      const list = await server.api('GET', '/v2/templates');
+      for (const t of (list.body ?? []) as { templateID: string; names: string[] }[]) {
+        if (t.names.some((n) => n.startsWith(RUN))) await server.api('DELETE', `/templates/${t.templateID}`);
+      }
+      expect(await server.shutdown()).toBe(0);
+    }
+    for (const d of [home, work]) if (d) rmSync(d, { recursive: true, force: true });
+  });
+
+  /** Runs `aenv <args>` (stdin: `input`, or /dev/null); never rejects on a failing command. */
+  function aenv(
+    args: string[],
+    opts: { env?: Record<string, string>; input?: string; auth?: boolean } = {},
+  ): Promise<Ran> {
+    return new Promise((resolve, reject) => {
+      const child = spawn(process.execPath, [CLI, ...args], {
+        cwd: work,
+        env: {
+          PATH: process.env.PATH ?? '/usr/bin:/bin',
+          HOME: home,
+          ...(opts.auth === false ? {} : { AENV_URL: server.url, AENV_API_KEY: server.apiKey }),
+          ...opts.env,
+        },
+        stdio: [opts.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+        timeout: 240_000,
+      });
+      let stdout = '';
+      let stderr = '';
+      child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+      child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+      if (opts.input !== undefined) child.stdin!.end(opts.input);
+      child.on('error', reject);
+      child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+    });
+  }
+
+  const json = (r: Ran) => {
+    expect(r.code, `exit ${r.code}\n${r.stdout}\n${r.stderr}`).toBe(0);
+    return JSON.parse(r.stdout);
+  };
+
+  async function startDetached(...extra: string[]): Promise<string> {
+    const r = await aenv(['start', '-d', ...extra, 'base']);
+    expect(r.code, r.stderr).toBe(0);
+    const id = r.stdout.trim();
+    expect(id).toMatch(/^[0-9a-f-]{36}$/);
+    created.push(id);
+    return id;
+  }
+
+  it('auth saves the credentials privately, checks them first, and the other commands use them', async () => {
+    const file = join(home, '.config', 'aenv', 'credentials');
+    // A wrong key is refused by the server: nothing is saved, the exit code says "auth".
+    const bad = await aenv(['auth', '--url', server.url, '--api-key', 'wrong'], { auth: false });
+    expect(bad.code, bad.stderr).toBe(7);
+    expect(bad.stderr).toMatch(/^error: not saved: .*401/);
+    expect(() => statSync(file)).toThrow();
+    // The key from stdin (never on the command line when piped).
+    const ok = await aenv(['auth', '--url', server.url], { auth: false, input: `${server.apiKey}\n` });
+    expect(ok.code, ok.stderr).toBe(0);
+    expect(statSync(file).mode & 0o777).toBe(0o600);
+    expect(statSync(join(home, '.config', 'aenv')).mode & 0o777).toBe(0o700);
+    expect(readFileSync(file, 'utf8')).toBe(`url = "${server.url}"\napi_key = "${server.apiKey}"\n`);
+    expect(Array.isArray(json(await aenv(['list'], { auth: false })))).toBe(true);
+
+    // Precedence: env over the file, flags over env; E2B_* when AENV_* are unset.
+    const envWins = await aenv(['list'], { auth: false, env: { AENV_URL: 'http://127.0.0.1:1' } });
+    expect(envWins.code).toBe(6);
+    expect(envWins.stderr).toContain('no answer from the aenv API');
+    json(await aenv(['list', '--url', server.url], { auth: false, env: { AENV_URL: 'http://127.0.0.1:1' } }));
+    const keyFlag = await aenv(['list', '--api-key', 'nope'], { auth: false });
+    expect(keyFlag.code).toBe(7);
+    const e2bKey = await aenv(['list'], {
+      auth: false,
+      env: { E2B_API_KEY: 'nope', E2B_API_URL: server.url },
+    });
+    expect(e2bKey.code).toBe(7);
+    const aenvOverE2b = await aenv(['list'], {
+      auth: false,
+      env: { AENV_API_KEY: server.apiKey, E2B_API_KEY: 'nope' },
+    });
+    expect(aenvOverE2b.code, aenvOverE2b.stderr).toBe(0);
+
+    // A credentials file others can read is refused, naming the fix.
+    chmodSync(file, 0o644);
+    const open = await aenv(['list'], { auth: false });
+    expect(open.code).toBe(7);
+    expect(open.stderr).toContain(`run \`chmod 600 ${file}\``);
+    // ... unless flags and env give everything (the file is not read then).
+    json(await aenv(['list'], {}));
+    chmodSync(file, 0o600);
+    writeFileSync(file, 'url = "x"\ntoken = "y"\n', { mode: 0o600 });
+    const unknownKey = await aenv(['list'], { auth: false });
+    expect(unknownKey.code).toBe(2);
+    expect(unknownKey.stderr).toContain('unknown keys: token');
+    rmSync(file);
+    const none = await aenv(['list'], { auth: false });
+    expect(none.code).toBe(7);
+    expect(none.stderr).toBe(
+      'error: no API key configured; run `aenv auth`, or set AENV_API_KEY, or pass --api-key\n',
+    );
+  });
+
+  it('starts, lists, execs, times out, pauses, resumes and deletes a sandbox', async () => {
+    const id = await startDetached('--env', 'GREETING=hello', '--metadata', `run=${RUN}`);
+    const listed = json(await aenv(['list', '--metadata', `run=${RUN}`])) as {
+      sandboxID: string;
+      state: string;
+      alias?: string;
+    }[];
+    expect(listed).toEqual([expect.objectContaining({ sandboxID: id, state: 'running', alias: 'base' })]);
+    const table = await aenv(['ls', '--output', 'table']);
+    expect(table.stdout).toMatch(/ID\s+.*TEMPLATE\s+.*STATE/);
+    expect(table.stdout).toContain(id);
+
+    // stdout and stderr apart, the remote exit code, env, user, cwd, stdin.
+    const r = await aenv(['exec', id, 'sh', '-c', 'echo out; echo err >&2; echo $GREETING; exit 3']);
+    expect(r).toEqual({ code: 3, stdout: 'out\nhello\n', stderr: 'err\n' });
+    const flags = await aenv([
+      'exec',
+      '--user',
+      'root',
+      '--cwd',
+      '/tmp',
+      '--env',
+      'A=b c',
+      id,
+      'sh',
+      '-c',
+      'id -u; pwd; echo "$A"',
+    ]);
+    expect(flags).toEqual({ code: 0, stdout: '0\n/tmp\nb c\n', stderr: '' });
+    const lsFlag = await aenv(['exec', id, 'ls', '-d', '/etc']);
+    expect(lsFlag.stdout).toBe('/etc\n');
+    const big = 'x'.repeat(200_000) + '\n';
+    const cat = await aenv(['exec', id, 'wc', '-c'], { input: big });
+    expect(cat.stdout.trim()).toBe(String(big.length));
+    const timedOut = await aenv(['exec', '--timeout', '1', id, 'sleep', '30']);
+    expect(timedOut.code).toBe(124);
+    expect(timedOut.stderr).toContain('timed out after 1 s');
+    const missing = await aenv(['exec', id, '/no/such/binary']);
+    expect(missing.code).not.toBe(0);
+
+    json(await aenv(['timeout', id, '900']));
+    const detail = (await server.api('GET', `/sandboxes/${id}`)).body as { endAt: string };
+    expect(Date.parse(detail.endAt) - Date.now()).toBeGreaterThan(800_000);
+
+    expect(json(await aenv(['pause', id]))).toEqual({ sandboxID: id, state: 'paused' });
+    expect(
+      json(await aenv(['list', '--state', 'paused'])).map((s: { sandboxID: string }) => s.sandboxID),
+    ).toContain(id);
+    const onPaused = await aenv(['exec', id, 'true']);
+    expect(onPaused.code).toBe(4);
+    expect(onPaused.stderr).toBe(`error: sandbox ${id} is paused; resume it with \`aenv resume ${id}\`\n`);
+    expect(json(await aenv(['resume', id]))).toMatchObject({ sandboxID: id, resumed: true });
+    expect((await aenv(['exec', id, 'cat', '/proc/self/comm'])).stdout).toBe('cat\n');
+
+    expect(json(await aenv(['rm', id]))).toEqual({ sandboxID: id, deleted: true });
+    const again = await aenv(['delete', id]);
+    expect(again.code).toBe(3);
+    expect(again.stderr).toMatch(
+      /^error: DELETE \/sandboxes\/.* failed \(HTTP 404\): .*not found; check the id/,
+    );
+  });
+
+  it('uploads and downloads files and trees', async () => {
+    const id = await startDetached();
+    const src = join(work, 'src');
+    mkdirSync(join(src, 'sub', 'deeper'), { recursive: true });
+    writeFileSync(join(src, 'a.txt'), 'alpha\n');
+    writeFileSync(join(src, 'sub', 'deeper', 'b.bin'), Buffer.alloc(300_000, 7));
+    const up = json(await aenv(['upload', id, src, '/tmp/tree']));
+    expect(up).toMatchObject({ files: 2, bytes: 300_006 });
+    expect((await aenv(['exec', id, 'cat', '/tmp/tree/a.txt'])).stdout).toBe('alpha\n');
+    const one = json(await aenv(['upload', id, join(src, 'a.txt'), '/tmp/']));
+    expect(one.path).toBe('/tmp/a.txt');
+    const relDir = await aenv(['upload', id, src, 'relative']);
+    expect(relDir.code).toBe(2);
+
+    const back = json(await aenv(['download', id, '/tmp/tree', join(work, 'back')]));
+    expect(back).toMatchObject({ files: 2, bytes: 300_006 });
+    expect(readFileSync(join(work, 'back', 'a.txt'), 'utf8')).toBe('alpha\n');
+    expect(readFileSync(join(work, 'back', 'sub', 'deeper', 'b.bin')).equals(Buffer.alloc(300_000, 7))).toBe(
+      true,
+    );
+    json(await aenv(['download', id, '/tmp/a.txt']));
+    expect(readFileSync(join(work, 'a.txt'), 'utf8')).toBe('alpha\n');
+    const exists = await aenv(['download', id, '/tmp/a.txt']);
+    expect(exists.code).toBe(2);
+    expect(exists.stderr).toContain('pass --force');
+    json(await aenv(['download', '--force', id, '/etc/hostname', join(work, 'a.txt')]));
+    const nothing = await aenv(['download', id, '/no/such/file']);
+    expect(nothing.code).toBe(3);
+    const noLocal = await aenv(['upload', id, join(work, 'nope'), '/tmp/x']);
+    expect(noLocal.code).toBe(3);
+  });
+
+  it('snapshots, forks, shows logs and metrics, lists nodes', async () => {
+    const id = await startDetached('--timeout', '600');
+    const snap = json(await aenv(['snapshot', 'create', id, '--name', `${RUN}-snap`])) as {
+      snapshotID: string;
+    };
+    const snaps = json(await aenv(['snap', 'ls', '--sandbox-id', id])) as {
+      snapshotID: string;
+      names: string[];
+    }[];
+    expect(snaps).toEqual([expect.objectContaining({ snapshotID: snap.snapshotID, names: [`${RUN}-snap`] })]);
+
+    const forked = json(await aenv(['fork', id, '--count', '2'])) as { sandbox?: { sandboxID: string } }[];
+    expect(forked).toHaveLength(2);
+    for (const f of forked) {
+      expect(f.sandbox?.sandboxID).toMatch(/^[0-9a-f-]{36}$/);
+      created.push(f.sandbox!.sandboxID);
+    }
+    const badCount = await aenv(['fork', id, '--count', '0']);
+    expect(badCount.code).toBe(2);
+
+    const logs = json(await aenv(['logs', id])) as { message: string }[];
+    expect(logs.length).toBeGreaterThan(0);
+    const text = await aenv(['logs', id, '--output', 'table']);
+    expect(text.stdout).toMatch(/INFO/);
+
+    // Samples are taken every second on this node: wait for one (bounded).
+    let samples: unknown[] = [];
+    for (let i = 0; i < 30 && samples.length === 0; i++) {
+      samples = json(await aenv(['metrics', id]));
+      if (samples.length === 0) await new Promise((r) => setTimeout(r, 1000));
+    }
+    expect(samples[0]).toMatchObject({ cpuCount: expect.any(Number), memTotal: expect.any(Number) });
+
+    const nodes = json(await aenv(['nodes'])) as { status: string }[];
+    expect(nodes[0]?.status).toBe('ready');
+
+    for (const f of forked) json(await aenv(['rm', f.sandbox!.sandboxID]));
+    json(await aenv(['rm', id]));
+    json(await aenv(['snapshot', 'delete', snap.snapshotID]));
+  });
+
+  it('pulls a template, lists, watches and deletes it', async () => {
+    const name = `${RUN}-pulled`;
+    const pulled = await aenv(['pull', BASE_IMAGE, '--name', name, '--cpu', '1', '--memory', '512']);
+    expect(pulled.code, pulled.stderr).toBe(0);
+    expect(JSON.parse(pulled.stdout)).toMatchObject({ name, status: 'ready' });
+    const templates = json(await aenv(['template', 'list'])) as { names: string[]; cpuCount: number }[];
+    expect(templates.find((t) => t.names.includes(name))).toMatchObject({ cpuCount: 1 });
+    expect(json(await aenv(['template', 'watch', name, '--quiet']))).toMatchObject({ status: 'ready' });
+    expect(json(await aenv(['templates', 'rm', name]))).toMatchObject({ deleted: true });
+    expect((await aenv(['template', 'delete', name])).code).toBe(3);
+    expect((await aenv(['pull', BASE_IMAGE, '--probe', '80', '--ready-cmd', 'true'])).code).toBe(2);
+  });
+
+  it('refuses bad ids, flags and servers with one clear line and a distinct exit code', async () => {
+    const cases: [string[], number, RegExp][] = [
+      [['exec', 'not-a-uuid', 'true'], 3, /^error: GET \/sandboxes\/not-a-uuid failed \(HTTP 404\)/],
+      [['pause', '../../etc'], 3, /HTTP 404/],
+      [['timeout', '00000000-0000-0000-0000-000000000000', '-5'], 2, /error: /],
+      [['start', '-d', 'no-such-template'], 3, /HTTP 404.*no-such-template/],
+      [['start', '-d', '--cpu', '2', 'base'], 2, /--cold starts only/],
+      [['start', '-d', '--cold', '--disk-size-mb', '1500', 'img'], 2, /error: /],
+      [['start', 'base'], 2, /needs a terminal; use -d/],
+      [['list', '--output', 'yaml'], 2, /error: option .*--output.* 'yaml' is invalid/],
+      [['list', '--url', 'ftp://x'], 2, /not an http\(s\) URL/],
+      [['list', '--url', 'http://127.0.0.1:1'], 6, /no answer from the aenv API/],
+      [['nosuch'], 2, /unknown command 'nosuch'/],
+      [['completion', 'tcsh'], 2, /invalid/],
+    ];
+    for (const [args, code, message] of cases) {
+      const r = await aenv(args);
+      expect({ args, code: r.code }).toEqual({ args, code });
+      expect(r.stderr.split('\n')[0]).toMatch(message);
+      expect(r.stderr).not.toMatch(/\n\s+at /);
+    }
+    // --debug adds the stack.
+    const debug = await aenv(['list', '--debug', '--url', 'http://127.0.0.1:1']);
+    expect(debug.stderr).toMatch(/\n\s+at /);
+    // A start that cannot attach left nothing behind.
+    const all = json(await aenv(['list'])) as { sandboxID: string }[];
+    expect(all.filter((s) => !created.includes(s.sandboxID))).toEqual([]);
+  });
+
+  describe('in a real terminal (tmux)', () => {
+    const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+    const sessions: string[] = [];
+    afterAll(() => {
+      for (const name of sessions) spawnSync('tmux', ['kill-session', '-t', name]);
+    });
+
+    /**
+     * Runs `aenv <args>` in a detached tmux session of 100x30; the wrapper prints the exit code and whether
+     * the terminal settings (stty -g) were the same after as before, then waits to be killed.
+     */
+    function inTmux(args: string[]): string {
+      const name = `${RUN}-${sessions.length}`;
+      sessions.push(name);
+      const wrapper = join(work, `${name}.sh`);
+      writeFileSync(
+        wrapper,
+        [
+          `export HOME=${home} AENV_URL=${server.url} AENV_API_KEY=${server.apiKey}`,
+          'before=$(stty -g)',
+          `${process.execPath} ${CLI} ${args.map((a) => `'${a}'`).join(' ')}`,
+          'code=$?',
+          '[ "$(stty -g)" = "$before" ] && state=RESTORED || state=BROKEN',
+          'echo "AENV-EXIT:$code:$state"',
+          'sleep 600',
+        ].join('\n'),
+      );
+      const r = spawnSync('tmux', [
+        'new-session',
+        '-d',
+        '-s',
+        name,
+        '-x',
+        '100',
+        '-y',
+        '30',
+        `bash --norc ${wrapper}`,
+      ]);
+      expect(r.status, String(r.stderr)).toBe(0);
+      return name;
+    }
+
+    const pane = (name: string) =>
+      spawnSync('tmux', ['capture-pane', '-p', '-J', '-t', name, '-S', '-200'], { encoding: 'utf8' }).stdout;
+
+    /** Waits (bounded) until the pane shows `pattern`; returns the pane. */
+    async function waitFor(name: string, pattern: RegExp): Promise<string> {
+      for (let i = 0; i < 300; i++) {
+        const text = pane(name);
+        if (pattern.test(text)) return text;
+        await sleep(200);
+      }
+      throw new Error(`tmux pane never showed ${pattern}:\n${pane(name)}`);
+    }
+
+    const keys = (name: string, ...k: string[]) => spawnSync('tmux', ['send-keys', '-t', name, ...k]);
+
+    it('start attaches a shell: prompt, output, resize, exit restores the terminal', async () => {
+      const t = inTmux(['start', 'base']);
+      const shown = await waitFor(t, /sandbox [0-9a-f-]{36} \(exit the shell/);
+      created.push(/sandbox ([0-9a-f-]{36})/.exec(shown)![1]!);
+      // The login shell's prompt (`-J` keeps the pane's trailing spaces).
+      await waitFor(t, /[#$] *$/m);
+      keys(t, 'echo "hello-$((6*7))"', 'Enter');
+      await waitFor(t, /^hello-42$/m);
+      keys(t, 'stty size', 'Enter');
+      await waitFor(t, /^30 100$/m);
+      spawnSync('tmux', ['resize-window', '-t', t, '-x', '120', '-y', '40']);
+      await sleep(500);
+      keys(t, 'clear; stty size', 'Enter');
+      await waitFor(t, /^40 120$/m);
+      keys(t, 'exit 5', 'Enter');
+      await waitFor(t, /AENV-EXIT:5:RESTORED/);
+    });
+
+    it('connect attaches to a running sandbox; Ctrl-D ends it; a dropped sandbox still restores the terminal', async () => {
+      const id = await startDetached();
+      const t = inTmux(['connect', id]);
+      await sleep(1000);
+      keys(t, 'echo "in-$((1+1))"', 'Enter');
+      await waitFor(t, /^in-2$/m);
+      keys(t, 'C-d');
+      await waitFor(t, /AENV-EXIT:0:RESTORED/);
+
+      const t2 = inTmux(['cn', id]);
+      keys(t2, 'echo "again-$((2+1))"', 'Enter');
+      await waitFor(t2, /^again-3$/m);
+      json(await aenv(['rm', id]));
+      const end = await waitFor(t2, /AENV-EXIT:\d+:\w+/);
+      expect(end).toMatch(/AENV-EXIT:[1-9]\d*:RESTORED/);
+    });
+
+    it("exec -t runs in a PTY of the terminal's size and Ctrl-C interrupts it", async () => {
+      const id = await startDetached();
+      const t = inTmux([
+        'exec',
+        '-t',
+        id,
+        'sh',
+        '-c',
+        'stty size; trap "echo got-INT; exit 7" INT; sleep 300 & wait',
+      ]);
+      await waitFor(t, /^30 100$/m);
+      keys(t, 'C-c');
+      await waitFor(t, /got-INT/);
+      await waitFor(t, /AENV-EXIT:7:RESTORED/);
+    });
+  });
+
+  it('prints completion scripts bash can load and complete with', async () => {
+    const script = (await aenv(['completion', 'bash'])).stdout;
+    const out = await new Promise<string>((resolve, reject) => {
+      const b = spawn('bash', [
+        '-c',
+        `${script}\nCOMP_WORDS=(aenv snap c); COMP_CWORD=2; _aenv; echo "\${COMPREPLY[@]}"; COMP_WORDS=(aenv st); COMP_CWORD=1; _aenv; echo "\${COMPREPLY[@]}"`,
+      ]);
+      let o = '';
+      b.stdout.on('data', (d: Buffer) => (o += d.toString()));
+      b.on('error', reject);
+      b.on('close', () => resolve(o));
+    });
+    expect(out).toBe('create\nstart\n');
+    for (const shell of ['zsh', 'fish']) {
+      const r = await aenv(['completion', shell]);
+      expect(r.code).toBe(0);
+      expect(r.stdout).toContain('aenv');
+    }
+  });
+});
