@@ -117,18 +117,31 @@ export async function initEnvd(
   }
 }
 
+/** The file of an envd `/files` transfer and who reads or writes it. */
+export interface FilesTarget {
+  path: string;
+  user: string;
+  accessToken?: string;
+  headers?: Record<string, string>;
+}
+
+function filesUrl(baseUrl: string, target: FilesTarget): URL {
+  const url = new URL('/files', baseUrl);
+  url.searchParams.set('path', target.path);
+  url.searchParams.set('username', target.user);
+  return url;
+}
+
 /** `POST /files?path=&username=` with a raw body streamed from `body` (exactly `size` bytes). */
 export function uploadFile(
   baseUrl: string,
-  target: { path: string; user: string; accessToken?: string; headers?: Record<string, string> },
+  target: FilesTarget,
   body: Readable,
   size: number,
   timeoutMs = 10 * 60_000,
 ): Promise<void> {
-  const { path, user, accessToken, headers } = target;
-  const url = new URL('/files', baseUrl);
-  url.searchParams.set('path', path);
-  url.searchParams.set('username', user);
+  const { path, accessToken, headers } = target;
+  const url = filesUrl(baseUrl, target);
   return new Promise((resolve, reject) => {
     const req = request(
       url,
@@ -172,14 +185,12 @@ export function uploadFile(
  */
 export function downloadFile(
   baseUrl: string,
-  target: { path: string; user: string; accessToken?: string; headers?: Record<string, string> },
+  target: FilesTarget,
   dest: Writable,
   timeoutMs = 10 * 60_000,
 ): Promise<void> {
-  const { path, user, accessToken, headers } = target;
-  const url = new URL('/files', baseUrl);
-  url.searchParams.set('path', path);
-  url.searchParams.set('username', user);
+  const { path, accessToken, headers } = target;
+  const url = filesUrl(baseUrl, target);
   return new Promise((resolve, reject) => {
     const req = request(
       url,
