@@ -512,6 +512,10 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       { endpoint: report.endpoint, intervalSecs: report.intervalMs / 1000 },
       'reporting to the scheduler',
     );
+  } else if (config.cluster.scheduler_endpoint) {
+    logger.warn(
+      'cluster.scheduler_endpoint is set but observability.scheduler_report.enabled is false: this node does not report to the scheduler',
+    );
   }
 
   return {

@@ -155,7 +155,12 @@ export function startHeartbeatReporter(
   const schedule = (delayMs: number) => {
     if (stopped) return;
     timer = setTimeout(() => {
-      void beat().then((ok) => schedule(ok ? settings.intervalMs : backoff.fail()));
+      void beat().then((ok) => {
+        if (ok) return schedule(settings.intervalMs);
+        const delayMs = backoff.fail();
+        log.debug({ failures: backoff.failing, delayMs }, 'heartbeat failed; retrying');
+        schedule(delayMs);
+      });
     }, delayMs);
     timer.unref();
   };
