@@ -91,6 +91,8 @@ export function startHeartbeatReporter(
 
   const request = async (): Promise<HeartbeatInit> => {
     const roster = deps.sandboxes();
+    // Kept to the roster, so a sandbox that went without an event (a failed create) is not remembered forever.
+    resources.clear();
     for (const s of roster) resources.set(s.id, s.resources);
     const host = await deps.host.sample();
     return {
