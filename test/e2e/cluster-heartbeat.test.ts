@@ -185,7 +185,18 @@ describe('scheduler reporting without an endpoint', () => {
     const dir = mkdtempSync(join(tmpdir(), 'aenv-hb-conf-'));
     try {
       const config = join(dir, 'c.toml');
-      writeFileSync(config, '[observability.scheduler_report]\nenabled = true\n', { mode: 0o600 });
+      // Own dirs and prefix: were the check to regress, the node would start here, not on the host's.
+      writeFileSync(
+        config,
+        [
+          `home_path = "${join(dir, 'home')}"`,
+          `runtime_path = "${join(dir, 'run')}"`,
+          'resource_prefix = "ehbref"',
+          '[observability.scheduler_report]',
+          'enabled = true',
+        ].join('\n') + '\n',
+        { mode: 0o600 },
+      );
       const r = spawnSync(
         process.execPath,
         [join(REPO, 'packages/cli/dist/main.js'), 'server', '--config', config],
