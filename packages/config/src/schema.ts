@@ -561,7 +561,7 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
       trim: true,
       check: httpUrl,
       example: 'http://127.0.0.1:9090',
-      doc: 'Scheduler gRPC endpoint for heartbeats and peer discovery.',
+      doc: 'Scheduler gRPC endpoint (`http://host:port`) the node heartbeats to (docs/cluster.md#node-heartbeats); needed when observability.scheduler_report.enabled.',
     }),
   }),
 
@@ -1115,13 +1115,13 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
       enabled: bool({
         default: false,
         env: 'AENV_OBSERVABILITY_SCHEDULER_REPORT_ENABLED',
-        doc: 'Send heartbeats and lifecycle events (needs cluster.scheduler_endpoint).',
+        doc: 'Register with the scheduler and send heartbeats and sandbox lifecycle events (docs/cluster.md#node-heartbeats); on without cluster.scheduler_endpoint the node refuses to start.',
       }),
       interval_secs: int({
         default: 5,
         min: 1,
         env: 'AENV_OBSERVABILITY_REPORT_INTERVAL_SECS',
-        doc: 'Seconds between heartbeats.',
+        doc: 'Seconds between heartbeats; while the scheduler is unreachable, retries back off from this, doubling, up to 15 s (or this, if longer).',
       }),
     }),
   }),

@@ -6,6 +6,7 @@ export * from './envd/index.js';
 export * from './api/index.js';
 export * from './clients/envd/index.js';
 export * from './clients/api/index.js';
+export * from './clients/scheduler/index.js';
 export * from './gen/scheduler/v1/scheduler_pb.js';
 export * from './errors/index.js';
 export * from './ids.js';

@@ -1,14 +1,2 @@
-import { createClient, type Client } from '@connectrpc/connect';
-import { createGrpcTransport } from '@connectrpc/connect-node';
-import { Scheduler } from '@aenv/protocol';
-
-export type SchedulerClient = Client<typeof Scheduler>;
-
-/**
- * A scheduler.v1 client over plain gRPC (h2c), for nodes and gateways. `address` is `host:port` (the
- * reference's form) or an http:// URL.
- */
-export function createSchedulerClient(address: string, opts: { timeoutMs?: number } = {}): SchedulerClient {
-  const baseUrl = address.includes('://') ? address : `http://${address}`;
-  return createClient(Scheduler, createGrpcTransport({ baseUrl, defaultTimeoutMs: opts.timeoutMs }));
-}
+// The client lives in @aenv/protocol so nodes reach the scheduler without depending on it.
+export { createSchedulerClient, type SchedulerClient } from '@aenv/protocol';

@@ -65,6 +65,8 @@ import { SandboxObservability } from './observability/sandbox-observability.js';
 import { sandboxLogMigrations } from './observability/sandbox-log-store.js';
 import { createTemplateService, uploadSecretFromApiKey } from './template/index.js';
 import { TemplateUploadEndpoint } from './api/template-upload.js';
+import { reporterSettings } from './cluster/reporter-settings.js';
+import { startHeartbeatReporter, type HeartbeatReporter } from './cluster/heartbeat-reporter.js';
 
 export interface RunServerOptions {
   configPath?: string;
@@ -281,6 +283,8 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
 
   // The proxy is built after the orchestrator, which must still be able to tell it when an instance stops.
   const proxyRef: { current?: SandboxProxy } = {};
+  // Started once the API listens (the scheduler may route to the node as soon as it registers).
+  const reporterRef: { current?: HeartbeatReporter } = {};
   const backend = new ContainerBackend({
     runtime,
     network,
@@ -356,6 +360,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     onLifecycle: (e) => {
       events.onLifecycle(e);
       observability.onLifecycle(e);
+      reporterRef.current?.onLifecycle(e);
     },
     ...(extension ? { extension } : {}),
     observe: (operation, fn, stage) => metrics.observe(operation, fn, stage),
@@ -452,10 +457,11 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   registerAdmission(app, admission);
   idempotency.register(app);
   registerHealthRoutes(app, metrics.registry);
+  const hostMetrics = new HostMetricsSampler();
   registerNodeRoutes(app, {
     enabled: config.observability.enabled,
     identity,
-    host: new HostMetricsSampler(),
+    host: hostMetrics,
     counters: () => orchestrator.counters(),
   });
   registerSandboxRoutes(app, {
@@ -492,6 +498,25 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   logger.info({ addr: config.api_addr, node: identity.nodeId }, 'aenv server listening');
   orchestrator.startEviction();
   images.start();
+  const report = reporterSettings(config);
+  if (report) {
+    reporterRef.current = startHeartbeatReporter(report, {
+      identity,
+      counters: () => orchestrator.counters(),
+      host: hostMetrics,
+      sandboxes: () => orchestrator.all().map((r) => ({ id: r.id, resources: r.resources })),
+      resourcesOf: (id) => orchestrator.find(id)?.resources,
+      logger: logger.child({ component: 'scheduler-report' }),
+    });
+    logger.info(
+      { endpoint: report.endpoint, intervalSecs: report.intervalMs / 1000 },
+      'reporting to the scheduler',
+    );
+  } else if (config.cluster.scheduler_endpoint) {
+    logger.warn(
+      'cluster.scheduler_endpoint is set but observability.scheduler_report.enabled is false: this node does not report to the scheduler',
+    );
+  }
 
   return {
     config,
@@ -505,10 +530,13 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     proxy,
     async close() {
       logger.info('shutting down: pausing sandboxes');
+      // The scheduler sees the node LINGERING while it pauses, and forgets it once the sandboxes are paused.
+      await reporterRef.current?.drain();
       server.closeIdleConnections();
       await templates.close();
       await observability.stop();
       await orchestrator.shutdown();
+      await reporterRef.current?.close();
       await extension?.drain();
       await backend.close();
       proxy.closeAll();
@@ -564,6 +592,7 @@ export async function runServer(opts: RunServerOptions): Promise<number> {
     loaded = loadConfig({ configPath: opts.configPath, env: opts.env, flags: opts.flags ?? {} });
     // Refused before anything touches the host.
     runtimeFactory(loaded.config.virtualization_mode);
+    reporterSettings(loaded.config);
   } catch (e) {
     if (e instanceof ConfigError) {
       process.stderr.write(`aenv: invalid configuration:\n${e.message}\n`);
