@@ -53,6 +53,7 @@ import { IdempotencyStore, idempotencyMigrations } from './api/idempotency-store
 import { registerHealthRoutes } from './api/routes/health.js';
 import { registerNodeRoutes } from './api/routes/nodes.js';
 import { registerSandboxRoutes } from './api/routes/sandboxes.js';
+import { coldLaunchable } from './template/cold-image.js';
 import { HookClient } from './extension/hook-client.js';
 import { SandboxEventStore, sandboxEventMigrations } from './events/sandbox-events.js';
 import { registerEventRoutes } from './api/routes/events.js';
@@ -470,6 +471,27 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     parsePolicy: parseNetworkPolicy,
     ...(domains[0] ? { domain: domains[0] } : {}),
     customExtensionConfigured: Boolean(config.custom_extension.url),
+    cold: {
+      defaults: {
+        cpuCount: config.machine.vcpu_count,
+        memoryMB: config.machine.mem_size_mib,
+        diskSizeMB: config.runtime.default_disk_size_mb,
+      },
+      launchable: (image, resources) => {
+        // The defaults too must fit the node's limits (the request's own values were checked on admission).
+        admission.checkResources(resources, 'cold sandbox request');
+        return coldLaunchable(
+          {
+            images,
+            runtimeVersions: { envd: ENVD_VERSION, tools: tools.version },
+            virtualizationMode: runtime.virtualizationMode,
+            envdVersion: ENVD_VERSION,
+          },
+          image,
+          resources,
+        );
+      },
+    },
   });
   registerTemplateRoutes(app, {
     repository,

@@ -133,7 +133,7 @@ export function registerSandboxCommands(program: Command): void {
       .description('start a sandbox and attach a shell to it (-d: print its id and leave it running)')
       .option(
         '--cold',
-        "boot from an OCI image instead of a template (POST /sandboxes-cold: AgentENV's route, not served by aenv nodes yet)",
+        'boot from an OCI image instead of a template (POST /sandboxes-cold; no template build first)',
       )
       .option('--secure', "require the envd access token for the sandbox's envd")
       .option('--timeout <secs>', 'seconds until the sandbox ends', seconds, DEFAULT_TIMEOUT_SECS)

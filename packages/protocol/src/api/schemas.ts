@@ -31,6 +31,32 @@ export const newSandboxSchema = z.object({
   customExtensionParams: z.record(z.string(), z.unknown()).optional(),
 });
 
+/** `AttachedDrive` of `NewColdSandbox` (accepted on the wire; aenv refuses non-empty lists: no volumes yet). */
+export const attachedDriveSchema = z.object({
+  driveID: z.string(),
+  readOnly: z.boolean().optional(),
+  mountPath: z.string().optional(),
+  subPath: z.string().optional(),
+  diskSizeMB: z.number().int().optional(),
+  source: z.object({ image: z.string() }),
+});
+
+/**
+ * `NewColdSandbox` (`POST /sandboxes-cold`, AgentENV): a sandbox booted from an OCI image. `allowInternetAccess` is
+ * camelCase here. The resource bounds are checked by the route, with the reference's messages.
+ */
+export const newColdSandboxSchema = newSandboxSchema
+  .omit({ templateID: true, allow_internet_access: true, autoPauseMemory: true, lifecycle: true })
+  .extend({
+    image: z.string().min(1, 'image must not be empty').max(4096),
+    allowInternetAccess: z.boolean().optional(),
+    cpuCount: z.number().int().max(2_147_483_647).optional(),
+    memoryMB: z.number().int().max(Number.MAX_SAFE_INTEGER).optional(),
+    diskSizeMB: z.number().int().max(Number.MAX_SAFE_INTEGER).optional(),
+    attachedDrives: z.array(attachedDriveSchema).max(64).optional(),
+    extraBootArgs: z.string().max(4096).optional(),
+  });
+
 /** `POST /sandboxes/{id}/timeout`. */
 export const timeoutSchema = z.object({ timeout: int32 });
 /** `ConnectSandbox` (`POST /sandboxes/{id}/connect`). */
@@ -119,6 +145,8 @@ export const templateUpdateSchema = z.object({ public: z.boolean().optional() })
 
 export type NetworkConfig = z.infer<typeof networkConfigSchema>;
 export type NewSandbox = z.infer<typeof newSandboxSchema>;
+export type NewColdSandbox = z.infer<typeof newColdSandboxSchema>;
+export type AttachedDrive = z.infer<typeof attachedDriveSchema>;
 export type SetTimeoutRequest = z.infer<typeof timeoutSchema>;
 export type ConnectSandbox = z.infer<typeof connectSchema>;
 export type ConnectSandboxV2 = z.infer<typeof connectV2Schema>;

@@ -51,6 +51,7 @@ describe('admission limits in front of the routes', () => {
     };
     app.post('/sandboxes', ok);
     app.post('/v2/sandboxes', ok);
+    app.post('/sandboxes-cold', ok);
     app.post('/sandboxes/:id/fork', ok);
     app.post('/v3/templates', ok);
     app.post('/v2/templates/:templateID/builds/:buildID', ok);
@@ -88,6 +89,11 @@ describe('admission limits in front of the routes', () => {
     ['/v2/sandboxes', { envVars: { '': '1' } }, /invalid variable name/],
     ['/v2/sandboxes', { envVars: { A: 'a\0b' } }, /NUL/],
     ['/sandboxes/x/fork', { count: 3 }, /limits\.max_fork_count/],
+    ['/sandboxes-cold', { image: 'i', cpuCount: 5 }, /cold sandbox request: cpuCount 5 .*max_cpu_count/],
+    ['/sandboxes-cold', { image: 'i', memoryMB: 8192 }, /memoryMB 8192 .*limits\.max_memory_mb/],
+    ['/sandboxes-cold', { image: 'i', diskSizeMB: 21504 }, /diskSizeMB 21504 .*max_disk_size_mb/],
+    ['/sandboxes-cold', { image: 'i', metadata: { a: '1', b: '2', c: '3', d: '4' } }, /max_metadata_entries/],
+    ['/sandboxes-cold', { image: 'i', envVars: { A: 'x'.repeat(40) } }, /limits\.max_env_var_bytes/],
     ['/v3/templates', { name: 't', cpuCount: 5 }, /cpuCount 5 .*limits\.max_cpu_count/],
     ['/v3/templates', { name: 't', memoryMB: 8192 }, /memoryMB 8192 .*limits\.max_memory_mb/],
     ['/v2/templates/a/builds/a', { steps: [{}, {}, {}] }, /limits\.max_build_steps/],

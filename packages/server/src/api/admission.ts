@@ -209,6 +209,15 @@ const GUARDS: Record<string, Guard> = {
     check: (c, b) => (c.checkMetadata(body(b).metadata), c.checkEnvVars(body(b).envVars)),
     slots: () => 1,
   },
+  'POST /sandboxes-cold': {
+    check: (c, b) => {
+      c.checkMetadata(body(b).metadata);
+      c.checkEnvVars(body(b).envVars);
+      const { cpuCount, memoryMB, diskSizeMB } = body(b);
+      c.checkResources({ cpuCount, memoryMB, diskSizeMB }, 'cold sandbox request');
+    },
+    slots: () => 1,
+  },
   'POST /sandboxes/:id/fork': {
     check: (c, b) => c.checkForkCount(body(b).count),
     slots: forkCount,

@@ -77,6 +77,7 @@ async function startNode(dbPath: string, b: Behaviour, opts: { clock?: () => num
   };
   app.post('/sandboxes', create);
   app.post('/v2/sandboxes', create);
+  app.post('/sandboxes-cold', create);
   app.post('/sandboxes/:id/fork', async () => [{ sandbox: { sandboxID: 'f' } }]);
   app.post('/sandboxes/:id/snapshots', async () => ({ snapshotID: 's' }));
   // (the admission limits insist on their other routes)
@@ -190,6 +191,15 @@ describe('Idempotency-Key on the create routes', () => {
     expect(again.headers.get('x-agentenv-sandbox-id')).toBe(first.json.sandboxID);
     expect(again.headers.get('idempotent-replayed')).toBe('true');
     expect(first.headers.get('idempotent-replayed')).toBeNull();
+    expect(b.creates).toBe(1);
+  });
+
+  it('serves a cold start with a key once', async () => {
+    const first = await post(node, '/sandboxes-cold', { image: 'aenv/busybox' }, 'k-cold');
+    const again = await post(node, '/sandboxes-cold', { image: 'aenv/busybox' }, 'k-cold');
+    expect([first.status, again.status]).toEqual([201, 201]);
+    expect(again.json).toEqual(first.json);
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
     expect(b.creates).toBe(1);
   });
 

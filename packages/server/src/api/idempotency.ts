@@ -26,7 +26,7 @@ export const MAX_IDEMPOTENCY_KEY_LENGTH = 255;
 const KEY_CHARS = /^[\x21-\x7e]+$/;
 
 /** Routes whose successful answers are kept per key. */
-const HONOURED = ['POST /sandboxes', 'POST /v2/sandboxes'];
+const HONOURED = ['POST /sandboxes', 'POST /v2/sandboxes', 'POST /sandboxes-cold'];
 /**
  * Routes that create something but keep no answers: a key there is refused, so a client that relies on it
  * learns that a retry would create again. (No SDK sends one there.)

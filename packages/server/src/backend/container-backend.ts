@@ -269,8 +269,8 @@ export class ContainerBackend implements SandboxBackend {
     const boot = imageBoot(source, record.resources);
     if (!boot) return this.startFromCapture(record, snapshot, policy, beforeStart);
     const key = warmKey(boot);
-    const warm = this.warm.take(key);
-    this.warm.want(key, boot);
+    const warm = source.cold ? undefined : this.warm.take(key);
+    if (!source.cold) this.warm.want(key, boot);
     if (warm) {
       // A failed start hook fails the create (it is not a reason to try another container).
       warm.instanceId = randomUUID();

@@ -7,6 +7,8 @@ export interface LaunchSource {
   alias?: string;
   /** The committed record (opaque to the orchestrator; the backend knows how to start it). */
   record: unknown;
+  /** Booted straight from an image for one create (`POST /sandboxes-cold`): no pre-started sandboxes for it. */
+  cold?: boolean;
 }
 
 export interface StartResult {

@@ -373,7 +373,15 @@ export class Orchestrator {
 
   async create(input: CreateSandboxInput): Promise<SandboxRecord> {
     this.assertOpen();
-    const template = await this.opts.templates.resolveLaunchable(input.templateId);
+    return this.createFrom(await this.opts.templates.resolveLaunchable(input.templateId), input);
+  }
+
+  /** Creates a sandbox on `template` as given (a cold start's image: `POST /sandboxes-cold`). */
+  async createFrom(
+    template: LaunchableTemplate,
+    input: Omit<CreateSandboxInput, 'templateId'>,
+  ): Promise<SandboxRecord> {
+    this.assertOpen();
     const id = this.opts.newId();
     const now = new Date().toISOString();
     const record: SandboxRecord = {
@@ -422,7 +430,7 @@ export class Orchestrator {
           sandboxId: id,
           event: 'created',
           level: 'info',
-          message: `sandbox created from template ${template.alias ?? template.templateId}`,
+          message: `sandbox created from ${template.cold ? 'image' : 'template'} ${template.alias ?? template.templateId}`,
           fields: { templateID: template.templateId },
         });
         return record;

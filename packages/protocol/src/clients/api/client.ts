@@ -33,6 +33,7 @@ import type {
   DeleteTemplateTags,
   ForkRequest,
   NetworkUpdate,
+  NewColdSandbox,
   NewSandbox,
   PauseRequest,
   ResumedSandbox,
@@ -51,15 +52,6 @@ export interface AenvApiClientOptions {
   timeoutMs?: number;
   /** Sent with every call (e.g. a gateway's request id). */
   headers?: Record<string, string>;
-}
-
-/** `NewColdSandbox` of reference §2.3 (note `allowInternetAccess` is camelCase here). */
-export interface NewColdSandbox extends Omit<NewSandbox, 'templateID' | 'allow_internet_access'> {
-  image: string;
-  allowInternetAccess?: boolean;
-  cpuCount?: number;
-  memoryMB?: number;
-  diskSizeMB?: number;
 }
 
 /** One page of a list and the token of the next one (absent on the last page). */

@@ -13,11 +13,17 @@ import {
   timeoutSchema,
   type ForkResult,
   type ListedSandbox,
+  type NewSandbox,
   type SandboxDetail,
   type SandboxResponse,
   isSandboxId,
 } from '@aenv/protocol';
-import type { Orchestrator } from '../../orchestrator/orchestrator.js';
+import type {
+  CreateSandboxInput,
+  LaunchableTemplate,
+  Orchestrator,
+} from '../../orchestrator/orchestrator.js';
+import { parseColdRequest, type ColdDefaults, type ColdRequest } from '../cold-request.js';
 import { apiState, type SandboxRecord } from '../../orchestrator/types.js';
 import type { EgressPolicy } from '../../network/types.js';
 import { ApiError, errorAnswer } from '../errors.js';
@@ -58,6 +64,12 @@ export interface SandboxRouteDeps {
   domain?: string;
   /** Whether a custom extension is configured (non-empty customExtensionParams need one). */
   customExtensionConfigured: boolean;
+  /** `POST /sandboxes-cold`: the resources a request leaves out, and the image to boot. */
+  cold: {
+    defaults: ColdDefaults;
+    /** Pulls `image`; an image the caller got wrong is a 400 naming it. */
+    launchable(image: string, resources: ColdRequest['resources']): Promise<LaunchableTemplate>;
+  };
 }
 
 /** What a create route fills in for fields the request leaves out. */
@@ -140,9 +152,12 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
   const created = (reply: FastifyReply, r: SandboxRecord, status: number) =>
     reply.code(status).header(SANDBOX_ID_RESPONSE_HEADER, r.id).send(sandboxView(r));
 
-  const create = async (body: unknown, reply: FastifyReply, defaults: CreateDefaults) => {
-    const req = parseRequiredBody(newSandboxSchema, body, 'sandbox request');
-    refuseUnsupportedCreateFields(body);
+  /** What both create routes take from a request besides what the sandbox starts from. */
+  const createInput = (
+    req: Omit<NewSandbox, 'templateID' | 'allow_internet_access'>,
+    allowInternetAccess: boolean | undefined,
+    defaults: CreateDefaults,
+  ): Omit<CreateSandboxInput, 'templateId'> => {
     // An empty object is no params (like an empty envVars): the template's, if any, apply.
     const extensionParams =
       req.customExtensionParams && Object.keys(req.customExtensionParams).length > 0
@@ -157,7 +172,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
     const policy = deps.parsePolicy({
       allowOut: req.network?.allowOut,
       denyOut: req.network?.denyOut,
-      allowInternetAccess: req.allow_internet_access,
+      allowInternetAccess,
     });
     const onTimeout = req.lifecycle?.onTimeout ?? ((req.autoPause ?? defaults.autoPause) ? 'pause' : 'kill');
     const autoResume = req.autoResume?.enabled ?? req.lifecycle?.autoResume ?? false;
@@ -165,8 +180,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
     if (req.autoPauseMemory === false && autoResume)
       throw new ApiError(400, 'autoPauseMemory: false cannot be combined with autoResume');
     const timeoutSecs = req.timeout ?? defaults.timeoutSecs;
-    const r = await orch.create({
-      templateId: req.templateID,
+    return {
       ...(timeoutSecs !== undefined ? { timeoutSecs } : {}),
       onTimeout,
       ...(req.autoPauseMemory === false ? { autoPauseMemory: false } : {}),
@@ -177,12 +191,27 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
       allowPublicTraffic: req.network?.allowPublicTraffic ?? true,
       policy,
       ...(extensionParams ? { customExtensionParams: extensionParams } : {}),
-    });
+    };
+  };
+
+  const create = async (body: unknown, reply: FastifyReply, defaults: CreateDefaults) => {
+    const req = parseRequiredBody(newSandboxSchema, body, 'sandbox request');
+    refuseUnsupportedCreateFields(body);
+    const input = createInput(req, req.allow_internet_access, defaults);
+    const r = await orch.create({ templateId: req.templateID, ...input });
     return created(reply, r, 201);
   };
 
   app.post('/sandboxes', async (req, reply) => create(req.body, reply, V1_CREATE));
   app.post('/v2/sandboxes', async (req, reply) => create(req.body, reply, V2_CREATE));
+
+  // AgentENV's cold start: the image is pulled (or found in the cache) and booted, no template build first.
+  app.post('/sandboxes-cold', async (req, reply) => {
+    const { body, resources } = parseColdRequest(req.body, deps.cold.defaults);
+    const input = createInput(body, body.allowInternetAccess, V1_CREATE);
+    const template = await deps.cold.launchable(body.image, resources);
+    return created(reply, await orch.createFrom(template, input), 201);
+  });
 
   app.get('/sandboxes', async (req) => {
     const filter = parseMetadataFilter((req.query as Record<string, unknown>).metadata);

@@ -1,0 +1,45 @@
+// `NewColdSandbox` (`POST /sandboxes-cold`): the body's types are the protocol schema's; its resource bounds
+// and the fields aenv cannot honour are checked here, with the reference's messages (docs/api.md).
+import { newColdSandboxSchema, type NewColdSandbox } from '@aenv/protocol';
+import { ApiError } from './errors.js';
+import { parseRequiredBody } from './parse-body.js';
+import { refuseUnsupportedCreateFields } from './unsupported-fields.js';
+
+export interface ColdDefaults {
+  /** `[machine].vcpu_count` */
+  cpuCount: number;
+  /** `[machine].mem_size_mib` */
+  memoryMB: number;
+  /** `[runtime].default_disk_size_mb`: a container sandbox's disk when the request names none. */
+  diskSizeMB: number;
+}
+
+export interface ColdRequest {
+  body: NewColdSandbox;
+  resources: { cpuCount: number; memoryMB: number; diskSizeMB: number };
+}
+
+/** Parses and checks a cold start request; every refusal is a 400 naming the field. */
+export function parseColdRequest(raw: unknown, defaults: ColdDefaults): ColdRequest {
+  const body = parseRequiredBody(newColdSandboxSchema, raw, 'cold sandbox request');
+  refuseUnsupportedCreateFields(raw);
+  const cpuCount = body.cpuCount ?? defaults.cpuCount;
+  if (cpuCount <= 0) throw new ApiError(400, 'cpuCount must be greater than 0');
+  const memoryMB = body.memoryMB ?? defaults.memoryMB;
+  if (memoryMB < 128) throw new ApiError(400, 'memoryMB must be at least 128');
+  const diskSizeMB = body.diskSizeMB ?? defaults.diskSizeMB;
+  if (body.diskSizeMB !== undefined && (body.diskSizeMB < 1024 || body.diskSizeMB % 1024 !== 0))
+    throw new ApiError(400, 'diskSizeMB must be at least 1024 and divisible by 1024');
+  if (body.attachedDrives?.length)
+    throw new ApiError(
+      400,
+      'attachedDrives is not supported by this server (volumes are not implemented); leave it out',
+    );
+  // A microVM appends them to its kernel command line; a container has no kernel of its own.
+  if (body.extraBootArgs)
+    throw new ApiError(
+      400,
+      'extraBootArgs is not supported by this server (container sandboxes have no kernel command line); leave it out',
+    );
+  return { body, resources: { cpuCount, memoryMB, diskSizeMB } };
+}

@@ -1,0 +1,73 @@
+// What `POST /sandboxes-cold` starts from: an OCI image pulled through the node's image service (its resolver
+// rules, registries and cache, as a template's fromImage), described as a launchable template that exists only
+// for this one create — nothing is stored in the template repository (docs/differences.md).
+import type { LaunchableTemplate } from '../orchestrator/orchestrator.js';
+import type { ImageService } from '../image/image-service.js';
+import type { CommittedSnapshot } from '../snapshot/index.js';
+import { DomainError, ErrorKind } from '@aenv/protocol';
+import { defaultUserOf, envOf } from '../backend/image-defaults.js';
+import { isImageError, shownValue } from '../image/errors.js';
+
+export interface ColdImageOptions {
+  images: Pick<ImageService, 'pull'>;
+  runtimeVersions: Record<string, string>;
+  virtualizationMode: string;
+  envdVersion: string;
+}
+
+export type ColdResources = LaunchableTemplate['resources'];
+
+/** Pulls `ref` (or finds it in the cache) and describes a fresh boot on it with `resources`. */
+export async function coldLaunchable(
+  o: ColdImageOptions,
+  ref: string,
+  resources: ColdResources,
+): Promise<LaunchableTemplate> {
+  const image = await pullFor(o, ref);
+  const workdir = image.config.workingDir || '/';
+  const user = defaultUserOf(image);
+  const committed: CommittedSnapshot = {
+    context: {
+      envVars: envOf(image),
+      workdir,
+      user,
+      exposedPorts: image.config.exposedPorts,
+      ...(image.config.entrypoint ? { entrypoint: image.config.entrypoint } : {}),
+      ...(image.config.cmd ? { cmd: image.config.cmd } : {}),
+      volumes: image.config.volumes,
+      labels: image.config.labels,
+    },
+    runtimeVersions: o.runtimeVersions,
+    virtualizationMode: o.virtualizationMode,
+    baseImage: { reference: image.reference, manifestDigest: image.manifestDigest },
+    layers: [],
+    artifacts: {},
+  };
+  return {
+    // The reference reports the resolved image reference as a cold sandbox's templateID.
+    templateId: image.reference,
+    record: { committed },
+    cold: true,
+    resources,
+    envdVersion: o.envdVersion,
+    defaultUser: user,
+    envVars: committed.context.envVars,
+    ...(workdir !== '/' ? { defaultWorkdir: workdir } : {}),
+  };
+}
+
+/**
+ * The reference's answers: an image the caller got wrong (invalid, not allowed, unknown, unauthorized) is a 400;
+ * anything else keeps its kind (a 5xx whose details only the log shows, docs/security.md "Error answers").
+ */
+async function pullFor(o: ColdImageOptions, ref: string) {
+  try {
+    return await o.images.pull(ref);
+  } catch (e) {
+    const what = `resolve sandbox rootfs image '${shownValue(ref).slice(1, -1)}'`;
+    const message = `${what}: ${e instanceof Error ? e.message : String(e)}`;
+    if (isImageError(e) && e.userError)
+      throw new DomainError(ErrorKind.InvalidArgument, message, { cause: e });
+    throw new DomainError(isImageError(e) ? e.kind : ErrorKind.Internal, message, { cause: e });
+  }
+}
