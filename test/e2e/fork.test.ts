@@ -54,10 +54,15 @@ describe('fork through the e2b SDK', () => {
     await source.files.write('notes/before-fork.txt', 'shared');
     // A secret that only the memory of a shell process holds, never written anywhere before the fork.
     const holder = await source.commands.run(
-      'secret=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d " \\n"); while :; do if [ -e ask ]; then echo "$secret" > answer.tmp && mv answer.tmp answer; rm -f ask; fi; sleep 0.1; done',
+      'secret=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d " \\n"); touch holder-ready; while :; do if [ -e ask ]; then echo "$secret" > answer.tmp && mv answer.tmp answer; rm -f ask; fi; sleep 0.1; done',
       { background: true },
     );
     await holder.disconnect();
+    // Fork only once the secret is in the holder's memory: a fork before that gives every child its own.
+    for (let i = 0; !(await source.files.exists('holder-ready')); i++) {
+      if (i === 200) throw new Error('the secret holder did not start');
+      await new Promise((res) => setTimeout(res, 50));
+    }
     const ask = async (sbx: Sandbox) => {
       await sbx.commands.run('rm -f answer; touch ask');
       for (let i = 0; i < 100; i++) {

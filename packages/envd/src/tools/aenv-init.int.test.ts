@@ -25,9 +25,14 @@ function children(pid: number): { pid: number; state: string }[] {
     return [];
   }
   return list
-    ? list.split(/\s+/).map((p) => {
-        const stat = readFileSync(`/proc/${p}/stat`, 'utf8');
-        return { pid: Number(p), state: stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) };
+    ? list.split(/\s+/).flatMap((p) => {
+        let stat: string;
+        try {
+          stat = readFileSync(`/proc/${p}/stat`, 'utf8');
+        } catch {
+          return []; // reaped between the two reads: it is no child any more
+        }
+        return [{ pid: Number(p), state: stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) }];
       })
     : [];
 }
