@@ -3,9 +3,12 @@
 // restart with undelivered rows, giving up, the history cap, a disabled or deleted webhook.
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
+import { lookup } from 'node:dns/promises';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
 import { openStateDb, type StateDb } from '../state/db.js';
 import { sandboxEventMigrations, type SandboxEvent, type SandboxEventType } from './sandbox-events.js';
@@ -261,6 +264,25 @@ describe('webhook outbox and delivery', () => {
     );
   });
 
+  it('a name resolving to a refused address at delivery time gets no request', async () => {
+    // This host's name resolves to loopback (/etc/hosts); the name itself passes the check when written.
+    const name = hostname();
+    expect((await lookup(name)).address).toMatch(/^127\./);
+    const w = hook(['sandbox.lifecycle.created'], receiver.url.replace('127.0.0.1', name));
+    dispatcher({ maxAttempts: 1, policy: { allowLoopback: false, apiPort: 1, internalCidrs: [] } }).enqueue(
+      event('sandbox.lifecycle.created'),
+    );
+    await waitUntil(() => store.pendingCount() === 0);
+    expect(receiver.received).toHaveLength(0);
+    const [a] = store.deliveryGroups(
+      w.id,
+      { statuses: [], eventTypes: [] },
+      { offset: 0, limit: 1, orderAsc: true },
+    )[0]!.attempts;
+    expect(a).toMatchObject({ status: 'failed', errorClass: 'request_error' });
+    expect(a!.errorMessage).toMatch(/resolves to .*loopback/);
+  });
+
   it('refuses a create beyond the maximum', () => {
     for (let i = 0; i < 2; i++)
       expect(
@@ -276,6 +298,74 @@ describe('webhook outbox and delivery', () => {
       ),
     ).toBeUndefined();
     expect(store.count()).toBe(2);
+  });
+});
+
+describe('the receiver example of docs/events.md', () => {
+  it('verifies real deliveries, refuses a forged one and handles a repeated event once', async () => {
+    const script = fileURLToPath(new URL('../../../../docs/examples/webhook-receiver.mjs', import.meta.url));
+    const probe = await new TestWebhookReceiver('x').start();
+    const port = Number(new URL(probe.url).port);
+    await probe.close();
+    const child = spawn(process.execPath, [script], {
+      env: { ...process.env, WEBHOOK_SECRET: 'example-secret', PORT: String(port) },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    const dir = mkdtempSync(join(tmpdir(), 'aenv-webhooks-'));
+    const db = openStateDb(join(dir, 'state.db'), migrations);
+    const store = new WebhookStore(db, 100);
+    const d = new WebhookDispatcher(store, {
+      maxAttempts: 1,
+      backoff: { initialMs: 50, maxMs: 50 },
+      timeoutMs: 2000,
+      policy: { allowLoopback: true, apiPort: 1, internalCidrs: [] },
+      logger,
+    });
+    try {
+      await waitUntil(() => out.includes('listening'));
+      const url = `http://127.0.0.1:${port}/`;
+      // The same event through two webhooks: two deliveries, one handling.
+      const ids = [1, 2].map(
+        (i) =>
+          store.create(
+            {
+              name: `w${i}`,
+              url,
+              enabled: true,
+              events: ['sandbox.lifecycle.killed'],
+              secret: 'example-secret',
+            },
+            10,
+          )!.id,
+      );
+      d.start();
+      const e = event('sandbox.lifecycle.killed');
+      d.enqueue(e);
+      await waitUntil(() => store.pendingCount() === 0);
+      for (const id of ids)
+        expect(store.attemptFigures(id, { statuses: [], eventTypes: [] }).map((a) => a.status)).toEqual([
+          'success',
+        ]);
+      const forged = await fetch(url, {
+        method: 'POST',
+        headers: { 'e2b-signature': 'forged' },
+        body: JSON.stringify({ ...e, id: randomUUID() }),
+      });
+      expect(forged.status).toBe(401);
+      await waitUntil(() => out.includes(e.id));
+      const handled = out
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .map((l) => JSON.parse(l) as { id: string });
+      expect(handled).toEqual([{ verified: true, id: e.id, type: e.type, sandboxId: e.sandboxId }]);
+    } finally {
+      await d.stop();
+      child.kill();
+      db.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 
