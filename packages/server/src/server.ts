@@ -480,12 +480,12 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       defaults: {
         cpuCount: config.machine.vcpu_count,
         memoryMB: config.machine.mem_size_mib,
-        diskSizeMB: config.runtime.default_disk_size_mb,
       },
-      launchable: (image, resources) => {
-        // The defaults too must fit the node's limits (the request's own values were checked on admission).
+      launchable: async (image, resources) => {
+        // The defaults too must fit the node's limits (the request's own values were checked on admission),
+        // and so must the disk an image's size gives.
         admission.checkResources(resources, 'cold sandbox request');
-        return coldLaunchable(
+        const launchable = await coldLaunchable(
           {
             images,
             runtimeVersions: { envd: ENVD_VERSION, tools: tools.version },
@@ -495,6 +495,8 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
           image,
           resources,
         );
+        admission.checkResources(launchable.resources, 'cold sandbox request');
+        return launchable;
       },
     },
   });

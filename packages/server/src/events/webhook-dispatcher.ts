@@ -43,7 +43,13 @@ export class WebhookDispatcher {
 
   /** The event store's `onEvent`: puts the event in the outbox (synchronously, in the caller's transaction). */
   readonly enqueue = (e: SandboxEvent): void => {
-    const n = this.store.enqueue(e, JSON.stringify(e), Date.now());
+    let n = 0;
+    try {
+      n = this.store.enqueue(e, JSON.stringify(e), Date.now());
+    } catch (err) {
+      // The event itself stays stored (and served by the events API); only its deliveries are lost.
+      this.o.logger.error({ err, event: e.id }, 'webhook deliveries of an event could not be queued');
+    }
     if (n) this.kick();
   };
 
