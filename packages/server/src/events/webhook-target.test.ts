@@ -43,6 +43,10 @@ describe('webhook targets', () => {
     expect(refusedUrl('http://localhost:9000/', policy)).toMatch(/allow_loopback/);
     expect(refusedUrl('http://[::1]:9000/', policy)).toMatch(/allow_loopback/);
     expect(refusedAddress('::ffff:127.0.0.1', 9000, policy)).toMatch(/allow_loopback/);
+    // Other spellings of an address are the address (the URL parser normalizes them).
+    expect(refusedUrl('http://2130706433:9000/', policy)).toMatch(/allow_loopback/);
+    expect(refusedUrl('http://0x7f.1:9000/', policy)).toMatch(/allow_loopback/);
+    expect(refusedUrl('http://[::ffff:169.254.169.254]/', policy)).toMatch(/link-local/);
     expect(refusedUrl('http://127.0.0.1:9000/', loopbackOk)).toBeUndefined();
     expect(refusedUrl('http://127.0.0.2:3000/', loopbackOk)).toMatch(/own API/);
     expect(refusedUrl('http://localhost:3000/', loopbackOk)).toMatch(/own API/);
