@@ -99,6 +99,12 @@ describe('cold start from an image', () => {
     expect(await back.files.read('/tmp/mark')).toBe('kept');
     expect((await server.api('GET', `/sandboxes/${id}`)).body).toMatchObject({ cpuCount: 1, memoryMB: 256 });
     await back.kill();
+
+    // No diskSizeMB: the image's size (as the reference), busybox's few MiB rounded up to the 1024 MiB step.
+    const small = await server.api('POST', '/sandboxes-cold', { image: BUSYBOX, timeout: 60 });
+    expect(small.status, JSON.stringify(small.body)).toBe(201);
+    expect((await server.api('GET', `/sandboxes/${small.body.sandboxID}`)).body.diskSizeMB).toBe(1024);
+    expect((await server.api('DELETE', `/sandboxes/${small.body.sandboxID}`)).status).toBe(204);
   });
 
   it('boots aenv/base with `aenv start --cold` and the [machine] defaults where the request says nothing', async () => {
@@ -128,8 +134,12 @@ describe('cold start from an image', () => {
     const id = ran.stdout.trim();
     expect(id).toMatch(/^[0-9a-f-]{36}$/);
     const detail = await server.api('GET', `/sandboxes/${id}`);
-    // [machine] defaults of the test config: mem_size_mib 1024; [runtime].default_disk_size_mb 20480.
-    expect(detail.body).toMatchObject({ cpuCount: 2, memoryMB: 1024, diskSizeMB: 20480 });
+    // [machine] defaults of the test config: mem_size_mib 1024; the disk is the image's size (a whole number of
+    // GiB, well below [runtime].default_disk_size_mb = 20480, which is for template sandboxes).
+    expect(detail.body).toMatchObject({ cpuCount: 2, memoryMB: 1024 });
+    expect(detail.body.diskSizeMB % 1024).toBe(0);
+    expect(detail.body.diskSizeMB).toBeGreaterThanOrEqual(1024);
+    expect(detail.body.diskSizeMB).toBeLessThan(20480);
     expect(detail.body.templateID).toContain('aenv/base');
 
     const sbx = await Sandbox.connect(id);

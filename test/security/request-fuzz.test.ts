@@ -308,6 +308,13 @@ describe('fuzzing every route family of a real node', () => {
       ['GET', '/templates?{q}'],
       ['GET', '/nodes?{q}'],
       ['PATCH', '/sandboxes/{a}'],
+      ['POST', '/events/webhooks'],
+      ['GET', '/events/webhooks/{a}'],
+      ['PATCH', '/events/webhooks/{a}'],
+      ['DELETE', '/events/webhooks/{a}'],
+      ['GET', '/events/webhooks/{a}/deliveries?{q}'],
+      ['GET', '/events/webhooks/{a}/stats?{q}'],
+      ['GET', '/events/sandboxes/{a}?{q}'],
       ['GET', '/{a}'],
     ];
     const id = idSegment(real);

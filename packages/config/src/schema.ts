@@ -554,6 +554,65 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
     }),
   }),
 
+  events: section(
+    'Lifecycle events (docs/events.md).',
+    {
+      webhooks: section(
+        'Webhook delivery of lifecycle events (`/events/webhooks`, docs/events.md#webhooks).',
+        {
+          max_attempts: int({
+            aenv: true,
+            default: 4,
+            min: 1,
+            max: 100,
+            doc: 'Deliveries of one event to one webhook before it is given up (the first included); E2B makes 4.',
+          }),
+          initial_backoff_ms: int({
+            aenv: true,
+            default: 10_000,
+            min: 1,
+            max: 3_600_000,
+            doc: 'Wait before the first retry; each further retry waits twice as long, with random jitter (between half and all of it).',
+          }),
+          max_backoff_ms: int({
+            aenv: true,
+            default: 300_000,
+            min: 1,
+            max: 86_400_000,
+            doc: 'Longest wait between two deliveries of one event.',
+          }),
+          timeout_ms: int({
+            aenv: true,
+            default: 10_000,
+            min: 1,
+            max: 300_000,
+            doc: 'Time a receiver has to answer a delivery, connection and answer included; past it the attempt failed (errorClass timeout).',
+          }),
+          max_webhooks: int({
+            aenv: true,
+            default: 20,
+            min: 0,
+            max: 1000,
+            doc: 'Webhooks this node keeps; a create beyond it is refused with a 400.',
+          }),
+          history_per_webhook: int({
+            aenv: true,
+            default: 1000,
+            min: 1,
+            max: 100_000,
+            doc: 'Delivery attempts kept per webhook for its deliveries and stats; the oldest go first.',
+          }),
+          allow_loopback: bool({
+            aenv: true,
+            default: false,
+            doc: "Accept webhook URLs on loopback (127.0.0.0/8, ::1, localhost); off, they are refused (docs/security.md#webhooks). The node's own API port is refused either way.",
+          }),
+        },
+      ),
+    },
+    { aenv: true },
+  ),
+
   cluster: section('Cluster membership.', {
     scheduler_endpoint: str({
       env: 'AENV_OBSERVABILITY_SCHEDULER_ENDPOINT',

@@ -56,7 +56,10 @@ import { registerSandboxRoutes } from './api/routes/sandboxes.js';
 import { coldLaunchable } from './template/cold-image.js';
 import { HookClient } from './extension/hook-client.js';
 import { SandboxEventStore, sandboxEventMigrations } from './events/sandbox-events.js';
+import { webhookMigrations } from './events/webhook-store.js';
 import { registerEventRoutes } from './api/routes/events.js';
+import { startWebhooks } from './events/webhooks.js';
+import { registerWebhookRoutes } from './api/routes/webhooks.js';
 import { registerSnapshotRoutes } from './api/routes/snapshots.js';
 import { registerTemplateRoutes } from './api/routes/templates.js';
 import { registerMetricsRoutes } from './api/routes/metrics.js';
@@ -158,6 +161,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     ...imageMigrations,
     ...sandboxLogMigrations,
     ...sandboxEventMigrations,
+    ...webhookMigrations,
     ...idRangeMigrations,
     ...idempotencyMigrations,
   ]);
@@ -344,7 +348,8 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
         logger: logger.child({ component: 'custom-extension' }),
       })
     : undefined;
-  const events = new SandboxEventStore(db, { teamId: localTeamId(apiKey.key) });
+  const webhooks = startWebhooks(db, config, logger.child({ component: 'webhooks' }));
+  const events = new SandboxEventStore(db, { teamId: localTeamId(apiKey.key), onEvent: webhooks.enqueue });
   const orchestrator = new Orchestrator({
     store,
     backend,
@@ -475,12 +480,12 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       defaults: {
         cpuCount: config.machine.vcpu_count,
         memoryMB: config.machine.mem_size_mib,
-        diskSizeMB: config.runtime.default_disk_size_mb,
       },
-      launchable: (image, resources) => {
-        // The defaults too must fit the node's limits (the request's own values were checked on admission).
+      launchable: async (image, resources) => {
+        // The defaults too must fit the node's limits (the request's own values were checked on admission),
+        // and so must the disk an image's size gives.
         admission.checkResources(resources, 'cold sandbox request');
-        return coldLaunchable(
+        const launchable = await coldLaunchable(
           {
             images,
             runtimeVersions: { envd: ENVD_VERSION, tools: tools.version },
@@ -490,6 +495,8 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
           image,
           resources,
         );
+        admission.checkResources(launchable.resources, 'cold sandbox request');
+        return launchable;
       },
     },
   });
@@ -513,12 +520,19 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   registerMetricsRoutes(app, observability.metricsRoutes());
   registerLogRoutes(app, observability.logRoutes());
   registerEventRoutes(app, events);
+  registerWebhookRoutes(app, {
+    store: webhooks.store,
+    policy: webhooks.policy,
+    maxWebhooks: webhooks.maxWebhooks,
+    teamId: localTeamId(apiKey.key),
+  });
   registerTeamRoutes(app, { apiKey: apiKey.key });
 
   const [host, portText] = splitAddr(config.api_addr);
   await app.listen({ host, port: Number(portText) });
   logger.info({ addr: config.api_addr, node: identity.nodeId }, 'aenv server listening');
   orchestrator.startEviction();
+  webhooks.start();
   images.start();
   const report = reporterSettings(config);
   if (report) {
@@ -558,6 +572,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       await templates.close();
       await observability.stop();
       await orchestrator.shutdown();
+      await webhooks.stop();
       await reporterRef.current?.close();
       await extension?.drain();
       await backend.close();

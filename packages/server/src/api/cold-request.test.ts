@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { parseColdRequest } from './cold-request.js';
 import { ApiError } from './errors.js';
 
-const DEFAULTS = { cpuCount: 2, memoryMB: 1024, diskSizeMB: 20480 };
+const DEFAULTS = { cpuCount: 2, memoryMB: 1024 };
 
 /** The 400 message a body gets, or undefined when it is accepted. */
 function refusal(body: unknown): string | undefined {
@@ -17,7 +17,7 @@ function refusal(body: unknown): string | undefined {
 }
 
 describe('POST /sandboxes-cold body', () => {
-  it('fills the resources a request leaves out from [machine] and [runtime]', () => {
+  it('fills cpu and memory a request leaves out from [machine]; the disk is left to the image', () => {
     expect(parseColdRequest({ image: 'aenv/busybox' }, DEFAULTS).resources).toEqual(DEFAULTS);
     const r = parseColdRequest(
       { image: 'aenv/base', cpuCount: 1, memoryMB: 128, diskSizeMB: 2048, allowInternetAccess: false },

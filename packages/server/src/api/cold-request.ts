@@ -10,13 +10,12 @@ export interface ColdDefaults {
   cpuCount: number;
   /** `[machine].mem_size_mib` */
   memoryMB: number;
-  /** `[runtime].default_disk_size_mb`: a container sandbox's disk when the request names none. */
-  diskSizeMB: number;
 }
 
 export interface ColdRequest {
   body: NewColdSandbox;
-  resources: { cpuCount: number; memoryMB: number; diskSizeMB: number };
+  /** `diskSizeMB` only when the request names it: left out, it is the image's size (template/cold-image.ts). */
+  resources: { cpuCount: number; memoryMB: number; diskSizeMB?: number };
 }
 
 /** Parses and checks a cold start request; every refusal is a 400 naming the field. */
@@ -27,7 +26,6 @@ export function parseColdRequest(raw: unknown, defaults: ColdDefaults): ColdRequ
   if (cpuCount <= 0) throw new ApiError(400, 'cpuCount must be greater than 0');
   const memoryMB = body.memoryMB ?? defaults.memoryMB;
   if (memoryMB < 128) throw new ApiError(400, 'memoryMB must be at least 128');
-  const diskSizeMB = body.diskSizeMB ?? defaults.diskSizeMB;
   if (body.diskSizeMB !== undefined && (body.diskSizeMB < 1024 || body.diskSizeMB % 1024 !== 0))
     throw new ApiError(400, 'diskSizeMB must be at least 1024 and divisible by 1024');
   if (body.attachedDrives?.length)
@@ -41,5 +39,12 @@ export function parseColdRequest(raw: unknown, defaults: ColdDefaults): ColdRequ
       400,
       'extraBootArgs is not supported by this server (container sandboxes have no kernel command line); leave it out',
     );
-  return { body, resources: { cpuCount, memoryMB, diskSizeMB } };
+  return {
+    body,
+    resources: {
+      cpuCount,
+      memoryMB,
+      ...(body.diskSizeMB !== undefined ? { diskSizeMB: body.diskSizeMB } : {}),
+    },
+  };
 }

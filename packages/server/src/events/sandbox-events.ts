@@ -97,7 +97,7 @@ export class SandboxEventStore {
       retentionMs?: number;
       maxEvents?: number;
       now?: () => number;
-      /** Told of each stored event (webhook delivery). */
+      /** Told of each event inside the transaction that stores it (the webhook outbox); a throw loses the event. */
       onEvent?: (e: SandboxEvent) => void;
     },
   ) {
@@ -128,15 +128,18 @@ export class SandboxEventStore {
       sandboxTemplateId: e.templateId ?? null,
       timestamp: new Date(at).toISOString(),
     };
-    this.insert.run({
-      id: event.id,
-      sandboxId: e.sandboxId,
-      type: event.type,
-      at,
-      event: JSON.stringify(event),
-    });
+    // The event and what onEvent stores of it (the webhook outbox) commit together: a crash keeps both or neither.
+    this.db.transaction(() => {
+      this.insert.run({
+        id: event.id,
+        sandboxId: e.sandboxId,
+        type: event.type,
+        at,
+        event: JSON.stringify(event),
+      });
+      this.opts.onEvent?.(event);
+    })();
     if (++this.inserts % 500 === 0) this.prune();
-    this.opts.onEvent?.(event);
   };
 
   /** Drops events past the retention and the oldest beyond the cap. */

@@ -17,13 +17,31 @@ export interface ColdImageOptions {
 
 export type ColdResources = LaunchableTemplate['resources'];
 
-/** Pulls `ref` (or finds it in the cache) and describes a fresh boot on it with `resources`. */
+const GIB_MB = 1024;
+
+/**
+ * The reference's default disk of a cold start: the image's size — here its unpacked layers — in MiB, rounded up
+ * to the 1024 MiB steps a requested diskSizeMB must take (at least 1024).
+ */
+export function imageDiskSizeMB(layers: readonly { size: number }[]): number {
+  const mb = layers.reduce((sum, l) => sum + l.size, 0) / 1024 ** 2;
+  return Math.max(GIB_MB, Math.ceil(mb / GIB_MB) * GIB_MB);
+}
+
+/**
+ * Pulls `ref` (or finds it in the cache) and describes a fresh boot on it with `resources`; a `diskSizeMB` left
+ * out is the image's size.
+ */
 export async function coldLaunchable(
   o: ColdImageOptions,
   ref: string,
-  resources: ColdResources,
+  requested: Omit<ColdResources, 'diskSizeMB'> & { diskSizeMB?: number },
 ): Promise<LaunchableTemplate> {
   const image = await pullFor(o, ref);
+  const resources: ColdResources = {
+    ...requested,
+    diskSizeMB: requested.diskSizeMB ?? imageDiskSizeMB(image.layers),
+  };
   const workdir = image.config.workingDir || '/';
   const user = defaultUserOf(image);
   const committed: CommittedSnapshot = {
