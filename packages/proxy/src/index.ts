@@ -25,3 +25,14 @@ export {
   type SignedFilesRequest,
   type SigningCandidate,
 } from './signed-urls.js';
+export {
+  forwardedHeaders,
+  relayRequest,
+  relayUpgrade,
+  RelayResponseTooLarge,
+  RelayTimeout,
+  RelayUpstreamError,
+  type BufferedAnswer,
+  type RelayOptions,
+  type RelayTarget,
+} from './relay.js';
