@@ -6,7 +6,8 @@ import { connect, type AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { pino } from 'pino';
-import { createSchedulerClient, encodePageToken, type SchedulerClient } from '@aenv/protocol';
+import { WebSocket, WebSocketServer } from 'ws';
+import { createSchedulerClient, encodePageToken, NodeStatus, type SchedulerClient } from '@aenv/protocol';
 import { defaultClusterConfig, startScheduler, type RunningScheduler } from '@aenv/scheduler';
 import { startGateway, type RunningGateway } from './run.js';
 
@@ -40,6 +41,13 @@ class FakeNode {
         this.seen.push({ method: req.method!, url: req.url!, headers: req.headers, body });
         this.answer(req, body, res);
       });
+    });
+    const wss = new WebSocketServer({ noServer: true });
+    this.server.on('upgrade', (req, socket, head) => {
+      this.seen.push({ method: req.method!, url: req.url!, headers: req.headers, body: '' });
+      wss.handleUpgrade(req, socket, head, (ws) =>
+        ws.on('message', (m: Buffer) => ws.send(`${this.id}:${m.toString()}`)),
+      );
     });
     await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
   }
@@ -306,5 +314,80 @@ describe('aenv gateway against a real scheduler', () => {
       'agentenv_gateway_scheduler_rpc_duration_seconds',
     ])
       expect(text).toContain(name);
+  });
+
+  it('tunnels a WebSocket to the bound node’s /proxy, with no time bound', async () => {
+    const ws = new WebSocket(`${base.replace('http', 'ws')}/ws`, {
+      headers: { 'e2b-sandbox-id': created, 'e2b-sandbox-port': '3000' },
+    });
+    await new Promise((resolve, reject) => (ws.once('open', resolve), ws.once('error', reject)));
+    ws.send('ping');
+    const answer = await new Promise<string>((resolve) =>
+      ws.once('message', (m: Buffer) => resolve(m.toString())),
+    );
+    expect(answer).toBe(`${await bound(created)}:ping`);
+    ws.close();
+    // Without the API key, an upgrade to the control plane is refused.
+    const refused = new WebSocket(`${base.replace('http', 'ws')}/sandboxes`);
+    const status = await new Promise<number>((resolve) =>
+      refused.once('unexpected-response', (_q, res) => resolve(res.statusCode!)),
+    );
+    expect(status).toBe(401);
+  });
+
+  it('sends traffic for a sandbox without a binding to a node Schedule picks (it resumes it or says not found)', async () => {
+    const r = await fetch(`${base}/x`, {
+      headers: { 'e2b-sandbox-id': 'ghost', 'e2b-sandbox-port': '49983' },
+    });
+    expect(r.status).toBe(200);
+    expect(((await r.json()) as { url: string }).url).toBe('/proxy/x');
+  });
+
+  it('moves a connect off a lingering node', async () => {
+    // node-a reports itself draining, with the sandbox in its roster.
+    await rpc.heartbeat({
+      nodeId: a.id,
+      serviceInstanceId: 'svc-a',
+      snapshot: { status: NodeStatus.LINGERING, reportedAtUnixMs: BigInt(Date.now()) },
+      sandboxIds: ['drained-1'],
+    });
+    expect(await bound('drained-1')).toBe(a.id);
+    const schedules = async () => {
+      const text = await (await fetch(`http://127.0.0.1:${gw.metricsPort}/metrics`)).text();
+      const m =
+        /agentenv_gateway_scheduler_rpc_duration_seconds_count\{rpc="Schedule",code="ok"\} (\d+)/.exec(text);
+      return Number(m?.[1] ?? 0);
+    };
+    // The gateway learns node health within a refresh; until then the connect still goes to node-a.
+    let moved = false;
+    for (let i = 0; i < 50 && !moved; i++) {
+      const before = await schedules();
+      const r = await call('POST', '/sandboxes/drained-1/connect', { body: '{"timeout":60}' });
+      expect(r.status).toBe(200);
+      moved = (await schedules()) > before;
+      if (!moved) await new Promise((res) => setTimeout(res, 100));
+    }
+    expect(moved).toBe(true);
+  });
+
+  it('maps an unreachable scheduler to 503', async () => {
+    const gc = defaultClusterConfig();
+    Object.assign(gc.gateway, {
+      httpListenAddr: '127.0.0.1:0',
+      metricsListenAddr: '127.0.0.1:0',
+      schedulerAddr: '127.0.0.1:1',
+    });
+    const lonely = await startGateway(gc, KEY, silent);
+    try {
+      const r = await fetch(`http://127.0.0.1:${lonely.port}/sandboxes`, {
+        method: 'POST',
+        headers: { 'x-api-key': KEY },
+        body: '{}',
+      });
+      expect(r.status).toBe(503);
+      expect(((await r.json()) as { code: number }).code).toBe(503);
+    } finally {
+      await lonely.stop();
+    }
   });
 });
