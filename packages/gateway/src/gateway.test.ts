@@ -340,7 +340,10 @@ describe('aenv gateway against a real scheduler', () => {
       headers: { 'e2b-sandbox-id': 'ghost', 'e2b-sandbox-port': '49983' },
     });
     expect(r.status).toBe(200);
-    expect(((await r.json()) as { url: string }).url).toBe('/proxy/x');
+    const got = (await r.json()) as { url: string; node: string };
+    expect(got.url).toBe('/proxy/x');
+    // Bound there, so the next request (at any gateway) follows it.
+    expect(await bound('ghost')).toBe(got.node);
   });
 
   it('moves a connect off a lingering node', async () => {

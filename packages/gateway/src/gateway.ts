@@ -239,7 +239,12 @@ export class Gateway {
       }
       case 'data': {
         const node = await this.dataNode(r.sandboxId);
-        return this.forward(req, res, r, node, `/proxy${req.url ?? '/'}`);
+        try {
+          return await this.forward(req, res, r, node, `/proxy${req.url ?? '/'}`);
+        } catch (e) {
+          this.deps.scheduler.forget(r.sandboxId);
+          throw e;
+        }
       }
       case 'sandbox':
         return this.sandboxCall(r, req, res);
@@ -260,13 +265,23 @@ export class Gateway {
    * unhealthy or gone — one Schedule picks, which resumes the sandbox from the shared repository (docs/cluster.md).
    */
   private async dataNode(sandboxId: string): Promise<Node> {
+    const calls = this.deps.scheduler;
     try {
-      const node = await this.deps.scheduler.lookup(sandboxId);
-      if (!this.deps.scheduler.unfit(node)) return node;
+      const node = await calls.lookupForTraffic(sandboxId);
+      if (!calls.unfit(node)) return node;
     } catch (e) {
       if (!isNotFound(e)) throw e;
     }
-    return this.deps.scheduler.schedule(undefined);
+    // Bound to the node that will resume it, so the requests that follow (here or at another gateway) go
+    // there too, not to a second node; a sandbox no node has drops out at that node's next heartbeat.
+    const node = await calls.schedule(undefined);
+    await calls
+      .record(sandboxId, node)
+      .catch((e: unknown) =>
+        this.deps.log.warn({ sandboxId, err: (e as Error).message }, 'moved binding not recorded'),
+      );
+    calls.remember(sandboxId, node);
+    return node;
   }
 
   private async sandboxCall(
@@ -274,6 +289,7 @@ export class Gateway {
     req: IncomingMessage,
     res: ServerResponse,
   ): Promise<void> {
+    this.deps.scheduler.forget(r.sandboxId);
     const movable = MOVABLE_OPS.has(r.op);
     let node: Node | undefined;
     let moved = false;

@@ -1,7 +1,8 @@
 // The scheduler as the gateway uses it: every call timed into the metrics, lookups through the query-only
 // scheduler when one is configured, and a view of node health refreshed in the background so that moving a
 // sandbox off a lingering, unhealthy or vanished node (docs/cluster.md#moving-sandboxes) costs no extra call.
-import { ConnectError } from '@connectrpc/connect';
+import { performance } from 'node:perf_hooks';
+import { Code, ConnectError } from '@connectrpc/connect';
 import {
   NodeStatus,
   type Node,
@@ -13,12 +14,20 @@ import type { Logger } from 'pino';
 import type { GatewayMetrics } from './metrics.js';
 
 const HEALTH_REFRESH_MS = 1_000;
+/**
+ * Sandbox traffic reuses a binding it looked up this long ago (docs/cluster.md#sandbox-traffic-and-bindings):
+ * one exec or file call is several requests in a row, each would otherwise cost a LookupNode round trip.
+ */
+const TRAFFIC_BINDING_TTL_MS = 1_000;
+const TRAFFIC_BINDINGS_MAX = 10_000;
 const RECORD_TIMEOUT_CAP_MS = 5_000;
 
 export class SchedulerCalls {
   private discovered: Set<string> | undefined;
   private statuses = new Map<string, NodeStatus>();
   private timer: NodeJS.Timeout | undefined;
+  /** Bindings recently looked up for sandbox traffic (a cache: losing it changes nothing but latency). */
+  private readonly recent = new Map<string, { node: Node; at: number }>();
 
   constructor(
     private readonly main: SchedulerClient,
@@ -46,18 +55,39 @@ export class SchedulerCalls {
 
   async lookup(sandboxId: string): Promise<Node> {
     const r = await this.timed('LookupNode', () => this.lookups.lookupNode({ sandboxId }, this.opts()));
-    if (!r.node) throw new ConnectError('sandbox assignment not found', 5);
+    if (!r.node) throw new ConnectError('sandbox assignment not found', Code.NotFound);
     return r.node;
+  }
+
+  /** {@link lookup} for sandbox traffic: a binding seen in the last second is reused. */
+  async lookupForTraffic(sandboxId: string): Promise<Node> {
+    const hit = this.recent.get(sandboxId);
+    if (hit && performance.now() - hit.at < TRAFFIC_BINDING_TTL_MS) return hit.node;
+    const node = await this.lookup(sandboxId);
+    this.remember(sandboxId, node);
+    return node;
+  }
+
+  /** Forgets a cached binding (its node failed, or the sandbox moved). */
+  forget(sandboxId: string): void {
+    this.recent.delete(sandboxId);
+  }
+
+  remember(sandboxId: string, node: Node): void {
+    this.recent.delete(sandboxId);
+    if (this.recent.size >= TRAFFIC_BINDINGS_MAX) this.recent.delete(this.recent.keys().next().value!);
+    this.recent.set(sandboxId, { node, at: performance.now() });
   }
 
   async schedule(hint: ScheduleRequestHint | undefined): Promise<Node> {
     const r = await this.timed('Schedule', () => this.main.schedule(hint ? { hint } : {}, this.opts()));
-    if (!r.node) throw new ConnectError('no nodes available', 14);
+    if (!r.node) throw new ConnectError('no nodes available', Code.Unavailable);
     return r.node;
   }
 
   async record(sandboxId: string, node: Node): Promise<void> {
     const timeoutMs = Math.min(this.requestTimeoutMs, RECORD_TIMEOUT_CAP_MS);
+    this.forget(sandboxId);
     await this.timed('RecordAssignment', () =>
       this.main.recordAssignment({ sandboxId, node }, { timeoutMs }),
     );
