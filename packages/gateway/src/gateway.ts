@@ -155,18 +155,28 @@ export class Gateway {
     this.dataNode(r.sandboxId).then(
       (node) => {
         const url = origin(node);
-        const headers = this.upstreamHeaders(req, r, node);
+        let headers;
+        try {
+          headers = this.upstreamHeaders(req, r, node);
+        } catch (e) {
+          return refuse(400, (e as Error).message);
+        }
+        const tls = url.protocol === 'https:';
         relayUpgrade(
           req,
           socket,
           head,
           {
-            host: url.hostname,
-            port: Number(url.port || 80),
+            host: url.hostname.replace(/^\[|\]$/g, ''),
+            port: Number(url.port || (tls ? 443 : 80)),
+            tls,
             path: `/proxy${req.url ?? '/'}`,
             headers,
           },
-          () => refuse(502, 'upstream unavailable'),
+          () => {
+            this.deps.scheduler.forget(r.sandboxId);
+            refuse(502, 'upstream unavailable');
+          },
         );
       },
       (e: unknown) => {

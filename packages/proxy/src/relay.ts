@@ -3,6 +3,7 @@
 // caller must read it, buffered up to a bound. Unlike SandboxProxy it authorises nothing: the upstream does.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { connect } from 'node:net';
+import { connect as connectTls } from 'node:tls';
 import type { Duplex } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { Dispatcher } from 'undici';
@@ -167,11 +168,19 @@ export function relayUpgrade(
   req: IncomingMessage,
   client: Duplex,
   head: Buffer,
-  target: { host: string; port: number; path: string; headers: Record<string, string | string[]> },
+  target: {
+    host: string;
+    port: number;
+    tls?: boolean;
+    path: string;
+    headers: Record<string, string | string[]>;
+  },
   onUnreachable: (err: Error) => void,
 ): void {
   client.pause();
-  const up = connect({ host: target.host, port: target.port });
+  const up = target.tls
+    ? connectTls({ host: target.host, port: target.port, servername: target.host })
+    : connect({ host: target.host, port: target.port });
   let connected = false;
   const lines = [`${req.method ?? 'GET'} ${target.path} HTTP/1.1`];
   const headers = { ...target.headers, connection: 'Upgrade', upgrade: String(req.headers.upgrade ?? '') };
@@ -181,7 +190,7 @@ export function relayUpgrade(
       lines.push(`${k}: ${one}`);
     }
   }
-  up.once('connect', () => {
+  up.once(target.tls ? 'secureConnect' : 'connect', () => {
     connected = true;
     up.setNoDelay(true);
     up.write(lines.join('\r\n') + '\r\n\r\n');
