@@ -4,7 +4,8 @@
 # reporting heartbeats) and one `aenv gateway`, on loopback. Prints the E2B_* environment to use.
 # Usage: scripts/local-cluster.sh up | down | status
 # Environment: AENV_CLUSTER_NODES (default 3, at most 9), AENV_CLUSTER_PORT (gateway port, default 18000; the
-# nodes take the next ones, the scheduler +90), AENV_CLUSTER_STATE (default /var/lib/aenv-cluster).
+# nodes take the next ones, the scheduler +90), AENV_CLUSTER_STATE (default /var/lib/aenv-cluster),
+# AENV_CLUSTER_WARM (warm sandboxes per node, default 0: three nodes on one machine).
 # Needs root, as a node does; run `npm run build` (or scripts/run-server.sh once) first.
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
@@ -18,6 +19,7 @@ PORT=${AENV_CLUSTER_PORT:-18000}
 STATE=${AENV_CLUSTER_STATE:-/var/lib/aenv-cluster}
 CLI=$REPO/packages/cli/dist/main.js
 SCHED_PORT=$((PORT + 90))
+WARM=${AENV_CLUSTER_WARM:-0}
 
 pidfile() { printf '%s/%s.pid\n' "$STATE" "$1"; }
 
@@ -91,6 +93,8 @@ log_format = "json"
 [network.internal]
 host_interaction_cidr = "10.$((60 + 2 * i)).0.0/16"
 veth_cidr = "10.$((61 + 2 * i)).0.0/16"
+[pool]
+warm_sandboxes = $WARM
 [cluster]
 scheduler_endpoint = "http://127.0.0.1:$SCHED_PORT"
 [observability.scheduler_report]
