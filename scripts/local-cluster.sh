@@ -2,10 +2,12 @@
 # A local cluster on this machine in one command (docs/cluster.md#a-local-cluster): one `aenv scheduler`,
 # three nodes (`aenv server`, each with its own home, runtime dir, internal CIDRs and resource prefix, all
 # reporting heartbeats) and one `aenv gateway`, on loopback. Prints the E2B_* environment to use.
-# Usage: scripts/local-cluster.sh up | down | status
+# Usage: scripts/local-cluster.sh up | down | status | purge   (purge: down, then remove everything the nodes
+# keep on the host between runs: CoW volume and netns mounts, nft tables, cgroup parents, state and runtime dirs)
 # Environment: AENV_CLUSTER_NODES (default 3, at most 9), AENV_CLUSTER_PORT (gateway port, default 18000; the
 # nodes take the next ones, the scheduler +90), AENV_CLUSTER_STATE (default /var/lib/aenv-cluster),
-# AENV_CLUSTER_WARM (warm sandboxes per node, default 0: three nodes on one machine).
+# AENV_CLUSTER_WARM (warm sandboxes per node, default 0: three nodes on one machine), AENV_DEPS_PATH (CRIU and
+# the tools dir, default /var/lib/aenv/deps as scripts/setup-host.sh installs them).
 # Needs root, as a node does; run `npm run build` (or scripts/run-server.sh once) first.
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
@@ -54,6 +56,10 @@ up() {
   local key_file=$STATE/api-key key
   [ -f "$key_file" ] || (umask 077 && printf 'e2b_%s\n' "$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" >"$key_file")
   key=$(head -n1 "$key_file")
+  # One token seed too, so sandbox tokens validate on every node (docs/cluster.md#secrets-that-must-be-shared).
+  local seed_file=$STATE/sandbox-access-token-hash-seed seed
+  [ -f "$seed_file" ] || (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$seed_file" && echo >>"$seed_file")
+  seed=$(head -n1 "$seed_file")
 
   local nodes_json="" i id
   for i in $(seq 1 "$NODES"); do
@@ -84,10 +90,12 @@ EOF
     mkdir -p -m 0711 "$home"
     mkdir -p -m 0700 "$home/secrets"
     # One key for the cluster: each node's managed key file holds it.
-    (umask 077 && printf '%s\n' "$key" >"$home/secrets/api-key")
+    (umask 077 && printf '%s\n' "$key" >"$home/secrets/api-key" &&
+      printf '%s\n' "$seed" >"$home/secrets/sandbox-access-token-hash-seed")
     (umask 077 && cat >"$home/config.toml" <<EOF
 home_path = "$home"
 runtime_path = "$run"
+deps_path = "${AENV_DEPS_PATH:-/var/lib/aenv/deps}"
 resource_prefix = "lc$i"
 log_format = "json"
 [network.internal]
@@ -142,8 +150,8 @@ down() {
     # Sandboxes first (a stopped node keeps paused ones on disk; running ones are killed here).
     for i in $(seq 1 9); do
       alive "lc$i" || continue
-      curl -s -H "X-API-Key: $key" "http://127.0.0.1:$((PORT + i))/v2/sandboxes" |
-        grep -o '"sandboxID":"[^"]*"' | cut -d'"' -f4 | while read -r id; do
+      { curl -s -H "X-API-Key: $key" "http://127.0.0.1:$((PORT + i))/v2/sandboxes" || true; } |
+        { grep -o '"sandboxID":"[^"]*"' || true; } | cut -d'"' -f4 | while read -r id; do
           curl -s -o /dev/null -X DELETE -H "X-API-Key: $key" "http://127.0.0.1:$((PORT + i))/sandboxes/$id"
         done
     done
@@ -152,6 +160,29 @@ down() {
   for i in $(seq 1 9); do stop_one "lc$i"; done
   stop_one scheduler
   aenv_log "local cluster stopped (state kept in $STATE)"
+}
+
+purge() {
+  down
+  local i id m ctrl
+  for i in $(seq 1 9); do
+    id=lc$i
+    [ -d "$STATE/$id" ] || [ -d "/run/aenv-cluster-$id" ] || continue
+    # Deepest mounts first.
+    awk -v a="$STATE/$id" -v b="/run/aenv-cluster-$id" '$5 == a || index($5, a "/") == 1 || $5 == b || index($5, b "/") == 1 { print $5 }' /proc/self/mountinfo |
+      awk -F/ '{ print NF, $0 }' | sort -rn | cut -d' ' -f2- | while read -r m; do
+        umount "$m" 2>/dev/null || umount -l "$m"
+      done
+    nft delete table inet "$id" 2>/dev/null || true
+    for ctrl in /sys/fs/cgroup /sys/fs/cgroup/*/; do
+      [ -d "$ctrl/$id" ] || continue
+      find "$ctrl/$id" -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null || true
+      rmdir "$ctrl/$id" 2>/dev/null || true
+    done
+    rm -rf --one-file-system "${STATE:?}/$id" "/run/aenv-cluster-$id"
+  done
+  rm -rf --one-file-system "${STATE:?}"
+  aenv_log "local cluster removed from the host"
 }
 
 status() {
@@ -166,5 +197,6 @@ case ${1:-} in
   up) up ;;
   down) down ;;
   status) status ;;
-  *) aenv_die "usage: scripts/local-cluster.sh up | down | status" ;;
+  purge) purge ;;
+  *) aenv_die "usage: scripts/local-cluster.sh up | down | status | purge" ;;
 esac
