@@ -42,6 +42,15 @@ describe('the e2b SDK through aenv gateway', () => {
       return undefined;
     }
   };
+  /** One raw HTTP/1.1 exchange (a Host header or a repeated field, which fetch will not send). */
+  const rawTo = (g: GatewayProcess, text: string) =>
+    new Promise<string>((resolve, reject) => {
+      const s = connect(Number(new URL(g.url).port), '127.0.0.1', () => s.write(text));
+      let out = '';
+      s.on('data', (d: Buffer) => (out += d.toString()));
+      s.on('close', () => resolve(out));
+      s.on('error', reject);
+    });
   const gw = (path: string, init: RequestInit = {}, g = gateways[0]!) =>
     fetch(g.url + path, { ...init, headers: { 'x-api-key': KEY, ...(init.headers as object) } });
 
@@ -76,7 +85,12 @@ describe('the e2b SDK through aenv gateway', () => {
       );
     }
     for (let i = 0; i < 2; i++)
-      gateways.push(await startGatewayProcess({ scheduler_addr: sched.grpcAddress, debug_mode: true }, KEY));
+      gateways.push(
+        await startGatewayProcess(
+          { scheduler_addr: sched.grpcAddress, debug_mode: true, sandbox_proxy_domains: ['Sbx.GW.test'] },
+          KEY,
+        ),
+      );
     useGateway(gateways[0]!);
     await eventually(
       async () => ((await (await gw('/nodes')).json()) as unknown[]).length === 2,
@@ -136,18 +150,30 @@ describe('the e2b SDK through aenv gateway', () => {
     sandboxes.push(...children);
   });
 
+  it('routes host-routed traffic to the sandbox’s node and GET /nodes/{id} to that node', async () => {
+    const g = gateways[0]!;
+    const s = sandboxes[1]!;
+    const node = await boundNode(s.sandboxId);
+    const { envdAccessToken } = (await (await gw(`/sandboxes/${s.sandboxId}`)).json()) as {
+      envdAccessToken?: string;
+    };
+    const token = envdAccessToken ? `X-Access-Token: ${envdAccessToken}\r\n` : '';
+    const answer = await rawTo(
+      g,
+      `GET /health HTTP/1.1\r\nHost: 49983-${s.sandboxId}.sbx.gw.test\r\n${token}Connection: close\r\n\r\n`,
+    );
+    expect(answer).toMatch(/^HTTP\/1.1 204 /);
+    expect(answer.toLowerCase()).toContain(`x-agentenv-node-id: ${node}`);
+    const detail = await gw(`/nodes/${node}`);
+    expect(detail.status).toBe(200);
+    expect(((await detail.json()) as { id: string }).id).toBe(node);
+    expect((await gw('/nodes/no-such-node')).status).toBe(404);
+  });
+
   it('refuses hostile requests with the documented answers', async () => {
     const g = gateways[0]!;
     expect((await fetch(`${g.url}/sandboxes`)).status).toBe(401);
-    const raw = (text: string) =>
-      new Promise<string>((resolve, reject) => {
-        const port = Number(new URL(g.url).port);
-        const s = connect(port, '127.0.0.1', () => s.write(text));
-        let out = '';
-        s.on('data', (d: Buffer) => (out += d.toString()));
-        s.on('close', () => resolve(out));
-        s.on('error', reject);
-      });
+    const raw = (text: string) => rawTo(g, text);
     expect(
       await raw(
         `GET /v2/sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: ${KEY}\r\nX-API-Key: ${KEY}\r\nConnection: close\r\n\r\n`,
@@ -162,6 +188,14 @@ describe('the e2b SDK through aenv gateway', () => {
     });
     expect(badPort.status).toBe(400);
     expect((await gw('/v2/sandboxes?limit=ten')).status).toBe(400);
+    for (const host of [
+      '0-abc.sbx.gw.test',
+      `70000-${sandboxes[1]!.sandboxId}.sbx.gw.test`,
+      'x_y.sbx.gw.test',
+    ])
+      expect(await raw(`GET / HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`), host).toMatch(
+        /^HTTP\/1.1 400 /,
+      );
     const big = await gw('/sandboxes', {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
