@@ -10,6 +10,7 @@ const alias = {
   '@aenv/config': pkg('config'),
   '@aenv/protocol': pkg('protocol'),
   '@aenv/envd': pkg('envd'),
+  '@aenv/proxy': pkg('proxy'),
   '@aenv/server': pkg('server'),
 };
 

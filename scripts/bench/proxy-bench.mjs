@@ -14,8 +14,8 @@ import { Writable } from 'node:stream';
 import { register } from 'tsx/esm/api';
 
 register();
-// PROXY_BENCH_IMPL: another copy of packages/server/src/proxy (e.g. an older commit's) to compare with.
-const impl = process.env.PROXY_BENCH_IMPL ?? '../../packages/server/src/proxy';
+// PROXY_BENCH_IMPL: another copy of packages/proxy/src (e.g. an older commit's) to compare with.
+const impl = process.env.PROXY_BENCH_IMPL ?? '../../packages/proxy/src';
 const { SandboxProxy } = await import(`${impl}/proxy.ts`);
 const { createLogger } = await import('../../packages/server/src/util/log.ts');
 

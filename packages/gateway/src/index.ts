@@ -1,11 +1,5 @@
-// aenv gateway: cluster mode (reference §6: scheduler.v1 gRPC placement and bindings; gateway routing and list
-// aggregation). Not built yet: a single node needs neither — its API is the entry point. See docs/architecture.md.
-export const CLUSTER_MODE_AVAILABLE = false;
-
-/** Entry point of `aenv gateway`; exits with a clear message until cluster mode exists. */
-export function main(): number {
-  process.stderr.write(
-    'aenv gateway: cluster mode is not implemented yet; run a single node with `aenv server`\n',
-  );
-  return 2;
-}
+// aenv gateway: the single entry point of a cluster (docs/cluster.md#the-gateway): E2B API and sandbox traffic
+// routed to nodes through the scheduler's bindings, creates placed by Schedule, lists merged across nodes.
+export { runGatewayCommand, parseGatewayArgs } from './cli.js';
+export { startGateway, type RunningGateway } from './run.js';
+export { route, needsApiKey, normalizeDomains, hostRoute, type Route } from './routing.js';

@@ -39,7 +39,7 @@ import { TemplateCatalog } from './template/catalog.js';
 import { ensureBaseTemplate } from './template/base-template.js';
 import { Orchestrator } from './orchestrator/orchestrator.js';
 import { SandboxStore, orchestratorMigrations } from './orchestrator/store.js';
-import { SandboxProxy } from './proxy/proxy.js';
+import { SandboxProxy } from '@aenv/proxy';
 import { OrchestratorDirectory } from './proxy/orchestrator-directory.js';
 import { createHttpServer } from './api/http-server.js';
 import {

@@ -37,9 +37,15 @@ export function registerServiceCommands(program: Command): void {
 
   program
     .command('gateway')
-    .description('cluster gateway (not implemented yet)')
-    .action(async () => {
-      const mod = await import('@aenv/gateway');
-      process.exitCode = mod.main();
+    .description(
+      'cluster gateway: the E2B API and sandbox traffic of a cluster, routed to its nodes (-config)',
+    )
+    // Its own flags, Go style as the reference's (`-config <path>`), parsed by @aenv/gateway.
+    .helpOption(false)
+    .allowUnknownOption()
+    .allowExcessArguments()
+    .action(async (_opts: unknown, cmd: Command) => {
+      const { runGatewayCommand } = await import('@aenv/gateway');
+      process.exitCode = await runGatewayCommand(cmd.args);
     });
 }

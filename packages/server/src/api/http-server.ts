@@ -17,7 +17,7 @@ import type { Logger } from '../util/log.js';
 import { newRequestId, runInRequest } from '../util/request-context.js';
 import { unhandledFaultPoint } from '../util/crash-point.js';
 import type { ServerMetrics } from '../observability/metrics.js';
-import type { DataPlane } from '../proxy/data-plane.js';
+import type { DataPlane } from '@aenv/proxy';
 import { hasValidApiKey } from './auth.js';
 import { ApiError, errorAnswer, internalErrorMessage } from './errors.js';
 

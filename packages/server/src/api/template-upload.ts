@@ -5,7 +5,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { httpErrorAnswer } from '@aenv/protocol';
-import type { DataPlane } from '../proxy/data-plane.js';
+import type { DataPlane } from '@aenv/proxy';
 import type { Logger } from '../util/log.js';
 import { currentRequestId } from '../util/request-context.js';
 import { isFilesHash, UploadError, type TemplateFileStore } from '../template/file-store.js';

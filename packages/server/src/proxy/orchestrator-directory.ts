@@ -1,8 +1,14 @@
 import type { Orchestrator } from '../orchestrator/orchestrator.js';
 import { autoResumable, type SandboxRecord } from '../orchestrator/types.js';
 import type { SandboxTokenIssuer } from '../secrets/index.js';
-import { AutoResumeTimeout, type ProxyTarget, type SandboxDirectory } from './directory.js';
-import { parseSignedFiles, SignedUrlRouter, type SigningCandidate } from './signed-urls.js';
+import {
+  AutoResumeTimeout,
+  parseSignedFiles,
+  SignedUrlRouter,
+  type ProxyTarget,
+  type SandboxDirectory,
+  type SigningCandidate,
+} from '@aenv/proxy';
 
 function target(r: SandboxRecord): ProxyTarget {
   return {

@@ -5,7 +5,7 @@ import { Writable } from 'node:stream';
 import { WebSocketServer, WebSocket } from 'ws';
 import { SandboxProxy } from './proxy.js';
 import type { ProxyTarget, SandboxDirectory } from './directory.js';
-import { createLogger } from '../util/log.js';
+import { pino } from 'pino';
 
 const KEY = 'e2b_' + '11'.repeat(32);
 const ID = '01936f8e-72f5-7000-8000-000000000001';
@@ -99,7 +99,7 @@ describe('SandboxProxy', () => {
       envdPort: upstream.port,
       platformApiKey: KEY,
       directory,
-      logger: createLogger('json', 'info', silent),
+      logger: pino({ level: 'info', base: undefined }, silent),
     });
     front = createServer((req, res) => {
       if (proxy.claims(req)) proxy.handle(req, res);
@@ -226,7 +226,7 @@ describe('SandboxProxy', () => {
       envdPort: 49983,
       platformApiKey: KEY,
       directory: (proxy as unknown as { opts: { directory: SandboxDirectory } }).opts.directory,
-      logger: createLogger('json', 'info', silent),
+      logger: pino({ level: 'info', base: undefined }, silent),
     });
     const s = createServer((req, res) => (p.claims(req) ? p.handle(req, res) : res.end()));
     await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));

@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { Agent, type Dispatcher } from 'undici';
 import { ENVD_UNAUTHORIZED_MESSAGE } from '@aenv/protocol';
-import type { Logger } from '../util/log.js';
+import type { Logger } from 'pino';
 import type { DataPlane } from './data-plane.js';
 import { classify, RoutingError, type DataPlaneRoute } from './routing.js';
 import { AutoResumeTimeout, type ProxyTarget, type SandboxDirectory } from './directory.js';

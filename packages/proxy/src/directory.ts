@@ -1,4 +1,6 @@
-import type { SandboxState } from '../orchestrator/types.js';
+/** A sandbox's lifecycle state as the node's orchestrator names it. */
+export type SandboxState =
+  'creating' | 'resuming' | 'running' | 'snapshotting' | 'forking' | 'pausing' | 'paused' | 'killing';
 
 /** What the proxy needs to know about a sandbox to route and authorise a request. */
 export interface ProxyTarget {

@@ -1,6 +1,6 @@
 // How a client's request body is framed, decided once at the front (docs/security.md, "Request smuggling").
 // Node's parser already refuses what is ambiguous at the byte level (Content-Length with Transfer-Encoding,
-// repeated Content-Length, obs-fold, bad chunk syntax: see api/http-server.ts for their 400); what it lets
+// repeated Content-Length, obs-fold, bad chunk syntax: see the node's api/http-server.ts for their 400); what it lets
 // through is checked here, and the body is then re-framed by the upstream client, never passed on raw.
 import type { IncomingMessage } from 'node:http';
 

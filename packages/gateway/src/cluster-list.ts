@@ -1,0 +1,104 @@
+// `GET /sandboxes` and `GET /v2/sandboxes` across the cluster (reference §6.3): every node is asked (without
+// `limit`/`nextToken`), all must answer, and their items are merged, deduplicated by sandboxID (first kept),
+// sorted startedAt descending then sandboxID ascending, and paged with the nodes' own token format.
+import {
+  decodePageToken,
+  encodePageToken,
+  PageTokenError,
+  timestampNs,
+  type PageCursor,
+} from '@aenv/protocol';
+
+export interface ListedSandbox {
+  sandboxID: string;
+  startedAt: string;
+  [k: string]: unknown;
+}
+
+export class ListError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export interface ListQuery {
+  /** The query sent to every node. */
+  nodeQuery: string;
+  /** undefined = all. 0 = an empty page (limit <= 0). */
+  limit: number | undefined;
+  cursor: PageCursor | undefined;
+}
+
+/** Reads `limit` and `nextToken`; throws ListError(400) for a non-integer limit or a malformed token. */
+export function parseListQuery(search: string): ListQuery {
+  const params = new URLSearchParams(search);
+  const rawLimit = params.get('limit');
+  const rawToken = params.get('nextToken');
+  params.delete('limit');
+  params.delete('nextToken');
+  let limit: number | undefined;
+  if (rawLimit !== null && rawLimit !== '') {
+    if (!/^[+-]?\d{1,15}$/.test(rawLimit))
+      throw new ListError(400, `invalid limit "${rawLimit}": must be an integer`);
+    limit = Math.max(0, Number(rawLimit));
+  }
+  let cursor: PageCursor | undefined;
+  if (rawToken !== null && rawToken !== '') {
+    try {
+      cursor = decodePageToken(rawToken);
+    } catch (e) {
+      if (e instanceof PageTokenError) throw new ListError(400, e.message);
+      throw e;
+    }
+  }
+  const q = params.toString();
+  return { nodeQuery: q ? `?${q}` : '', limit, cursor };
+}
+
+/** Validates one node's answer: a JSON array of objects with a string sandboxID and startedAt. */
+export function nodeItems(node: string, body: unknown): ListedSandbox[] {
+  if (!Array.isArray(body))
+    throw new ListError(502, `cluster list unavailable: node ${node} answered no list`);
+  return body.filter((x): x is ListedSandbox => {
+    if (x === null || typeof x !== 'object') return false;
+    const s = x as ListedSandbox;
+    if (typeof s.sandboxID !== 'string' || typeof s.startedAt !== 'string') return false;
+    try {
+      timestampNs(s.startedAt);
+      return true;
+    } catch {
+      return false;
+    }
+  });
+}
+
+export interface MergedPage {
+  items: ListedSandbox[];
+  nextToken?: string;
+}
+
+export function mergePages(perNode: ListedSandbox[][], q: ListQuery): MergedPage {
+  const seen = new Set<string>();
+  const all: { s: ListedSandbox; t: bigint }[] = [];
+  for (const items of perNode)
+    for (const s of items) {
+      if (seen.has(s.sandboxID)) continue;
+      seen.add(s.sandboxID);
+      all.push({ s, t: timestampNs(s.startedAt) });
+    }
+  all.sort((a, b) => (a.t !== b.t ? (a.t > b.t ? -1 : 1) : a.s.sandboxID < b.s.sandboxID ? -1 : 1));
+  const c = q.cursor;
+  const rest = c ? all.filter((x) => x.t < c.timeNs || (x.t === c.timeNs && x.s.sandboxID > c.id)) : all;
+  if (q.limit === undefined) return { items: rest.map((x) => x.s) };
+  const page = rest.slice(0, q.limit);
+  // As the reference: a full page always names the next one (which may be empty).
+  if (q.limit === 0 || page.length < q.limit) return { items: page.map((x) => x.s) };
+  const last = page[page.length - 1]!;
+  return {
+    items: page.map((x) => x.s),
+    nextToken: encodePageToken({ id: last.s.sandboxID, createdAt: last.s.startedAt }),
+  };
+}

@@ -1,0 +1,396 @@
+// The gateway between a real scheduler (in this process, bindings in memory) and two HTTP servers that
+// answer as nodes do: what reaches which node, what gets recorded, and every refusal. The real nodes and the
+// SDK are in test/e2e/cluster-gateway.test.ts.
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { connect, type AddressInfo } from 'node:net';
+import { Writable } from 'node:stream';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { pino } from 'pino';
+import { WebSocket, WebSocketServer } from 'ws';
+import { createSchedulerClient, encodePageToken, NodeStatus, type SchedulerClient } from '@aenv/protocol';
+import { defaultClusterConfig, startScheduler, type RunningScheduler } from '@aenv/scheduler';
+import { startGateway, type RunningGateway } from './run.js';
+
+const KEY = 'e2b_' + 'k'.repeat(40);
+const silent = pino({ level: 'silent' }, new Writable({ write: (_c, _e, cb) => cb() }));
+
+interface Seen {
+  method: string;
+  url: string;
+  headers: IncomingMessage['headers'];
+  body: string;
+}
+
+/** An HTTP server answering the node routes the gateway uses, remembering what it was sent. */
+class FakeNode {
+  server!: Server;
+  seen: Seen[] = [];
+  sandboxes: { sandboxID: string; startedAt: string }[] = [];
+  listStatus = 200;
+  private n = 0;
+  constructor(readonly id: string) {}
+  get url() {
+    return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+  }
+  async start() {
+    this.server = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        const body = Buffer.concat(chunks).toString();
+        this.seen.push({ method: req.method!, url: req.url!, headers: req.headers, body });
+        this.answer(req, body, res);
+      });
+    });
+    const wss = new WebSocketServer({ noServer: true });
+    this.server.on('upgrade', (req, socket, head) => {
+      this.seen.push({ method: req.method!, url: req.url!, headers: req.headers, body: '' });
+      wss.handleUpgrade(req, socket, head, (ws) =>
+        ws.on('message', (m: Buffer) => ws.send(`${this.id}:${m.toString()}`)),
+      );
+    });
+    await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
+  }
+  private answer(req: IncomingMessage, body: string, res: ServerResponse) {
+    const url = req.url!;
+    const json = (status: number, v: unknown, h: Record<string, string> = {}) =>
+      res.writeHead(status, { 'content-type': 'application/json', ...h }).end(JSON.stringify(v));
+    if (req.method === 'GET' && /^\/(v2\/)?sandboxes(\?|$)/.test(url)) {
+      if (this.listStatus !== 200) return json(this.listStatus, { code: this.listStatus, message: 'nope' });
+      return json(200, this.sandboxes);
+    }
+    if (req.method === 'POST' && (url === '/sandboxes' || url === '/sandboxes-cold')) {
+      if (body.includes('huge-answer')) return json(201, { sandboxID: 'x', pad: 'p'.repeat(4096) });
+      const id = `${this.id}-new-${++this.n}`;
+      return json(201, { sandboxID: id }, { 'x-agentenv-sandbox-id': id });
+    }
+    const fork = /^\/sandboxes\/([^/]+)\/fork$/.exec(url);
+    if (fork) {
+      const count = (JSON.parse(body || '{}') as { count?: number }).count ?? 1;
+      return json(
+        201,
+        Array.from({ length: count }, (_, i) => ({ sandbox: { sandboxID: `${fork[1]}-child-${i}` } })),
+      );
+    }
+    if (/^\/sandboxes\/[^/]+\/connect$/.test(url)) return json(200, { node: this.id });
+    if (url.startsWith('/proxy/slow')) return; // never answers
+    if (url.startsWith('/proxy/stream')) {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('data: one\n\n');
+      setTimeout(() => res.end('data: two\n\n'), 1500);
+      return;
+    }
+    return json(200, { node: this.id, url, headers: req.headers });
+  }
+}
+
+describe('aenv gateway against a real scheduler', () => {
+  const a = new FakeNode('node-a');
+  const b = new FakeNode('node-b');
+  let sched: RunningScheduler;
+  let gw: RunningGateway;
+  let rpc: SchedulerClient;
+  let base: string;
+
+  const call = (
+    method: string,
+    path: string,
+    init: { headers?: Record<string, string>; body?: string } = {},
+  ) =>
+    fetch(base + path, {
+      method,
+      headers: { 'x-api-key': KEY, ...init.headers },
+      ...(init.body !== undefined ? { body: init.body } : {}),
+    });
+  /** One raw HTTP/1.1 exchange: what fetch will not send (a Host header, a repeated field). */
+  const raw = (text: string) =>
+    new Promise<string>((resolve, reject) => {
+      const s = connect(gw.port, '127.0.0.1', () => s.write(text));
+      let out = '';
+      s.on('data', (d: Buffer) => (out += d.toString()));
+      s.on('close', () => resolve(out));
+      s.on('error', reject);
+    });
+  const bound = async (id: string) => (await rpc.lookupNode({ sandboxId: id })).node?.nodeId;
+
+  beforeAll(async () => {
+    await a.start();
+    await b.start();
+    const sc = defaultClusterConfig();
+    sc.scheduler.grpcListenAddr = '127.0.0.1:0';
+    sc.scheduler.metricsListenAddr = '127.0.0.1:0';
+    sc.scheduler.nodes = [
+      { id: a.id, endpoint: a.url },
+      { id: b.id, endpoint: b.url },
+    ];
+    sched = await startScheduler(sc, { queryOnly: false, log: silent });
+    const gc = defaultClusterConfig();
+    Object.assign(gc.gateway, {
+      httpListenAddr: '127.0.0.1:0',
+      metricsListenAddr: '127.0.0.1:0',
+      schedulerAddr: `127.0.0.1:${sched.grpcPort}`,
+      requestTimeoutMs: 1000,
+      forwardResponseSize: 1024,
+      sandboxProxyDomains: ['SBX.test'],
+      debugMode: true,
+    });
+    gw = await startGateway(gc, KEY, silent);
+    base = `http://127.0.0.1:${gw.port}`;
+    rpc = createSchedulerClient(`127.0.0.1:${sched.grpcPort}`);
+  });
+  afterAll(async () => {
+    await gw?.stop();
+    await sched?.stop();
+    a.server?.close();
+    b.server?.close();
+  });
+
+  it('asks for exactly one right X-API-Key on the control plane (401, empty), not on /health', async () => {
+    for (const headers of [{}, { 'x-api-key': 'wrong' }, { 'x-api-key': KEY + 'x' }] as Record<
+      string,
+      string
+    >[]) {
+      const r = await fetch(`${base}/sandboxes`, { headers });
+      expect(r.status).toBe(401);
+      expect(await r.text()).toBe('');
+    }
+    // Two X-API-Key headers, both right: refused (raw request, fetch would join them).
+    const dup = await raw(
+      `GET /nodes HTTP/1.1\r\nHost: x\r\nX-API-Key: ${KEY}\r\nx-api-key: ${KEY}\r\nConnection: close\r\n\r\n`,
+    );
+    expect(dup).toMatch(/^HTTP\/1.1 401 /);
+    expect((await fetch(`${base}/health`)).status).toBe(204);
+    expect((await fetch(`${base}/metrics`)).status).toBe(404);
+  });
+
+  let created: string;
+  it('places a create with Schedule, forwards the body, records the sandbox on the node that made it', async () => {
+    const r = await call('POST', '/sandboxes', {
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ templateID: 'base', metadata: { team: 'x' } }),
+    });
+    expect(r.status).toBe(201);
+    created = ((await r.json()) as { sandboxID: string }).sandboxID;
+    const nodeId = r.headers.get('x-agentenv-node-id')!;
+    expect(created.startsWith(nodeId)).toBe(true);
+    expect(await bound(created)).toBe(nodeId);
+    const node = nodeId === a.id ? a : b;
+    const got = node.seen.at(-1)!;
+    expect(JSON.parse(got.body)).toEqual({ templateID: 'base', metadata: { team: 'x' } });
+    expect(got.headers['x-api-key']).toBe(KEY);
+    expect(got.headers['x-forwarded-method']).toBe('POST');
+    expect(got.headers['x-forwarded-uri']).toBe('/sandboxes');
+    expect(got.headers['x-forwarded-for']).toBe('127.0.0.1');
+  });
+
+  it('sends a fork to the parent’s node and records every child there', async () => {
+    const r = await call('POST', `/sandboxes/${created}/fork`, { body: JSON.stringify({ count: 4 }) });
+    expect(r.status).toBe(201);
+    const parentNode = await bound(created);
+    expect(r.headers.get('x-agentenv-node-id')).toBe(parentNode);
+    for (let i = 0; i < 4; i++) expect(await bound(`${created}-child-${i}`)).toBe(parentNode);
+  });
+
+  it('routes sandbox traffic (headers and host routes) to the bound node’s /proxy', async () => {
+    const r = await fetch(`${base}/files?path=%2Fa`, {
+      headers: { 'e2b-sandbox-id': created, 'e2b-sandbox-port': '49983', 'x-access-token': 't' },
+    });
+    expect(r.status).toBe(200);
+    const got = (await r.json()) as { node: string; url: string; headers: Record<string, string> };
+    expect(got.node).toBe(await bound(created));
+    expect(got.url).toBe('/proxy/files?path=%2Fa');
+    expect(got.headers['x-access-token']).toBe('t');
+    const answer = await raw(
+      `GET /x HTTP/1.1\r\nHost: 3000-${created}.sbx.test\r\nConnection: close\r\n\r\n`,
+    );
+    const hg = JSON.parse(answer.slice(answer.indexOf('{'), answer.lastIndexOf('}') + 1)) as {
+      url: string;
+      headers: Record<string, string>;
+    };
+    expect(hg.url).toBe('/proxy/x');
+    expect(hg.headers['x-agentenv-sandbox-id']).toBe(created);
+    expect(hg.headers['x-agentenv-target-port']).toBe('3000');
+    expect(hg.headers['x-forwarded-host']).toBe(`3000-${created}.sbx.test`);
+    for (const host of [`99999-${created}.sbx.test`, 'abc.sbx.test', `80-${created}_x.sbx.test`])
+      expect(await raw(`GET /x HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`), host).toMatch(
+        /^HTTP\/1.1 400 /,
+      );
+    const noPort = await fetch(`${base}/proxy/x`, { headers: { 'e2b-sandbox-id': created } });
+    expect(await noPort.json()).toEqual({ code: 400, message: 'target port header required' });
+  });
+
+  it('merges the nodes’ lists: deduplicated, newest first, paged with the node token format', async () => {
+    const t = (s: number) => new Date(Date.UTC(2026, 0, 1, 0, 0, s)).toISOString();
+    a.sandboxes = [
+      { sandboxID: 'a1', startedAt: t(1) },
+      { sandboxID: 'a3', startedAt: t(3) },
+      { sandboxID: 'dup', startedAt: t(5) },
+    ];
+    b.sandboxes = [
+      { sandboxID: 'b2', startedAt: t(2) },
+      { sandboxID: 'b3', startedAt: t(3) },
+      { sandboxID: 'dup', startedAt: t(5) },
+    ];
+    const all = await call('GET', '/v2/sandboxes?state=running');
+    expect(((await all.json()) as { sandboxID: string }[]).map((s) => s.sandboxID)).toEqual([
+      'dup',
+      'a3',
+      'b3',
+      'b2',
+      'a1',
+    ]);
+    const pages: string[][] = [];
+    let token = '';
+    for (let i = 0; i < 5; i++) {
+      const r = await call('GET', `/v2/sandboxes?state=running&limit=2${token ? `&nextToken=${token}` : ''}`);
+      expect(r.status).toBe(200);
+      pages.push(((await r.json()) as { sandboxID: string }[]).map((s) => s.sandboxID));
+      token = r.headers.get('x-next-token') ?? '';
+      if (!token) break;
+    }
+    expect(pages).toEqual([['dup', 'a3'], ['b3', 'b2'], ['a1']]);
+    expect(a.seen.at(-1)!.url).toBe('/v2/sandboxes?state=running');
+    // The token is the nodes' own format.
+    const first = await call('GET', '/v2/sandboxes?limit=1');
+    expect(first.headers.get('x-next-token')).toBe(encodePageToken({ id: 'dup', createdAt: t(5) }));
+    // A full last page names a next one, which is empty.
+    const exact = await call('GET', '/sandboxes?limit=5');
+    const after = await call('GET', `/sandboxes?limit=5&nextToken=${exact.headers.get('x-next-token')}`);
+    expect(await after.json()).toEqual([]);
+    expect(await (await call('GET', '/sandboxes?limit=0')).json()).toEqual([]);
+    expect(await (await call('GET', '/sandboxes?limit=-3')).json()).toEqual([]);
+    for (const q of ['limit=abc', 'limit=1.5', 'nextToken=%25%25'])
+      expect((await call('GET', `/sandboxes?${q}`)).status, q).toBe(400);
+  });
+
+  it('answers 502 when one node cannot list (all or nothing), and a node’s 4xx as it is', async () => {
+    b.listStatus = 500;
+    const r = await call('GET', '/sandboxes');
+    expect(r.status).toBe(502);
+    expect(((await r.json()) as { message: string }).message).toContain('cluster list unavailable');
+    b.listStatus = 400;
+    expect((await call('GET', '/sandboxes')).status).toBe(400);
+    b.listStatus = 200;
+  });
+
+  it('refuses a create body over 64 KiB (413) and a create answer over forward_response_size (502)', async () => {
+    const before = a.seen.length + b.seen.length;
+    const big = await call('POST', '/sandboxes', { body: JSON.stringify({ pad: 'x'.repeat(70 * 1024) }) });
+    expect(big.status).toBe(413);
+    expect(a.seen.length + b.seen.length).toBe(before);
+    const huge = await call('POST', '/sandboxes', { body: '{"x":"huge-answer"}' });
+    expect(huge.status).toBe(502);
+    expect(await huge.json()).toEqual({ code: 502, message: 'upstream response too large' });
+  });
+
+  it('times out a regular request (504) but not a stream', async () => {
+    const h = { 'e2b-sandbox-id': created, 'e2b-sandbox-port': '8080' };
+    const slow = await fetch(`${base}/slow`, { headers: h });
+    expect(slow.status).toBe(504);
+    expect(await slow.json()).toEqual({ code: 504, message: 'upstream timeout' });
+    const stream = await fetch(`${base}/stream`, { headers: { ...h, accept: 'text/event-stream' } });
+    expect(await stream.text()).toBe('data: one\n\ndata: two\n\n');
+  });
+
+  it('moves a connect of a sandbox without a binding to a scheduled node and records it there', async () => {
+    const r = await call('POST', '/sandboxes/orphan-1/connect', { body: '{"timeout":60}' });
+    expect(r.status).toBe(200);
+    const { node } = (await r.json()) as { node: string };
+    expect(await bound('orphan-1')).toBe(node);
+    // Other calls about an unknown sandbox are the scheduler's 404.
+    const del = await call('DELETE', '/sandboxes/nobody');
+    expect(del.status).toBe(404);
+    expect(await del.json()).toEqual({ code: 404, message: 'sandbox assignment not found' });
+  });
+
+  it('lists nodes from the scheduler and exports its three metrics', async () => {
+    const nodes = (await (await call('GET', '/nodes')).json()) as unknown[];
+    expect(nodes).toEqual([]); // no heartbeats from these nodes
+    expect((await call('GET', '/nodes/ghost')).status).toBe(404);
+    const text = await (await fetch(`http://127.0.0.1:${gw.metricsPort}/metrics`)).text();
+    for (const name of [
+      'agentenv_gateway_http_request_duration_seconds',
+      'agentenv_gateway_upstream_proxy_duration_seconds',
+      'agentenv_gateway_scheduler_rpc_duration_seconds',
+    ])
+      expect(text).toContain(name);
+  });
+
+  it('tunnels a WebSocket to the bound node’s /proxy, with no time bound', async () => {
+    const ws = new WebSocket(`${base.replace('http', 'ws')}/ws`, {
+      headers: { 'e2b-sandbox-id': created, 'e2b-sandbox-port': '3000' },
+    });
+    await new Promise((resolve, reject) => (ws.once('open', resolve), ws.once('error', reject)));
+    ws.send('ping');
+    const answer = await new Promise<string>((resolve) =>
+      ws.once('message', (m: Buffer) => resolve(m.toString())),
+    );
+    expect(answer).toBe(`${await bound(created)}:ping`);
+    ws.close();
+    // Without the API key, an upgrade to the control plane is refused.
+    const refused = new WebSocket(`${base.replace('http', 'ws')}/sandboxes`);
+    const status = await new Promise<number>((resolve) =>
+      refused.once('unexpected-response', (_q, res) => resolve(res.statusCode!)),
+    );
+    expect(status).toBe(401);
+  });
+
+  it('sends traffic for a sandbox without a binding to a node Schedule picks (it resumes it or says not found)', async () => {
+    const r = await fetch(`${base}/x`, {
+      headers: { 'e2b-sandbox-id': 'ghost', 'e2b-sandbox-port': '49983' },
+    });
+    expect(r.status).toBe(200);
+    const got = (await r.json()) as { url: string; node: string };
+    expect(got.url).toBe('/proxy/x');
+    // Bound there, so the next request (at any gateway) follows it.
+    expect(await bound('ghost')).toBe(got.node);
+  });
+
+  it('moves a connect off a lingering node', async () => {
+    // node-a reports itself draining, with the sandbox in its roster.
+    await rpc.heartbeat({
+      nodeId: a.id,
+      serviceInstanceId: 'svc-a',
+      snapshot: { status: NodeStatus.LINGERING, reportedAtUnixMs: BigInt(Date.now()) },
+      sandboxIds: ['drained-1'],
+    });
+    expect(await bound('drained-1')).toBe(a.id);
+    const schedules = async () => {
+      const text = await (await fetch(`http://127.0.0.1:${gw.metricsPort}/metrics`)).text();
+      const m =
+        /agentenv_gateway_scheduler_rpc_duration_seconds_count\{rpc="Schedule",code="ok"\} (\d+)/.exec(text);
+      return Number(m?.[1] ?? 0);
+    };
+    // The gateway learns node health within a refresh; until then the connect still goes to node-a.
+    let moved = false;
+    for (let i = 0; i < 50 && !moved; i++) {
+      const before = await schedules();
+      const r = await call('POST', '/sandboxes/drained-1/connect', { body: '{"timeout":60}' });
+      expect(r.status).toBe(200);
+      moved = (await schedules()) > before;
+      if (!moved) await new Promise((res) => setTimeout(res, 100));
+    }
+    expect(moved).toBe(true);
+  });
+
+  it('maps an unreachable scheduler to 503', async () => {
+    const gc = defaultClusterConfig();
+    Object.assign(gc.gateway, {
+      httpListenAddr: '127.0.0.1:0',
+      metricsListenAddr: '127.0.0.1:0',
+      schedulerAddr: '127.0.0.1:1',
+    });
+    const lonely = await startGateway(gc, KEY, silent);
+    try {
+      const r = await fetch(`http://127.0.0.1:${lonely.port}/sandboxes`, {
+        method: 'POST',
+        headers: { 'x-api-key': KEY },
+        body: '{}',
+      });
+      expect(r.status).toBe(503);
+      expect(((await r.json()) as { code: number }).code).toBe(503);
+    } finally {
+      await lonely.stop();
+    }
+  });
+});

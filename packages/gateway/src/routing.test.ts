@@ -1,0 +1,122 @@
+import { describe, expect, it } from 'vitest';
+import { hostRoute, needsApiKey, normalizeDomains, route } from './routing.js';
+
+const D = normalizeDomains(['Sbx.Example.test', 'example.test.', 'sbx.example.test']);
+const r = (method: string, url: string, headers: Record<string, string> = {}) =>
+  route(method, url, { host: 'gw.local:8080', ...headers }, D);
+const sdk = { 'e2b-sandbox-id': 'abc123', 'e2b-sandbox-port': '49983' };
+
+describe('gateway routing (reference §6.3)', () => {
+  it('normalises host-route domains: lowercase, deduplicated, longest first', () => {
+    expect(D).toEqual(['sbx.example.test', 'example.test']);
+  });
+
+  it('routes a host-routed request to the sandbox, before headers and control-plane paths', () => {
+    expect(route('POST', '/sandboxes', { host: '3000-abc.sbx.example.test', ...sdk }, D)).toEqual({
+      kind: 'data',
+      sandboxId: 'abc',
+      port: 3000,
+      hostRouted: true,
+    });
+    expect(hostRoute('8080-x1.example.test:443', D)).toEqual({ sandboxId: 'x1', port: 8080 });
+    expect(hostRoute('gw.other.test', D)).toBeUndefined();
+  });
+
+  it('refuses hostile host routes under a served domain with 400, without the API key', () => {
+    for (const host of [
+      '0-abc.example.test',
+      '65536-abc.example.test',
+      'abc.example.test',
+      '80-.example.test',
+      '80-ABC_x.example.test',
+      `80-${'a'.repeat(70)}.example.test`,
+      '80--abc.example.test',
+    ]) {
+      const got = route('GET', '/', { host }, D);
+      expect(got, host).toMatchObject({ kind: 'reject', status: 400 });
+      expect(needsApiKey(got)).toBe(false);
+    }
+  });
+
+  it('routes /proxy* only with both routing headers', () => {
+    expect(r('GET', '/proxy/x?y=1', sdk)).toEqual({
+      kind: 'data',
+      sandboxId: 'abc123',
+      port: 49983,
+      hostRouted: false,
+    });
+    expect(r('GET', '/proxy/x')).toMatchObject({ kind: 'reject', message: 'sandbox id header required' });
+    expect(r('GET', '/proxy', { 'x-agentenv-sandbox-id': 'a' })).toMatchObject({
+      kind: 'reject',
+      message: 'target port header required',
+    });
+    for (const port of ['0', '65536', '80x', '-1'])
+      expect(r('GET', '/proxy/', { 'e2b-sandbox-id': 'a', 'e2b-sandbox-port': port })).toMatchObject({
+        kind: 'reject',
+        status: 400,
+      });
+    expect(r('GET', '/proxy/', { 'e2b-sandbox-id': 'a/../b', 'e2b-sandbox-port': '1' })).toMatchObject({
+      kind: 'reject',
+      status: 400,
+    });
+  });
+
+  it('treats a request with both headers as sandbox traffic unless its path is the control plane', () => {
+    expect(r('GET', '/health', sdk)).toMatchObject({ kind: 'data' });
+    expect(r('POST', '/process.Process/Start', sdk)).toMatchObject({ kind: 'data' });
+    expect(r('GET', '/files?path=/a', sdk)).toMatchObject({ kind: 'data' });
+    expect(r('GET', '/sandboxes/abc123', sdk)).toEqual({ kind: 'sandbox', sandboxId: 'abc123', op: '' });
+    expect(r('GET', '/health', { 'e2b-sandbox-id': 'abc' })).toEqual({ kind: 'health' });
+  });
+
+  it('answers /health and /metrics itself, the cluster list, nodes', () => {
+    expect(r('GET', '/health')).toEqual({ kind: 'health' });
+    expect(r('GET', '/metrics')).toEqual({ kind: 'metrics' });
+    expect(r('GET', '/sandboxes?limit=2')).toEqual({ kind: 'list' });
+    expect(r('GET', '/v2/sandboxes')).toEqual({ kind: 'list' });
+    expect(r('GET', '/nodes')).toEqual({ kind: 'nodes' });
+    expect(r('GET', '/nodes/n%201')).toEqual({ kind: 'node', nodeId: 'n 1' });
+    expect(r('GET', '/nodes/%ZZ')).toMatchObject({ kind: 'reject', status: 400, dataPlane: false });
+  });
+
+  it('finds the sandbox id of control-plane calls by method and path', () => {
+    expect(r('DELETE', '/sandboxes/s1')).toEqual({ kind: 'sandbox', sandboxId: 's1', op: '' });
+    for (const op of ['pause', 'resume', 'fork', 'connect', 'timeout', 'refreshes', 'snapshots'])
+      expect(r('POST', `/sandboxes/s1/${op}`)).toEqual({ kind: 'sandbox', sandboxId: 's1', op });
+    expect(r('POST', '/v2/sandboxes/s1/connect')).toEqual({
+      kind: 'sandbox',
+      sandboxId: 's1',
+      op: 'connect',
+    });
+    expect(r('PUT', '/sandboxes/s1/network')).toEqual({ kind: 'sandbox', sandboxId: 's1', op: 'network' });
+    expect(r('PATCH', '/sandboxes/s1/custom-extension-params')).toMatchObject({ kind: 'sandbox' });
+    expect(r('GET', '/sandboxes/s1/logs')).toMatchObject({ kind: 'sandbox', op: 'logs' });
+    // Not a sandbox: the metrics of many, a wrong method, an unknown op.
+    expect(r('GET', '/sandboxes/metrics')).toEqual({ kind: 'any' });
+    expect(r('GET', '/sandboxes/s1/pause')).toEqual({ kind: 'any' });
+    expect(r('POST', '/sandboxes/s1/bogus')).toEqual({ kind: 'any' });
+    expect(r('GET', `/sandboxes/${'a'.repeat(200)}`)).toMatchObject({ kind: 'reject', status: 400 });
+  });
+
+  it('places creates (warm, v2 and cold) and sends the rest of the control plane anywhere', () => {
+    expect(r('POST', '/sandboxes')).toEqual({ kind: 'create', cold: false });
+    expect(r('POST', '/v2/sandboxes')).toEqual({ kind: 'create', cold: false });
+    expect(r('POST', '/sandboxes-cold')).toEqual({ kind: 'create', cold: true });
+    expect(r('GET', '/templates')).toEqual({ kind: 'any' });
+  });
+
+  it('asks for the API key everywhere but sandbox traffic, /health and /metrics', () => {
+    expect(needsApiKey(r('GET', '/health'))).toBe(false);
+    expect(needsApiKey(r('GET', '/metrics'))).toBe(false);
+    expect(needsApiKey(r('GET', '/files', sdk))).toBe(false);
+    expect(needsApiKey(r('GET', '/proxy/x'))).toBe(false);
+    for (const [m, u] of [
+      ['GET', '/sandboxes'],
+      ['POST', '/sandboxes'],
+      ['GET', '/nodes'],
+      ['GET', '/templates'],
+      ['DELETE', '/sandboxes/x'],
+    ] as const)
+      expect(needsApiKey(r(m, u)), `${m} ${u}`).toBe(true);
+  });
+});

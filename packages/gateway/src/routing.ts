@@ -1,0 +1,195 @@
+// Where a request through the gateway goes (docs/cluster.md#how-the-gateway-routes): the reference's routing
+// table (agentenv-reference §6.3) as one pure decision, so every branch is unit-tested without sockets.
+import { RoutingError } from '@aenv/proxy';
+
+export type Route =
+  /** `/health` not routed to a sandbox: answered 204 by the gateway. */
+  | { kind: 'health' }
+  /** `/metrics` not routed: 404 (the gateway's metrics are on their own address). */
+  | { kind: 'metrics' }
+  /** A client error decided before anything is looked up. */
+  | { kind: 'reject'; status: number; message: string; dataPlane: boolean }
+  /** Sandbox traffic: forwarded to the bound node's `/proxy` + `path`. */
+  | { kind: 'data'; sandboxId: string; port: number; hostRouted: boolean }
+  /** `GET /sandboxes`, `GET /v2/sandboxes`: the cluster list. */
+  | { kind: 'list' }
+  | { kind: 'nodes' }
+  | { kind: 'node'; nodeId: string }
+  /** A control-plane call about one sandbox: to its node. `op` is the last path segment (or '' for the sandbox). */
+  | { kind: 'sandbox'; sandboxId: string; op: string }
+  /** A create: placed by Schedule with the body's hint, the new sandbox recorded. */
+  | { kind: 'create'; cold: boolean }
+  /** Any other control-plane call: to a node Schedule picks. */
+  | { kind: 'any' };
+
+/** `[a-z0-9]([a-z0-9-]*[a-z0-9])?`, at most 63 characters (a DNS label). */
+const DNS_LABEL = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
+
+/** Lowercased, without a trailing dot, deduplicated, the longest first (so `a.b.test` wins over `b.test`). */
+export function normalizeDomains(domains: readonly string[]): string[] {
+  const set = new Set(domains.map((d) => d.trim().toLowerCase().replace(/\.$/, '')).filter((d) => d !== ''));
+  return [...set].sort((a, b) => b.length - a.length || (a < b ? -1 : 1));
+}
+
+/** `{port}-{sandboxID}.{domain}`; throws RoutingError (400) for a host under a domain that is not one. */
+export function hostRoute(
+  hostHeader: string | undefined,
+  domains: readonly string[],
+): { sandboxId: string; port: number } | undefined {
+  if (!hostHeader || domains.length === 0) return undefined;
+  let host = hostHeader.toLowerCase();
+  if (host.startsWith('[')) return undefined;
+  const colon = host.lastIndexOf(':');
+  if (colon >= 0) host = host.slice(0, colon);
+  host = host.replace(/\.$/, '');
+  for (const domain of domains) {
+    if (!host.endsWith(`.${domain}`)) continue;
+    const label = host.slice(0, host.length - domain.length - 1);
+    if (label.includes('.')) continue;
+    const dash = label.indexOf('-');
+    const portText = dash < 0 ? label : label.slice(0, dash);
+    const sandboxId = dash < 0 ? '' : label.slice(dash + 1);
+    const port = /^\d{1,5}$/.test(portText) ? Number(portText) : NaN;
+    if (!(port >= 1 && port <= 65535))
+      throw new RoutingError(400, 'invalid sandbox data-plane host: port is invalid');
+    if (label.length > 63 || !DNS_LABEL.test(sandboxId))
+      throw new RoutingError(400, 'invalid sandbox data-plane host: sandbox id is invalid');
+    return { sandboxId, port };
+  }
+  return undefined;
+}
+
+type Headers = Record<string, string | string[] | undefined>;
+
+function header(headers: Headers, ...names: string[]): string | undefined {
+  for (const n of names) {
+    const v = headers[n];
+    const s = Array.isArray(v) ? v[0] : v;
+    if (s !== undefined && s.trim() !== '') return s.trim();
+  }
+  return undefined;
+}
+
+const SANDBOX_ID_HEADERS = ['x-agentenv-sandbox-id', 'e2b-sandbox-id'];
+const PORT_HEADERS = ['x-agentenv-target-port', 'e2b-sandbox-port'];
+
+/** The routing headers, checked: a sandbox id that is a DNS label and a port 1..65535. */
+function headerRoute(headers: Headers): { sandboxId: string; port: number } | RoutingError {
+  const id = header(headers, ...SANDBOX_ID_HEADERS);
+  if (id === undefined) return new RoutingError(400, 'sandbox id header required');
+  const portText = header(headers, ...PORT_HEADERS);
+  if (portText === undefined) return new RoutingError(400, 'target port header required');
+  const sandboxId = id.toLowerCase();
+  if (!DNS_LABEL.test(sandboxId)) return new RoutingError(400, 'invalid sandbox id header');
+  const port = /^\d{1,5}$/.test(portText) ? Number(portText) : NaN;
+  if (!(port >= 1 && port <= 65535)) return new RoutingError(400, 'invalid target port header');
+  return { sandboxId, port };
+}
+
+/** Control-plane paths naming one sandbox, by method (reference §6.3, plus logs and metrics the node serves). */
+const SANDBOX_OPS: Record<string, readonly string[]> = {
+  GET: ['', 'custom-extension-params', 'logs', 'metrics'],
+  DELETE: [''],
+  POST: ['pause', 'resume', 'fork', 'connect', 'timeout', 'refreshes', 'snapshots'],
+  PUT: ['network'],
+  PATCH: ['custom-extension-params'],
+};
+
+function sandboxPath(method: string, path: string): { sandboxId: string; op: string } | undefined {
+  const m = /^\/(?:v2\/)?sandboxes\/([^/]+)(?:\/([^/]+))?\/?$/.exec(path);
+  if (!m) return undefined;
+  const id = decodeURIComponent(m[1]!);
+  const op = m[2] ?? '';
+  const v2 = path.startsWith('/v2/');
+  // The node serves /v2/ only for connect and logs.
+  if (v2 && op !== 'connect' && op !== 'logs') return undefined;
+  if (id === 'metrics' && op === '') return undefined;
+  if (!(SANDBOX_OPS[method] ?? []).includes(op)) return undefined;
+  return { sandboxId: id, op };
+}
+
+/** Paths of the node's API: with routing headers they are still control plane (not sandbox traffic). */
+const CONTROL_PREFIXES = [
+  '/sandboxes',
+  '/v2/sandboxes',
+  '/sandboxes-cold',
+  '/templates',
+  '/v2/templates',
+  '/v3/templates',
+  '/snapshots',
+  '/nodes',
+  '/teams',
+  '/events',
+  '/volumes',
+];
+
+function isControlPath(path: string): boolean {
+  return CONTROL_PREFIXES.some((p) => path === p || path.startsWith(`${p}/`));
+}
+
+function safeDecode(path: string): string | undefined {
+  try {
+    return decodeURIComponent(path);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The route of a request (method, target, headers) through a gateway serving `domains` host routes. */
+export function route(method: string, url: string, headers: Headers, domains: readonly string[]): Route {
+  const q = url.indexOf('?');
+  const path = q < 0 ? url : url.slice(0, q);
+  let host: { sandboxId: string; port: number } | undefined;
+  try {
+    host = hostRoute(header(headers, 'host'), domains);
+  } catch (e) {
+    if (e instanceof RoutingError)
+      return { kind: 'reject', status: e.status, message: e.message, dataPlane: true };
+    throw e;
+  }
+  // Host routing takes precedence over everything (routing headers that disagree are ignored).
+  if (host) return { kind: 'data', ...host, hostRouted: true };
+  if (path === '/proxy' || path.startsWith('/proxy/')) {
+    const r = headerRoute(headers);
+    if (r instanceof RoutingError)
+      return { kind: 'reject', status: r.status, message: r.message, dataPlane: true };
+    return { kind: 'data', ...r, hostRouted: false };
+  }
+  const hasId = header(headers, ...SANDBOX_ID_HEADERS) !== undefined;
+  const hasPort = header(headers, ...PORT_HEADERS) !== undefined;
+  if (hasId && hasPort && !isControlPath(path)) {
+    const r = headerRoute(headers);
+    if (r instanceof RoutingError)
+      return { kind: 'reject', status: r.status, message: r.message, dataPlane: true };
+    return { kind: 'data', ...r, hostRouted: false };
+  }
+  if (path === '/health') return { kind: 'health' };
+  if (path === '/metrics') return { kind: 'metrics' };
+  if (method === 'GET' && (path === '/sandboxes' || path === '/v2/sandboxes')) return { kind: 'list' };
+  if (method === 'GET' && path === '/nodes') return { kind: 'nodes' };
+  const node = /^\/nodes\/([^/]+)$/.exec(path);
+  if (method === 'GET' && node) {
+    const id = safeDecode(node[1]!);
+    if (id === undefined || id === '')
+      return { kind: 'reject', status: 400, message: 'invalid node id', dataPlane: false };
+    return { kind: 'node', nodeId: id };
+  }
+  if (method === 'POST' && (path === '/sandboxes' || path === '/v2/sandboxes'))
+    return { kind: 'create', cold: false };
+  if (method === 'POST' && path === '/sandboxes-cold') return { kind: 'create', cold: true };
+  if (safeDecode(path) === undefined)
+    return { kind: 'reject', status: 400, message: 'invalid path', dataPlane: false };
+  const sbx = sandboxPath(method, path);
+  if (sbx) {
+    if (sbx.sandboxId === '' || sbx.sandboxId.length > 128)
+      return { kind: 'reject', status: 400, message: 'invalid sandbox id', dataPlane: false };
+    return { kind: 'sandbox', ...sbx };
+  }
+  return { kind: 'any' };
+}
+
+/** Whether the route needs the API key (everything but sandbox traffic, `/health` and `/metrics`). */
+export function needsApiKey(r: Route): boolean {
+  if (r.kind === 'reject') return !r.dataPlane;
+  return r.kind !== 'data' && r.kind !== 'health' && r.kind !== 'metrics';
+}
