@@ -241,13 +241,32 @@ describe('domain egress', () => {
       (r) => r.exitCode,
       (e: unknown) => (e instanceof CommandExitError ? e.exitCode : -1),
     );
-    // curl's 28 would be its own 120 s limit: the connection stayed open.
+    // curl's 28 would be its own 30 s limit: the connection stayed open.
     expect(ended).not.toBe(28);
     expect(ended).not.toBe(0);
     expect((await run(sbx, curl('https://api.allowed.test/'))).exit).not.toBe(0);
     expect((await run(sbx, curl('https://a.wild.test/'))).exit).toBe(0);
     await sbx.updateNetwork({ allowOut: ALLOWED, ...CLOSED });
     expect((await run(sbx, curl('https://api.allowed.test/'))).exit).toBe(0);
+  });
+
+  it('a fork inherits the policy at fork time, and a paused sandbox resumes with its policy', async () => {
+    await sbx.updateNetwork({ allowOut: ['*.wild.test'], ...CLOSED });
+    const [child] = await sbx.fork({ count: 1, timeoutMs: 120_000 });
+    if (!(child instanceof Sandbox)) throw child;
+    try {
+      expect((await run(child, curl('https://a.wild.test/'))).out).toBe('tls:sni=a.wild.test');
+      expect((await run(child, curl('https://api.allowed.test/'))).exit).not.toBe(0);
+      // The parent's later update is the parent's alone.
+      await sbx.updateNetwork({ allowOut: ALLOWED, ...CLOSED });
+      expect((await run(child, curl('https://api.allowed.test/'))).exit).not.toBe(0);
+      expect(await child.pause()).toBe(true);
+      const resumed = await Sandbox.connect(child.sandboxId);
+      expect((await run(resumed, curl('https://a.wild.test/'))).out).toBe('tls:sni=a.wild.test');
+      expect((await run(resumed, curl(`-H 'Host: other.test' http://${WEB}/`))).out).toMatch(/^aenv egress:/);
+    } finally {
+      await child.kill();
+    }
   });
 
   it('refuses malformed domains, a bare *, domains in denyOut and over-long lists, naming the entry', async () => {

@@ -212,12 +212,20 @@ export class NetworkManager {
           resolvers: d.resolvers,
           deniedCidrs: [...this.deniedCidrs, ...this.plan.internalCidrs],
           logger: this.log,
+          onVerdict: (kind, verdict) => this.metrics.egressDecisions.inc({ kind, verdict }),
         })
       : null;
   }
 
   /** Pool and slot counts right now. */
-  stats(): { ready: number; inUse: number; leaked: number; target: number; nftInvocations: number } {
+  stats(): {
+    ready: number;
+    inUse: number;
+    leaked: number;
+    target: number;
+    nftInvocations: number;
+    egressConnections: number;
+  } {
     let inUse = 0;
     let leaked = 0;
     for (const e of this.slots.values()) {
@@ -230,6 +238,7 @@ export class NetworkManager {
       leaked,
       target: this.target.value,
       nftInvocations: this.nft.invocations,
+      egressConnections: this.egress?.openConnections ?? 0,
     };
   }
 

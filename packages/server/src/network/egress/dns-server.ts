@@ -25,6 +25,7 @@ export async function answerQuery(
   slot: SlotEgress,
   upstream: DnsAnswerer,
   log: NetworkLogger,
+  onVerdict?: (verdict: 'answered' | 'refused') => void,
 ): Promise<Buffer | null> {
   let q: dnsPacket.DecodedPacket;
   try {
@@ -45,6 +46,7 @@ export async function answerQuery(
   if (!question || question.class !== 'IN') return reply(RCODE.NOTIMP);
   const name = normalizeHostName(question.name);
   const allowed = name !== null && (slot.anyName || matchesDomain(slot.patterns, name));
+  onVerdict?.(allowed ? 'answered' : 'refused');
   if (!allowed) {
     log.info({ slot: slot.index, name: question.name, type: question.type }, 'sandbox DNS refused');
     return reply(RCODE.REFUSED);
@@ -72,6 +74,7 @@ export interface SandboxDnsServerOptions {
   registry: SlotRegistry;
   resolver: UpstreamResolver;
   logger: NetworkLogger;
+  onVerdict?: (verdict: 'answered' | 'refused') => void;
 }
 
 export class SandboxDnsServer {
@@ -123,10 +126,12 @@ export class SandboxDnsServer {
   }
 
   private answer(msg: Buffer, slot: SlotEgress): Promise<Buffer | null> {
-    return answerQuery(msg, slot, this.opts.resolver, this.opts.logger).catch((err: unknown) => {
-      this.opts.logger.warn({ err, slot: slot.index }, 'sandbox DNS query failed');
-      return null;
-    });
+    return answerQuery(msg, slot, this.opts.resolver, this.opts.logger, this.opts.onVerdict).catch(
+      (err: unknown) => {
+        this.opts.logger.warn({ err, slot: slot.index }, 'sandbox DNS query failed');
+        return null;
+      },
+    );
   }
 
   /** DNS over TCP: two-byte length, message; one query at a time, bounded in size and idle time. */

@@ -23,6 +23,8 @@ export interface EgressServiceOptions {
   /** Never connected to: built-in denies, always_denied_cidrs, internal CIDRs. */
   deniedCidrs: readonly Cidr[];
   logger: NetworkLogger;
+  /** Counts verdicts (metrics.ts `aenv_network_egress_decisions_total`). */
+  onVerdict?: (kind: 'connection' | 'dns', verdict: string) => void;
 }
 
 /** Where the nat chain sends a slot's traffic: DNS to `dnsPort`, TCP to destination port p to `tcp[p]`. */
@@ -44,12 +46,14 @@ export class EgressService {
       registry: this.registry,
       resolver,
       logger: opts.logger,
+      onVerdict: (v) => opts.onVerdict?.('connection', v),
     });
     this.dns = new SandboxDnsServer({
       listenPort: opts.dnsListenPort,
       registry: this.registry,
       resolver,
       logger: opts.logger,
+      onVerdict: (v) => opts.onVerdict?.('dns', v),
     });
   }
 

@@ -60,10 +60,12 @@ describe('EgressProxy', () => {
   });
   let proxy: EgressProxy;
   let port: number;
+  let upstreamPort: number;
+  let resolver: UpstreamResolver;
 
   beforeAll(async () => {
-    const upstreamPort = await listen(upstream);
-    const resolver = new UpstreamResolver({ servers: [], deniedCidrs: [] });
+    upstreamPort = await listen(upstream);
+    resolver = new UpstreamResolver({ servers: [], deniedCidrs: [] });
     resolver.resolve = (name: string) =>
       Promise.resolve(
         name.endsWith('.test') ? { ok: true, address: '127.0.0.1', ttl: 1 } : { ok: false, reason: 'nx' },
@@ -120,6 +122,37 @@ describe('EgressProxy', () => {
     expect(proxy.openConnections).toBe(0);
   });
 
+  it('resets connections over the per-slot limit, and takes new ones once they close', async () => {
+    registry.set(['127.0.0.1'], { index: 1, patterns: ['ok.test'], anyName: false });
+    const warned: string[] = [];
+    const limited = new EgressProxy({
+      ports: [upstreamPort],
+      listenPort: 0,
+      registry,
+      resolver,
+      logger: { ...log, warn: (_o: object, msg?: string) => void warned.push(msg ?? '') },
+      maxConnectionsPerSlot: 2,
+      sniffTimeoutMs: 60_000,
+    });
+    await limited.start();
+    try {
+      const p = limited.listenPorts.get(upstreamPort) as number;
+      const req = Buffer.from('GET / HTTP/1.1\r\nHost: ok.test\r\n\r\n');
+      const idle = [connect(p, '127.0.0.1'), connect(p, '127.0.0.1')];
+      await Promise.all(idle.map((s) => new Promise((r) => s.once('connect', r))));
+      // Connections still waiting for their first bytes count too.
+      const third = await exchange(p, req);
+      expect(third).toEqual({ got: Buffer.alloc(0), reset: true });
+      expect(warned).toEqual(['egress refused: too many connections from this sandbox']);
+      for (const s of idle) s.destroy();
+      let echoed = '';
+      for (let i = 0; i < 100 && echoed === ''; i++) echoed = (await exchange(p, req)).got.toString();
+      expect(echoed).toBe(req.toString());
+    } finally {
+      await limited.stop();
+    }
+  });
+
   it('drops connections from addresses that are no slot of its', async () => {
     registry.delete(1);
     const r = await exchange(port, Buffer.from('GET / HTTP/1.1\r\nHost: ok.test\r\n\r\n'));
@@ -135,5 +168,25 @@ describe('UpstreamResolver.refused', () => {
     expect(r.refused('::1')).toBe(true);
     expect(r.refused('198.51.100.30', new Set())).toBe(false);
     expect(r.refused('198.51.100.30', new Set(['198.51.100.30']))).toBe(true);
+  });
+});
+
+describe('UpstreamResolver.lookup', () => {
+  it('keeps answers for their TTL (capped), then asks again', async () => {
+    let now = 1_000_000;
+    const r = new UpstreamResolver({ servers: [], deniedCidrs: [], now: () => now });
+    let asked = 0;
+    const inner = r as unknown as { resolver: { resolve4: (n: string) => Promise<unknown> } };
+    inner.resolver.resolve4 = () => {
+      asked++;
+      return Promise.resolve([{ address: '198.51.100.30', ttl: 60 }]);
+    };
+    expect(await r.lookup('a.test')).toEqual([{ address: '198.51.100.30', ttl: 60 }]);
+    now += 20_000;
+    expect(await r.lookup('a.test')).toEqual([{ address: '198.51.100.30', ttl: 40 }]);
+    expect(asked).toBe(1);
+    now += 41_000;
+    await r.lookup('a.test');
+    expect(asked).toBe(2);
   });
 });

@@ -20,7 +20,13 @@ export interface EgressProxyOptions {
   logger: NetworkLogger;
   sniffTimeoutMs?: number;
   connectTimeoutMs?: number;
+  maxConnectionsPerSlot?: number;
+  /** Counts each connection's verdict (metrics). */
+  onVerdict?: (verdict: 'proxied' | 'refused') => void;
 }
+
+/** Connections one slot may hold through the proxy (sniffing or spliced): a sandbox cannot exhaust the node. */
+export const MAX_CONNECTIONS_PER_SLOT = 4096;
 
 interface Proxied {
   slot: number;
@@ -34,6 +40,7 @@ export class EgressProxy {
   private readonly open = new Set<Proxied>();
   /** Every accepted socket, sniffed or not, so stop() leaves nothing behind. */
   private readonly accepted = new Set<Socket>();
+  private readonly perSlot = new Map<number, number>();
   /** Destination port → the port its listener got. */
   readonly listenPorts = new Map<number, number>();
 
@@ -103,8 +110,22 @@ export class EgressProxy {
       client.destroy();
       return;
     }
+    const held = this.perSlot.get(first.index) ?? 0;
+    if (held >= (this.opts.maxConnectionsPerSlot ?? MAX_CONNECTIONS_PER_SLOT)) {
+      this.opts.onVerdict?.('refused');
+      log.warn({ slot: first.index, held }, 'egress refused: too many connections from this sandbox');
+      client.resetAndDestroy();
+      return;
+    }
+    this.perSlot.set(first.index, held + 1);
+    client.once('close', () => {
+      const n = (this.perSlot.get(first.index) ?? 1) - 1;
+      if (n > 0) this.perSlot.set(first.index, n);
+      else this.perSlot.delete(first.index);
+    });
     const sniffed = await sniff(client, this.opts.sniffTimeoutMs ?? 10_000);
     const refuse = (reason: string, http: boolean, name?: string) => {
+      this.opts.onVerdict?.('refused');
       log.info({ slot: first.index, dport, name, reason }, 'egress refused');
       if (http && !client.destroyed) {
         const body = `aenv egress: ${reason}\n`;
@@ -137,6 +158,7 @@ export class EgressProxy {
       // Re-judged at connect: a PUT between the check and here must not leave this connection open.
       const now = this.opts.registry.get(slot.index);
       if (!now || !matchesDomain(now.patterns, c.name)) return this.cut(c);
+      this.opts.onVerdict?.('proxied');
       log.debug({ slot: slot.index, name: c.name, address: target.address, dport }, 'egress proxied');
       client.pipe(upstream);
       upstream.pipe(client);

@@ -21,14 +21,17 @@ export function sniff(socket: Socket, timeoutMs: number): Promise<Sniffed> {
       settled = true;
       clearTimeout(timer);
       socket.off('close', onClose);
+      socket.off('end', onClose);
       resolve(result);
     };
     const timer = setTimeout(
       () => done({ kind: 'refused', reason: 'no request within the sniff timeout', http: false }),
       timeoutMs,
     );
+    // 'end' too: the proxy's sockets allow half-open, so a client that sends FIN first would otherwise sit here.
     const onClose = () => done({ kind: 'refused', reason: 'closed before a request', http: false });
     socket.once('close', onClose);
+    socket.once('end', onClose);
     socket.once('data', (first: Buffer) => {
       socket.pause();
       socket.unshift(first);

@@ -12,25 +12,53 @@ export interface UpstreamResolverOptions {
   /** Built-in denies, always_denied_cidrs and the internal CIDRs. */
   deniedCidrs: readonly Cidr[];
   timeoutMs?: number;
+  /** Clock for the answer cache (tests). */
+  now?: () => number;
 }
 
 export type Resolution = { ok: true; address: string; ttl: number } | { ok: false; reason: string };
 
+/** Names whose answers are kept (oldest dropped first). */
+const CACHE_ENTRIES = 10_000;
+/** Longest an answer is kept, whatever its TTL says. */
+const CACHE_MAX_SECS = 300;
+
 export class UpstreamResolver {
   private readonly resolver: Resolver;
+  /** name → answers until `expires` (ms): the sandbox's own query fills it for the proxy's lookup just after. */
+  private readonly cache = new Map<
+    string,
+    { answers: { address: string; ttl: number }[]; expires: number }
+  >();
+  private readonly now: () => number;
 
   constructor(private readonly opts: UpstreamResolverOptions) {
+    this.now = opts.now ?? Date.now;
     this.resolver = new Resolver({ timeout: opts.timeoutMs ?? 3000, tries: 2 });
     if (opts.servers.length > 0) this.resolver.setServers([...opts.servers]);
   }
 
   /** IPv4 addresses for `name` with their TTLs (the sandbox's DNS answers come from here too). */
   async lookup(name: string): Promise<{ address: string; ttl: number }[]> {
+    const now = this.now();
+    const hit = this.cache.get(name);
+    if (hit && hit.expires > now) {
+      const left = Math.ceil((hit.expires - now) / 1000);
+      return hit.answers.map((a) => ({ address: a.address, ttl: Math.min(a.ttl, left) }));
+    }
+    let answers: { address: string; ttl: number }[];
     try {
-      return await this.resolver.resolve4(name, { ttl: true });
+      answers = await this.resolver.resolve4(name, { ttl: true });
     } catch {
       return [];
     }
+    const ttl = Math.min(CACHE_MAX_SECS, ...answers.map((a) => a.ttl));
+    this.cache.delete(name);
+    if (answers.length > 0 && ttl > 0) {
+      if (this.cache.size >= CACHE_ENTRIES) this.cache.delete(this.cache.keys().next().value as string);
+      this.cache.set(name, { answers, expires: now + ttl * 1000 });
+    }
+    return answers;
   }
 
   /** The first address of `name` a sandbox may be connected to. */
