@@ -28,6 +28,9 @@ export interface EgressProxyOptions {
 /** Connections one slot may hold through the proxy (sniffing or spliced): a sandbox cannot exhaust the node. */
 export const MAX_CONNECTIONS_PER_SLOT = 4096;
 
+/** Buffered per direction before a pipe waits (bulk transfers: fewer pauses than the 16 KiB default). */
+const STREAM_BUFFER_BYTES = 256 * 1024;
+
 interface Proxied {
   slot: number;
   name: string;
