@@ -38,7 +38,7 @@ describe('sandbox lifecycle through the e2b SDK', () => {
     expect(bad.body.message).toMatch(/timeout/);
     const domain = await server.api('POST', '/sandboxes', {
       templateID: 'base',
-      network: { allowOut: ['example.com'] },
+      network: { denyOut: ['example.com'] },
     });
     expect(domain.status).toBe(400);
     const nf = await server.api('GET', '/sandboxes/not-a-uuid');

@@ -657,6 +657,22 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
         ],
         doc: 'IPv4 networks sandboxes can never reach, whatever their allowOut says. Added to the built-in denies (0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 100.100.100.200, 168.63.129.16, 192.0.0.192: cloud metadata and the host itself), which this list cannot remove.',
       }),
+      resolvers: strList({
+        default: [],
+        doc: "DNS servers (`ip` or `ip:port`) the egress proxy resolves allowed domains with and the node resolver answers sandboxes from (docs/networking.md#domain-egress). Empty: the host's (/etc/resolv.conf). Answers in always_denied_cidrs, the internal CIDRs or on the host are never connected to.",
+      }),
+      proxy_listen_port: int({
+        default: 0,
+        min: 0,
+        max: 65534,
+        doc: 'First of the two host ports the egress proxy listens on (HTTP from port 80, TLS from port 443, in that order); 0: ephemeral ports. Only redirected sandbox traffic reaches them.',
+      }),
+      dns_listen_port: int({
+        default: 0,
+        min: 0,
+        max: 65535,
+        doc: 'Host port (UDP and TCP) of the node resolver that answers the DNS of sandboxes with domain entries; 0: an ephemeral port.',
+      }),
     }),
     dns: section(
       'The resolver sandboxes are given.',

@@ -236,6 +236,12 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       vethCidr: config.network.internal.veth_cidr,
     },
     egress: { alwaysDeniedCidrs: config.network.egress.always_denied_cidrs },
+    domainEgress: {
+      proxyPorts: [80, 443],
+      proxyListenPort: config.network.egress.proxy_listen_port,
+      dnsListenPort: config.network.egress.dns_listen_port,
+      resolvers: config.network.egress.resolvers,
+    },
     nameserver: config.network.dns.nameserver,
     pool: {
       lowWatermark: config.pool.low_watermark,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { deleteLines, flowOf, parseConntrackList } from './conntrack.js';
+import { deleteLines, flowOf, isRedirected, parseConntrackList } from './conntrack.js';
 
 // `conntrack -L` output of conntrack-tools 1.4.7.
 const LISTING = `tcp      6 431999 ESTABLISHED src=10.12.0.3 dst=198.51.100.10 sport=41234 dport=8080 src=198.51.100.10 dst=198.51.100.1 sport=8080 dport=41234 [ASSURED] mark=0 use=1
@@ -13,13 +13,50 @@ describe('parseConntrackList', () => {
   it('reads the original direction of every entry and skips the summary', () => {
     const flows = parseConntrackList(LISTING);
     expect(flows).toEqual([
-      { protocolName: 'tcp', protocol: 6, src: '10.12.0.3', dst: '198.51.100.10', sport: 41234, dport: 8080 },
-      { protocolName: 'udp', protocol: 17, src: '10.12.0.3', dst: '10.255.255.53', sport: 5353, dport: 53 },
-      { protocolName: 'icmp', protocol: 1, src: '10.12.0.3', dst: '198.51.100.20' },
-      { protocolName: 'gre', protocol: 47, src: '10.12.0.3', dst: '198.51.100.30' },
+      {
+        protocolName: 'tcp',
+        protocol: 6,
+        src: '10.12.0.3',
+        dst: '198.51.100.10',
+        sport: 41234,
+        dport: 8080,
+        replySrc: '198.51.100.10',
+      },
+      {
+        protocolName: 'udp',
+        protocol: 17,
+        src: '10.12.0.3',
+        dst: '10.255.255.53',
+        sport: 5353,
+        dport: 53,
+        replySrc: '10.255.255.53',
+      },
+      {
+        protocolName: 'icmp',
+        protocol: 1,
+        src: '10.12.0.3',
+        dst: '198.51.100.20',
+        replySrc: '198.51.100.20',
+      },
+      {
+        protocolName: 'gre',
+        protocol: 47,
+        src: '10.12.0.3',
+        dst: '198.51.100.30',
+        replySrc: '198.51.100.30',
+      },
     ]);
+    expect(flows.some(isRedirected)).toBe(false);
     expect(flowOf(flows[0]!)).toEqual({ daddr: 0xc633640an, protocol: 6, dport: 8080 });
     expect(flowOf(flows[2]!).dport).toBeNull();
+  });
+
+  it('tells flows redirected to the egress proxy by their reply source', () => {
+    const [flow] = parseConntrackList(
+      'tcp      6 431999 ESTABLISHED src=10.12.0.3 dst=198.51.100.10 sport=41234 dport=443 src=10.12.0.2 dst=10.12.0.3 sport=15081 dport=41234 [ASSURED] mark=0 use=1\n',
+    );
+    expect(flow?.replySrc).toBe('10.12.0.2');
+    expect(isRedirected(flow!)).toBe(true);
   });
 
   it('ignores lines that are not entries, or whose addresses are not IPv4', () => {

@@ -19,6 +19,8 @@ export interface TrackedFlow {
   /** TCP/UDP ports. */
   sport?: number;
   dport?: number;
+  /** Source of the reply direction: not `dst` when the flow was redirected to the egress proxy or resolver. */
+  replySrc?: string;
 }
 
 /** Parses `conntrack -L` output (one entry a line; the first `key=value`s are the original direction). */
@@ -29,12 +31,14 @@ export function parseConntrackList(text: string): TrackedFlow[] {
     const [name, num] = tokens;
     if (!name || !num || !/^[a-z0-9-]+$/.test(name) || !/^\d+$/.test(num)) continue;
     const fields = new Map<string, string>();
+    let replySrc: string | undefined;
     for (const token of tokens.slice(2)) {
       const eq = token.indexOf('=');
       if (eq <= 0) continue;
       const key = token.slice(0, eq);
       // The reply direction repeats the keys: keep the original's.
       if (!fields.has(key)) fields.set(key, token.slice(eq + 1));
+      else if (key === 'src' && replySrc === undefined) replySrc = token.slice(eq + 1);
     }
     const src = fields.get('src');
     const dst = fields.get('dst');
@@ -52,10 +56,17 @@ export function parseConntrackList(text: string): TrackedFlow[] {
       dst,
       ...(sport !== undefined ? { sport } : {}),
       ...(dport !== undefined ? { dport } : {}),
+      ...(replySrc !== undefined && parseIPv4(replySrc) !== null ? { replySrc } : {}),
     });
   }
   return flows;
 }
+
+/**
+ * Whether the flow was redirected to the egress proxy or the node resolver (its reply comes from elsewhere than
+ * the address dialled): the proxy judges those by name (egress/proxy.ts), the address filter never sees them.
+ */
+export const isRedirected = (t: TrackedFlow): boolean => t.replySrc !== undefined && t.replySrc !== t.dst;
 
 /** The flow as the egress filter judges it. */
 export function flowOf(t: TrackedFlow): Flow {

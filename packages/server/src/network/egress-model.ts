@@ -9,7 +9,9 @@
 //   5. the slot's rules: allowOut accept → denyOut deny → (internet on: port 53 elsewhere deny, then accept)
 //                                                                  (internet off: deny)
 //
-// A later resolver for domain allow-lists plugs in at 2 (its address) and 5 (rules naming resolved addresses).
+// Domain entries of allowOut do not take part here: the nat chain (nft-rules.ts, `redirectRules`) sends the TCP
+// flows this order would deny to the egress proxy (egress/), which judges them by name, and DNS to the node's
+// resolver; neither reaches the forward path.
 
 import { cidrContainsAddress, collapseCidrs, parseCidr, type Cidr } from './ip.js';
 import type { EgressPolicy } from './types.js';
@@ -49,7 +51,13 @@ export interface EgressBase {
   resolver: bigint | null;
 }
 
-const v4 = (entries: readonly string[]): Cidr[] =>
+/** Whether an allowOut entry is a domain pattern (parseNetworkPolicy keeps them beside the CIDRs). */
+export const isDomainEntry = (entry: string): boolean => !entry.includes('/') && !entry.includes(':');
+
+/** The domain patterns of allowOut (`example.com`, `*.example.com`). */
+export const domainPatterns = (policy: EgressPolicy): string[] => policy.allowOut.filter(isDomainEntry);
+
+export const v4 = (entries: readonly string[]): Cidr[] =>
   collapseCidrs(
     entries.map((entry) => {
       const cidr = parseCidr(entry);
@@ -59,10 +67,14 @@ const v4 = (entries: readonly string[]): Cidr[] =>
     }),
   ).filter((c) => c.family === 4);
 
+/** allowOut's IPv4 CIDRs (its domain patterns are the egress proxy's). */
+export const allowedCidrs = (policy: EgressPolicy): Cidr[] =>
+  v4(policy.allowOut.filter((entry) => !isDomainEntry(entry)));
+
 /** The slot's own chain for `policy` (step 5). It always ends in a verdict: nothing falls through. */
 export function slotRules(policy: EgressPolicy): SlotRule[] {
   const rules: SlotRule[] = [];
-  const allow = v4(policy.allowOut);
+  const allow = allowedCidrs(policy);
   const deny = v4(policy.denyOut);
   if (allow.length > 0) rules.push({ to: allow, verdict: 'accept' });
   if (deny.length > 0) rules.push({ to: deny, verdict: 'deny' });
@@ -83,7 +95,7 @@ export function slotRules(policy: EgressPolicy): SlotRule[] {
  */
 export function resolverAllowed(policy: EgressPolicy, resolver: bigint): boolean {
   const hit = (cidrs: readonly Cidr[]) => cidrs.some((c) => inCidr(c, resolver));
-  if (hit(v4(policy.allowOut))) return true;
+  if (hit(allowedCidrs(policy))) return true;
   if (hit(v4(policy.denyOut))) return false;
   return policy.allowInternetAccess !== false;
 }

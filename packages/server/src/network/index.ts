@@ -11,6 +11,6 @@ export {
   parseNetworkPolicy,
   NetworkPolicyError,
   DEFAULT_EGRESS_POLICY,
-  DOMAIN_ENTRIES_UNSUPPORTED,
+  MAX_POLICY_ENTRIES,
   type NetworkPolicyInput,
 } from './policy.js';

@@ -6,8 +6,9 @@ import type { Registry } from 'prom-client';
 import { run } from '../util/exec.js';
 import { AddressPlan } from './addressing.js';
 import { BUILTIN_DENIED_CIDRS } from './builtin-denies.js';
-import { deleteFlows, flowOf, forgetAddresses, listFlowsFrom } from './conntrack.js';
-import { resolverAllowed, verdictFor, type EgressBase } from './egress-model.js';
+import { deleteFlows, flowOf, forgetAddresses, isRedirected, listFlowsFrom } from './conntrack.js';
+import { EgressService, type RedirectTarget } from './egress/index.js';
+import { domainPatterns, resolverAllowed, verdictFor, type EgressBase } from './egress-model.js';
 import { parseCidr, parseIPv4, type Cidr } from './ip.js';
 import { NetworkMetrics } from './metrics.js';
 import { SlotNames } from './names.js';
@@ -34,6 +35,7 @@ import {
 import { DEFAULT_RESOLV_CONF_PATHS, resolveSandboxNameserver } from './resolv.js';
 import type { EgressPolicy, NetworkSlot } from './types.js';
 import { RefillTarget } from './watermark.js';
+import { NetworkPolicyError } from './policy.js';
 
 /** The subset of a pino logger this module uses. */
 export interface NetworkLogger {
@@ -72,6 +74,16 @@ export interface NetworkManagerOptions {
   nftRunner?: NftRunner;
   /** How often a slot whose teardown failed is tried again (default 10 s). */
   leakRetryMs?: number;
+  /**
+   * `[network.egress]` domain egress (docs/networking.md): the egress proxy's destination ports and listen
+   * ports, the node resolver's port, the upstream resolvers. Absent: policies with domain entries are refused.
+   */
+  domainEgress?: {
+    proxyPorts: readonly number[];
+    proxyListenPort: number;
+    dnsListenPort: number;
+    resolvers: readonly string[];
+  };
 }
 
 export interface ReconcileReport {
@@ -129,6 +141,8 @@ export class NetworkManager {
   private readonly creations = new Set<Promise<unknown>>();
   private ctx: PlumbingContext;
   private dnsServer: string | null = null;
+  private readonly egress: EgressService | null;
+  private redirect: RedirectTarget | null = null;
   private lifecycle: Lifecycle = 'new';
   private cursor = 0;
   private filling: Promise<void> | null = null;
@@ -183,10 +197,35 @@ export class NetworkManager {
       hostNetnsPath: `/proc/${process.pid}/ns/net`,
     };
     this.metrics = new NetworkMetrics(opts.metricsRegistry, () => this.stats());
+    const d = opts.domainEgress;
+    for (const r of d?.resolvers ?? []) {
+      if (!isResolverAddress(r))
+        throw new Error(
+          `network.egress.resolvers entry ${JSON.stringify(r)} is not an IPv4 address or ip:port`,
+        );
+    }
+    this.egress = d
+      ? new EgressService({
+          ports: d.proxyPorts,
+          listenPort: d.proxyListenPort,
+          dnsListenPort: d.dnsListenPort,
+          resolvers: d.resolvers,
+          deniedCidrs: [...this.deniedCidrs, ...this.plan.internalCidrs],
+          logger: this.log,
+          onVerdict: (kind, verdict) => this.metrics.egressDecisions.inc({ kind, verdict }),
+        })
+      : null;
   }
 
   /** Pool and slot counts right now. */
-  stats(): { ready: number; inUse: number; leaked: number; target: number; nftInvocations: number } {
+  stats(): {
+    ready: number;
+    inUse: number;
+    leaked: number;
+    target: number;
+    nftInvocations: number;
+    egressConnections: number;
+  } {
     let inUse = 0;
     let leaked = 0;
     for (const e of this.slots.values()) {
@@ -199,6 +238,7 @@ export class NetworkManager {
       leaked,
       target: this.target.value,
       nftInvocations: this.nft.invocations,
+      egressConnections: this.egress?.openConnections ?? 0,
     };
   }
 
@@ -228,6 +268,7 @@ export class NetworkManager {
           : await resolveSandboxNameserver(this.opts.resolvConfPaths ?? DEFAULT_RESOLV_CONF_PATHS);
       if (this.dnsServer === null)
         this.log.warn({}, 'no non-loopback IPv4 nameserver on the host; sandboxes get no DNS');
+      if (this.egress) this.redirect = await this.egress.start();
       const report = await this.reconcileNow(keep);
       for (const slot of report.adopted) this.cursor = Math.max(this.cursor, slot.index);
       this.lifecycle = 'running';
@@ -240,8 +281,14 @@ export class NetworkManager {
       return report;
     } catch (e) {
       this.lifecycle = 'stopped';
+      await this.egress?.stop();
       throw e;
     }
+  }
+
+  /** Open connections through the egress proxy (benchmarks). */
+  get egressConnections(): number {
+    return this.egress?.openConnections ?? 0;
   }
 
   /** A ready slot: from the warm pool at once, else created now. */
@@ -272,8 +319,16 @@ export class NetworkManager {
     const entry = this.inUseEntry(slot, 'applyPolicy');
     const resolver = this.dnsServer !== null ? parseIPv4(this.dnsServer) : null;
     const dnsAllowed = resolver !== null && resolverAllowed(policy, resolver);
+    if (!this.egress && domainPatterns(policy).length > 0)
+      throw new NetworkPolicyError(
+        'domain entries in allowOut need domain egress, which this node has not enabled',
+      );
     // Built before queueing so a malformed policy fails here and changes nothing.
-    const script = slotPolicyScript(this.names, slot.index, policy, { dnsAllowed });
+    const script = slotPolicyScript(this.names, slot.index, policy, {
+      dnsAllowed,
+      redirect: this.redirect,
+      base: { internalCidrs: this.plan.internalCidrs, deniedCidrs: this.deniedCidrs },
+    });
     await this.serial(entry, async () => {
       const end = this.metrics.policyApplySeconds.startTimer();
       const replacing = entry.mayHaveFlows;
@@ -282,6 +337,11 @@ export class NetworkManager {
         await this.nft.apply(script);
         entry.hasChain = true;
         entry.mayHaveFlows = true;
+        const anyName = resolver !== null ? dnsAllowed : policy.allowInternetAccess !== false;
+        const cut = this.egress?.setPolicy(slot.index, this.sources(slot), policy, anyName) ?? 0;
+        this.metrics.flowsCut.inc(cut);
+        if (cut > 0)
+          this.log.info({ index: slot.index, cut }, 'cut proxied connections the new policy denies');
       } catch (e) {
         this.metrics.errors.inc({ op: 'apply_policy' });
         throw e;
@@ -295,9 +355,10 @@ export class NetworkManager {
   /** Deletes the conntrack entries of the slot's own connections that `policy` does not allow. */
   private async cutDisallowedFlows(slot: NetworkSlot, policy: EgressPolicy): Promise<void> {
     try {
-      const flows = await listFlowsFrom([slot.sandboxLinkIp, slot.hostInteractionIp]);
+      const flows = await listFlowsFrom(this.sources(slot));
       const base = this.egressBase();
-      const doomed = flows.filter((f) => verdictFor(base, policy, flowOf(f)) === 'deny');
+      // Redirected flows are the proxy's and resolver's to judge (by name; setPolicy cut those it denies).
+      const doomed = flows.filter((f) => !isRedirected(f) && verdictFor(base, policy, flowOf(f)) === 'deny');
       await deleteFlows(doomed);
       this.metrics.flowsCut.inc(doomed.length);
       if (doomed.length > 0)
@@ -309,6 +370,11 @@ export class NetworkManager {
         { cause: e },
       );
     }
+  }
+
+  /** The source addresses a sandbox's packets may carry (the anti-spoof rules allow no others). */
+  private sources(slot: NetworkSlot): string[] {
+    return [slot.sandboxLinkIp, slot.hostInteractionIp];
   }
 
   private egressBase(): EgressBase {
@@ -403,6 +469,7 @@ export class NetworkManager {
       await this.nft.apply(dropTableScript(this.names));
       await releaseNetnsDir(this.ctx.netnsDir);
     }
+    await this.egress?.stop();
     this.lifecycle = 'stopped';
   }
 
@@ -498,6 +565,7 @@ export class NetworkManager {
 
   private async destroySlot(index: number, hasChain: boolean): Promise<void> {
     const end = this.metrics.slotDestroySeconds.startTimer();
+    this.egress?.forget(index);
     try {
       await Promise.all([
         destroySlotPlumbing(this.ctx, index),
@@ -675,6 +743,7 @@ export class NetworkManager {
             internalCidrs: this.plan.internalCidrs,
             deniedCidrs: this.deniedCidrs,
             dnsServer: this.dnsServer,
+            redirect: this.redirect,
           },
           { elements: staleElements, chains: staleChains, mismatchedBaseChains: table.mismatchedBaseChains },
         ),
@@ -740,6 +809,11 @@ export class NetworkManager {
     }
     return { regularChains, elements, mismatchedBaseChains };
   }
+}
+
+function isResolverAddress(text: string): boolean {
+  const m = /^([0-9.]+)(?::(\d{1,5}))?$/.exec(text);
+  return m !== null && parseIPv4(m[1] as string) !== null && (m[2] === undefined || Number(m[2]) <= 65535);
 }
 
 async function checkHostTools(): Promise<void> {

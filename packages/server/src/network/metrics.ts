@@ -7,6 +7,7 @@ export interface PoolCounts {
   inUse: number;
   target: number;
   leaked: number;
+  egressConnections?: number;
 }
 
 const BUCKETS = [0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
@@ -18,6 +19,7 @@ export class NetworkMetrics {
   readonly acquisitions: Counter<'result'>;
   readonly errors: Counter<'op'>;
   readonly flowsCut: Counter;
+  readonly egressDecisions: Counter<'kind' | 'verdict'>;
 
   constructor(registry: Registry | undefined, counts: () => PoolCounts) {
     const registers = registry ? [registry] : [];
@@ -55,6 +57,20 @@ export class NetworkMetrics {
       name: 'aenv_network_flows_cut_total',
       help: 'Tracked connections deleted because a replaced egress policy no longer allows them',
       registers,
+    });
+    this.egressDecisions = new Counter({
+      name: 'aenv_network_egress_decisions_total',
+      help: 'Domain egress verdicts: connections through the egress proxy (proxied, refused) and sandbox DNS questions (answered, refused)',
+      labelNames: ['kind', 'verdict'],
+      registers,
+    });
+    new Gauge({
+      name: 'aenv_network_egress_open_connections',
+      help: 'Connections open through the egress proxy',
+      registers,
+      collect() {
+        this.set(counts().egressConnections ?? 0);
+      },
     });
     new Gauge({
       name: 'aenv_network_pool_ready_slots',

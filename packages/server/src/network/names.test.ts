@@ -37,3 +37,13 @@ describe('SlotNames', () => {
       expect(() => new SlotNames(bad)).toThrow(/prefix/);
   });
 });
+
+describe('SlotNames nat chains', () => {
+  it('names the nat chain of a slot and finds its index back, so reconcile keeps it', () => {
+    const n = new SlotNames('aenv');
+    expect(n.redirectChain(12)).toBe('redir12');
+    expect(n.indexOfChain('redir12')).toBe(12);
+    expect(n.indexOfChain('slot12')).toBe(12);
+    expect(n.indexOfChain('redirx')).toBeNull();
+  });
+});

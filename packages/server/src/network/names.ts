@@ -38,6 +38,11 @@ export class SlotNames {
     return `slot${index}`;
   }
 
+  /** Per-slot nat chain redirecting a slot's DNS and domain-judged TCP to the egress proxy (egress/). */
+  redirectChain(index: number): string {
+    return `redir${index}`;
+  }
+
   indexOfNetnsFile(name: string): number | null {
     return parseIndex(name, `${this.prefix}-ns-`);
   }
@@ -46,8 +51,9 @@ export class SlotNames {
     return parseIndex(name, `${this.prefix}-v`);
   }
 
+  /** The slot of a per-slot chain (filter `slotN` or nat `redirN`). */
   indexOfChain(name: string): number | null {
-    return parseIndex(name, 'slot');
+    return parseIndex(name, 'slot') ?? parseIndex(name, 'redir');
   }
 }
 

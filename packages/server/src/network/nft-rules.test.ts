@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { parseCidr, type Cidr } from './ip.js';
 import { SlotNames } from './names.js';
-import { sharedTableScript, slotPolicyScript, slotRemovalScript } from './nft-rules.js';
+import { redirectRules, sharedTableScript, slotPolicyScript, slotRemovalScript } from './nft-rules.js';
 import type { EgressPolicy } from './types.js';
 
 const names = new SlotNames('aenv');
@@ -44,8 +44,10 @@ describe('sharedTableScript', () => {
       'oifname "aenv-v*" jump sandbox_ingress',
     ]);
     expect(rulesOf(script, 'input')).toEqual(['iifname "aenv-v*" jump sandbox_input']);
+    expect(rulesOf(script, 'prerouting')).toEqual(['iifname "aenv-v*" iifname vmap @proxied']);
     expect(rulesOf(script, 'sandbox_input')).toEqual([
       'ct state established,related accept',
+      'fib saddr . iif oif missing drop',
       'ip daddr 192.0.2.53 meta l4proto { tcp, udp } th dport 53 iifname vmap @dns',
       'goto deny',
     ]);
@@ -100,6 +102,30 @@ describe('sharedTableScript', () => {
     );
   });
 
+  it('admits only redirected sandbox flows to the egress proxy and resolver ports', () => {
+    const s = sharedTableScript({
+      ...spec,
+      redirect: {
+        dnsPort: 15053,
+        tcp: new Map([
+          [80, 15080],
+          [443, 15081],
+        ]),
+      },
+    });
+    expect(rulesOf(s, 'input')).toEqual([
+      'iifname "aenv-v*" jump sandbox_input',
+      'meta l4proto { tcp, udp } th dport { 15053, 15080, 15081 } drop',
+    ]);
+    expect(rulesOf(s, 'sandbox_input').slice(-2)).toEqual([
+      'ct status dnat meta l4proto { tcp, udp } th dport { 15053, 15080, 15081 } accept',
+      'goto deny',
+    ]);
+    expect(s).toContain(
+      'add chain inet aenv prerouting { type nat hook prerouting priority dstnat - 10 ; policy accept ; }',
+    );
+  });
+
   it('refuses a nameserver that is not an IPv4 address', () => {
     expect(() => sharedTableScript({ ...spec, dnsServer: '192.0.2.53; flush ruleset' })).toThrow(
       /not an IPv4/,
@@ -134,6 +160,11 @@ describe('slotPolicyScript', () => {
       'add element inet aenv egress { "aenv-v7" : jump slot7 }',
       'add element inet aenv dns { "aenv-v7" : accept }',
       'delete element inet aenv dns { "aenv-v7" }',
+      // No domain entries: the nat chain is empty and unhooked.
+      'add chain inet aenv redir7',
+      'flush chain inet aenv redir7',
+      'add element inet aenv proxied { "aenv-v7" : jump redir7 }',
+      'delete element inet aenv proxied { "aenv-v7" }',
     ]);
   });
 
@@ -151,7 +182,7 @@ describe('slotPolicyScript', () => {
   });
 
   it('keeps the DNS element only when the resolver is allowed', () => {
-    expect(script({}, true)).not.toContain('delete element');
+    expect(script({}, true)).not.toContain('delete element inet aenv dns');
     expect(script({}, false)).toContain('delete element inet aenv dns { "aenv-v7" }');
   });
 
@@ -161,16 +192,84 @@ describe('slotPolicyScript', () => {
   });
 });
 
+describe('redirectRules', () => {
+  const target = {
+    dnsPort: 15053,
+    tcp: new Map([
+      [80, 15080],
+      [443, 15081],
+    ]),
+  };
+  const base = { internalCidrs: cidrs('10.11.0.0/16'), deniedCidrs: cidrs('169.254.0.0/16') };
+  const policy = (p: Partial<EgressPolicy>): EgressPolicy => ({
+    allowOut: [],
+    denyOut: [],
+    allowInternetAccess: null,
+    ...p,
+  });
+  const redirectAll = 'tcp dport { 80, 443 } redirect to : tcp dport map { 80 : 15080, 443 : 15081 }';
+
+  it('adds nothing without domain entries', () => {
+    expect(
+      redirectRules(policy({ allowOut: ['198.51.100.0/24'], allowInternetAccess: false }), target, base),
+    ).toEqual([]);
+  });
+
+  it('with internet off sends DNS to the resolver and what the address filter would not accept to the proxy', () => {
+    expect(
+      redirectRules(
+        policy({ allowOut: ['a.test', '198.51.100.7/32'], allowInternetAccess: false }),
+        target,
+        base,
+      ),
+    ).toEqual([
+      'meta l4proto { tcp, udp } th dport 53 redirect to :15053',
+      'ip daddr { 10.11.0.0/16 } return',
+      'ip daddr { 198.51.100.7/32 } return',
+      'ip daddr { 169.254.0.0/16 } return',
+      redirectAll,
+    ]);
+  });
+
+  it('with internet on redirects only denyOut destinations, so domain allows beat denyOut', () => {
+    expect(
+      redirectRules(policy({ allowOut: ['*.a.test'], denyOut: ['0.0.0.0/0'] }), target, base).slice(-2),
+    ).toEqual(['ip daddr != { 0.0.0.0/0 } return', redirectAll]);
+    // Nothing denied: every address is allowed already; only DNS goes to the node resolver.
+    expect(redirectRules(policy({ allowOut: ['a.test'] }), target, base).at(-1)).toBe(
+      'ip daddr { 169.254.0.0/16 } return',
+    );
+  });
+
+  it('hooks the slot veth to its nat chain when there are rules', () => {
+    const s = slotPolicyScript(names, 7, policy({ allowOut: ['a.test'], allowInternetAccess: false }), {
+      dnsAllowed: false,
+      redirect: target,
+      base,
+    });
+    expect(s).toContain('add element inet aenv proxied { "aenv-v7" : jump redir7 }');
+    expect(s).not.toContain('delete element inet aenv proxied');
+    expect(rulesOf(s, 'redir7').at(-1)).toBe(redirectAll);
+    // The domain never reaches a script: the proxy judges names.
+    expect(s).not.toContain('a.test');
+  });
+});
+
 describe('slotRemovalScript', () => {
   it('adds before deleting so it succeeds whether or not the chain and elements exist', () => {
     expect(slotRemovalScript(names, 3).split('\n').filter(Boolean)).toEqual([
       'add chain inet aenv slot3',
+      'add chain inet aenv redir3',
       'add element inet aenv egress { "aenv-v3" : jump slot3 }',
       'add element inet aenv dns { "aenv-v3" : accept }',
+      'add element inet aenv proxied { "aenv-v3" : jump redir3 }',
       'delete element inet aenv egress { "aenv-v3" }',
       'delete element inet aenv dns { "aenv-v3" }',
+      'delete element inet aenv proxied { "aenv-v3" }',
       'flush chain inet aenv slot3',
       'delete chain inet aenv slot3',
+      'flush chain inet aenv redir3',
+      'delete chain inet aenv redir3',
     ]);
   });
 });

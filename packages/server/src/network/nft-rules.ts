@@ -8,11 +8,15 @@
 //                   → built-in + always_denied → vmap @egress (per-slot chain, always ends in a verdict)
 //                   → deny (a slot without a policy yet)
 //   sandbox_ingress: only replies reach a sandbox through the forward path
-//   input (hook input, prio filter-10): iif sandbox veth → sandbox_input (replies and DNS only)
+//   input (hook input, prio filter-10): iif sandbox veth → sandbox_input (replies, DNS, redirected flows only);
+//                   the egress proxy's ports from anywhere else: drop
+//   prerouting (nat, prio dstnat-10): iif sandbox veth → vmap @proxied (per-slot `redirN` chain, domain slots only):
+//                   DNS → the node resolver; TCP to the proxy ports that the CIDR policy would deny → egress proxy
 //   postrouting (nat, prio srcnat-10): masquerade internal sources leaving through a non-sandbox interface
 //   deny: tcp reset / icmp admin-prohibited, so refused connections fail at once
 
-import { DNS_PORT, slotRules, type SlotRule } from './egress-model.js';
+import { DNS_PORT, allowedCidrs, domainPatterns, slotRules, v4, type SlotRule } from './egress-model.js';
+import type { RedirectTarget } from './egress/index.js';
 import { collapseCidrs, formatCidr, parseIPv4, type Cidr } from './ip.js';
 import type { SlotNames } from './names.js';
 import type { EgressPolicy } from './types.js';
@@ -21,12 +25,14 @@ import type { EgressPolicy } from './types.js';
 export const EGRESS_MAP = 'egress';
 /** Slot veth → `accept`: the slot may query the node's resolver. */
 export const DNS_MAP = 'dns';
-export const SLOT_MAPS = [EGRESS_MAP, DNS_MAP] as const;
+/** Slot veth → `jump redirN`: the nat redirects of a slot with domain entries. */
+export const PROXIED_MAP = 'proxied';
+export const SLOT_MAPS = [EGRESS_MAP, DNS_MAP, PROXIED_MAP] as const;
 export type SlotMap = (typeof SLOT_MAPS)[number];
 
 interface BaseChain {
   type: 'filter' | 'nat';
-  hook: 'forward' | 'input' | 'postrouting';
+  hook: 'forward' | 'input' | 'postrouting' | 'prerouting';
   /** Numeric priority as `nft -j list` reports it. */
   prio: number;
   /** Priority as written in a script. */
@@ -37,6 +43,7 @@ export const BASE_CHAINS: Record<string, BaseChain> = {
   forward: { type: 'filter', hook: 'forward', prio: -10, prioText: 'filter - 10' },
   input: { type: 'filter', hook: 'input', prio: -10, prioText: 'filter - 10' },
   postrouting: { type: 'nat', hook: 'postrouting', prio: 90, prioText: 'srcnat - 10' },
+  prerouting: { type: 'nat', hook: 'prerouting', prio: -110, prioText: 'dstnat - 10' },
 };
 
 export const REGULAR_CHAINS = ['deny', 'sandbox_egress', 'sandbox_ingress', 'sandbox_input'] as const;
@@ -51,6 +58,8 @@ export interface SharedRulesSpec {
   deniedCidrs: readonly Cidr[];
   /** IPv4 nameserver slots whose policy allows it may query on port 53; null: no DNS exception. */
   dnsServer: string | null;
+  /** The egress proxy's and node resolver's ports (null: no domain egress on this node). */
+  redirect?: RedirectTarget | null;
 }
 
 /** What a listing of the table found that must go (see reconcile). */
@@ -128,9 +137,19 @@ export function sharedTableScript(spec: SharedRulesSpec, stale: StaleObjects = N
   rule('sandbox_ingress', 'drop');
 
   rule('input', `iifname ${veths} jump sandbox_input`);
+  const proxyPorts = spec.redirect ? redirectPorts(spec.redirect) : null;
+  // The egress proxy listens on every address (the redirect picks the slot's veth one): only redirected
+  // sandbox flows may reach it.
+  if (proxyPorts) rule('input', `meta l4proto { tcp, udp } th dport ${proxyPorts} drop`);
   rule('sandbox_input', 'ct state established,related accept');
+  // Redirected flows skip the forward path's anti-spoof rule; the proxy tells slots apart by source address.
+  rule('sandbox_input', 'fib saddr . iif oif missing drop');
   if (dns) rule('sandbox_input', dnsRule);
+  if (proxyPorts)
+    rule('sandbox_input', `ct status dnat meta l4proto { tcp, udp } th dport ${proxyPorts} accept`);
   rule('sandbox_input', 'goto deny');
+
+  rule('prerouting', `iifname ${veths} iifname vmap @${PROXIED_MAP}`);
 
   rule('postrouting', `oifname ${veths} return`);
   if (internal) rule('postrouting', `ip saddr ${internal} masquerade`);
@@ -145,17 +164,60 @@ export function slotPolicyScript(
   names: SlotNames,
   index: number,
   policy: EgressPolicy,
-  opts: { dnsAllowed: boolean },
+  opts: { dnsAllowed: boolean; redirect?: RedirectTarget | null; base?: RedirectBase },
 ): string {
   const t = `inet ${names.table}`;
   const chain = names.chain(index);
+  const redir = names.redirectChain(index);
   const key = JSON.stringify(names.veth(index));
   const lines = [`add chain ${t} ${chain}`, `flush chain ${t} ${chain}`];
   for (const r of slotRules(policy)) lines.push(`add rule ${t} ${chain} ${renderSlotRule(r)}`);
   lines.push(`add element ${t} ${EGRESS_MAP} { ${key} : jump ${chain} }`);
   lines.push(`add element ${t} ${DNS_MAP} { ${key} : accept }`);
   if (!opts.dnsAllowed) lines.push(`delete element ${t} ${DNS_MAP} { ${key} }`);
+  lines.push(`add chain ${t} ${redir}`, `flush chain ${t} ${redir}`);
+  lines.push(`add element ${t} ${PROXIED_MAP} { ${key} : jump ${redir} }`);
+  const rules = opts.redirect && opts.base ? redirectRules(policy, opts.redirect, opts.base) : [];
+  if (rules.length === 0) lines.push(`delete element ${t} ${PROXIED_MAP} { ${key} }`);
+  for (const r of rules) lines.push(`add rule ${t} ${redir} ${r}`);
   return lines.join('\n') + '\n';
+}
+
+/** The node-wide destinations the nat chain leaves to the filter (which denies them). */
+export interface RedirectBase {
+  internalCidrs: readonly Cidr[];
+  deniedCidrs: readonly Cidr[];
+}
+
+/**
+ * The nat rules of a slot with domain entries (none without): all its DNS goes to the node resolver, and TCP to
+ * a proxy port goes to the egress proxy unless the filter would decide it by address anyway: internal and
+ * always-denied destinations (denied there), allowOut CIDRs (accepted there), and, with internet access on,
+ * destinations outside denyOut (accepted there). Domain allows thereby beat denyOut, as E2B documents.
+ */
+export function redirectRules(policy: EgressPolicy, target: RedirectTarget, base: RedirectBase): string[] {
+  if (domainPatterns(policy).length === 0) return [];
+  const rules = [`meta l4proto { tcp, udp } th dport ${DNS_PORT} redirect to :${target.dnsPort}`];
+  for (const cidrs of [base.internalCidrs, allowedCidrs(policy), base.deniedCidrs]) {
+    const set = v4Set(cidrs);
+    if (set) rules.push(`ip daddr ${set} return`);
+  }
+  if (policy.allowInternetAccess !== false) {
+    const deny = v4Set(v4(policy.denyOut));
+    // Internet on and nothing denied: every address is allowed, the proxy has nothing to add.
+    if (!deny) return rules;
+    rules.push(`ip daddr != ${deny} return`);
+  }
+  if (target.tcp.size > 0) {
+    const ports = [...target.tcp.keys()].join(', ');
+    const map = [...target.tcp].map(([from, to]) => `${from} : ${to}`).join(', ');
+    rules.push(`tcp dport { ${ports} } redirect to : tcp dport map { ${map} }`);
+  }
+  return rules;
+}
+
+function redirectPorts(target: RedirectTarget): string {
+  return `{ ${[target.dnsPort, ...target.tcp.values()].join(', ')} }`;
 }
 
 function renderSlotRule(rule: SlotRule): string {
@@ -177,16 +239,22 @@ function renderSlotRule(rule: SlotRule): string {
 export function slotRemovalScript(names: SlotNames, index: number): string {
   const t = `inet ${names.table}`;
   const chain = names.chain(index);
+  const redir = names.redirectChain(index);
   const key = JSON.stringify(names.veth(index));
   return (
     [
       `add chain ${t} ${chain}`,
+      `add chain ${t} ${redir}`,
       `add element ${t} ${EGRESS_MAP} { ${key} : jump ${chain} }`,
       `add element ${t} ${DNS_MAP} { ${key} : accept }`,
+      `add element ${t} ${PROXIED_MAP} { ${key} : jump ${redir} }`,
       `delete element ${t} ${EGRESS_MAP} { ${key} }`,
       `delete element ${t} ${DNS_MAP} { ${key} }`,
+      `delete element ${t} ${PROXIED_MAP} { ${key} }`,
       `flush chain ${t} ${chain}`,
       `delete chain ${t} ${chain}`,
+      `flush chain ${t} ${redir}`,
+      `delete chain ${t} ${redir}`,
     ].join('\n') + '\n'
   );
 }

@@ -18,21 +18,21 @@ export interface NetworkPolicyInput {
   allowInternetAccess?: unknown;
 }
 
-export const DOMAIN_ENTRIES_UNSUPPORTED =
-  'domain entries in allowOut are not supported until TCP egress proxy is enabled';
+/** Most entries one list may hold: each becomes an nft set element or a pattern every proxied flow is matched against. */
+export const MAX_POLICY_ENTRIES = 1000;
 
 /**
  * Parses `network.allowOut` / `network.denyOut` and `allow_internet_access`:
- * IPs become /32 (/128), CIDRs are normalized (host bits cleared), duplicates are dropped keeping
- * first-seen order. Domain patterns in allowOut are recognised but refused until the egress proxy
- * exists. Throws NetworkPolicyError (status 400) for anything else.
+ * IPs become /32 (/128), CIDRs are normalized (host bits cleared), domain patterns in allowOut (`example.com`,
+ * `*.example.com`) are lowercased without a trailing dot, duplicates are dropped keeping first-seen order.
+ * allowOut keeps CIDRs and domains in one list (as the API shows it); egress-model.ts tells them apart.
+ * Throws NetworkPolicyError (status 400) naming the entry for anything else.
  */
 export function parseNetworkPolicy(input: NetworkPolicyInput): EgressPolicy {
   const allowEntries = stringList(input.allowOut, 'allowOut');
   const denyEntries = stringList(input.denyOut, 'denyOut');
 
   const allowOut: string[] = [];
-  const domains: string[] = [];
   for (const entry of allowEntries) {
     const cidr = ipOrCidrEntry(entry);
     if (cidr !== null) {
@@ -42,7 +42,7 @@ export function parseNetworkPolicy(input: NetworkPolicyInput): EgressPolicy {
     const domain = normalizeDomainPattern(entry);
     if (domain === null)
       throw new NetworkPolicyError(`invalid allowOut domain entry ${JSON.stringify(entry)}`);
-    pushUnique(domains, domain);
+    pushUnique(allowOut, domain);
   }
 
   const denyOut: string[] = [];
@@ -55,8 +55,6 @@ export function parseNetworkPolicy(input: NetworkPolicyInput): EgressPolicy {
     }
     pushUnique(denyOut, cidr);
   }
-
-  if (domains.length > 0) throw new NetworkPolicyError(DOMAIN_ENTRIES_UNSUPPORTED);
 
   const allowInternetAccess = input.allowInternetAccess;
   if (
@@ -78,8 +76,13 @@ export const DEFAULT_EGRESS_POLICY: EgressPolicy = Object.freeze({
 function stringList(value: unknown, field: string): string[] {
   if (value === undefined || value === null) return [];
   if (!Array.isArray(value)) throw new NetworkPolicyError(`${field} must be an array of strings`);
-  return value.map((entry) => {
-    if (typeof entry !== 'string') throw new NetworkPolicyError(`${field} must be an array of strings`);
+  if (value.length > MAX_POLICY_ENTRIES)
+    throw new NetworkPolicyError(
+      `${field} has ${value.length} entries; at most ${MAX_POLICY_ENTRIES} are allowed`,
+    );
+  return value.map((entry, i) => {
+    if (typeof entry !== 'string')
+      throw new NetworkPolicyError(`${field}[${i}] must be a string, got ${JSON.stringify(entry)}`);
     return entry;
   });
 }

@@ -1,0 +1,99 @@
+// Domain egress: the node's transparent egress proxy and sandbox resolver, and the slots they serve.
+// NetworkManager starts it with the slots (manager.ts) and feeds it each slot's policy; nft-rules.ts
+// `redirectRules` sends a slot's traffic here (docs/networking.md, "Domain egress").
+
+import type { NetworkLogger } from '../manager.js';
+import type { Cidr } from '../ip.js';
+import { domainPatterns } from '../egress-model.js';
+import type { EgressPolicy } from '../types.js';
+import { SandboxDnsServer } from './dns-server.js';
+import { EgressProxy } from './proxy.js';
+import { SlotRegistry } from './slot-registry.js';
+import { UpstreamResolver } from './upstream.js';
+
+export interface EgressServiceOptions {
+  /** `[network.egress].proxy_ports`. */
+  ports: readonly number[];
+  /** `[network.egress].proxy_listen_port` (0: ephemeral). */
+  listenPort: number;
+  /** `[network.egress].dns_listen_port` (0: ephemeral). */
+  dnsListenPort: number;
+  /** `[network.egress].resolvers`. */
+  resolvers: readonly string[];
+  /** Never connected to: built-in denies, always_denied_cidrs, internal CIDRs. */
+  deniedCidrs: readonly Cidr[];
+  logger: NetworkLogger;
+  /** Counts verdicts (metrics.ts `aenv_network_egress_decisions_total`). */
+  onVerdict?: (kind: 'connection' | 'dns', verdict: string) => void;
+}
+
+/** Where the nat chain sends a slot's traffic: DNS to `dnsPort`, TCP to destination port p to `tcp[p]`. */
+export interface RedirectTarget {
+  dnsPort: number;
+  tcp: ReadonlyMap<number, number>;
+}
+
+export class EgressService {
+  private readonly registry = new SlotRegistry();
+  private readonly proxy: EgressProxy;
+  private readonly dns: SandboxDnsServer;
+
+  constructor(opts: EgressServiceOptions) {
+    const resolver = new UpstreamResolver({ servers: opts.resolvers, deniedCidrs: opts.deniedCidrs });
+    this.proxy = new EgressProxy({
+      ports: opts.ports,
+      listenPort: opts.listenPort,
+      registry: this.registry,
+      resolver,
+      logger: opts.logger,
+      onVerdict: (v) => opts.onVerdict?.('connection', v),
+    });
+    this.dns = new SandboxDnsServer({
+      listenPort: opts.dnsListenPort,
+      registry: this.registry,
+      resolver,
+      logger: opts.logger,
+      onVerdict: (v) => opts.onVerdict?.('dns', v),
+    });
+  }
+
+  async start(): Promise<RedirectTarget> {
+    await this.proxy.start();
+    try {
+      await this.dns.start();
+    } catch (e) {
+      await this.proxy.stop();
+      throw e;
+    }
+    return this.target;
+  }
+
+  get target(): RedirectTarget {
+    return { dnsPort: this.dns.port, tcp: this.proxy.listenPorts };
+  }
+
+  /**
+   * The slot's policy from now on (`anyName`: its CIDR policy allows DNS to any name); cuts its proxied
+   * connections the policy no longer allows and returns how many.
+   */
+  setPolicy(index: number, sources: readonly string[], policy: EgressPolicy, anyName: boolean): number {
+    const patterns = domainPatterns(policy);
+    if (patterns.length === 0) this.registry.delete(index);
+    else this.registry.set(sources, { index, patterns, anyName });
+    return this.proxy.recheck(index);
+  }
+
+  /** The slot is gone: its proxied connections too. */
+  forget(index: number): void {
+    this.registry.delete(index);
+    this.proxy.recheck(index);
+  }
+
+  get openConnections(): number {
+    return this.proxy.openConnections;
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all([this.proxy.stop(), this.dns.stop()]);
+  }
+}
