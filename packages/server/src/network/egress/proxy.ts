@@ -3,7 +3,7 @@
 // as the node resolves it, never to the address the sandbox dialled, so an allowed SNI cannot carry a sandbox to
 // any IP; then bytes are spliced both ways by stream pipes (no parsing past the first request).
 
-import { createServer, connect, type Server, type Socket } from 'node:net';
+import { createServer, connect, type NetConnectOpts, type Server, type Socket } from 'node:net';
 import type { NetworkLogger } from '../manager.js';
 import { matchesDomain } from './domain-match.js';
 import { sniff } from './sniff.js';
@@ -52,7 +52,7 @@ export class EgressProxy {
   async start(): Promise<void> {
     for (const [i, dport] of this.opts.ports.entries()) {
       const server = createServer(
-        { noDelay: true, allowHalfOpen: true },
+        { noDelay: true, allowHalfOpen: true, highWaterMark: STREAM_BUFFER_BYTES },
         (socket) => void this.handle(socket, dport),
       );
       server.on('error', (err) => this.opts.logger.error({ err, dport }, 'egress proxy listener failed'));
@@ -149,7 +149,15 @@ export class EgressProxy {
     if (!target.ok) return refuse(target.reason, http, sniffed.name);
     if (client.destroyed) return;
 
-    const upstream = connect({ host: target.address, port: dport, noDelay: true, allowHalfOpen: true });
+    // Node 20 passes highWaterMark to the socket's streams; @types/node types it only on createServer.
+    const upstreamOpts: NetConnectOpts & { highWaterMark: number } = {
+      host: target.address,
+      port: dport,
+      noDelay: true,
+      allowHalfOpen: true,
+      highWaterMark: STREAM_BUFFER_BYTES,
+    };
+    const upstream = connect(upstreamOpts);
     const c: Proxied = { slot: slot.index, name: sniffed.name, client, upstream };
     this.open.add(c);
     const timer = setTimeout(
