@@ -371,6 +371,9 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   });
   metrics.trackSandboxStates(() => orchestrator.stateCounts());
   await orchestrator.init();
+  const movedAway = await orchestrator.dropMovedAway();
+  if (movedAway > 0)
+    logger.info({ sandboxes: movedAway }, 'dropped paused sandboxes that moved to other nodes');
   idempotency.recover((id) => orchestrator.find(id) !== undefined);
   await observability.start(orchestrator);
 

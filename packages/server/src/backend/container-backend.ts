@@ -845,6 +845,12 @@ export class ContainerBackend implements SandboxBackend {
     );
   }
 
+  async movedTo(sandboxId: string): Promise<string | undefined> {
+    if (!this.sharing) return undefined;
+    const claim = await this.opts.repository.readClaim(sandboxId);
+    return claim && claim.owner !== this.sharing.nodeId ? claim.owner : undefined;
+  }
+
   async handOver(record: SandboxRecord): Promise<boolean> {
     if (!this.sharing || !(await this.sharing.handedOver(record.id))) return false;
     const state = this.stateIfAny(record);

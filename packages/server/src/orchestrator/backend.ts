@@ -139,6 +139,8 @@ export interface SandboxBackend {
    * take; false (nothing dropped) when it is not there.
    */
   handOver?(record: SandboxRecord): Promise<boolean>;
+  /** The node that claims the sandbox now, when it is another one (its copy here is stale). */
+  movedTo?(sandboxId: string): Promise<string | undefined>;
 }
 
 /** A resume refused because another node took the sandbox over (its local copy here is stale). */

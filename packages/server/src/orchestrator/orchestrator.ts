@@ -108,6 +108,9 @@ export interface SnapshotTimings {
   publishMs: number;
 }
 
+const ADOPT_MISS_TTL_MS = 3000;
+const ADOPT_MISSES_MAX = 10_000;
+
 /** `GET /nodes/{nodeID}` while the node drains (docs/cluster.md#draining). */
 export interface DrainProgress {
   node: string;
@@ -401,14 +404,31 @@ export class Orchestrator {
     );
   }
 
-  /** A sandbox this node does not hold: the backend may take it over from the shared repository. */
+  /**
+   * A sandbox this node does not hold: the backend may take it over from the shared repository
+   * (docs/cluster.md#sandboxes-that-move). Misses are remembered for a few seconds, so a stream of requests for
+   * ids nobody has does not turn into a stream of repository listings.
+   */
+  async adopt(id: string): Promise<SandboxRecord | undefined> {
+    return this.sandboxes.get(id) ?? this.adoptShared(id);
+  }
+
+  private readonly adoptMisses = new Map<string, number>();
+
   private async adoptShared(id: string): Promise<SandboxRecord | undefined> {
     if (!this.opts.backend.adoptShared || this.draining || this.shuttingDown) return undefined;
+    const missedAt = this.adoptMisses.get(id);
+    if (missedAt !== undefined && Date.now() - missedAt < ADOPT_MISS_TTL_MS) return undefined;
     return this.locks.run(`adopt:${id}`, this.opts.transitionWaitMs, async () => {
       const known = this.sandboxes.get(id);
       if (known) return known;
       const r = await this.opts.backend.adoptShared!(id);
-      if (!r) return undefined;
+      if (!r) {
+        if (this.adoptMisses.size >= ADOPT_MISSES_MAX) this.adoptMisses.clear();
+        this.adoptMisses.set(id, Date.now());
+        return undefined;
+      }
+      this.adoptMisses.delete(id);
       this.sandboxes.set(r.id, r);
       this.opts.store.save(r, true);
       this.emit({
@@ -816,6 +836,31 @@ export class Orchestrator {
       });
       throw e;
     }
+  }
+
+  /**
+   * At startup, before the node reports its roster: paused sandboxes that another node took over while this one
+   * was away are dropped (docs/cluster.md#sandbox-ownership). Returns how many.
+   */
+  async dropMovedAway(): Promise<number> {
+    const movedTo = this.opts.backend.movedTo;
+    if (!movedTo) return 0;
+    let dropped = 0;
+    await Promise.all(
+      [...this.sandboxes.values()]
+        .filter((r) => r.state === 'paused')
+        .map(async (r) => {
+          try {
+            const owner = await movedTo.call(this.opts.backend, r.id);
+            if (owner === undefined) return;
+            await this.withLock(r.id, (cur) => this.dropMoved(cur, owner));
+            dropped++;
+          } catch (err) {
+            this.opts.logger.warn({ err, sandboxId: r.id }, 'could not read the claim of a paused sandbox');
+          }
+        }),
+    );
+    return dropped;
   }
 
   /** Another node took the sandbox over while this node was away: this node's copy is stale and goes. */
