@@ -116,11 +116,11 @@ describe.each<RepositoryKind>(['oss', 'posix_fs'])('sandboxes moving between nod
   };
   const nodeOptions = (name: string, nodeId: string) => {
     // The cluster's API key, where the node looks for it first (the managed file the harness reads back).
+    // (The home stays between runs, as every e2e node's does: its sandbox volume stays mounted there.)
     const home = `/var/lib/aenv-e2e/${name}`;
-    rmSync(home, { recursive: true, force: true });
     mkdirSync(home, { recursive: true, mode: 0o711 });
     const secrets = join(home, 'secrets');
-    mkdirSync(secrets, { mode: 0o700 });
+    mkdirSync(secrets, { recursive: true, mode: 0o700 });
     writeFileSync(join(secrets, 'api-key'), `${apiKey}\n`, { mode: 0o600 });
     return {
       name,
@@ -205,9 +205,9 @@ describe.each<RepositoryKind>(['oss', 'posix_fs'])('sandboxes moving between nod
     // A still held its own copy; restarted, it finds the claim is B's and drops it before it reports.
     await a.stop();
     a = await a.restart();
-    expect(a.logs()).toContain('"dropped paused sandboxes that moved to other nodes"');
     const onA = await a.api('GET', `/sandboxes/${sbx.sandboxId}`);
     expect(onA.status).toBe(404);
+    expect(a.logs()).toContain('"dropped paused sandboxes that moved to other nodes"');
     const onB = await b.api('GET', `/sandboxes/${sbx.sandboxId}`);
     expect(onB.body).toMatchObject({ state: 'running' });
     expect((await b.api('DELETE', `/sandboxes/${sbx.sandboxId}`)).status).toBe(204);
