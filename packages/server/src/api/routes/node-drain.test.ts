@@ -43,7 +43,9 @@ async function serve(opts: { unavailable?: string }) {
     if (init.key !== null) headers['X-API-Key'] = init.key ?? KEY;
     if (init.body !== undefined) headers['content-type'] = 'application/json';
     const res = await fetch(`${base}${path}`, { method: 'POST', headers, body: init.body });
-    return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+    const text = await res.text();
+    // The 401 of a missing or wrong key has an empty body (the reference's).
+    return { status: res.status, body: (text ? JSON.parse(text) : {}) as Record<string, unknown> };
   };
   return { app, post, starts: () => starts };
 }
