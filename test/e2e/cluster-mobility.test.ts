@@ -197,20 +197,21 @@ describe.each<RepositoryKind>(['oss', 'posix_fs'])('sandboxes moving between nod
     await repo?.cleanup();
   });
 
-  it('a sandbox paused on A connects on B with its processes; A restarted does not run it too', async () => {
+  it('a sandbox paused on A connects on B with its processes; killed there, A restarted does not bring it back', async () => {
     const { sbx, w } = await workloadOn(a);
     await pauseShared(a, sbx.sandboxId);
     await sameProcesses(b, sbx.sandboxId, w);
     expect(b.logs()).toContain('"took over a sandbox paused on another node"');
-    // A still held its own copy; restarted, it finds the claim is B's and drops it before it reports.
+    const onB = await b.api('GET', `/sandboxes/${sbx.sandboxId}`);
+    expect(onB.body).toMatchObject({ state: 'running' });
+    // Killed on B while A is away: A, restarted with its own (stale) copy, finds the claim is B's and drops the
+    // copy before it reports, rather than bringing the sandbox back.
     await a.stop();
+    expect((await b.api('DELETE', `/sandboxes/${sbx.sandboxId}`)).status).toBe(204);
     a = await a.restart();
     const onA = await a.api('GET', `/sandboxes/${sbx.sandboxId}`);
     expect(onA.status).toBe(404);
     expect(a.logs()).toContain('"dropped paused sandboxes that moved to other nodes"');
-    const onB = await b.api('GET', `/sandboxes/${sbx.sandboxId}`);
-    expect(onB.body).toMatchObject({ state: 'running' });
-    expect((await b.api('DELETE', `/sandboxes/${sbx.sandboxId}`)).status).toBe(204);
   });
 
   it('drain: A takes no new sandboxes, heartbeats LINGERING, hands its running sandbox over; it comes back on B', async () => {

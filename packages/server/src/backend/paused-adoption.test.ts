@@ -119,11 +119,28 @@ describe('paused sandboxes shared between nodes', () => {
     expect((refused as Error).message).toBe('sandbox sbx1 not found: it moved to node node-b');
     await a.sharing.release('sbx1');
     expect(await a.repository.readClaim('sbx1')).toMatchObject({ owner: 'node-b' });
-    // B resumes its copy (claim one generation on), then kills it (claim gone).
+    // B resumes its copy (claim one generation on), then kills it: a sandbox that moved leaves a tombstone, so
+    // A's stale copy is still refused (and a third node finds nothing).
     await b.sharing.takeBack('sbx1');
-    expect(await b.repository.readClaim('sbx1')).toMatchObject({ owner: 'node-b', generation: 3 });
+    expect(await b.repository.readClaim('sbx1')).toMatchObject({
+      owner: 'node-b',
+      generation: 3,
+      moved: true,
+    });
     await b.sharing.release('sbx1');
-    expect(await b.repository.readClaim('sbx1')).toBeUndefined();
+    expect(await b.repository.readClaim('sbx1')).toMatchObject({ owner: 'node-b', state: 'killed' });
+    const afterKill = await a.sharing.takeBack('sbx1').catch((e: unknown) => e);
+    expect((afterKill as Error).message).toBe('sandbox sbx1 not found: it was killed on node node-b');
+    expect(await node('node-c').adopt('sbx1')).toBeUndefined();
+  });
+
+  it('a sandbox that never moved leaves no claim behind when it is killed', async () => {
+    const a = node('node-a');
+    await a.sharing.claimNew('sbx4');
+    await pauseOn(a, 'sbx4');
+    await a.sharing.takeBack('sbx4');
+    await a.sharing.release('sbx4');
+    expect(await a.repository.readClaim('sbx4')).toBeUndefined();
   });
 
   it('of several nodes taking the same pause at once exactly one wins; the others keep nothing', async () => {

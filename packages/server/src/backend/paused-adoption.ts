@@ -35,7 +35,7 @@ export async function adoptSharedPause(
   const shared = (await deps.repository.list({ kind: 'paused', sandboxId, committed: true }))[0];
   if (!shared?.committed) {
     const claim = await deps.repository.readClaim(sandboxId).catch(() => undefined);
-    if (claim && claim.owner !== deps.nodeId) {
+    if (claim && claim.owner !== deps.nodeId && claim.state !== 'killed') {
       throw new DomainError(
         ErrorKind.NotFound,
         claim.state === 'running'

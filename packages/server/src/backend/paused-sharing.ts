@@ -30,8 +30,10 @@ export class SandboxMovedError extends DomainError {
   constructor(
     readonly sandboxId: string,
     readonly owner: string,
+    killed = false,
   ) {
-    super(ErrorKind.NotFound, `sandbox ${sandboxId} not found: it moved to node ${owner}`, {
+    const where = killed ? `it was killed on node ${owner}` : `it moved to node ${owner}`;
+    super(ErrorKind.NotFound, `sandbox ${sandboxId} not found: ${where}`, {
       details: { sandboxId, node: owner },
     });
     this.sandboxMovedTo = owner;
@@ -116,7 +118,7 @@ export class PausedSharing {
     const current = await this.repository.readClaim(sandboxId);
     if (current && current.owner !== this.nodeId) throw new SandboxMovedError(sandboxId, current.owner);
     const generation = current?.generation ?? 1;
-    const next = nextClaim(sandboxId, this.nodeId, generation, 'paused');
+    const next = nextClaim(sandboxId, this.nodeId, generation, 'paused', current?.moved);
     const expected = current ? { owner: current.owner, generation: current.generation } : null;
     if (!(await this.repository.swapClaim(sandboxId, expected, next))) {
       throw new Error(`the claim of sandbox ${sandboxId} changed while it was being paused`);
@@ -138,7 +140,9 @@ export class PausedSharing {
     await this.inflight.get(sandboxId);
     const current = await this.repository.readClaim(sandboxId);
     const step = localResumeClaim(current, this.nodeId, sandboxId);
-    if ('moved' in step) throw new SandboxMovedError(sandboxId, step.moved.owner);
+    if ('moved' in step) {
+      throw new SandboxMovedError(sandboxId, step.moved.owner, step.moved.state === 'killed');
+    }
     if (!(await this.repository.swapClaim(sandboxId, step.expected, step.next))) {
       const now = await this.repository.readClaim(sandboxId);
       if (now && now.owner !== this.nodeId) throw new SandboxMovedError(sandboxId, now.owner);
@@ -168,8 +172,17 @@ export class PausedSharing {
     // A sandbox another node took over is that node's: its shared copies and claim are not ours to remove.
     if (current && current.owner !== this.nodeId) return;
     await this.forget(sandboxId);
-    if (current) {
-      await this.repository.deleteClaim(sandboxId, { owner: current.owner, generation: current.generation });
+    if (!current) return;
+    const expected = { owner: current.owner, generation: current.generation };
+    // A sandbox that moved may have stale copies on the nodes it left: they must find it gone, not unclaimed.
+    if (current.moved) {
+      await this.repository.swapClaim(
+        sandboxId,
+        expected,
+        nextClaim(sandboxId, this.nodeId, current.generation + 1, 'killed', true),
+      );
+    } else {
+      await this.repository.deleteClaim(sandboxId, expected);
     }
   }
 

@@ -10,8 +10,13 @@ export const sandboxClaimSchema = z
     sandboxId: z.string().min(1).max(128),
     owner: z.string().min(1).max(253),
     generation: z.number().int().nonnegative(),
-    /** What the owner last said: `running` (not in the repository) or `paused` (its pause is shared). */
-    state: z.enum(['running', 'paused']),
+    /**
+     * What the owner last said: `running` (not in the repository), `paused` (its pause is shared) or `killed` (a
+     * tombstone, kept only for a sandbox that moved: a node holding an older copy must learn it is gone).
+     */
+    state: z.enum(['running', 'paused', 'killed']),
+    /** The sandbox changed hands at least once (stale copies may exist on the nodes it left). */
+    moved: z.boolean().optional(),
     updatedAt: z.string(),
   })
   .strict();
@@ -40,7 +45,7 @@ export function localResumeClaim(
   if (current && current.owner !== node) return { moved: current };
   return {
     expected: current ? { owner: current.owner, generation: current.generation } : null,
-    next: nextClaim(sandboxId, node, (current?.generation ?? 0) + 1, 'running'),
+    next: nextClaim(sandboxId, node, (current?.generation ?? 0) + 1, 'running', current?.moved),
   };
 }
 
@@ -55,7 +60,7 @@ export function adoptionClaim(
 ): { next: SandboxClaim; expected: ClaimExpectation } {
   return {
     expected: recorded,
-    next: nextClaim(sandboxId, node, (recorded?.generation ?? 0) + 1, 'running'),
+    next: nextClaim(sandboxId, node, (recorded?.generation ?? 0) + 1, 'running', true),
   };
 }
 
@@ -64,6 +69,14 @@ export function nextClaim(
   owner: string,
   generation: number,
   state: SandboxClaim['state'],
+  moved?: boolean,
 ): SandboxClaim {
-  return { sandboxId, owner, generation, state, updatedAt: new Date().toISOString() };
+  return {
+    sandboxId,
+    owner,
+    generation,
+    state,
+    ...(moved ? { moved } : {}),
+    updatedAt: new Date().toISOString(),
+  };
 }
