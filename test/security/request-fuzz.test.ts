@@ -298,6 +298,7 @@ describe('fuzzing every route family of a real node', () => {
       ['GET', '/templates/{a}/builds/{b}/status'],
       ['POST', '/v2/templates/{a}/builds/{b}'],
       ['GET', '/nodes/{a}'],
+      ['POST', '/nodes/{a}/drain'],
       ['POST', '/sandboxes'],
       ['POST', '/v2/sandboxes'],
       ['POST', '/v3/templates'],

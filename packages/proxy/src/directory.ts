@@ -20,6 +20,8 @@ export interface SandboxDirectory {
   settle(sandboxId: string): Promise<ProxyTarget | undefined>;
   /** Resumes a paused sandbox for a data-plane request (auto-resume); rejects with AutoResumeTimeout on timeout. */
   autoResume(sandboxId: string): Promise<ProxyTarget>;
+  /** A sandbox this node does not hold, taken over from a shared repository (docs/cluster.md); may throw NotFound. */
+  adopt?(sandboxId: string): Promise<ProxyTarget | undefined>;
   verifyEnvdToken(sandboxId: string, token: string): boolean;
   verifyTrafficToken(sandboxId: string, token: string): boolean;
   /** Whether this sandbox's envd accepts the signed `/files` URL (request target) within the node's limits. */

@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { Agent, type Dispatcher } from 'undici';
-import { ENVD_UNAUTHORIZED_MESSAGE } from '@aenv/protocol';
+import { ENVD_UNAUTHORIZED_MESSAGE, ErrorKind, isDomainError } from '@aenv/protocol';
 import type { Logger } from 'pino';
 import type { DataPlane } from './data-plane.js';
 import { classify, RoutingError, type DataPlaneRoute } from './routing.js';
@@ -185,11 +185,27 @@ export class SandboxProxy implements DataPlane {
     } else {
       route = claim;
     }
-    const found = this.opts.directory.lookup(route.sandboxId);
+    const found = this.opts.directory.lookup(route.sandboxId) ?? (await this.adopt(route.sandboxId));
     if (!found || found.state === 'killing') throw this.notFound(route.sandboxId);
     const accessToken = this.authorize(req, route, found, signatureVerified);
     const target = await this.resolveTarget(req, route, found);
     return { route, target, framing, ...(accessToken !== undefined ? { accessToken } : {}) };
+  }
+
+  /** A sandbox another node paused into the shared repository; its NotFound (lost, moved) is the answer. */
+  private async adopt(sandboxId: string): Promise<ProxyTarget | undefined> {
+    try {
+      return await this.opts.directory.adopt?.(sandboxId);
+    } catch (e) {
+      if (isDomainError(e, ErrorKind.NotFound)) {
+        throw new ProxyReply(502, { sandboxId, message: e.message, code: 502 });
+      }
+      this.opts.logger.warn(
+        { err: e, sandboxId },
+        'could not take the sandbox over from the shared repository',
+      );
+      return undefined;
+    }
   }
 
   private notFound(sandboxId: string): ProxyReply {

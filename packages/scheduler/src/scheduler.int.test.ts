@@ -378,6 +378,37 @@ describe('scheduler process with Redis bindings', () => {
   });
 });
 
+describe('scheduler process and a draining node', () => {
+  let s: SchedulerProcess;
+  let c: TestSchedulerClient;
+  beforeAll(async () => {
+    s = await startSchedulerProcess(baseConfig(undefined));
+    c = schedulerClient(s.grpcAddress);
+  });
+  afterAll(async () => {
+    c?.close();
+    await s?.stop();
+  });
+
+  it('places nothing on a node that reports itself LINGERING (draining), whose bindings still answer', async () => {
+    const LINGERING = 4;
+    await c.call('Heartbeat', heartbeat(A, ['drain-1'], { status: LINGERING }));
+    await c.call('Heartbeat', heartbeat(B, []));
+    for (let i = 0; i < 4; i++) expect(await c.call('Schedule', {})).toEqual({ node: B });
+    expect(await nodeOf(c, 'drain-1')).toBe(A.node_id);
+    // Its sandbox moves when the node that took it reports it; the draining node's roster then lacks it.
+    await c.call('Heartbeat', heartbeat(B, ['drain-1']));
+    await c.call('Heartbeat', heartbeat(A, [], { status: LINGERING }));
+    expect(await nodeOf(c, 'drain-1')).toBe(B.node_id);
+    // Back to READY (a restarted node), it is placed on again.
+    await c.call('Heartbeat', heartbeat(A, []));
+    const placed = new Set<string>();
+    for (let i = 0; i < 4; i++)
+      placed.add(((await c.call('Schedule', {})) as { node: { node_id: string } }).node.node_id);
+    expect(placed).toEqual(new Set([A.node_id, B.node_id]));
+  });
+});
+
 describe('scheduler process without Redis', () => {
   it('rebuilds its bindings from the heartbeat rosters after a restart', async () => {
     let s = await startSchedulerProcess(baseConfig(undefined));

@@ -52,6 +52,7 @@ import { IdempotencyLayer } from './api/idempotency.js';
 import { IdempotencyStore, idempotencyMigrations } from './api/idempotency-store.js';
 import { registerHealthRoutes } from './api/routes/health.js';
 import { registerNodeRoutes } from './api/routes/nodes.js';
+import { registerNodeDrainRoute } from './api/routes/node-drain.js';
 import { registerSandboxRoutes } from './api/routes/sandboxes.js';
 import { coldLaunchable } from './template/cold-image.js';
 import { HookClient } from './extension/hook-client.js';
@@ -301,7 +302,8 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     network,
     images,
     repository,
-    sharePaused: config.snapshot.repository_backend === 'oss',
+    sharePaused: sharesPausedSandboxes(config),
+    nodeId: identity.nodeId,
     warmSandboxes: config.pool.warm_sandboxes,
     tools,
     toolsRoot: join(config.deps_path, 'tools'),
@@ -373,12 +375,16 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       events.onLifecycle(e);
       observability.onLifecycle(e);
       reporterRef.current?.onLifecycle(e);
+      if (e.event === 'created' || e.event === 'forked') backend.noteStarted(e.sandboxId);
     },
     ...(extension ? { extension } : {}),
     observe: (operation, fn, stage) => metrics.observe(operation, fn, stage),
   });
   metrics.trackSandboxStates(() => orchestrator.stateCounts());
   await orchestrator.init();
+  const movedAway = await orchestrator.dropMovedAway();
+  if (movedAway > 0)
+    logger.info({ sandboxes: movedAway }, 'dropped paused sandboxes that moved to other nodes');
   idempotency.recover((id) => orchestrator.find(id) !== undefined);
   await observability.start(orchestrator);
 
@@ -475,6 +481,21 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     identity,
     host: hostMetrics,
     counters: () => orchestrator.counters(),
+    drainProgress: () => orchestrator.drainProgress(),
+  });
+  registerNodeDrainRoute(app, {
+    nodeId: identity.nodeId,
+    ...(sharesPausedSandboxes(config)
+      ? {}
+      : {
+          unavailable:
+            'draining needs a shared repository: [snapshot].repository_backend = "oss", or "posix_fs" on a shared directory with [cluster].scheduler_endpoint set (docs/cluster.md#draining)',
+        }),
+    start: () => {
+      void reporterRef.current?.drain();
+      void orchestrator.drain(identity.nodeId);
+    },
+    progress: () => orchestrator.drainProgress(),
   });
   registerSandboxRoutes(app, {
     orchestrator,
@@ -598,6 +619,17 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       logger.info('shutdown complete');
     },
   };
+}
+
+/**
+ * Whether paused sandboxes are copied to the repository for other nodes (docs/cluster.md#sandboxes-that-move):
+ * always with oss; with posix_fs when the node is part of a cluster, whose repository directory must be shared.
+ */
+function sharesPausedSandboxes(config: AenvConfig): boolean {
+  return (
+    config.snapshot.repository_backend === 'oss' ||
+    (config.snapshot.repository_backend === 'posix_fs' && Boolean(config.cluster.scheduler_endpoint))
+  );
 }
 
 /** `[orchestrator].paused_quota_mb`, 0 = half the size of the volume the pause artifacts live on. */

@@ -1,4 +1,4 @@
-// `aenv logs`, `aenv metrics`, `aenv nodes`: what a sandbox and the node report.
+// `aenv logs`, `aenv metrics`, `aenv nodes`: what a sandbox and the node report; `aenv node drain`.
 import { Option, type Command } from 'commander';
 import { AenvApiError, type SandboxLogEntry, type SandboxLogLevel, type SandboxMetric } from '@aenv/protocol';
 import { clientAction, withGlobalFlags } from '../client/context.js';
@@ -105,6 +105,28 @@ export function registerObserveCommands(program: Command): void {
         { header: 'MEM TOTAL', value: (n) => n.metrics.memoryTotalBytes },
         { header: 'VERSION', value: (n) => n.version },
       ]);
+    }),
+  );
+
+  const node = program.command('node').description('one node of a cluster');
+  withGlobalFlags(
+    node
+      .command('drain <nodeID>')
+      .description(
+        'stop placing sandboxes on the node and hand its sandboxes over to the shared repository; each resumes on another node at its next request',
+      )
+      .option('--wait', 'wait until every sandbox is handed over, printing the progress'),
+  ).action(
+    clientAction(async (ctx, nodeId: string, f: { wait?: boolean }) => {
+      let progress = await ctx.api.nodes.drain(nodeId);
+      while (f.wait && !progress.done) {
+        await sleep(1000);
+        progress = (await ctx.api.nodes.get(nodeId)).drain ?? progress;
+      }
+      ctx.out.done(
+        progress,
+        `node ${nodeId} ${progress.done ? 'drained' : 'draining'}: ${progress.handedOver} handed over, ${progress.failed} failed, ${progress.running} running, ${progress.paused} paused`,
+      );
     }),
   );
 }

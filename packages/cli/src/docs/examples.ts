@@ -24,5 +24,6 @@ export const EXAMPLES: Record<string, string> = {
   logs: 'aenv logs "$ID"\naenv logs -f --level warn "$ID"',
   metrics: 'aenv metrics --since 60 "$ID"',
   nodes: 'aenv nodes',
+  'node drain': 'aenv node drain node-a --wait',
   completion: 'eval "$(aenv completion bash)"        # in ~/.bashrc\naenv completion fish | source',
 };

@@ -226,7 +226,8 @@ export interface NodeResponse {
   serviceInstanceID: string;
   clusterID: string;
   machineInfo: { cpuFamily: string; cpuModel: string; cpuModelName: string; cpuArchitecture: string };
-  status: 'ready';
+  /** `draining` after `POST /nodes/{nodeID}/drain` (aenv's; docs/cluster.md#draining). */
+  status: 'ready' | 'draining';
   sandboxCount: number;
   metrics: NodeMetrics;
   createSuccesses: number;
@@ -236,7 +237,22 @@ export interface NodeResponse {
 }
 
 /** `NodeDetail`: `GET /nodes/{id}`. */
-export type NodeDetail = Omit<NodeResponse, 'sandboxStartingCount'> & { cachedBuilds: string[] };
+export type NodeDetail = Omit<NodeResponse, 'sandboxStartingCount'> & {
+  cachedBuilds: string[];
+  /** aenv's: the drain's progress while the node drains (docs/cluster.md#draining). */
+  drain?: NodeDrainProgress;
+};
+
+/** The answer of `POST /nodes/{nodeID}/drain` and `drain` of `GET /nodes/{nodeID}` (aenv's). */
+export interface NodeDrainProgress {
+  node: string;
+  startedAt: string;
+  handedOver: number;
+  failed: number;
+  running: number;
+  paused: number;
+  done: boolean;
+}
 
 /** `Team`: an entry of `GET /teams`. */
 export interface TeamResponse {

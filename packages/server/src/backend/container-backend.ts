@@ -28,6 +28,7 @@ import { availableMemoryRatio } from './memory-pressure.js';
 import { crashPoint } from '../util/crash-point.js';
 import { treeBytes } from '../util/disk-usage.js';
 import { PausedSharing } from './paused-sharing.js';
+import { adoptSharedPause } from './paused-adoption.js';
 import { WarmPool } from './warm-pool.js';
 
 export interface ContainerBackendOptions {
@@ -53,6 +54,8 @@ export interface ContainerBackendOptions {
   warmSandboxes: number;
   /** Copy paused sandboxes into the repository (a shared one lets other nodes resume them). */
   sharePaused: boolean;
+  /** `[node_identity].node_id`: whom the sandbox claims of a shared repository name (docs/cluster.md). */
+  nodeId?: string;
   /** envd access token of a sandbox (secure sandboxes). */
   envdToken(sandboxId: string): string;
   /** The node's credential for envd's /init of the container or sandbox with this id (docs/security.md). */
@@ -114,7 +117,14 @@ export class ContainerBackend implements SandboxBackend {
 
   constructor(private readonly opts: ContainerBackendOptions) {
     this.records = new BackendRecordCodec(opts.runtime.recordCodec);
-    if (opts.sharePaused) this.sharing = new PausedSharing(opts.repository, opts.runtime, opts.logger);
+    if (opts.sharePaused) {
+      this.sharing = new PausedSharing(
+        opts.repository,
+        opts.runtime,
+        opts.logger,
+        opts.nodeId ?? 'local-node',
+      );
+    }
     this.warm = new WarmPool({
       size: opts.warmSandboxes,
       maxTemplates: 4,
@@ -587,7 +597,9 @@ export class ContainerBackend implements SandboxBackend {
     await this.opts.runtime.destroy(state?.containerId ?? record.id);
     this.opts.idRanges.release(record.id);
     await this.releaseSlot(record.id, record.runtime?.slotIndex ?? state?.residentSlot);
-    await this.sharing?.forget(record.id);
+    await this.sharing?.release(record.id).catch((err: unknown) => {
+      this.log.warn({ err, sandboxId: record.id }, 'could not release the shared claim of a sandbox');
+    });
     await this.discardSettled(record.id);
     await this.discardPauseArtifacts(record.id);
     this.opts.images.releaseLease(leaseHolder(record.id));
@@ -754,8 +766,9 @@ export class ContainerBackend implements SandboxBackend {
   ): Promise<StartResult> {
     let state = this.stateOf(record);
     const dir = this.pausedDir(record.id);
-    // The shared copy must be gone before the sandbox runs again: nobody may resume it elsewhere meanwhile.
-    await this.sharing?.forget(record.id);
+    // The claim must be this node's, and the shared copy gone, before the sandbox runs again: nobody may resume
+    // it elsewhere meanwhile (docs/cluster.md#sandbox-ownership).
+    await this.sharing?.takeBack(record.id);
     if (state.resident && (!opts.memory || !state.thawable)) {
       await this.releaseMemory(record);
       state = this.stateOf(record);
@@ -796,6 +809,65 @@ export class ContainerBackend implements SandboxBackend {
     );
     this.discardInBackground(record.id);
     return result;
+  }
+
+  /**
+   * A sandbox this node does not know: if another node paused it into the shared repository, it becomes a
+   * paused sandbox of this node (paused-adoption.ts). Undefined when the repository has nothing for it.
+   */
+  async adoptShared(sandboxId: string): Promise<SandboxRecord | undefined> {
+    if (!this.sharing) return undefined;
+    return adoptSharedPause(
+      {
+        repository: this.opts.repository,
+        nodeId: this.sharing.nodeId,
+        logger: this.log,
+        pausedDir: (id) => this.pausedDir(id),
+        diskFilesDir: (disk) => this.opts.runtime.diskFilesDir(disk),
+        markComplete: (dir, paused) => writeFile(join(dir, COMPLETE), JSON.stringify(paused)),
+        localize: async (record) => {
+          const state = this.stateOf(record);
+          const image = await this.imageFor(state.imageRef, state.manifestDigest);
+          this.opts.images.acquireLease(leaseHolder(record.id), image.manifestDigest);
+          this.setState(record, {
+            ...state,
+            manifestDigest: image.manifestDigest,
+            rootfs: { ...state.rootfs, layers: image.layers.map((l) => l.dir) },
+            containerId: undefined,
+            resident: false,
+            residentSlot: undefined,
+            thawable: undefined,
+          });
+          return record;
+        },
+      },
+      sandboxId,
+    );
+  }
+
+  async movedTo(sandboxId: string): Promise<string | undefined> {
+    if (!this.sharing) return undefined;
+    const claim = await this.opts.repository.readClaim(sandboxId);
+    return claim && claim.owner !== this.sharing.nodeId ? claim.owner : undefined;
+  }
+
+  async handOver(record: SandboxRecord): Promise<boolean> {
+    if (!this.sharing || !(await this.sharing.handedOver(record.id))) return false;
+    const state = this.stateIfAny(record);
+    await this.opts.runtime.destroy(state?.containerId ?? record.id);
+    this.opts.idRanges.release(record.id);
+    await this.releaseSlot(record.id, record.runtime?.slotIndex ?? state?.residentSlot);
+    await this.discardSettled(record.id);
+    await this.discardPauseArtifacts(record.id);
+    this.opts.images.releaseLease(leaseHolder(record.id));
+    return true;
+  }
+
+  /** A sandbox started here (create, fork): its claim names this node, so others can say where it runs. */
+  noteStarted(sandboxId: string): void {
+    void this.sharing?.claimNew(sandboxId).catch((err: unknown) => {
+      this.log.warn({ err, sandboxId }, 'could not record the claim of a new sandbox');
+    });
   }
 
   async maintain(paused: readonly SandboxRecord[], opts: { releaseAll?: boolean } = {}): Promise<void> {

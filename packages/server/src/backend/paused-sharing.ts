@@ -1,18 +1,50 @@
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
+import { DomainError, ErrorKind } from '@aenv/protocol';
 import type { Logger } from '../util/log.js';
 import type { SandboxRecord } from '../orchestrator/types.js';
-import type { SnapshotRepository } from '../snapshot/index.js';
+import {
+  localResumeClaim,
+  nextClaim,
+  type ClaimExpectation,
+  type SnapshotRepository,
+} from '../snapshot/index.js';
 import type { RuntimeDriver } from '../runtime/driver.js';
 import { archiveDir } from './disk-archive.js';
 import { sandboxContext } from './capture-format.js';
 
 export const PAUSED_DISK_MEDIA_TYPE = 'application/vnd.aenv.paused-disk.tar';
 
+/** What a shared pause records in `committed.extra` besides the capture context. */
+export interface SharedPauseExtra {
+  sandbox: SandboxRecord;
+  /** The claim the pause was made under: a node taking the sandbox over swaps exactly this one. */
+  claim: ClaimExpectation;
+  /** The node that paused it. */
+  node: string;
+}
+
+/** The sandbox was taken over by another node while this one held an older copy (docs/cluster.md). */
+export class SandboxMovedError extends DomainError {
+  readonly sandboxMovedTo: string;
+  constructor(
+    readonly sandboxId: string,
+    readonly owner: string,
+    killed = false,
+  ) {
+    const where = killed ? `it was killed on node ${owner}` : `it moved to node ${owner}`;
+    super(ErrorKind.NotFound, `sandbox ${sandboxId} not found: ${where}`, {
+      details: { sandboxId, node: owner },
+    });
+    this.sandboxMovedTo = owner;
+  }
+}
+
 /**
- * Copies paused sandboxes into a shared snapshot repository (oss), so that another node with the same
- * repository can resume them; the local artifacts stay authoritative for this node. The copy happens after the
- * pause is already durable locally, so it never slows a pause down; resume and kill wait for it, then drop it.
+ * Copies paused sandboxes into a shared snapshot repository (oss, or posix_fs on a shared directory), so that
+ * another node with the same repository can resume them (paused-adoption.ts); the local artifacts stay
+ * authoritative for this node while it owns the sandbox's claim (snapshot/sandbox-claim.ts). The copy happens
+ * after the pause is already durable locally, so it never slows a pause down; resume and kill wait for it.
  */
 export class PausedSharing {
   private readonly inflight = new Map<string, Promise<void>>();
@@ -21,6 +53,8 @@ export class PausedSharing {
     private readonly repository: SnapshotRepository,
     private readonly runtime: Pick<RuntimeDriver, 'diskFilesDir' | 'memoryMediaTypes'>,
     private readonly logger: Logger,
+    /** `[node_identity].node_id`: the name this node claims sandboxes under. */
+    readonly nodeId: string,
   ) {}
 
   /** Starts copying the artifacts in `dir` (`memory/`, `disk/`) of a paused sandbox. */
@@ -34,6 +68,11 @@ export class PausedSharing {
     });
   }
 
+  /** Resolves once the copy of `sandboxId` started before now has finished (or failed). */
+  async settled(sandboxId: string): Promise<void> {
+    await this.inflight.get(sandboxId);
+  }
+
   private async copy(
     record: SandboxRecord,
     dir: string,
@@ -42,6 +81,7 @@ export class PausedSharing {
   ) {
     const work = join(dir, 'share');
     try {
+      const claim = await this.markPaused(record.id);
       const hasMemory = record.paused?.kind === 'memory';
       await Promise.all([
         hasMemory ? archiveDir(join(dir, 'memory'), join(work, 'memory.tar')) : Promise.resolve(),
@@ -51,6 +91,7 @@ export class PausedSharing {
         source: { kind: 'paused', sandboxId: record.id },
         resources: record.resources,
       });
+      const extra: SharedPauseExtra = { sandbox: { ...record }, claim, node: this.nodeId };
       await this.repository.publish(created.id, {
         layers: [{ path: join(work, 'disk.tar'), mediaType: PAUSED_DISK_MEDIA_TYPE }],
         artifacts: hasMemory
@@ -60,7 +101,7 @@ export class PausedSharing {
           context: sandboxContext(record),
           runtimeVersions,
           virtualizationMode: mode,
-          extra: { sandbox: { ...record } },
+          extra: { ...extra },
         },
       });
       this.logger.info(
@@ -70,6 +111,46 @@ export class PausedSharing {
     } finally {
       await rm(work, { recursive: true, force: true });
     }
+  }
+
+  /** Notes in the sandbox's claim that this node paused it; the claim a taker must swap. */
+  private async markPaused(sandboxId: string): Promise<ClaimExpectation> {
+    const current = await this.repository.readClaim(sandboxId);
+    if (current && current.owner !== this.nodeId) throw new SandboxMovedError(sandboxId, current.owner);
+    const generation = current?.generation ?? 1;
+    const next = nextClaim(sandboxId, this.nodeId, generation, 'paused', current?.moved);
+    const expected = current ? { owner: current.owner, generation: current.generation } : null;
+    if (!(await this.repository.swapClaim(sandboxId, expected, next))) {
+      throw new Error(`the claim of sandbox ${sandboxId} changed while it was being paused`);
+    }
+    return { owner: this.nodeId, generation };
+  }
+
+  /** Records that this node runs `sandboxId` (a create or fork here): who to name if it is lost. */
+  async claimNew(sandboxId: string): Promise<void> {
+    await this.repository.swapClaim(sandboxId, null, nextClaim(sandboxId, this.nodeId, 1, 'running'));
+  }
+
+  /**
+   * Before this node resumes its own copy: the claim must still be this node's (or absent), and is moved one
+   * generation on, so a node that saw the shared pause can no longer take it. Then the shared copy goes.
+   * Throws SandboxMovedError when another node took the sandbox meanwhile.
+   */
+  async takeBack(sandboxId: string): Promise<void> {
+    await this.inflight.get(sandboxId);
+    const current = await this.repository.readClaim(sandboxId);
+    const step = localResumeClaim(current, this.nodeId, sandboxId);
+    if ('moved' in step) {
+      throw new SandboxMovedError(sandboxId, step.moved.owner, step.moved.state === 'killed');
+    }
+    if (!(await this.repository.swapClaim(sandboxId, step.expected, step.next))) {
+      const now = await this.repository.readClaim(sandboxId);
+      if (now && now.owner !== this.nodeId) throw new SandboxMovedError(sandboxId, now.owner);
+      throw new DomainError(ErrorKind.Conflict, `sandbox ${sandboxId} is being resumed elsewhere`, {
+        details: { sandboxId },
+      });
+    }
+    await this.forget(sandboxId);
   }
 
   /** Waits for a copy in progress and removes every shared copy of the sandbox (on resume and kill). */
@@ -82,5 +163,41 @@ export class PausedSharing {
           this.logger.warn({ err, sandboxId }, 'could not remove the shared copy of a paused sandbox'),
         );
     }
+  }
+
+  /** The sandbox is gone for good (killed here): its shared copies and, if it is this node's, its claim. */
+  async release(sandboxId: string): Promise<void> {
+    await this.inflight.get(sandboxId);
+    const current = await this.repository.readClaim(sandboxId);
+    // A sandbox another node took over is that node's: its shared copies and claim are not ours to remove.
+    if (current && current.owner !== this.nodeId) return;
+    await this.forget(sandboxId);
+    if (!current) return;
+    const expected = { owner: current.owner, generation: current.generation };
+    // A sandbox that moved may have stale copies on the nodes it left: they must find it gone, not unclaimed.
+    if (current.moved) {
+      await this.repository.swapClaim(
+        sandboxId,
+        expected,
+        nextClaim(sandboxId, this.nodeId, current.generation + 1, 'killed', true),
+      );
+    } else {
+      await this.repository.deleteClaim(sandboxId, expected);
+    }
+  }
+
+  /**
+   * Whether the sandbox's pause is in the repository for another node to take (after its copy finished): a
+   * committed shared copy made under this node's current claim.
+   */
+  async handedOver(sandboxId: string): Promise<boolean> {
+    await this.inflight.get(sandboxId);
+    const current = await this.repository.readClaim(sandboxId);
+    if (!current || current.owner !== this.nodeId || current.state !== 'paused') return false;
+    const shared = await this.repository.list({ kind: 'paused', sandboxId, committed: true });
+    return shared.some((r) => {
+      const claim = (r.committed?.extra as Partial<SharedPauseExtra> | undefined)?.claim;
+      return claim?.owner === current.owner && claim.generation === current.generation;
+    });
   }
 }

@@ -126,4 +126,24 @@ export interface SandboxBackend {
    * everything paused sandboxes still hold in memory (shutdown).
    */
   maintain(paused: readonly SandboxRecord[], opts?: { releaseAll?: boolean }): Promise<void>;
+  /**
+   * With a shared repository (docs/cluster.md#sandboxes-that-move): the record of a sandbox another node paused
+   * into it, now paused on this node; undefined when there is none. Throws NotFound naming the node that holds
+   * (or lost) a sandbox the repository knows of but cannot hand over.
+   */
+  adoptShared?(sandboxId: string): Promise<SandboxRecord | undefined>;
+  /** A sandbox started on this node (create, fork, restart): its claim in a shared repository names the node. */
+  noteStarted?(sandboxId: string): void;
+  /**
+   * Drain: drops this node's copy of a paused sandbox whose pause is in the shared repository for another node to
+   * take; false (nothing dropped) when it is not there.
+   */
+  handOver?(record: SandboxRecord): Promise<boolean>;
+  /** The node that claims the sandbox now, when it is another one (its copy here is stale). */
+  movedTo?(sandboxId: string): Promise<string | undefined>;
+}
+
+/** A resume refused because another node took the sandbox over (its local copy here is stale). */
+export function isSandboxMoved(e: unknown): e is Error & { sandboxMovedTo: string } {
+  return e instanceof Error && typeof (e as { sandboxMovedTo?: unknown }).sandboxMovedTo === 'string';
 }

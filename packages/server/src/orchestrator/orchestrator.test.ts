@@ -80,6 +80,11 @@ class MapBackend implements SandboxBackend {
     );
   }
   failSecondChild = false;
+  handedOver: string[] = [];
+  async handOver(r: SandboxRecord) {
+    this.handedOver.push(r.id);
+    return true;
+  }
   maintained: string[][] = [];
   async maintain(paused: readonly SandboxRecord[]) {
     this.maintained.push(paused.map((r) => r.id));
@@ -149,6 +154,33 @@ describe('Orchestrator state machine', () => {
     backend = new MapBackend();
     store = new SandboxStore(openStateDb(':memory:', orchestratorMigrations));
     orch = make();
+  });
+
+  it('drain: refuses new sandboxes and resumes with 503, pauses the running ones and hands every one over', async () => {
+    const running = await orch.create(input());
+    const paused = await orch.create(input());
+    await orch.pause(paused.id);
+    const first = orch.drain('node-a');
+    const again = orch.drain('node-a');
+    expect(orch.drainProgress()).toMatchObject({ node: 'node-a', done: false });
+    await Promise.all([first, again]);
+    expect(backend.handedOver.sort()).toEqual([running.id, paused.id].sort());
+    expect(orch.drainProgress()).toMatchObject({
+      handedOver: 2,
+      failed: 0,
+      running: 0,
+      paused: 0,
+      done: true,
+    });
+    expect(orch.find(running.id)).toBeUndefined();
+    const forkRefused = (await orch.fork(running.id, { count: 1 }).catch((e: unknown) => e)) as DomainError;
+    expect(forkRefused.kind).toBe(ErrorKind.Unavailable);
+    const refused = (await orch.create(input()).catch((e: unknown) => e)) as DomainError;
+    expect(refused.kind).toBe(ErrorKind.Unavailable);
+    expect(refused.message).toBe(
+      'node node-a is draining: it takes no new or resumed sandboxes (they start on another node)',
+    );
+    stopped.length = 0; // the pauses above stopped instances; the next tests count their own
   });
 
   it('creates a running sandbox with its expiry and counts it', async () => {

@@ -1,12 +1,13 @@
 import { DomainError, ErrorKind, isDomainError, shuttingDown } from '@aenv/protocol';
 import type { Logger } from '../util/log.js';
 import type { EgressPolicy } from '../network/types.js';
-import type {
-  BeforeInstanceStart,
-  CaptureTarget,
-  CapturedSandbox,
-  LaunchSource,
-  SandboxBackend,
+import {
+  isSandboxMoved,
+  type BeforeInstanceStart,
+  type CaptureTarget,
+  type CapturedSandbox,
+  type LaunchSource,
+  type SandboxBackend,
 } from './backend.js';
 import type { HookClient } from '../extension/hook-client.js';
 import { EXTRA_BOOT_ARGS_ENV } from '../extension/params.js';
@@ -107,6 +108,23 @@ export interface SnapshotTimings {
   publishMs: number;
 }
 
+const ADOPT_MISS_TTL_MS = 3000;
+const ADOPT_MISSES_MAX = 10_000;
+
+/** `GET /nodes/{nodeID}` while the node drains (docs/cluster.md#draining). */
+export interface DrainProgress {
+  node: string;
+  startedAt: string;
+  /** Sandboxes whose pause is in the shared repository and whose local copy is gone. */
+  handedOver: number;
+  /** Sandboxes the drain could not hand over (they stay here, paused or running; see the log). */
+  failed: number;
+  /** Sandboxes still running / paused on this node. */
+  running: number;
+  paused: number;
+  done: boolean;
+}
+
 export interface SandboxCountersView {
   sandboxCount: number;
   sandboxStartingCount: number;
@@ -161,6 +179,8 @@ export class Orchestrator {
   private readonly settledWaiters = new Map<string, (() => void)[]>();
   private evictTimer: NodeJS.Timeout | undefined;
   private shuttingDown = false;
+  private draining: Omit<DrainProgress, 'running' | 'paused'> | undefined;
+  private drainDone: Promise<void> | undefined;
   /** Snapshot publishes in flight (they run after the sandbox is released); shutdown waits for them. */
   private readonly publishing = new Set<Promise<void>>();
   private createSuccesses = 0;
@@ -329,6 +349,98 @@ export class Orchestrator {
     if (this.shuttingDown) throw shuttingDown();
   }
 
+  /** New sandboxes (create, fork) and resumes are refused while the node drains (docs/cluster.md#draining). */
+  private assertNotDraining(): void {
+    if (!this.draining) return;
+    throw new DomainError(
+      ErrorKind.Unavailable,
+      `node ${this.draining.node} is draining: it takes no new or resumed sandboxes (they start on another node)`,
+      { expose: true },
+    );
+  }
+
+  /** The drain's progress, or undefined when the node is not draining. */
+  drainProgress(): DrainProgress | undefined {
+    if (!this.draining) return undefined;
+    return { ...this.draining, running: this.count('running'), paused: this.count('paused') };
+  }
+
+  /**
+   * Drain (docs/cluster.md#draining): refuses new sandboxes from now on, pauses every running one with its memory,
+   * and hands every paused one over to the shared repository (dropping this node's copy), so each resumes on
+   * another node. Repeated calls join the drain in progress.
+   */
+  drain(node: string): Promise<void> {
+    if (this.draining) return this.drainDone ?? Promise.resolve();
+    this.draining = { node, startedAt: new Date().toISOString(), handedOver: 0, failed: 0, done: false };
+    this.drainDone = this.runDrain().finally(() => {
+      if (this.draining) this.draining.done = true;
+    });
+    return this.drainDone;
+  }
+
+  private async runDrain(): Promise<void> {
+    const progress = this.draining!;
+    await Promise.all(
+      [...this.sandboxes.values()].map(async (r) => {
+        try {
+          await this.withLock(r.id, async (cur) => {
+            if (cur.state === 'running') await this.doPause(cur, true, true);
+            if (cur.state !== 'paused' || !(await this.opts.backend.handOver?.(cur))) {
+              throw new Error(`sandbox is ${cur.state} and could not be handed over`);
+            }
+            this.sandboxes.delete(cur.id);
+            this.opts.store.delete(cur.id);
+            this.extensionStopped(cur);
+          });
+          progress.handedOver++;
+          this.opts.logger.info({ sandboxId: r.id }, 'drain: sandbox handed over to the shared repository');
+        } catch (e) {
+          if (isDomainError(e, ErrorKind.NotFound)) return;
+          progress.failed++;
+          this.opts.logger.error({ err: e, sandboxId: r.id }, 'drain: could not hand the sandbox over');
+        }
+      }),
+    );
+  }
+
+  /**
+   * A sandbox this node does not hold: the backend may take it over from the shared repository
+   * (docs/cluster.md#sandboxes-that-move). Misses are remembered for a few seconds, so a stream of requests for
+   * ids nobody has does not turn into a stream of repository listings.
+   */
+  async adopt(id: string): Promise<SandboxRecord | undefined> {
+    return this.sandboxes.get(id) ?? this.adoptShared(id);
+  }
+
+  private readonly adoptMisses = new Map<string, number>();
+
+  private async adoptShared(id: string): Promise<SandboxRecord | undefined> {
+    if (!this.opts.backend.adoptShared || this.draining || this.shuttingDown) return undefined;
+    const missedAt = this.adoptMisses.get(id);
+    if (missedAt !== undefined && Date.now() - missedAt < ADOPT_MISS_TTL_MS) return undefined;
+    return this.locks.run(`adopt:${id}`, this.opts.transitionWaitMs, async () => {
+      const known = this.sandboxes.get(id);
+      if (known) return known;
+      const r = await this.opts.backend.adoptShared!(id);
+      if (!r) {
+        if (this.adoptMisses.size >= ADOPT_MISSES_MAX) this.adoptMisses.clear();
+        this.adoptMisses.set(id, Date.now());
+        return undefined;
+      }
+      this.adoptMisses.delete(id);
+      this.sandboxes.set(r.id, r);
+      this.opts.store.save(r, true);
+      this.emit({
+        sandboxId: r.id,
+        event: 'restored',
+        level: 'info',
+        message: 'sandbox taken over from the shared repository; it is paused on this node',
+      });
+      return r;
+    });
+  }
+
   private setState(r: SandboxRecord, state: SandboxState, durable = false): void {
     r.state = state;
     if (!TRANSITIONAL_STATES.has(state) || state === 'pausing' || state === 'resuming') {
@@ -373,6 +485,7 @@ export class Orchestrator {
 
   async create(input: CreateSandboxInput): Promise<SandboxRecord> {
     this.assertOpen();
+    this.assertNotDraining();
     return this.createFrom(await this.opts.templates.resolveLaunchable(input.templateId), input);
   }
 
@@ -382,6 +495,7 @@ export class Orchestrator {
     input: Omit<CreateSandboxInput, 'templateId'>,
   ): Promise<SandboxRecord> {
     this.assertOpen();
+    this.assertNotDraining();
     const id = this.opts.newId();
     const now = new Date().toISOString();
     const record: SandboxRecord = {
@@ -611,7 +725,7 @@ export class Orchestrator {
     timeoutSecs: number,
     opts: { memory?: boolean } = {},
   ): Promise<{ record: SandboxRecord; resumed: boolean }> {
-    const current = this.sandboxes.get(id);
+    const current = this.sandboxes.get(id) ?? (await this.adoptShared(id));
     if (!current || current.state === 'killing') throw notFound(id);
     if (current.state === 'pausing') throw invalidState(id, 'sandbox cannot be resumed from pausing state');
     return this.withLock(id, async (r) => {
@@ -636,7 +750,7 @@ export class Orchestrator {
     timeoutSecs: number,
     opts: { memory?: boolean; onTimeout?: TimeoutAction } = {},
   ): Promise<SandboxRecord> {
-    const current = this.sandboxes.get(id);
+    const current = this.sandboxes.get(id) ?? (await this.adoptShared(id));
     if (!current || current.state === 'killing') throw notFound(id);
     if (current.state !== 'running' && current.state !== 'paused') {
       throw conflict(id, `sandbox cannot be resumed from ${current.state} state`);
@@ -664,6 +778,7 @@ export class Orchestrator {
    * did not enable it or was paused without its memory (see `autoResumable`).
    */
   async autoResume(id: string): Promise<SandboxRecord> {
+    if (!this.sandboxes.has(id)) await this.adoptShared(id);
     return this.withLock(id, async (r) => {
       if (r.state !== 'paused') return r;
       if (!autoResumable(r)) {
@@ -681,6 +796,7 @@ export class Orchestrator {
 
   private async doResume(r: SandboxRecord, timeout: NewTimeout, memory = true): Promise<void> {
     this.assertOpen();
+    this.assertNotDraining();
     this.setState(r, 'resuming');
     const hooks = this.startHooks(r, 'resume');
     try {
@@ -706,6 +822,10 @@ export class Orchestrator {
       });
     } catch (e) {
       hooks.started(undefined);
+      if (isSandboxMoved(e)) {
+        await this.dropMoved(r, e.sandboxMovedTo);
+        throw e;
+      }
       this.opts.logger.error({ err: e, sandboxId: r.id }, 'resume failed; the sandbox stays paused');
       this.setState(r, 'paused');
       this.emit({
@@ -716,6 +836,48 @@ export class Orchestrator {
       });
       throw e;
     }
+  }
+
+  /**
+   * At startup, before the node reports its roster: paused sandboxes that another node took over while this one
+   * was away are dropped (docs/cluster.md#sandbox-ownership). Returns how many.
+   */
+  async dropMovedAway(): Promise<number> {
+    const movedTo = this.opts.backend.movedTo;
+    if (!movedTo) return 0;
+    let dropped = 0;
+    await Promise.all(
+      [...this.sandboxes.values()]
+        .filter((r) => r.state === 'paused')
+        .map(async (r) => {
+          try {
+            const owner = await movedTo.call(this.opts.backend, r.id);
+            if (owner === undefined) return;
+            await this.withLock(r.id, (cur) => this.dropMoved(cur, owner));
+            dropped++;
+          } catch (err) {
+            this.opts.logger.warn({ err, sandboxId: r.id }, 'could not read the claim of a paused sandbox');
+          }
+        }),
+    );
+    return dropped;
+  }
+
+  /** Another node took the sandbox over while this node was away: this node's copy is stale and goes. */
+  private async dropMoved(r: SandboxRecord, owner: string): Promise<void> {
+    this.opts.logger.warn(
+      { sandboxId: r.id, owner },
+      'sandbox moved to another node; dropping the local copy',
+    );
+    await this.opts.backend.destroy(r).catch((err: unknown) => {
+      this.opts.logger.warn({ err, sandboxId: r.id }, 'could not remove the stale copy of a moved sandbox');
+    });
+    this.sandboxes.delete(r.id);
+    this.opts.store.delete(r.id);
+    this.emit(
+      { sandboxId: r.id, event: 'lost', level: 'info', message: `sandbox moved to node ${owner}` },
+      r,
+    );
   }
 
   private policyOf(r: SandboxRecord): EgressPolicy {
@@ -854,6 +1016,7 @@ export class Orchestrator {
     opts: { count: number; timeoutSecs?: number },
   ): Promise<({ ok: true; record: SandboxRecord } | { ok: false; error: DomainError })[]> {
     this.assertOpen();
+    this.assertNotDraining();
     const current = this.sandboxes.get(id);
     if (!current || current.state === 'killing') throw notFound(id);
     if (current.state !== 'running')

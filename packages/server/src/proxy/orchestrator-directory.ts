@@ -60,6 +60,11 @@ export class OrchestratorDirectory implements SandboxDirectory {
     return r && target(r);
   }
 
+  async adopt(id: string): Promise<ProxyTarget | undefined> {
+    const r = await this.orchestrator.adopt(id);
+    return r && target(r);
+  }
+
   async autoResume(id: string): Promise<ProxyTarget> {
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {

@@ -38,6 +38,12 @@ import type {
 } from './repository.js';
 import type { BlobLocation, LockHandle, LockMode, LockName, RepositoryStore } from './store.js';
 import { untrusted, type RecordSigner, type SignedNamespace } from './signing.js';
+import {
+  claimMatches,
+  sandboxClaimSchema,
+  type ClaimExpectation,
+  type SandboxClaim,
+} from './sandbox-claim.js';
 
 export interface CatalogOptions {
   store: RepositoryStore;
@@ -460,6 +466,40 @@ export class CatalogRepository implements SnapshotRepository {
     return result;
   }
 
+  async readClaim(sandboxId: string): Promise<SandboxClaim | undefined> {
+    const name = requireClaimName(sandboxId);
+    await this.ready();
+    const text = await this.store.readDoc('claims', name);
+    if (text === undefined) return undefined;
+    const claim = this.decode(sandboxClaimSchema, 'claims', name, text, `claim of sandbox ${sandboxId}`);
+    if (claim.sandboxId !== sandboxId) throw untrusted(`claim of sandbox ${sandboxId} names another sandbox`);
+    return claim;
+  }
+
+  async swapClaim(sandboxId: string, expected: ClaimExpectation, next: SandboxClaim): Promise<boolean> {
+    const name = requireClaimName(sandboxId);
+    if (next.sandboxId !== sandboxId) throw invalidRequest('a claim must name its own sandbox');
+    await this.ready();
+    // The record lock of the claim's own name (flock on posix_fs, a lease object with conditional PUTs on oss)
+    // makes read-compare-write one step for every node of the repository.
+    return this.withLocks([[{ kind: 'record', id: `claim-${name}` }, 'exclusive']], async (held) => {
+      if (!claimMatches(await this.readClaim(sandboxId), expected)) return false;
+      held[0]!.assertHeld();
+      await this.store.writeDoc('claims', name, this.encode('claims', name, next));
+      return true;
+    });
+  }
+
+  async deleteClaim(sandboxId: string, expected: ClaimExpectation): Promise<boolean> {
+    const name = requireClaimName(sandboxId);
+    await this.ready();
+    return this.withLocks([[{ kind: 'record', id: `claim-${name}` }, 'exclusive']], async () => {
+      if (!claimMatches(await this.readClaim(sandboxId), expected)) return false;
+      await this.store.deleteDoc('claims', name);
+      return true;
+    });
+  }
+
   async close(): Promise<void> {
     await this.store.close();
   }
@@ -716,6 +756,12 @@ function view(stored: StoredRecord, committed: CommittedSnapshot | undefined): S
     }
   }
   return record;
+}
+
+/** Sandbox ids are the node's own (lower-case letters and digits); anything else never names a claim document. */
+function requireClaimName(sandboxId: string): string {
+  if (typeof sandboxId === 'string' && /^[a-z0-9][a-z0-9-]{0,127}$/.test(sandboxId)) return sandboxId;
+  throw invalidRequest(`invalid sandbox id ${JSON.stringify(sandboxId)}`);
 }
 
 function serialize(value: unknown): string {

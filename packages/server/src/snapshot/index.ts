@@ -9,6 +9,7 @@ import type { SnapshotRepository } from './repository.js';
 export * from './errors.js';
 export * from './record.js';
 export * from './repository.js';
+export * from './sandbox-claim.js';
 export { RecordSigner, canonicalJson } from './signing.js';
 export type { OssOptions, OssCredentials } from './oss/s3-store.js';
 

@@ -6,6 +6,7 @@ import type {
   SnapshotKind,
   SnapshotRecord,
 } from './record.js';
+import type { ClaimExpectation, SandboxClaim } from './sandbox-claim.js';
 
 /** A file on this node to be stored in the repository. */
 export interface LocalFile {
@@ -103,5 +104,11 @@ export interface SnapshotRepository {
    * the operator trusts as it is now: `snapshot.unsigned_records`). Documents with a bad signature stay as they are.
    */
   signUnsigned(): Promise<SignUnsignedResult>;
+  /** The owner claim of a sandbox that can move between nodes (docs/cluster.md#sandbox-ownership). */
+  readClaim(sandboxId: string): Promise<SandboxClaim | undefined>;
+  /** Writes `next` only if the current claim matches `expected` (null: none); false when it did not. */
+  swapClaim(sandboxId: string, expected: ClaimExpectation, next: SandboxClaim): Promise<boolean>;
+  /** Removes the claim if it matches `expected` (the sandbox is gone for good). */
+  deleteClaim(sandboxId: string, expected: ClaimExpectation): Promise<boolean>;
   close(): Promise<void>;
 }

@@ -8,6 +8,7 @@ import type {
   ForkResult,
   ListedSandbox,
   NodeDetail,
+  NodeDrainProgress,
   NodeResponse,
   SandboxDetail,
   SandboxesWithMetrics,
@@ -254,6 +255,9 @@ export class AenvApiClient {
   readonly nodes = {
     list: () => this.json<NodeResponse[]>('GET', '/nodes'),
     get: (nodeId: string) => this.json<NodeDetail>('GET', `/nodes/${seg(nodeId)}`),
+    /** aenv's drain (docs/cluster.md#draining): 202 with the progress; repeating it joins the same drain. */
+    drain: (nodeId: string) =>
+      this.json<NodeDrainProgress>('POST', `/nodes/${seg(nodeId)}/drain`, { body: {} }),
   };
 
   readonly teams = {

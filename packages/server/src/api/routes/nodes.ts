@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { isUuid, type NodeDetail, type NodeResponse } from '@aenv/protocol';
+import { isUuid, type NodeDetail, type NodeDrainProgress, type NodeResponse } from '@aenv/protocol';
 import type { HostMetricsSampler } from '../../observability/host-metrics.js';
 import { ApiError } from '../errors.js';
 import type { SandboxCountersView } from '../../orchestrator/orchestrator.js';
@@ -21,6 +21,8 @@ export interface NodesRouteDeps {
   identity: NodeIdentityView;
   host: HostMetricsSampler;
   counters: () => SandboxCounters;
+  /** The drain's progress while the node drains (node-drain.ts). */
+  drainProgress?: () => NodeDrainProgress | undefined;
 }
 
 function clusterMatches(query: unknown, clusterId: string): boolean {
@@ -44,7 +46,7 @@ export function registerNodeRoutes(app: FastifyInstance, deps: NodesRouteDeps): 
       serviceInstanceID: id.serviceInstanceId,
       clusterID: id.clusterId,
       machineInfo: id.machineInfo,
-      status: 'ready',
+      status: deps.drainProgress?.() ? 'draining' : 'ready',
       sandboxCount: c.sandboxCount,
       metrics: {
         allocatedCPU: c.allocatedCPU,
@@ -75,7 +77,8 @@ export function registerNodeRoutes(app: FastifyInstance, deps: NodesRouteDeps): 
       throw new ApiError(404, `node ${req.params.nodeID} not found`);
     }
     const { sandboxStartingCount: _omit, ...rest } = await view();
-    const detail: NodeDetail = { ...rest, cachedBuilds: [] };
+    const drain = deps.drainProgress?.();
+    const detail: NodeDetail = { ...rest, cachedBuilds: [], ...(drain ? { drain } : {}) };
     return detail;
   });
 }

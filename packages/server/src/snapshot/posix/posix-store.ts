@@ -40,6 +40,7 @@ const LOCK_STRIPES = 256;
  * posix_fs backend. Layout under `<snapshot_store>/repository/`:
  *   catalog/records/<id>.json      record (without `committed`)
  *   catalog/aliases/<alias>        JSON string of the id
+ *   catalog/claims/<sandbox>.json  owner of a sandbox that can move between nodes (sandbox-claim.ts)
  *   snapshots/<id>/commit          commit marker (the committed data), written last
  *   snapshots/<id>/artifacts/<n>   per-record artifacts
  *   layers/sha256/<hex>            content-addressed layers
@@ -71,6 +72,7 @@ export class PosixStore implements RepositoryStore {
     for (const d of [
       'catalog/records',
       'catalog/aliases',
+      'catalog/claims',
       'snapshots',
       'layers/sha256',
       'locks/records',
@@ -137,6 +139,11 @@ export class PosixStore implements RepositoryStore {
         .map((f) => f.slice(0, -5));
     }
     if (ns === 'aliases') return readdir(join(this.root, 'catalog/aliases'));
+    if (ns === 'claims') {
+      return (await readdir(join(this.root, 'catalog/claims')))
+        .filter((f) => f.endsWith('.json'))
+        .map((f) => f.slice(0, -5));
+    }
     const ids: string[] = [];
     for (const id of await readdir(join(this.root, 'snapshots'))) {
       if (await exists(join(this.root, 'snapshots', id, 'commit'))) ids.push(id);
@@ -253,6 +260,7 @@ export class PosixStore implements RepositoryStore {
   private docPath(ns: DocNamespace, name: string): string {
     if (ns === 'records') return join(this.root, 'catalog/records', `${name}.json`);
     if (ns === 'aliases') return join(this.root, 'catalog/aliases', name);
+    if (ns === 'claims') return join(this.root, 'catalog/claims', `${name}.json`);
     return join(this.root, 'snapshots', name, 'commit');
   }
 

@@ -14,7 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { httpErrorAnswer, newSnapshotId } from '@aenv/protocol';
-import { createSnapshotRepository, type SnapshotRepositoryOptions } from '../index.js';
+import { createSnapshotRepository, nextClaim, type SnapshotRepositoryOptions } from '../index.js';
 import { RepositoryError } from '../errors.js';
 import type {
   CommittedSnapshotDraft,
@@ -476,6 +476,50 @@ export function defineRepositoryContract(
       for (const r of await repo.list({ committed: true })) {
         for (const l of r.committed!.layers) expect(gc.removed).not.toContain(l.digest);
       }
+    });
+
+    it('sandbox claims: compare-and-swap by owner and generation, one winner among racing repositories', async () => {
+      const sandbox = `sbx${uid}claim`;
+      expect(await repo.readClaim(sandbox)).toBeUndefined();
+      expect(await repo.swapClaim(sandbox, null, nextClaim(sandbox, 'node-a', 1, 'running'))).toBe(true);
+      // A second "create" and a swap from a stale expectation both fail and change nothing.
+      expect(await repo.swapClaim(sandbox, null, nextClaim(sandbox, 'node-b', 1, 'running'))).toBe(false);
+      expect(
+        await repo.swapClaim(
+          sandbox,
+          { owner: 'node-a', generation: 0 },
+          nextClaim(sandbox, 'node-b', 2, 'running'),
+        ),
+      ).toBe(false);
+      expect(await repo.readClaim(sandbox)).toMatchObject({
+        owner: 'node-a',
+        generation: 1,
+        state: 'running',
+      });
+      // Several nodes (each its own repository handle) take over the same pause at once: exactly one wins.
+      const takers = ['node-b', 'node-c', 'node-d', 'node-e'].map((node) => ({ node, repo: open() }));
+      const results = await Promise.all(
+        takers.map((t) =>
+          t.repo.swapClaim(
+            sandbox,
+            { owner: 'node-a', generation: 1 },
+            nextClaim(sandbox, t.node, 2, 'running'),
+          ),
+        ),
+      );
+      expect(results.filter(Boolean)).toHaveLength(1);
+      const winner = takers[results.indexOf(true)]!.node;
+      expect(await repo.readClaim(sandbox)).toMatchObject({ owner: winner, generation: 2 });
+      // A claim names its own sandbox; ids that cannot be the node's are refused before touching the store.
+      await expectError(
+        repo.swapClaim(sandbox, null, nextClaim('other', 'node-a', 1, 'running')),
+        'InvalidRequest',
+        400,
+      );
+      await expectError(repo.readClaim('../records/x'), 'InvalidRequest', 400);
+      expect(await repo.deleteClaim(sandbox, { owner: 'node-a', generation: 1 })).toBe(false);
+      expect(await repo.deleteClaim(sandbox, { owner: winner, generation: 2 })).toBe(true);
+      expect(await repo.readClaim(sandbox)).toBeUndefined();
     });
 
     for (const mode of ['create', 'bind'] as const) {

@@ -1,0 +1,187 @@
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { DomainError, ErrorKind } from '@aenv/protocol';
+import { createLogger } from '../util/log.js';
+import { createSnapshotRepository, type SnapshotRepository } from '../snapshot/index.js';
+import type { SandboxRecord } from '../orchestrator/types.js';
+import { PausedSharing, SandboxMovedError } from './paused-sharing.js';
+import { adoptSharedPause, type AdoptionDeps } from './paused-adoption.js';
+
+const logger = createLogger('json', 'info', new Writable({ write: (_c, _e, cb) => cb() }));
+const runtime = {
+  diskFilesDir: (disk: string) => disk,
+  memoryMediaTypes: { capture: 'application/x-test-capture', paused: 'application/x-test-paused' },
+};
+
+/**
+ * The sharing and take-over of paused sandboxes on one real posix_fs repository, as several nodes see it (each
+ * node its own repository handle and pause dir): who may run a sandbox is decided by its claim alone.
+ */
+describe('paused sandboxes shared between nodes', () => {
+  let base: string;
+  const repos: SnapshotRepository[] = [];
+  const node = (id: string) => {
+    const repository = createSnapshotRepository({
+      backend: 'posix_fs',
+      posixFs: { snapshotStore: join(base, 'shared') },
+      localCachePath: join(base, `${id}-cache`),
+      cacheMaxSizeGb: 1,
+      compression: { enabled: false, level: 3 },
+      logger,
+      signing: { secret: 'cluster-secret' },
+    });
+    repos.push(repository);
+    const sharing = new PausedSharing(repository, runtime, logger, id);
+    const pausedDir = (sandboxId: string) => join(base, id, 'paused', sandboxId);
+    const deps: AdoptionDeps = {
+      repository,
+      nodeId: id,
+      logger,
+      pausedDir,
+      diskFilesDir: runtime.diskFilesDir,
+      markComplete: (dir, paused) => writeFile(join(dir, 'complete'), JSON.stringify(paused)),
+      localize: async (r) => r,
+    };
+    return {
+      id,
+      repository,
+      sharing,
+      pausedDir,
+      adopt: (sandboxId: string) => adoptSharedPause(deps, sandboxId),
+    };
+  };
+  const record = (id: string): SandboxRecord => ({
+    id,
+    templateId: 'tpl',
+    state: 'paused',
+    createdAt: new Date().toISOString(),
+    expiresAt: null,
+    timeoutSecs: 300,
+    resources: { cpuCount: 1, memoryMB: 256, diskSizeMB: 1024 },
+    metadata: { team: 'rl' },
+    envVars: {},
+    secure: true,
+    network: { allowPublicTraffic: true, allowOut: [], denyOut: [], allowInternetAccess: null },
+    onTimeout: 'pause',
+    autoResume: true,
+    envdVersion: '0.5.15',
+    defaultUser: 'user',
+    paused: { kind: 'memory', pausedAt: new Date().toISOString(), artifactDir: '/x', bytes: 10 },
+    backend: { imageRef: 'base' },
+  });
+  /** A pause on `n`: the artifacts in its pause dir, then the shared copy (waited for). */
+  const pauseOn = async (n: ReturnType<typeof node>, id: string) => {
+    const dir = n.pausedDir(id);
+    await mkdir(join(dir, 'memory'), { recursive: true });
+    await mkdir(join(dir, 'disk'), { recursive: true });
+    await writeFile(join(dir, 'memory', 'pages.img'), `memory of ${id} on ${n.id}`);
+    await writeFile(join(dir, 'disk', 'file.txt'), `disk of ${id}`);
+    n.sharing.share(record(id), dir, { envd: '1' }, 'container');
+    await n.sharing.settled(id);
+  };
+
+  beforeEach(async () => {
+    base = await mkdtemp(join(tmpdir(), 'aenv-adoption-'));
+  });
+  afterEach(async () => {
+    for (const r of repos.splice(0)) await r.close();
+    await rm(base, { recursive: true, force: true });
+  });
+
+  it('a node takes over a pause another node shared: same memory and disk, the claim moves, the copy goes', async () => {
+    const a = node('node-a');
+    const b = node('node-b');
+    await a.sharing.claimNew('sbx1');
+    await pauseOn(a, 'sbx1');
+    expect(await a.repository.readClaim('sbx1')).toMatchObject({
+      owner: 'node-a',
+      generation: 1,
+      state: 'paused',
+    });
+
+    const taken = await b.adopt('sbx1');
+    expect(taken).toMatchObject({ id: 'sbx1', state: 'paused', metadata: { team: 'rl' }, secure: true });
+    expect(taken!.paused).toMatchObject({ kind: 'memory', artifactDir: b.pausedDir('sbx1') });
+    expect(await readFile(join(b.pausedDir('sbx1'), 'memory', 'pages.img'), 'utf8')).toBe(
+      'memory of sbx1 on node-a',
+    );
+    expect(await readFile(join(b.pausedDir('sbx1'), 'disk', 'file.txt'), 'utf8')).toBe('disk of sbx1');
+    expect(await b.repository.readClaim('sbx1')).toMatchObject({ owner: 'node-b', generation: 2 });
+    expect(await b.repository.list({ kind: 'paused', sandboxId: 'sbx1' })).toEqual([]);
+
+    // A, back with its own (now stale) copy, may not resume it, and its kill leaves B's claim alone.
+    const refused = await a.sharing.takeBack('sbx1').catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(SandboxMovedError);
+    expect((refused as Error).message).toBe('sandbox sbx1 not found: it moved to node node-b');
+    await a.sharing.release('sbx1');
+    expect(await a.repository.readClaim('sbx1')).toMatchObject({ owner: 'node-b' });
+    // B resumes its copy (claim one generation on), then kills it: a sandbox that moved leaves a tombstone, so
+    // A's stale copy is still refused (and a third node finds nothing).
+    await b.sharing.takeBack('sbx1');
+    expect(await b.repository.readClaim('sbx1')).toMatchObject({
+      owner: 'node-b',
+      generation: 3,
+      moved: true,
+    });
+    await b.sharing.release('sbx1');
+    expect(await b.repository.readClaim('sbx1')).toMatchObject({ owner: 'node-b', state: 'killed' });
+    const afterKill = await a.sharing.takeBack('sbx1').catch((e: unknown) => e);
+    expect((afterKill as Error).message).toBe('sandbox sbx1 not found: it was killed on node node-b');
+    expect(await node('node-c').adopt('sbx1')).toBeUndefined();
+  });
+
+  it('a sandbox that never moved leaves no claim behind when it is killed', async () => {
+    const a = node('node-a');
+    await a.sharing.claimNew('sbx4');
+    await pauseOn(a, 'sbx4');
+    await a.sharing.takeBack('sbx4');
+    await a.sharing.release('sbx4');
+    expect(await a.repository.readClaim('sbx4')).toBeUndefined();
+  });
+
+  it('of several nodes taking the same pause at once exactly one wins; the others keep nothing', async () => {
+    const a = node('node-a');
+    await pauseOn(a, 'sbx2');
+    const takers = ['node-b', 'node-c', 'node-d'].map(node);
+    const results = await Promise.allSettled(takers.map((t) => t.adopt('sbx2')));
+    const won = results.flatMap((r, i) => (r.status === 'fulfilled' && r.value ? [takers[i]!] : []));
+    expect(won).toHaveLength(1);
+    for (const [i, r] of results.entries()) {
+      if (takers[i] === won[0]) continue;
+      // A loser either lost the swap (409) or came after the copy was gone (nothing to take, or who holds it).
+      if (r.status === 'rejected') {
+        expect(r.reason).toBeInstanceOf(DomainError);
+        expect([ErrorKind.Conflict, ErrorKind.NotFound]).toContain((r.reason as DomainError).kind);
+      } else {
+        expect(r.value).toBeUndefined();
+      }
+      expect(existsSync(takers[i]!.pausedDir('sbx2'))).toBe(false);
+    }
+    expect(await a.repository.readClaim('sbx2')).toMatchObject({ owner: won[0]!.id, generation: 2 });
+  });
+
+  it('a resume of its own copy first moves the claim on, so a node holding the old shared copy cannot take it', async () => {
+    const a = node('node-a');
+    const b = node('node-b');
+    await pauseOn(a, 'sbx3');
+    const stale = await b.repository.list({ kind: 'paused', sandboxId: 'sbx3', committed: true });
+    expect(stale).toHaveLength(1);
+    await a.sharing.takeBack('sbx3');
+    expect(await a.repository.readClaim('sbx3')).toMatchObject({
+      owner: 'node-a',
+      generation: 2,
+      state: 'running',
+    });
+    // The shared copy is gone with the resume; a node asked now names where the sandbox runs.
+    const answer = await b.adopt('sbx3').catch((e: unknown) => e);
+    expect(answer).toBeInstanceOf(DomainError);
+    expect((answer as DomainError).message).toBe(
+      'sandbox sbx3 is lost: it was running on node node-a, which no longer serves it, and it has no paused copy in the shared repository; it comes back if node node-a returns',
+    );
+    expect(await b.adopt('unknown-sandbox')).toBeUndefined();
+  });
+});

@@ -1,0 +1,300 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { DeleteObjectCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Sandbox } from 'e2b';
+import {
+  startSchedulerProcess,
+  type SchedulerProcess,
+} from '../../packages/scheduler/src/testing/scheduler-process.js';
+import {
+  schedulerClient,
+  type Plain,
+  type TestSchedulerClient,
+} from '../../packages/scheduler/src/testing/grpc-client.js';
+import {
+  endNode,
+  eventually,
+  freePort,
+  readWorkload,
+  startServer,
+  startWorkload,
+  useSdk,
+  workloadFetch,
+  type TestServer,
+  type Workload,
+} from './harness.js';
+
+const NODE_STATUS_LINGERING = 4;
+
+const s3 = {
+  endpoint: process.env.AENV_TEST_S3_ENDPOINT ?? 'http://127.0.0.1:9000',
+  bucket: process.env.AENV_TEST_S3_BUCKET ?? 'aenv-test',
+  region: process.env.AENV_TEST_S3_REGION ?? 'us-east-1',
+  accessKeyId: process.env.AENV_TEST_S3_ACCESS_KEY ?? 'aenvtest',
+  secretAccessKey: process.env.AENV_TEST_S3_SECRET_KEY ?? 'aenvtestsecret',
+};
+
+type RepositoryKind = 'oss' | 'posix_fs';
+
+/** The `[snapshot]`/`[backend.*]` lines of a repository both nodes share, and how to remove it afterwards. */
+function sharedRepository(kind: RepositoryKind): { toml: string[]; cleanup: () => Promise<void> } {
+  if (kind === 'posix_fs') {
+    const dir = `/var/lib/aenv-e2e/mobshared-${randomUUID().slice(0, 8)}`;
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    return {
+      toml: [
+        '[snapshot]',
+        'repository_backend = "posix_fs"',
+        '[backend.posix_fs]',
+        `snapshot_store = "${dir}"`,
+      ],
+      cleanup: async () => rmSync(dir, { recursive: true, force: true }),
+    };
+  }
+  const prefix = `mobility-${randomUUID()}/`;
+  return {
+    toml: [
+      '[snapshot]',
+      'repository_backend = "oss"',
+      '[backend.oss]',
+      `endpoint = "${s3.endpoint}"`,
+      `bucket = "${s3.bucket}"`,
+      `region = "${s3.region}"`,
+      'addressing_style = "path"',
+      `prefix = "${prefix}"`,
+      `access_key_id = "${s3.accessKeyId}"`,
+      `access_key_secret = "${s3.secretAccessKey}"`,
+    ],
+    cleanup: async () => {
+      const client = new S3Client({
+        endpoint: s3.endpoint,
+        region: s3.region,
+        forcePathStyle: true,
+        credentials: { accessKeyId: s3.accessKeyId, secretAccessKey: s3.secretAccessKey },
+      });
+      try {
+        let token: string | undefined;
+        do {
+          const page = await client.send(
+            new ListObjectsV2Command({ Bucket: s3.bucket, Prefix: prefix, ContinuationToken: token }),
+          );
+          for (const o of page.Contents ?? [])
+            await client.send(new DeleteObjectCommand({ Bucket: s3.bucket, Key: o.Key! }));
+          token = page.NextContinuationToken;
+        } while (token);
+      } finally {
+        client.destroy();
+      }
+    },
+  };
+}
+
+/**
+ * Sandboxes that outlive their node (docs/cluster.md#sandboxes-that-move): two real nodes and a real scheduler
+ * sharing one repository (moto S3, then a shared directory), the cluster's secrets the same on both nodes. A
+ * sandbox paused on A is connected on B with its memory (a python process and the secret only it holds); A
+ * restarted drops its stale copy; a drain of A hands its sandbox over; after A is killed (-9) its paused
+ * sandboxes resume on B (connect, and auto-resume on a data-plane request) while a running one is reported lost
+ * by B, and comes back when A returns.
+ */
+describe.each<RepositoryKind>(['oss', 'posix_fs'])('sandboxes moving between nodes (%s)', (kind) => {
+  const suffix = kind === 'oss' ? 'o' : 'p';
+  const idA = `mob-a-${suffix}`;
+  const idB = `mob-b-${suffix}`;
+  let sched: SchedulerProcess;
+  let rpc: TestSchedulerClient;
+  let a: TestServer;
+  let b: TestServer;
+  let repo: ReturnType<typeof sharedRepository>;
+
+  const apiKey = `e2b_${randomBytes(32).toString('hex')}`;
+  const env = {
+    AENV_SANDBOX_ACCESS_TOKEN_HASH_SEED: randomBytes(32).toString('hex'),
+    AENV_SNAPSHOT_RECORD_SIGNING_SECRET: randomBytes(32).toString('hex'),
+  };
+  const nodeOptions = (name: string, nodeId: string) => {
+    // The cluster's API key, where the node looks for it first (the managed file the harness reads back).
+    // (The home stays between runs, as every e2e node's does: its sandbox volume stays mounted there.)
+    const home = `/var/lib/aenv-e2e/${name}`;
+    mkdirSync(home, { recursive: true, mode: 0o711 });
+    const secrets = join(home, 'secrets');
+    mkdirSync(secrets, { recursive: true, mode: 0o700 });
+    writeFileSync(join(secrets, 'api-key'), `${apiKey}\n`, { mode: 0o600 });
+    return {
+      name,
+      env,
+      toml: [
+        ...repo.toml,
+        '[cluster]',
+        `scheduler_endpoint = "http://${sched.grpcAddress}"`,
+        '[observability.scheduler_report]',
+        'enabled = true',
+        'interval_secs = 1',
+        '[node_identity]',
+        `node_id = "${nodeId}"`,
+      ].join('\n'),
+    };
+  };
+  let portA = 0;
+  let portB = 0;
+
+  const observed = async (nodeId: string): Promise<Plain | undefined> => {
+    const r = await rpc.call('ListObservedNodes', { cluster_id: '' });
+    return (r.nodes as Plain[]).find((n) => n.node_id === nodeId);
+  };
+  /** Starts a sandbox with the workload on `node` (SDK pointed at it); `autoResume` for data-plane wake-ups. */
+  const workloadOn = async (node: TestServer, autoResume = false) => {
+    useSdk(node);
+    const sbx = await Sandbox.create({
+      timeoutMs: 600_000,
+      ...(autoResume ? { lifecycle: { onTimeout: 'pause' as const, autoResume: true } } : {}),
+    });
+    return { sbx, w: await startWorkload(node, sbx) };
+  };
+  /** Pauses on `node` and waits until the pause is in the shared repository (its copy is in the background). */
+  const pauseShared = async (node: TestServer, id: string) => {
+    const copied = () =>
+      node
+        .logs()
+        .split('\n')
+        .filter((l) => l.includes('"paused sandbox copied to the repository"') && l.includes(id)).length;
+    const before = copied();
+    expect((await node.api('POST', `/sandboxes/${id}/pause`)).status).toBe(204);
+    await eventually(() => copied() > before, `the pause of ${id} to reach the repository`, 600, 100);
+  };
+  /** The same process memory on the node now serving it: the python server's secret and the counter loop. */
+  const sameProcesses = async (node: TestServer, id: string, w: Workload) => {
+    useSdk(node);
+    const moved = await Sandbox.connect(id);
+    expect((await workloadFetch(node, id, '/secret')).body).toBe(w.secret);
+    const view = await readWorkload(moved, w);
+    expect(view).toMatchObject({ counterAlive: true, serverAlive: true, file: w.file });
+    return moved;
+  };
+
+  beforeAll(async () => {
+    repo = sharedRepository(kind);
+    [portA, portB] = [await freePort(), await freePort()];
+    sched = await startSchedulerProcess({
+      scheduler: {
+        nodes: [
+          { id: idA, endpoint: `http://127.0.0.1:${portA}` },
+          { id: idB, endpoint: `http://127.0.0.1:${portB}` },
+        ],
+      },
+    });
+    rpc = schedulerClient(sched.grpcAddress);
+    // One after the other: the first registers the base template in the shared repository, the second finds it.
+    a = await startServer(nodeOptions(`moba${suffix}`, idA), portA);
+    b = await startServer(nodeOptions(`mobb${suffix}`, idB), portB);
+  });
+  afterAll(async () => {
+    rpc?.close();
+    for (const node of [a, b]) if (node) await node.shutdown().catch(() => undefined);
+    await sched?.stop();
+    await repo?.cleanup();
+  });
+
+  it('a sandbox paused on A connects on B with its processes; killed there, A restarted does not bring it back', async () => {
+    const { sbx, w } = await workloadOn(a);
+    await pauseShared(a, sbx.sandboxId);
+    await sameProcesses(b, sbx.sandboxId, w);
+    expect(b.logs()).toContain('"took over a sandbox paused on another node"');
+    const onB = await b.api('GET', `/sandboxes/${sbx.sandboxId}`);
+    expect(onB.body).toMatchObject({ state: 'running' });
+    // Killed on B while A is away: A, restarted with its own (stale) copy, finds the claim is B's and drops the
+    // copy before it reports, rather than bringing the sandbox back.
+    await a.stop();
+    expect((await b.api('DELETE', `/sandboxes/${sbx.sandboxId}`)).status).toBe(204);
+    a = await a.restart();
+    const onA = await a.api('GET', `/sandboxes/${sbx.sandboxId}`);
+    expect(onA.status).toBe(404);
+    expect(a.logs()).toContain('"dropped paused sandboxes that moved to other nodes"');
+  });
+
+  it('drain: A takes no new sandboxes, heartbeats LINGERING, hands its running sandbox over; it comes back on B', async () => {
+    const { sbx, w } = await workloadOn(a);
+    const started = await a.api('POST', `/nodes/${idA}/drain`);
+    expect(started.status).toBe(202);
+    expect(started.body).toMatchObject({ node: idA });
+    // Repeating it joins the same drain; another node's id and a missing key are refused.
+    const again = await a.api('POST', `/nodes/${idA}/drain`);
+    expect(again).toMatchObject({ status: 202, body: { startedAt: started.body.startedAt } });
+    expect((await a.api('POST', `/nodes/${idB}/drain`)).body).toEqual({
+      code: 404,
+      message: `node ${idB} not found`,
+    });
+    expect((await fetch(`${a.url}/nodes/${idA}/drain`, { method: 'POST' })).status).toBe(401);
+    await eventually(
+      async () => (await a.api('GET', `/nodes/${idA}`)).body?.drain?.done === true,
+      'the drain to finish',
+      600,
+      100,
+    );
+    const view = await a.api('GET', `/nodes/${idA}`);
+    expect(view.body).toMatchObject({
+      status: 'draining',
+      drain: { handedOver: 1, failed: 0, running: 0, paused: 0, done: true },
+    });
+    const refused = await a.api('POST', '/sandboxes', { templateID: 'base' });
+    expect(refused).toMatchObject({
+      status: 503,
+      body: {
+        code: 503,
+        message: `node ${idA} is draining: it takes no new or resumed sandboxes (they start on another node)`,
+      },
+    });
+    await eventually(
+      async () => ((await observed(idA))?.snapshot as Plain | undefined)?.status === NODE_STATUS_LINGERING,
+      'the scheduler to see A lingering',
+      300,
+      100,
+    );
+    for (let i = 0; i < 4; i++) {
+      const placed = await rpc.call('Schedule', {});
+      expect((placed.node as Plain).node_id).toBe(idB);
+    }
+    await sameProcesses(b, sbx.sandboxId, w);
+    expect((await b.api('DELETE', `/sandboxes/${sbx.sandboxId}`)).status).toBe(204);
+    // A drained node takes work again only after a restart.
+    await a.stop();
+    a = await a.restart();
+  });
+
+  it('kill -9 of A: its paused sandboxes resume on B (connect, auto-resume), a running one is lost until A returns', async () => {
+    const running = await workloadOn(a);
+    const paused = await workloadOn(a);
+    const wakes = await workloadOn(a, true);
+    await pauseShared(a, paused.sbx.sandboxId);
+    await pauseShared(a, wakes.sbx.sandboxId);
+    await a.crash();
+
+    await sameProcesses(b, paused.sbx.sandboxId, paused.w);
+    // A data-plane request alone brings the auto-resuming one back, on B.
+    expect((await workloadFetch(b, wakes.sbx.sandboxId, '/secret')).body).toBe(wakes.w.secret);
+    expect((await b.api('GET', `/sandboxes/${wakes.sbx.sandboxId}`)).body).toMatchObject({
+      state: 'running',
+    });
+
+    const lost = await b.api('POST', `/sandboxes/${running.sbx.sandboxId}/connect`, { timeout: 60 });
+    expect(lost.status).toBe(404);
+    expect(lost.body.message).toBe(
+      `sandbox ${running.sbx.sandboxId} is lost: it was running on node ${idA}, which no longer serves it, and it has no paused copy in the shared repository; it comes back if node ${idA} returns`,
+    );
+
+    a = await a.restart();
+    expect((await a.api('GET', `/sandboxes/${running.sbx.sandboxId}`)).body).toMatchObject({
+      state: 'running',
+    });
+    await sameProcesses(a, running.sbx.sandboxId, running.w);
+    for (const moved of [paused.sbx.sandboxId, wakes.sbx.sandboxId]) {
+      expect((await a.api('GET', `/sandboxes/${moved}`)).status).toBe(404);
+    }
+  });
+
+  it('leaves nothing behind on either node', async () => {
+    for (const node of [a, b]) expect(await endNode(node)).toEqual({ stray: [], exitCode: 0 });
+  });
+});
