@@ -10,6 +10,8 @@ export interface FollowOptions {
   pollMs?: number;
   /** What the status line calls the build (`template py`). */
   label?: string;
+  /** How an error names the failed step (`step 3, Dockerfile line 9`); default `step 3`. */
+  describeStep?: (step: string) => string;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -41,7 +43,8 @@ export async function followBuild(
       }
       if (info.status === 'error') {
         progress.stop({ ok: false, text: `${label} failed` });
-        const at = info.reason?.step ? ` (step ${info.reason.step})` : '';
+        const step = info.reason?.step;
+        const at = step ? ` (${opts.describeStep?.(step) ?? `step ${step}`})` : '';
         throw new CliError(
           'failure',
           `build ${buildId} of template ${templateId} failed${at}: ${info.reason?.message ?? 'no reason given'}`,

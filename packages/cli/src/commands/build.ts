@@ -147,7 +147,12 @@ async function build(ctx: ClientContext, file: string | undefined, f: BuildFlags
     await ctx.api.templates.delete(req.templateID).catch(() => undefined);
     throw e;
   }
-  await finishBuild(ctx, { templateID: req.templateID, buildID: req.buildID, name: f.name }, f);
+  // The server numbers the steps it was sent from 1: a failed one is named by its Dockerfile line too.
+  const describeStep = (step: string) => {
+    const line = /^\d+$/.test(step) ? plan.steps[Number(step) - 1]?.line : undefined;
+    return line ? `step ${step}, Dockerfile line ${line}` : `step ${step}`;
+  };
+  await finishBuild(ctx, { templateID: req.templateID, buildID: req.buildID, name: f.name }, f, describeStep);
 }
 
 function defineBuild(cmd: Command): Command {

@@ -71,6 +71,7 @@ export async function finishBuild(
   ctx: ClientContext,
   ids: { templateID: string; buildID: string; name: string },
   f: BuildOutcomeFlags,
+  describeStep?: (step: string) => string,
 ): Promise<void> {
   if (f.detach) {
     ctx.out.done(
@@ -81,6 +82,7 @@ export async function finishBuild(
   }
   const info = await followBuild(ctx.api, ids.templateID, ids.buildID, ctx.progress(f.quiet), {
     label: `template ${ids.name}`,
+    ...(describeStep ? { describeStep } : {}),
     ...(f.timeout !== undefined ? { timeoutSecs: f.timeout } : {}),
   });
   ctx.out.done({ ...ids, status: info.status }, `template ${ids.name} (${ids.templateID}) is ready`);
