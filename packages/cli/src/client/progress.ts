@@ -42,8 +42,9 @@ export class Progress {
     this.startedAt = Date.now();
     if (this.mode === 'lines') this.write(`${status}\n`);
     if (this.mode !== 'spinner') return;
-    // The CLI ends itself on Ctrl-C (exec, builds: the build goes on), so the spinner must not exit for it.
-    this.spinner = yoctoSpinner({ text: this.line(), handleSignals: false }).start();
+    // Ctrl-C (or SIGTERM) while it spins: the library shows the cursor again and exits 130 (143); what was
+    // asked of the server goes on there (a build: `aenv template watch` follows it again).
+    this.spinner = yoctoSpinner({ text: this.line(), handleSignals: true }).start();
     this.ticker = setInterval(() => {
       if (this.spinner) this.spinner.text = this.line();
     }, 1000);
