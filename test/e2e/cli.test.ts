@@ -294,7 +294,7 @@ describe('aenv CLI against a node', () => {
     return dir;
   }
 
-  it('builds a template from a Dockerfile: RUN, ENV, ARG, WORKDIR, USER, COPY (.dockerignore) and CMD take effect', async () => {
+  it('builds a template from a Dockerfile using every supported instruction; a sandbox of it shows each took effect', async () => {
     const name = `${RUN}-built`;
     const dir = context('ctx-ok', {
       Dockerfile: [
@@ -309,15 +309,22 @@ describe('aenv CLI against a node', () => {
         'COPY app.txt /srv/app/app.txt',
         'USER user',
         'RUN id -un > whoami.txt',
+        'ADD extra /opt/extra',
         'EXPOSE 8080',
+        'VOLUME /srv/app/data',
         'LABEL team=rl',
-        'CMD ["sh", "-c", "echo started-by-cmd > /tmp/started.txt; exec sleep infinity"]',
+        // Combined as Docker does: `sh -c '…' cmd`, so $0 is CMD's word.
+        'ENTRYPOINT ["sh", "-c", "echo started-by-$0 > /tmp/started.txt; exec sleep infinity"]',
+        'CMD ["cmd"]',
+        'HEALTHCHECK --interval=1s CMD test -f /tmp/started.txt',
       ].join('\n'),
       '.dockerignore': 'conf/*.secret\n',
-      'conf/a.conf': 'key=value\n',
+      // Unique to this run: its files hash is new to the node, so they are uploaded.
+      'conf/a.conf': `key=${RUN}\n`,
       'conf/nested/b.conf': 'b\n',
       'conf/x.secret': 'never uploaded\n',
       'app.txt': 'from the context\n',
+      'extra/e.txt': 'added\n',
     });
     const built = await aenv(['build', '--name', name, '--build-arg', 'GREETING=howdy', dir]);
     expect(built.code, built.stderr).toBe(0);
@@ -340,12 +347,13 @@ describe('aenv CLI against a node', () => {
     expect((await sh('echo "$MODE $APP_HOME $GREETING"; id -un; pwd')).stdout).toBe(
       'howdy-mode /srv/app howdy\nuser\n/srv/app\n',
     );
-    expect((await sh('cd /srv/app/conf && find . | sort; stat -c %U a.conf nested/b.conf')).stdout).toBe(
-      '.\n./a.conf\n./nested\n./nested/b.conf\nuser\nuser\n',
-    );
-    expect((await sh('cat /tmp/started.txt; pgrep -x sleep >/dev/null && echo running')).stdout).toBe(
-      'started-by-cmd\nrunning\n',
-    );
+    expect(
+      (await sh('cd /srv/app/conf && find . | sort; stat -c %U a.conf nested/b.conf; cat a.conf')).stdout,
+    ).toBe(`.\n./a.conf\n./nested\n./nested/b.conf\nuser\nuser\nkey=${RUN}\n`);
+    expect(
+      (await sh('cat /opt/extra/e.txt; cat /tmp/started.txt; pgrep -x sleep >/dev/null && echo running'))
+        .stdout,
+    ).toBe('added\nstarted-by-cmd\nrunning\n');
     json(await aenv(['rm', sid]));
     expect(json(await aenv(['template', 'rm', name]))).toMatchObject({ deleted: true });
   });
