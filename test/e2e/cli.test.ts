@@ -326,11 +326,16 @@ describe('aenv CLI against a node', () => {
       'app.txt': 'from the context\n',
       'extra/e.txt': 'added\n',
     });
-    const built = await aenv(['build', '--name', name, '--build-arg', 'GREETING=howdy', dir]);
+    // Detached: the files are uploaded and the build started, then `template watch` follows it (a build
+    // that waits is followed the same way: the failing build below, and the terminal test).
+    const started = await aenv(['build', '-d', '--name', name, '--build-arg', 'GREETING=howdy', dir]);
+    expect(started.code, started.stderr).toBe(0);
+    expect(JSON.parse(started.stdout)).toMatchObject({ name, status: 'building' });
+    // Plain progress lines when stderr is not a terminal.
+    expect(started.stderr).toMatch(/^uploading COPY conf \(4 entries, \d+ KiB\)$/m);
+    const built = await aenv(['template', 'watch', name]);
     expect(built.code, built.stderr).toBe(0);
     expect(JSON.parse(built.stdout)).toMatchObject({ name, status: 'ready' });
-    // Plain progress lines when stderr is not a terminal: the uploads and the build's own log lines.
-    expect(built.stderr).toMatch(/^uploading COPY conf \(4 entries, \d+ KiB\)$/m);
     expect(built.stderr).toMatch(/^building template .*-built$/m);
     expect(built.stderr).toContain('RUN id -un > whoami.txt');
 
@@ -558,8 +563,9 @@ describe('aenv CLI against a node', () => {
       await waitFor(t, /AENV-EXIT:7:RESTORED/);
     });
     it('shows a live progress line on a terminal: build log lines above it, then ✔', async () => {
-      const dir = context('ctx-tty', { Dockerfile: 'FROM base\nRUN echo "log-line-$((40+2))"' });
-      const t = inTmux(['build', '--name', `${RUN}-tty`, dir]);
+      // --image stands in for FROM (which names nothing that exists).
+      const dir = context('ctx-tty', { Dockerfile: 'FROM no-such/image:0\nRUN echo "log-line-$((40+2))"' });
+      const t = inTmux(['build', '--name', `${RUN}-tty`, '--image', BASE_IMAGE, dir]);
       const shown = await waitFor(t, /AENV-EXIT:\d+:\w+/);
       expect(shown).toMatch(/AENV-EXIT:0:RESTORED/);
       expect(shown).toMatch(/log-line-42/);
