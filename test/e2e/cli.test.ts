@@ -2,6 +2,7 @@
 // exit codes checked, the credentials file's rules, and the failures a user or a script meets.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawn, spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -26,7 +27,8 @@ describe('aenv CLI against a node', () => {
   beforeAll(async () => {
     server = await startServer({
       name: 'cli',
-      toml: '[observability.sandbox_metrics]\ninterval_secs = 1\n',
+      // Uploads of build files over 1 MiB are refused (the bad-Dockerfile test sends a bigger one).
+      toml: '[observability.sandbox_metrics]\ninterval_secs = 1\n[template_build]\nmax_upload_mb = 1\n',
     });
     home = mkdtempSync(join(tmpdir(), 'aenv-cli-home-'));
     work = mkdtempSync(join(tmpdir(), 'aenv-cli-work-'));
@@ -356,9 +358,12 @@ describe('aenv CLI against a node', () => {
       (await sh('cd /srv/app/conf && find . | sort; stat -c %U a.conf nested/b.conf; cat a.conf')).stdout,
     ).toBe(`.\n./a.conf\n./nested\n./nested/b.conf\nuser\nuser\nkey=${RUN}\n`);
     expect(
-      (await sh('cat /opt/extra/e.txt; cat /tmp/started.txt; pgrep -x sleep >/dev/null && echo running'))
-        .stdout,
-    ).toBe('added\nstarted-by-cmd\nrunning\n');
+      (
+        await sh(
+          'cat /opt/extra/e.txt; stat -c %U /opt/extra/e.txt; cat /tmp/started.txt; pgrep -x sleep >/dev/null && echo running',
+        )
+      ).stdout,
+    ).toBe('added\nroot\nstarted-by-cmd\nrunning\n');
     json(await aenv(['rm', sid]));
     expect(json(await aenv(['template', 'rm', name]))).toMatchObject({ deleted: true });
   });
@@ -402,6 +407,13 @@ describe('aenv CLI against a node', () => {
       expect(r.stderr).toMatch(new RegExp(`^error: Dockerfile ${message.source}`));
       expect(r.stderr.split('\n')).toHaveLength(2);
     }
+    const big = context('ctx-big', { Dockerfile: 'FROM base\nCOPY big.bin /tmp/' });
+    writeFileSync(join(big, 'big.bin'), randomBytes(2 * 1024 * 1024));
+    const tooBig = await aenv(['build', '--name', `${RUN}-bad-big`, big]);
+    expect(tooBig.code, tooBig.stderr).toBe(2);
+    expect(tooBig.stderr).toMatch(
+      /^error: Dockerfile line 2: COPY big.bin: the upload of the build files was refused \(HTTP 413\): .*; leave files out with .dockerignore$/m,
+    );
     const noFile = await aenv(['build', '--name', `${RUN}-bad-nofile`, join(work, 'no-such-dir')]);
     expect(noFile.code).toBe(3);
     expect(noFile.stderr).toMatch(/^error: no Dockerfile at /);

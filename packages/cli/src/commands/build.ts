@@ -10,11 +10,13 @@ import {
   packFiles,
   putFile,
   readDockerignore,
+  UploadFailed,
   type CopySources,
 } from '../build/context-files.js';
 import { DockerfileError, translateDockerfile, type BuildPlan } from '../build/dockerfile.js';
 import { clientAction, withGlobalFlags, type ClientContext } from '../client/context.js';
 import { CliError, usageError } from '../client/errors.js';
+import { kindOfStatus } from '../client/exit-codes.js';
 import { keyValue, seconds } from '../client/parse.js';
 import type { Progress } from '../client/progress.js';
 import { VERSION } from '../version.js';
@@ -77,7 +79,8 @@ function apiSteps(plan: BuildPlan, sources: Map<number, CopySources>): TemplateS
     if (s.kind === 'step') return { type: s.type, args: s.args };
     return {
       type: 'COPY',
-      args: [s.src, s.dest, s.user ?? '', s.mode ?? ''],
+      // Without --chown the files are root's, whatever USER is (as Docker does; the SDK's default is USER).
+      args: [s.src, s.dest, s.user ?? 'root', s.mode ?? ''],
       filesHash: sources.get(i)!.filesHash,
     };
   });
@@ -105,6 +108,13 @@ async function uploadSources(
       const kib = Math.ceil(packed.size / 1024);
       await progress.run(`uploading COPY ${s.step.src} (${s.paths.length} entries, ${kib} KiB)`, () =>
         putFile(url, packed.path, packed.size, `aenv/${VERSION}`),
+      );
+    } catch (e) {
+      if (!(e instanceof UploadFailed)) throw e;
+      throw new CliError(
+        kindOfStatus(e.status),
+        `Dockerfile line ${s.step.line}: COPY ${s.step.src}: ${e.message}`,
+        e.status === 413 ? 'leave files out with .dockerignore' : undefined,
       );
     } finally {
       await packed.cleanup();

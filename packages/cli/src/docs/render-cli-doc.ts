@@ -137,7 +137,7 @@ export function renderCliDoc(program: Command): string {
     '| `RUN` | a step run by the login shell (`bash -lc`, else `sh`) as the current user in the current directory; exec form is shell-quoted. `--mount`/`--network` flags and here-documents are refused |',
     '| `ENV`, `ARG` | environment of later steps and of the sandboxes (an `ARG` stays in their environment too); `--build-arg NAME=VALUE` sets an `ARG`, one no `ARG` declares is an error |',
     '| `WORKDIR`, `USER` | the directory and user of later steps and of the sandboxes |',
-    "| `COPY`, `ADD` | files of the build context (`-c`, default the Dockerfile's directory): a path, a directory tree or a glob, without what `.dockerignore` excludes, uploaded as a tar.gz through `GET /templates/{id}/files/{hash}`'s link; `--chown` and `--chmod` apply. Sources outside the context (`..`, absolute paths, symbolic links out of it), `--from`, `ADD` of URLs and of archives are refused |",
+    "| `COPY`, `ADD` | files of the build context (`-c`, default the Dockerfile's directory): a path, a directory tree or a glob, without what `.dockerignore` excludes, uploaded as a tar.gz through `GET /templates/{id}/files/{hash}`'s link; `--chown` and `--chmod` apply (without `--chown` the files are root's, as in Docker). Sources outside the context (`..`, absolute paths, symbolic links out of it), `--from`, `ADD` of URLs and of archives are refused |",
     "| `EXPOSE`, `VOLUME`, `LABEL` | recorded in the template's metadata |",
     '| `CMD`, `ENTRYPOINT` | combined as Docker does into the start command, running in every sandbox of the template |',
     '| `HEALTHCHECK CMD` | the ready command (polled every 2 s; its `--interval` and the like do not apply) |',
