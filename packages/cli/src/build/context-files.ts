@@ -138,6 +138,7 @@ export function putFile(url: string, path: string, size: number, userAgent: stri
   const u = new URL(url);
   const request = u.protocol === 'https:' ? httpsRequest : httpRequest;
   return new Promise((resolve, reject) => {
+    let answered = false;
     const req = request(
       u,
       {
@@ -149,6 +150,7 @@ export function putFile(url: string, path: string, size: number, userAgent: stri
         },
       },
       (res) => {
+        answered = true;
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
         res.on('end', () => {
@@ -165,7 +167,11 @@ export function putFile(url: string, path: string, size: number, userAgent: stri
         res.on('error', reject);
       },
     );
-    req.on('error', reject);
+    // A refusal (413) comes before the body was read and the server closes: the write may then fail, but
+    // the answer says why.
+    req.on('error', (e) => {
+      if (!answered) reject(e);
+    });
     const body = createReadStream(path);
     body.on('error', (e) => req.destroy(e));
     body.pipe(req);
