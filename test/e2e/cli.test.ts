@@ -576,11 +576,14 @@ describe('aenv CLI against a node', () => {
     });
     it('shows a live progress line on a terminal: build log lines above it, then ✔', async () => {
       // --image stands in for FROM (which names nothing that exists).
-      const dir = context('ctx-tty', { Dockerfile: 'FROM no-such/image:0\nRUN echo "log-line-$((40+2))"' });
+      // The run's id in the step keeps it out of the node's step cache (a cached step logs no output).
+      const dir = context('ctx-tty', {
+        Dockerfile: `FROM no-such/image:0\nRUN echo "log-line-$((40+2))-${RUN}"`,
+      });
       const t = inTmux(['build', '--name', `${RUN}-tty`, '--image', BASE_IMAGE, dir]);
       const shown = await waitFor(t, /AENV-EXIT:\d+:\w+/);
       expect(shown).toMatch(/AENV-EXIT:0:RESTORED/);
-      expect(shown).toMatch(/log-line-42/);
+      expect(shown).toContain(`log-line-42-${RUN}`);
       expect(shown).toMatch(/✔ template .*-tty is ready \(\d+s\)/);
       expect(shown).toContain(`template ${RUN}-tty (`);
       // The spinner's frames were replaced in place: no leftover status lines between the log lines.
