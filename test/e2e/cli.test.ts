@@ -2,6 +2,7 @@
 // exit codes checked, the credentials file's rules, and the failures a user or a script meets.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawn, spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -26,7 +27,8 @@ describe('aenv CLI against a node', () => {
   beforeAll(async () => {
     server = await startServer({
       name: 'cli',
-      toml: '[observability.sandbox_metrics]\ninterval_secs = 1\n',
+      // Uploads of build files over 1 MiB are refused (the bad-Dockerfile test sends a bigger one).
+      toml: '[observability.sandbox_metrics]\ninterval_secs = 1\n[template_build]\nmax_upload_mb = 1\n',
     });
     home = mkdtempSync(join(tmpdir(), 'aenv-cli-home-'));
     work = mkdtempSync(join(tmpdir(), 'aenv-cli-work-'));
@@ -284,6 +286,155 @@ describe('aenv CLI against a node', () => {
     expect((await aenv(['pull', BASE_IMAGE, '--probe', '80', '--ready-cmd', 'true'])).code).toBe(2);
   });
 
+  /** Writes a build context: `files` by relative path. */
+  function context(name: string, files: Record<string, string>): string {
+    const dir = join(work, name);
+    for (const [rel, text] of Object.entries(files)) {
+      mkdirSync(join(dir, rel, '..'), { recursive: true });
+      writeFileSync(join(dir, rel), text);
+    }
+    return dir;
+  }
+
+  it('builds a template from a Dockerfile using every supported instruction; a sandbox of it shows each took effect', async () => {
+    const name = `${RUN}-built`;
+    const dir = context('ctx-ok', {
+      Dockerfile: [
+        'ARG FROM_NAME=base',
+        'FROM ${FROM_NAME}',
+        'ARG GREETING=hello',
+        'ENV APP_HOME=/srv/app MODE=${GREETING}-mode',
+        'USER root',
+        'RUN mkdir -p "$APP_HOME" && echo "run saw $MODE" > "$APP_HOME/run.txt" && chown user "$APP_HOME"',
+        'WORKDIR $APP_HOME',
+        'COPY --chown=user conf/ ./conf/',
+        'COPY app.txt /srv/app/app.txt',
+        'USER user',
+        'RUN id -un > whoami.txt',
+        'ADD extra /opt/extra',
+        'EXPOSE 8080',
+        'VOLUME /srv/app/data',
+        'LABEL team=rl',
+        // Combined as Docker does: `sh -c '…' cmd`, so $0 is CMD's word.
+        'ENTRYPOINT ["sh", "-c", "echo started-by-$0 > /tmp/started.txt; exec sleep infinity"]',
+        'CMD ["cmd"]',
+        'HEALTHCHECK --interval=1s CMD test -f /tmp/started.txt',
+      ].join('\n'),
+      '.dockerignore': 'conf/*.secret\n',
+      // Unique to this run: its files hash is new to the node, so they are uploaded.
+      'conf/a.conf': `key=${RUN}\n`,
+      'conf/nested/b.conf': 'b\n',
+      'conf/x.secret': 'never uploaded\n',
+      'app.txt': 'from the context\n',
+      'extra/e.txt': 'added\n',
+    });
+    // Detached: the files are uploaded and the build started, then `template watch` follows it (a build
+    // that waits is followed the same way: the failing build below, and the terminal test).
+    const started = await aenv(['build', '-d', '--name', name, '--build-arg', 'GREETING=howdy', dir]);
+    expect(started.code, started.stderr).toBe(0);
+    expect(JSON.parse(started.stdout)).toMatchObject({ name, status: 'building' });
+    // Plain progress lines when stderr is not a terminal.
+    expect(started.stderr).toMatch(/^uploading COPY conf \(4 entries, \d+ KiB\)$/m);
+    const built = await aenv(['template', 'watch', name]);
+    expect(built.code, built.stderr).toBe(0);
+    expect(JSON.parse(built.stdout)).toMatchObject({ name, status: 'ready' });
+    expect(built.stderr).toMatch(/^building template .*-built$/m);
+    expect(built.stderr).toContain('RUN id -un > whoami.txt');
+
+    const sbx = await aenv(['start', '-d', name]);
+    expect(sbx.code, sbx.stderr).toBe(0);
+    const sid = sbx.stdout.trim();
+    created.push(sid);
+    const sh = (cmd: string) => aenv(['exec', sid, 'sh', '-c', cmd]);
+    expect(await sh('cat /srv/app/run.txt /srv/app/whoami.txt /srv/app/app.txt')).toEqual({
+      code: 0,
+      stdout: 'run saw howdy-mode\nuser\nfrom the context\n',
+      stderr: '',
+    });
+    expect((await sh('echo "$MODE $APP_HOME $GREETING"; id -un; pwd')).stdout).toBe(
+      'howdy-mode /srv/app howdy\nuser\n/srv/app\n',
+    );
+    expect(
+      (await sh('cd /srv/app/conf && find . | sort; stat -c %U a.conf nested/b.conf; cat a.conf')).stdout,
+    ).toBe(`.\n./a.conf\n./nested\n./nested/b.conf\nuser\nuser\nkey=${RUN}\n`);
+    expect(
+      (
+        await sh(
+          'cat /opt/extra/e.txt; stat -c %U /opt/extra/e.txt; cat /tmp/started.txt; pgrep -x sleep >/dev/null && echo running',
+        )
+      ).stdout,
+    ).toBe('added\nroot\nstarted-by-cmd\nrunning\n');
+    json(await aenv(['rm', sid]));
+    expect(json(await aenv(['template', 'rm', name]))).toMatchObject({ deleted: true });
+  });
+
+  it('refuses bad Dockerfiles naming the line, before anything is created; a failing step fails the build', async () => {
+    const cases: [string, Record<string, string>, number, RegExp][] = [
+      [
+        'unknown',
+        { Dockerfile: 'FROM base\nRUN true\nFROBNICATE now' },
+        2,
+        /line 3: unknown instruction "FROBNICATE"/,
+      ],
+      [
+        'multi',
+        { Dockerfile: 'FROM base AS a\nRUN true\nFROM base' },
+        2,
+        /line 3: multi-stage Dockerfiles are not supported/,
+      ],
+      [
+        'missing',
+        { Dockerfile: 'FROM base\nCOPY nope.txt /tmp/' },
+        3,
+        /line 2: COPY nope.txt: no such file or directory/,
+      ],
+      [
+        'escape',
+        { Dockerfile: 'FROM base\n\nCOPY ../ctx-ok/app.txt /tmp/' },
+        2,
+        /line 3: COPY \.\.\/ctx-ok\/app.txt: the source is outside the build context/,
+      ],
+      [
+        'ignored',
+        { Dockerfile: 'FROM base\nCOPY x.log /tmp/', 'x.log': 'x', '.dockerignore': '*.log' },
+        2,
+        /line 2: COPY x.log: every file of it is excluded by .dockerignore/,
+      ],
+    ];
+    for (const [label, files, code, message] of cases) {
+      const r = await aenv(['build', '--name', `${RUN}-bad-${label}`, context(`ctx-${label}`, files)]);
+      expect({ label, code: r.code }).toEqual({ label, code });
+      expect(r.stderr).toMatch(new RegExp(`^error: Dockerfile ${message.source}`));
+      expect(r.stderr.split('\n')).toHaveLength(2);
+    }
+    const big = context('ctx-big', { Dockerfile: 'FROM base\nCOPY big.bin /tmp/' });
+    writeFileSync(join(big, 'big.bin'), randomBytes(2 * 1024 * 1024));
+    const tooBig = await aenv(['build', '--name', `${RUN}-bad-big`, big]);
+    expect(tooBig.code, tooBig.stderr).toBe(2);
+    expect(tooBig.stderr).toMatch(
+      /^error: Dockerfile line 2: COPY big.bin: the upload of the build files was refused \(HTTP 413\): .*; leave files out with .dockerignore$/m,
+    );
+    const noFile = await aenv(['build', '--name', `${RUN}-bad-nofile`, join(work, 'no-such-dir')]);
+    expect(noFile.code).toBe(3);
+    expect(noFile.stderr).toMatch(/^error: no Dockerfile at /);
+    expect((await aenv(['build', context('ctx-noname', { Dockerfile: 'FROM base' })])).code).toBe(2);
+    const names = (json(await aenv(['template', 'list'])) as { names: string[] }[]).flatMap((t) => t.names);
+    expect(names.filter((n) => n.startsWith(`${RUN}-bad`))).toEqual([]);
+
+    const failing = await aenv([
+      'template',
+      'build',
+      '--name',
+      `${RUN}-bad-run`,
+      context('ctx-fail', { Dockerfile: 'FROM base\nRUN echo before-the-failure && exit 3' }),
+    ]);
+    expect(failing.code).toBe(1);
+    expect(failing.stderr).toContain('before-the-failure');
+    expect(failing.stderr).toMatch(
+      /^error: build .* failed \(step 1, Dockerfile line 2\): failed to run command 'echo before-the-failure && exit 3': exit status 3$/m,
+    );
+  });
+
   it('refuses bad ids, flags and servers with one clear line and a distinct exit code', async () => {
     const cases: [string[], number, RegExp][] = [
       [['exec', 'not-a-uuid', 'true'], 3, /^error: GET \/sandboxes\/not-a-uuid failed \(HTTP 404\)/],
@@ -302,7 +453,8 @@ describe('aenv CLI against a node', () => {
     for (const [args, code, message] of cases) {
       const r = await aenv(args);
       expect({ args, code: r.code }).toEqual({ args, code });
-      expect(r.stderr.split('\n')[0]).toMatch(message);
+      // Before it, at most the progress line of the operation (plain lines: stderr is not a terminal).
+      expect(r.stderr.split('\n').find((l) => l.startsWith('error: '))).toMatch(message);
       expect(r.stderr).not.toMatch(/\n\s+at /);
     }
     // --debug adds the stack.
@@ -332,6 +484,8 @@ describe('aenv CLI against a node', () => {
         wrapper,
         [
           `export HOME=${home} AENV_URL=${server.url} AENV_API_KEY=${server.apiKey}`,
+          // An interactive terminal, also under CI (where the spinner would otherwise stay off).
+          'unset CI',
           'before=$(stty -g)',
           `${process.execPath} ${CLI} ${args.map((a) => `'${a}'`).join(' ')}`,
           'code=$?',
@@ -419,6 +573,37 @@ describe('aenv CLI against a node', () => {
       keys(t, 'C-c');
       await waitFor(t, /got-INT/);
       await waitFor(t, /AENV-EXIT:7:RESTORED/);
+    });
+    it('shows a live progress line on a terminal: build log lines above it, then ✔', async () => {
+      // --image stands in for FROM (which names nothing that exists).
+      // The run's id in the step keeps it out of the node's step cache (a cached step logs no output).
+      const dir = context('ctx-tty', {
+        Dockerfile: `FROM no-such/image:0\nRUN echo "log-line-$((40+2))-${RUN}"`,
+      });
+      const t = inTmux(['build', '--name', `${RUN}-tty`, '--image', BASE_IMAGE, dir]);
+      const shown = await waitFor(t, /AENV-EXIT:\d+:\w+/);
+      expect(shown).toMatch(/AENV-EXIT:0:RESTORED/);
+      expect(shown).toContain(`log-line-42-${RUN}`);
+      expect(shown).toMatch(/✔ template .*-tty is ready \(\d+s\)/);
+      expect(shown).toContain(`template ${RUN}-tty (`);
+      // The spinner's frames were replaced in place: no leftover status lines between the log lines.
+      expect(shown).not.toMatch(/building template .*-tty \d+s/);
+
+      const id = await startDetached();
+      const p = inTmux(['pause', id]);
+      const paused = await waitFor(p, /AENV-EXIT:\d+:\w+/);
+      expect(paused).toMatch(/✔ pausing [0-9a-f-]{36} \(\d+s\)\npaused [0-9a-f-]{36}\nAENV-EXIT:0:RESTORED/);
+      json(await aenv(['rm', id]));
+    });
+
+    it('exec -t --timeout ends the command at the timeout with exit code 124', async () => {
+      const id = await startDetached();
+      const t = inTmux(['exec', '-t', '--timeout', '2', id, 'sh', '-c', 'echo waiting; sleep 300']);
+      await waitFor(t, /^waiting/m);
+      const end = await waitFor(t, /AENV-EXIT:\d+:\w+/);
+      expect(end).toMatch(/error: the command timed out after 2 s\s*\nAENV-EXIT:124:RESTORED/);
+      expect((await aenv(['exec', id, 'sh', '-c', 'pgrep -x sleep || echo none'])).stdout).toBe('none\n');
+      json(await aenv(['rm', id]));
     });
   });
 

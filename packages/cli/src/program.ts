@@ -2,6 +2,7 @@
 // generated from this tree).
 import { Command } from 'commander';
 import { registerAuthCommand } from './commands/auth.js';
+import { registerBuildCommands } from './commands/build.js';
 import { registerCompletionCommand } from './commands/completion.js';
 import { registerExecCommand } from './commands/exec.js';
 import { registerFileCommands } from './commands/files.js';
@@ -26,7 +27,7 @@ export function buildProgram(): Command {
   registerExecCommand(program);
   registerFileCommands(program);
   registerSnapshotCommands(program);
-  registerTemplateCommands(program);
+  registerBuildCommands(program, registerTemplateCommands(program));
   registerObserveCommands(program);
   registerCompletionCommand(program);
   registerServiceCommands(program);

@@ -8,6 +8,7 @@ import { VERSION } from '../version.js';
 import { credentialsPath, readCredentials, resolveConnection, type Connection } from './config.js';
 import { CliError, describeError } from './errors.js';
 import { Output, outputMode } from './output.js';
+import { Progress, progressMode } from './progress.js';
 
 export interface GlobalFlags {
   url?: string;
@@ -52,6 +53,13 @@ export class ClientContext {
     const out = new Output(outputMode(flags.output, process.stdout.isTTY === true));
     const conn = resolveConnection(flags, env, () => readCredentials(credentialsPath(env)));
     return new ClientContext(conn, out, flags.output);
+  }
+
+  /** The progress display of a long operation (silent with `--output json` or `quiet`). */
+  progress(quiet?: boolean): Progress {
+    return new Progress(
+      progressMode({ ...(this.outputFlag ? { outputFlag: this.outputFlag } : {}), quiet: quiet === true }),
+    );
   }
 
   /** envd of a sandbox, through the node; a paused sandbox that traffic cannot wake is refused up front. */

@@ -93,7 +93,11 @@ async function pumpStdin(proc: InteractiveProcess, ended: () => boolean): Promis
  * Runs `spec` in a PTY sized like this terminal, the terminal in raw mode: keys (Ctrl-C, Ctrl-D included)
  * go to the remote PTY, resizes follow, and the terminal is restored however it ends.
  */
-export async function runInTerminal(envd: EnvdRpcClient, spec: CommandSpec): Promise<number> {
+export async function runInTerminal(
+  envd: EnvdRpcClient,
+  spec: CommandSpec,
+  timeoutSecs?: number,
+): Promise<number> {
   const stdin = process.stdin;
   const stdout = process.stdout;
   if (!stdin.isTTY || !stdout.isTTY) {
@@ -106,7 +110,11 @@ export async function runInTerminal(envd: EnvdRpcClient, spec: CommandSpec): Pro
   const out = sink(stdout);
   const proc = await envd.startInteractive(
     { ...spec, envs: { TERM: process.env.TERM || 'xterm-256color', ...spec.envs } },
-    { pty: size(), onOutput: ({ data }) => out(data) },
+    {
+      pty: size(),
+      ...(timeoutSecs !== undefined ? { timeoutMs: timeoutSecs * 1000 } : {}),
+      onOutput: ({ data }) => out(data),
+    },
   );
   const onData = (d: Buffer) => void proc.write(d).catch(() => undefined);
   const onResize = () => {
@@ -122,7 +130,7 @@ export async function runInTerminal(envd: EnvdRpcClient, spec: CommandSpec): Pro
   stdin.resume();
   stdout.on('resize', onResize);
   try {
-    return exitCodeOf(await proc.ended, undefined);
+    return exitCodeOf(await proc.ended, timeoutSecs);
   } finally {
     stdout.off('resize', onResize);
     stdin.off('data', onData);

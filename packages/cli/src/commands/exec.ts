@@ -36,7 +36,7 @@ export function registerExecCommand(program: Command): void {
         ...(f.cwd ? { cwd: f.cwd } : {}),
         ...(f.env ? { envs: f.env } : {}),
       };
-      if (f.tty) return runInTerminal(envd, spec);
+      if (f.tty) return runInTerminal(envd, spec, f.timeout);
       return runPiped(envd, {
         spec,
         stdin: !process.stdin.isTTY,

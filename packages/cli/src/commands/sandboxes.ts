@@ -77,15 +77,17 @@ async function start(ctx: ClientContext, target: string, f: StartFlags): Promise
     ...(f.env && Object.keys(f.env).length ? { envVars: f.env } : {}),
     ...(f.metadata && Object.keys(f.metadata).length ? { metadata: f.metadata } : {}),
   };
-  const sandbox: SandboxResponse = f.cold
-    ? await ctx.api.sandboxes.createCold({
-        ...common,
-        image: target,
-        ...(cpuCount !== undefined ? { cpuCount } : {}),
-        ...(memoryMB !== undefined ? { memoryMB } : {}),
-        ...(diskSizeMB !== undefined ? { diskSizeMB } : {}),
-      })
-    : await ctx.api.sandboxes.createV1({ ...common, templateID: target });
+  const sandbox: SandboxResponse = await ctx.progress().run(`starting a sandbox of ${target}`, () =>
+    f.cold
+      ? ctx.api.sandboxes.createCold({
+          ...common,
+          image: target,
+          ...(cpuCount !== undefined ? { cpuCount } : {}),
+          ...(memoryMB !== undefined ? { memoryMB } : {}),
+          ...(diskSizeMB !== undefined ? { diskSizeMB } : {}),
+        })
+      : ctx.api.sandboxes.createV1({ ...common, templateID: target }),
+  );
   if (f.detach) {
     if (ctx.outputFlag === 'json') ctx.out.record(sandbox);
     else ctx.out.raw(sandbox.sandboxID + '\n');
@@ -182,7 +184,7 @@ export function registerSandboxCommands(program: Command): void {
       .description('pause a sandbox (memory and disk kept)'),
   ).action(
     clientAction(async (ctx, id: string) => {
-      await ctx.api.sandboxes.pause(id);
+      await ctx.progress().run(`pausing ${id}`, () => ctx.api.sandboxes.pause(id));
       ctx.out.done({ sandboxID: id, state: 'paused' }, `paused ${id}`);
     }),
   );
@@ -195,7 +197,9 @@ export function registerSandboxCommands(program: Command): void {
       .option('--timeout <secs>', 'seconds the sandbox is kept from now', seconds, DEFAULT_TIMEOUT_SECS),
   ).action(
     clientAction(async (ctx, id: string, f: { timeout: number }) => {
-      const r = await ctx.api.sandboxes.connect(id, { timeout: f.timeout });
+      const r = await ctx
+        .progress()
+        .run(`resuming ${id}`, () => ctx.api.sandboxes.connect(id, { timeout: f.timeout }));
       ctx.out.done(
         { ...r.sandbox, resumed: r.resumed },
         r.resumed ? `resumed ${id}` : `${id} was already running`,
@@ -225,10 +229,12 @@ export function registerSandboxCommands(program: Command): void {
       .option('--timeout <secs>', "seconds the copies live (default: the source's timeout)", seconds),
   ).action(
     clientAction(async (ctx, id: string, f: { count: number; timeout?: number }) => {
-      const results = await ctx.api.sandboxes.fork(id, {
-        count: f.count,
-        ...(f.timeout !== undefined ? { timeout: f.timeout } : {}),
-      });
+      const results = await ctx.progress().run(`forking ${id} into ${f.count}`, () =>
+        ctx.api.sandboxes.fork(id, {
+          count: f.count,
+          ...(f.timeout !== undefined ? { timeout: f.timeout } : {}),
+        }),
+      );
       ctx.out.list(results, [
         { header: 'SANDBOX', value: (r) => ('sandbox' in r ? r.sandbox.sandboxID : '') },
         { header: 'ERROR', value: (r) => ('error' in r ? r.error.message : '') },

@@ -28,7 +28,9 @@ export function registerSnapshotCommands(program: Command): void {
       .option('--name <name>', 'a name to start it by'),
   ).action(
     clientAction(async (ctx, id: string, f: { name?: string }) => {
-      const s = await ctx.api.sandboxes.snapshot(id, f.name ? { name: f.name } : {});
+      const s = await ctx
+        .progress()
+        .run(`snapshotting ${id}`, () => ctx.api.sandboxes.snapshot(id, f.name ? { name: f.name } : {}));
       ctx.out.done(s, s.snapshotID);
     }),
   );

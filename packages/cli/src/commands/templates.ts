@@ -1,4 +1,5 @@
-// Templates: `aenv pull <image>` (a template from an OCI image), `aenv template list|delete|watch`.
+// Templates: `aenv pull <image>` (a template from an OCI image), `aenv template list|delete|watch` (`build`:
+// commands/build.ts).
 import { Option, type Command } from 'commander';
 import type { TemplateResponse } from '@aenv/protocol';
 import { clientAction, withGlobalFlags, type ClientContext } from '../client/context.js';
@@ -70,6 +71,7 @@ export async function finishBuild(
   ctx: ClientContext,
   ids: { templateID: string; buildID: string; name: string },
   f: BuildOutcomeFlags,
+  describeStep?: (step: string) => string,
 ): Promise<void> {
   if (f.detach) {
     ctx.out.done(
@@ -78,8 +80,9 @@ export async function finishBuild(
     );
     return;
   }
-  const info = await followBuild(ctx.api, ids.templateID, ids.buildID, {
-    ...(f.quiet ? { quiet: true } : {}),
+  const info = await followBuild(ctx.api, ids.templateID, ids.buildID, ctx.progress(f.quiet), {
+    label: `template ${ids.name}`,
+    ...(describeStep ? { describeStep } : {}),
     ...(f.timeout !== undefined ? { timeoutSecs: f.timeout } : {}),
   });
   ctx.out.done({ ...ids, status: info.status }, `template ${ids.name} (${ids.templateID}) is ready`);
@@ -92,7 +95,8 @@ interface PullFlags extends ResourceFlags, BuildOutcomeFlags {
   probe?: number;
 }
 
-export function registerTemplateCommands(program: Command): void {
+/** Registers `pull` and `template …`; returns the `template` command (`template build` joins it). */
+export function registerTemplateCommands(program: Command): Command {
   withGlobalFlags(
     withResourceFlags(
       program
@@ -105,7 +109,7 @@ export function registerTemplateCommands(program: Command): void {
       .option('--ready-cmd <cmd>', 'command that succeeds once the start command is ready')
       .option('--probe <port>', 'ready when this TCP port accepts (instead of --ready-cmd)', intIn(1, 65535))
       .option('-d, --detach', 'start the build and return')
-      .option('-q, --quiet', 'no build log lines')
+      .option('-q, --quiet', 'no progress display and no build log lines')
       .option('--timeout <secs>', 'stop waiting after this long (the build goes on)', seconds),
   ).action(
     clientAction(async (ctx, image: string, f: PullFlags) => {
@@ -158,7 +162,7 @@ export function registerTemplateCommands(program: Command): void {
       .command('watch')
       .argument('<template>', 'template id or name')
       .description('follow the latest build of a template to its end')
-      .option('-q, --quiet', 'no build log lines')
+      .option('-q, --quiet', 'no progress display and no build log lines')
       .option('--timeout <secs>', 'stop waiting after this long', seconds),
   ).action(
     clientAction(async (ctx, t: string, f: BuildOutcomeFlags) => {
@@ -172,4 +176,5 @@ export function registerTemplateCommands(program: Command): void {
       );
     }),
   );
+  return template;
 }

@@ -18,6 +18,9 @@ export const EXAMPLES: Record<string, string> = {
   'snapshot list': 'aenv snapshot list --sandbox-id "$ID"',
   'snapshot delete': 'aenv snapshot rm warmed-up',
   pull: 'aenv pull docker.io/library/python:3.12 --name py --cpu 2 --memory 2048\naenv pull nginx:1.27 --start-cmd nginx --probe 80 -d',
+  build:
+    'aenv build --name web ./Dockerfile                 # waits, build log streaming\naenv build --name web --build-arg VERSION=2 -c . docker/Dockerfile -d',
+  'template build': 'aenv template build --name web --image python:3.12 .',
   'template list': 'aenv template list -o table',
   'template delete': 'aenv template rm py',
   'template watch': 'aenv template watch py',
