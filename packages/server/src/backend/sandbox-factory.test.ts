@@ -68,6 +68,7 @@ describe('SandboxFactory.assemble', () => {
       'placement',
       'image-lease',
       'uid-range',
+      'spec',
       'runtime',
       'policy',
       'envd-healthy',

@@ -89,6 +89,8 @@ export interface Assembly {
   policyApplied?: Promise<void>;
   extraEnv?: Record<string, string>;
   idRange?: IdRange;
+  /** The runtime spec; steps between `spec` and `runtime` may add to it (e.g. mounts). */
+  spec?: SandboxSpec;
   restored: boolean;
   undo(fn: () => Promise<void>): void;
 }
@@ -114,8 +116,8 @@ const need = <T>(v: T | undefined, what: string): T => {
 };
 
 /**
- * The steps, in order. A new part of every sandbox (a volume mount, an egress proxy started with the slot) is one
- * more entry here, with its undo registered through `a.undo`.
+ * The steps, in order. A new part of every sandbox is one more entry here, with its undo registered through
+ * `a.undo`: an egress proxy started with the slot goes after `slot`, volume mounts between `spec` and `runtime`.
  */
 export const ASSEMBLY_STEPS: readonly AssemblyStep[] = [
   {
@@ -175,12 +177,23 @@ export const ASSEMBLY_STEPS: readonly AssemblyStep[] = [
     },
   },
   {
+    name: 'spec',
+    async run(f, a) {
+      a.spec = f.spec(
+        a.plan,
+        need(a.slot, 'the slot'),
+        need(a.state, 'the state'),
+        need(a.idRange, 'the uid range'),
+      );
+    },
+  },
+  {
     // The container: a restore of the memory checkpoint, or a boot on the image layers (and the saved disk).
     name: 'runtime',
     async run(f, a) {
       const plan = a.plan;
       const state = need(a.state, 'the state');
-      const spec = f.spec(plan, need(a.slot, 'the slot'), state, need(a.idRange, 'the uid range'));
+      const spec = need(a.spec, 'the spec');
       const startAfter = a.policyApplied ? { startAfter: a.policyApplied } : {};
       const disk = plan.from?.disk;
       if (plan.from?.memory && disk) {
