@@ -35,6 +35,7 @@ import { createRuntime, idRangeMigrations, runtimeFactory, type ToolsMount } fro
 import { createSnapshotRepository, type SnapshotRepository } from './snapshot/index.js';
 import { signUnsignedAtStartup, unsignedReadMode } from './snapshot/unsigned-records.js';
 import { ContainerBackend } from './backend/container-backend.js';
+import { captureExtensionParams } from './backend/capture-format.js';
 import { TemplateCatalog } from './template/catalog.js';
 import { ensureBaseTemplate } from './template/base-template.js';
 import { Orchestrator } from './orchestrator/orchestrator.js';
@@ -320,6 +321,10 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     envdInitKey: (id) => tokens.envdInit(id),
     signedUrlMaxLifetimeSecs: config.sandbox_proxy.signed_url_max_lifetime_secs,
     idRanges,
+    templateBuilds: {
+      workDir: join(config.home_path, 'template-work'),
+      diskCaptureVersions: { envd: ENVD_VERSION, tools: tools.version },
+    },
     logger: logger.child({ component: 'backend' }),
   });
   const observability = new SandboxObservability({
@@ -339,6 +344,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     repository,
     virtualizationMode: runtime.virtualizationMode,
     envdVersion: ENVD_VERSION,
+    extensionParamsOf: captureExtensionParams,
   });
   const admission = new AdmissionControl(admissionLimitsFrom(config));
   const idempotency = new IdempotencyLayer(
@@ -413,18 +419,9 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   const templates = await createTemplateService({
     homePath: config.home_path,
     sandboxesDir: runtimeHost.sandboxesDir,
-    runtime,
-    network,
     images,
     repository,
-    tools,
-    envdPort: config.tools.control_plane_port,
-    envdPollMs: config.envd.poll_ms,
-    envdInitTimeoutMs: config.envd.init_timeout_secs * 1000,
-    pidsLimit: runtimeHost.pidsPerSandbox,
-    envdInitKey: (id) => tokens.envdInit(id),
-    idRanges,
-    backend,
+    host: backend.templateBuilds,
     maxConcurrentBuilds: config.template_build.max_concurrent_builds,
     maxBuildMs: config.template_build.max_build_secs * 1000,
     logLimits: {
@@ -441,8 +438,6 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
       maxAgeMs: config.template_build.cache_max_age_hours * 3600_000,
     },
     defaultImage: config.image.resolver.default_image,
-    runtimeVersions: { envd: ENVD_VERSION, tools: tools.version },
-    virtualizationMode: runtime.virtualizationMode,
     nodeName: identity.nodeId,
     uploadSecret: uploadSecretFromApiKey(apiKey.key),
     logger: logger.child({ component: 'templates' }),

@@ -114,6 +114,8 @@ export class RawLab {
     const c = JSON.parse(JSON.stringify(this.template));
     c.hostname = id;
     c.root = { path: b.rootfs, readonly: false };
+    // aenv's boot-id hook binds a file of the live sandbox's rootfs; the raw process needs no boot id of its own.
+    delete c.hooks;
     c.process.args = args;
     c.process.env = [
       ...c.process.env.filter((e) => e.startsWith('PATH=') || e.startsWith('HOME=')),

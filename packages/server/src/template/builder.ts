@@ -21,7 +21,7 @@ import type { BuildCache } from './build-cache.js';
 import { cacheKeys } from './build-cache.js';
 import type { BuildLog, BuildLogStore } from './build-log.js';
 import { selectEntries, type BuildLogEntry, type LogQuery } from './build-log.js';
-import type { BuildSandbox, BuildSandboxes } from './build-sandbox.js';
+import type { BuildSandbox, TemplateBuildHost } from './build-host.js';
 import {
   cloneState,
   contextOf,
@@ -30,9 +30,6 @@ import {
   stateFromImage,
   type BuildState,
 } from './build-state.js';
-import { type CapturedSandbox, type TemplateCapture } from './capture.js';
-import { DISK_MEDIA_TYPE } from '../backend/capture-format.js';
-import { extractArchive } from '../backend/disk-archive.js';
 import { candidateNames } from './catalog.js';
 import type { TemplateFileStore } from './file-store.js';
 import { runStartup, StartupError } from './startup.js';
@@ -48,11 +45,8 @@ export interface StartupTimings {
 export interface TemplateBuilderOptions {
   repository: SnapshotRepository;
   images: ImageService;
-  sandboxes: BuildSandboxes;
-  /** Captures templates that have a start command (its processes keep running in launched sandboxes). */
-  memoryCapture: TemplateCapture;
-  /** Captures templates without a start command, and those whose memory capture failed. */
-  filesystemCapture: TemplateCapture;
+  /** Build sandboxes, saved disks and captures (the node's backend). */
+  host: TemplateBuildHost;
   files: TemplateFileStore;
   logs: BuildLogStore;
   cache: BuildCache;
@@ -65,8 +59,6 @@ export interface TemplateBuilderOptions {
   maxBuildMs: number;
   /** `[image.resolver].default_image` */
   defaultImage: string;
-  runtimeVersions: Record<string, string>;
-  virtualizationMode: string;
   newSandboxId: () => string;
   nodeName: string;
   logger: Logger;
@@ -132,11 +124,11 @@ export class TemplateBuilder {
     await mkdir(this.o.markersDir, { recursive: true, mode: 0o700 });
     await mkdir(this.o.workDir, { recursive: true, mode: 0o700 });
     for (const name of await readdir(this.o.workDir)) {
-      await this.o.sandboxes
+      await this.o.host
         .removeDisk(join(this.o.workDir, name))
         .catch(() => rm(join(this.o.workDir, name), { recursive: true, force: true }));
     }
-    this.o.sandboxes.reconcile();
+    await this.o.host.reconcile();
     for (const name of await readdir(this.o.markersDir)) {
       const m = /^(.+)\.running$/.exec(name);
       if (!m) continue;
@@ -316,37 +308,21 @@ export class TemplateBuilder {
         : (spec.readyCmd ?? (base.startup?.readyCmd || undefined));
       const rec = await this.o.repository.get(id);
       const resources = { cpuCount: rec.resources.cpuCount, memoryMB: rec.resources.memoryMB };
-      const envdEnv = this.o.sandboxes.envdEnv(state.env.PATH);
-      let captured: CapturedSandbox = {
-        id: '',
-        slotIndex: -1,
-        hostInteractionIp: '',
-        rootfs: { layers: base.image.layers.map((l) => l.dir) },
-        imageRef: base.image.reference,
-        manifestDigest: base.image.manifestDigest,
-        toolsVersion: this.o.sandboxes.toolsVersion,
-        envdEnv,
-        resources: rec.resources,
-      };
+      // The init's PATH as the build starts (launches of the template get the same).
+      const path = state.env.PATH;
       // Every step cached and nothing to start: the cached disk is the template, no sandbox needed.
       let diskBeforeStart = hit && from === n && !startCmd && !readyCmd ? hit.dir : undefined;
       if (!diskBeforeStart) {
         const sbId = this.o.newSandboxId();
         const diskSource = hit?.dir ?? base.disk;
-        sandbox = await this.o.sandboxes.start({
+        sandbox = await this.o.host.start({
           id: sbId,
           templateId: id,
           image: base.image,
           ...(diskSource ? { diskSource } : {}),
           resources,
-          envdEnv,
+          path,
         });
-        captured = {
-          ...captured,
-          id: sbId,
-          slotIndex: sandbox.slot.index,
-          hostInteractionIp: sandbox.slot.hostInteractionIp,
-        };
         log.add('debug', `build sandbox ${sbId} started${hit ? ' on the cached disk' : ''}`, 'base');
         const shell = (await sandbox.envd.stat('/bin/bash')) ? '/bin/bash' : '/bin/sh';
         if (shell !== '/bin/bash')
@@ -366,7 +342,7 @@ export class TemplateBuilder {
             const sb = sandbox;
             const snapshotState = cloneState(state);
             await this.o.cache
-              .save(keys[i + 1]!, i + 1, snapshotState, (dest) => this.o.sandboxes.snapshotDisk(sb, dest))
+              .save(keys[i + 1]!, i + 1, snapshotState, (dest) => this.o.host.snapshotDisk(sb, dest))
               .catch((err: unknown) =>
                 log.add(
                   'warn',
@@ -377,7 +353,7 @@ export class TemplateBuilder {
           }
         }
         stage = 'finalize';
-        await this.o.sandboxes.snapshotDisk(sandbox, disk);
+        await this.o.host.snapshotDisk(sandbox, disk);
         diskBeforeStart = disk;
       }
       stage = 'finalize';
@@ -403,18 +379,21 @@ export class TemplateBuilder {
 
       signal.throwIfAborted();
       const req = {
-        sandbox: captured,
         templateRecordId: id,
         context,
         ...(startCmd ? { startup: { startCmd, readyCmd: readyCmd ?? '' } } : {}),
-        diskBeforeStart,
       };
+      // A capture without memory takes the disk as it was before the start command ran (no pid or lock files of
+      // a start command that is not running); a memory capture takes the disk at the instant of its checkpoint.
+      const before = diskBeforeStart;
+      const origin = sandbox ? { sandbox } : { image: base.image, path };
+      const captureDisk = () => this.o.host.captureDisk(req, before, origin);
       if (startCmd && sandbox) {
         // The captured envd keeps the template's env, user and workdir; a launch's /init adds its own env to it.
-        await this.o.sandboxes.init(sandbox, context);
+        await this.o.host.init(sandbox, context);
         log.add('info', 'capturing the template with its running start command (memory + disk)', 'finalize');
         try {
-          await this.o.memoryCapture.capture(req);
+          await this.o.host.captureMemory(sandbox, req);
         } catch (e) {
           if (signal.aborted) throw e;
           log.add(
@@ -422,11 +401,11 @@ export class TemplateBuilder {
             `memory capture failed (${errorMessage(e)}); captured the disk only: sandboxes from this template will not have the start command running`,
             'finalize',
           );
-          await this.o.filesystemCapture.capture(req);
+          await captureDisk();
         }
       } else {
         log.add('info', 'capturing the template (disk)', 'finalize');
-        await this.o.filesystemCapture.capture(req);
+        await captureDisk();
       }
       log.add(
         'info',
@@ -460,7 +439,7 @@ export class TemplateBuilder {
         });
     } finally {
       if (sandbox) {
-        await this.o.sandboxes
+        await this.o.host
           .destroy(sandbox)
           .catch((err: unknown) =>
             this.log.error({ err, buildSandbox: sandbox!.id }, 'could not remove a build sandbox'),
@@ -468,7 +447,7 @@ export class TemplateBuilder {
       }
       for (const d of [disk, parentDisk]) {
         if (existsSync(d))
-          await this.o.sandboxes.removeDisk(d).catch(() => rm(d, { recursive: true, force: true }));
+          await this.o.host.removeDisk(d).catch(() => rm(d, { recursive: true, force: true }));
       }
       await this.o.cache.evict().catch(() => {});
     }
@@ -527,24 +506,12 @@ export class TemplateBuilder {
         `the base image ${committed.baseImage.reference} of ${parent.alias ?? parent.id} is now ${image.manifestDigest}, not ${committed.baseImage.manifestDigest}: its disk does not fit any more`,
       );
     }
-    const [layer, ...more] = committed.layers;
-    if (more.length > 0 || (layer && layer.mediaType !== DISK_MEDIA_TYPE)) {
-      throw new DomainError(
-        ErrorKind.Unsupported,
-        `fromTemplate '${spec.base.ref}' has a disk format this node cannot build on`,
-      );
-    }
-    if (layer)
-      await extractArchive(
-        await this.o.repository.fetch(layer),
-        this.o.sandboxes.diskFilesDir(diskDir),
-        layer,
-      );
+    const diskDigest = await this.o.host.unpackDisk(committed, diskDir, `fromTemplate '${spec.base.ref}'`);
     return {
       image,
-      ...(layer ? { disk: diskDir } : {}),
+      ...(diskDigest ? { disk: diskDir } : {}),
       state: stateFromContext(committed.context),
-      key: `template:${parent.id}:${image.manifestDigest}:${layer?.digest ?? 'no-disk'}`,
+      key: `template:${parent.id}:${image.manifestDigest}:${diskDigest ?? 'no-disk'}`,
       ...(committed.startup ? { startup: committed.startup } : {}),
     };
   }

@@ -1,5 +1,4 @@
 import { DomainError, ErrorKind } from '@aenv/protocol';
-import { captureExtensionParams } from '../backend/capture-format.js';
 import type { LaunchableTemplate, TemplateLookup } from '../orchestrator/orchestrator.js';
 import {
   DEFAULT_TAG,
@@ -13,6 +12,8 @@ export interface TemplateCatalogOptions {
   virtualizationMode: string;
   /** envd version reported for records that did not record one. */
   envdVersion: string;
+  /** The custom extension params a capture's `committed.extra` records (the backend reads its capture format). */
+  extensionParamsOf(extra: unknown): Record<string, unknown> | undefined;
 }
 
 /** Names the SDK may use for a template: `ns/name:tag` → `name` (e2b-protocol §2.3). */
@@ -81,7 +82,7 @@ export class TemplateCatalog implements TemplateLookup {
       );
     }
     // A snapshot launches with its source's custom extension params unless the create brings its own.
-    const params = captureExtensionParams(committed.extra);
+    const params = this.opts.extensionParamsOf(committed.extra);
     return {
       templateId: rec.id,
       ...(rec.alias ? { alias: rec.alias } : {}),

@@ -1,48 +1,33 @@
-// Composition of the template subsystem: builder, captures, upload store, logs, layer cache.
+// Composition of the template subsystem: builder, upload store, logs, layer cache. Build sandboxes and captures
+// come from the node's backend (build-host.ts).
 import { createHmac } from 'node:crypto';
-import { mkdir, readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ImageService } from '../image/index.js';
-import type { NetworkManager } from '../network/index.js';
-import type { RuntimeDriver, ToolsMount } from '../runtime/driver.js';
-import type { IdRangeAllocator } from '../runtime/index.js';
 import type { SnapshotRepository } from '../snapshot/index.js';
 import type { Logger } from '../util/log.js';
 import { uuidv7 } from '@aenv/protocol';
 import { BuildArtefacts } from './build-artefacts.js';
 import { BuildCache } from './build-cache.js';
 import { BuildLogStore, type BuildLogLimits } from './build-log.js';
-import { BuildSandboxes } from './build-sandbox.js';
+import type { TemplateBuildHost } from './build-host.js';
 import { TemplateBuilder, type StartupTimings } from './builder.js';
-import { BackendCapture, FilesystemCapture, type TemplateCapture } from './capture.js';
-import { BackendRecordCodec } from '../backend/record-state.js';
 import { TemplateFileStore } from './file-store.js';
-import type { SandboxBackend } from '../orchestrator/backend.js';
 
 export { TemplateBuilder } from './builder.js';
 export { TemplateFileStore } from './file-store.js';
 export { BuildLogStore } from './build-log.js';
 export { runStartup, StartupError } from './startup.js';
 export type { StartupOptions, StartupSpec } from './startup.js';
-export type { TemplateCapture, CaptureRequest } from './capture.js';
+export type { TemplateBuildHost } from './build-host.js';
 
 export interface TemplateServiceOptions {
   homePath: string;
   /** The runtime's sandbox dir (on the CoW volume): the layer cache lives beside the sandboxes there. */
   sandboxesDir: string;
-  runtime: RuntimeDriver;
-  network: NetworkManager;
   images: ImageService;
   repository: SnapshotRepository;
-  tools: ToolsMount;
-  envdPort: number;
-  envdPollMs: number;
-  envdInitTimeoutMs: number;
-  pidsLimit: number;
-  /** The node's credential for envd's /init of a build sandbox (docs/security.md). */
-  envdInitKey(id: string): string;
-  /** Uid ranges for build sandboxes (the backend's allocator). */
-  idRanges: IdRangeAllocator;
+  /** Build sandboxes, saved disks and captures (the backend's `templateBuilds`). */
+  host: TemplateBuildHost;
   /** `[template_build].max_concurrent_builds` */
   maxConcurrentBuilds: number;
   /** `[template_build].max_build_secs` in ms (default 1 h). */
@@ -51,8 +36,6 @@ export interface TemplateServiceOptions {
   logLimits?: BuildLogLimits;
   /** `[image.resolver].default_image` */
   defaultImage: string;
-  runtimeVersions: Record<string, string>;
-  virtualizationMode: string;
   nodeName: string;
   /** Signs upload links (derive it from the API key so links stay valid across restarts and nodes). */
   uploadSecret: string | Buffer;
@@ -66,10 +49,6 @@ export interface TemplateServiceOptions {
   artefactsQuotaBytes?: number;
   /** How often build artefacts are pruned besides after each build (default 5 min). */
   artefactsPruneIntervalMs?: number;
-  /** The backend's memory capture, used for templates with a start command. */
-  backend: Pick<SandboxBackend, 'capture'>;
-  /** Replaces the memory capture (tests). */
-  memoryCapture?: TemplateCapture;
   cache?: { maxEntries?: number; maxAgeMs?: number };
   startup?: StartupTimings;
   logger: Logger;
@@ -105,48 +84,19 @@ export async function createTemplateService(o: TemplateServiceOptions): Promise<
   });
   await files.init();
   const logs = new BuildLogStore(join(o.homePath, 'builds'), o.logLimits);
-  const sandboxes = new BuildSandboxes({
-    runtime: o.runtime,
-    network: o.network,
-    images: o.images,
-    tools: o.tools,
-    envdPort: o.envdPort,
-    envdPollMs: o.envdPollMs,
-    envdInitTimeoutMs: o.envdInitTimeoutMs,
-    pidsLimit: o.pidsLimit,
-    envdInitKey: o.envdInitKey,
-    idRanges: o.idRanges,
-    logger,
-  });
   const cache = new BuildCache({
     dir: join(o.sandboxesDir, '.template-build-cache'),
-    removeDisk: (p) => o.runtime.removeDisk(p),
-    diskFilesDir: (p) => o.runtime.diskFilesDir(p),
+    removeDisk: (p) => o.host.removeDisk(p),
+    diskFilesDir: (p) => o.host.diskFilesDir(p),
     maxEntries: o.cache?.maxEntries ?? 64,
     maxAgeMs: o.cache?.maxAgeMs ?? 7 * DAY_MS,
     logger,
   });
   await cache.init();
-  const captureTmp = join(o.homePath, 'template-work');
-  await mkdir(captureTmp, { recursive: true, mode: 0o700 });
-  for (const name of await readdir(captureTmp))
-    await rm(join(captureTmp, name), { recursive: true, force: true });
-  const records = new BackendRecordCodec(o.runtime.recordCodec);
-  const filesystemCapture = new FilesystemCapture({
-    repository: o.repository,
-    tmpDir: captureTmp,
-    runtimeVersions: o.runtimeVersions,
-    virtualizationMode: o.virtualizationMode,
-    records,
-    diskFilesDir: (d) => o.runtime.diskFilesDir(d),
-  });
-  const memoryCapture = o.memoryCapture ?? new BackendCapture(o.backend, o.repository, records);
   const builder = new TemplateBuilder({
     repository: o.repository,
     images: o.images,
-    sandboxes,
-    memoryCapture,
-    filesystemCapture,
+    host: o.host,
     files,
     logs,
     cache,
@@ -155,8 +105,6 @@ export async function createTemplateService(o: TemplateServiceOptions): Promise<
     maxConcurrentBuilds: o.maxConcurrentBuilds,
     maxBuildMs: o.maxBuildMs ?? 3600_000,
     defaultImage: o.defaultImage,
-    runtimeVersions: o.runtimeVersions,
-    virtualizationMode: o.virtualizationMode,
     newSandboxId: () => `tb-${uuidv7()}`,
     nodeName: o.nodeName,
     logger,

@@ -21,3 +21,11 @@ export function unhandledFaultPoint(name: string): void {
     });
   }
 }
+
+/**
+ * Fault injection for rollback tests: when `AENV_FAULT_FAIL_AFTER` names this point, an error is thrown here, as
+ * if the step just done had failed at its very end. Unset in production, this is a no-op.
+ */
+export function failurePoint(name: string): void {
+  if (process.env.AENV_FAULT_FAIL_AFTER === name) throw new Error(`failure injected after ${name}`);
+}

@@ -1,0 +1,118 @@
+// What every operation of the container backend shares: its options, the sandbox factory, the record codec, the
+// capture dirs, and the few small helpers over a sandbox record (its state, its container id, its /init body).
+import type { InitBody } from '@aenv/protocol';
+import type { ImageService } from '../image/index.js';
+import type { SingleFlight } from '../image/single-flight.js';
+import type { NetworkManager } from '../network/index.js';
+import type { EgressPolicy } from '../network/types.js';
+import type { RuntimeBinding, SandboxRecord } from '../orchestrator/types.js';
+import type { RuntimeDriver, ToolsMount } from '../runtime/driver.js';
+import type { IdRangeAllocator } from '../runtime/index.js';
+import type { SnapshotRepository } from '../snapshot/index.js';
+import type { Logger } from '../util/log.js';
+import type { CaptureDirs } from './capture-dirs.js';
+import type { BackendRecordCodec, BackendState } from './record-state.js';
+import type { AssembledSandbox, SandboxFactory } from './sandbox-factory.js';
+
+export interface ContainerBackendOptions {
+  runtime: RuntimeDriver;
+  network: NetworkManager;
+  images: ImageService;
+  repository: SnapshotRepository;
+  /** The tools mount new sandboxes get. */
+  tools: ToolsMount;
+  /** Where tools dirs of every version live (`<deps>/tools/<version>`): a checkpoint restores with its own. */
+  toolsRoot: string;
+  envdPort: number;
+  envdPollMs: number;
+  envdInitTimeoutMs: number;
+  pidsLimit: number;
+  /** `[orchestrator].resident_pause_grace_secs` in ms: how long a paused sandbox stays frozen in memory. */
+  residentPauseGraceMs: number;
+  /** Below this share of available RAM, paused sandboxes release their memory at once. */
+  memoryPressureRatio?: number;
+  /** Versions recorded with every capture (envd, tools, the runtime driver's host components, ...). */
+  runtimeVersions: Record<string, string>;
+  /** Pre-started sandboxes kept per template in use (`[pool].warm_sandboxes`; 0 = none). */
+  warmSandboxes: number;
+  /** Copy paused sandboxes into the repository (a shared one lets other nodes resume them). */
+  sharePaused: boolean;
+  /** `[node_identity].node_id`: whom the sandbox claims of a shared repository name (docs/cluster.md). */
+  nodeId?: string;
+  /** envd access token of a sandbox (secure sandboxes). */
+  envdToken(sandboxId: string): string;
+  /** The node's credential for envd's /init of the container or sandbox with this id (docs/security.md). */
+  envdInitKey(id: string): string;
+  /** `[sandbox_proxy].signed_url_max_lifetime_secs`, handed to envd with /init. */
+  signedUrlMaxLifetimeSecs: number;
+  /** Each sandbox's own uid range, held by its sandbox id (a pre-started one's by its container id). */
+  idRanges: IdRangeAllocator;
+  /** Template builds: scratch dir for disk archives, and the versions a disk-only template capture records. */
+  templateBuilds: { workDir: string; diskCaptureVersions: Record<string, string> };
+  logger: Logger;
+}
+
+export interface BackendContext {
+  readonly o: ContainerBackendOptions;
+  readonly factory: SandboxFactory;
+  readonly records: BackendRecordCodec;
+  readonly dirs: CaptureDirs;
+  /** One download at a time per snapshot (local-snapshots.ts). */
+  readonly snapshotDownloads: SingleFlight<void>;
+  readonly log: Logger;
+}
+
+/** Who holds a sandbox's image lease. */
+export const leaseHolder = (id: string) => `sandbox:${id}`;
+
+export function stateOf(ctx: BackendContext, r: SandboxRecord): BackendState {
+  return ctx.records.decodeState(r.id, r.backend);
+}
+
+/** As stateOf, or undefined while the record has none yet (a start in progress, or cut short by a crash). */
+export function stateIfAny(ctx: BackendContext, r: SandboxRecord): BackendState | undefined {
+  return Object.keys(r.backend).length === 0 ? undefined : stateOf(ctx, r);
+}
+
+/** Stores `state` as the record's backend state (the orchestrator persists the record afterwards). */
+export function setState(ctx: BackendContext, r: SandboxRecord, state: BackendState): void {
+  r.backend = ctx.records.encodeState(state);
+}
+
+/** The runtime's id of the sandbox's container: the sandbox id, or the id of the warm sandbox it was given. */
+export function containerIdOf(ctx: BackendContext, record: SandboxRecord): string {
+  return stateIfAny(ctx, record)?.containerId ?? record.id;
+}
+
+export function policyOf(r: SandboxRecord): EgressPolicy {
+  return {
+    allowOut: r.network.allowOut,
+    denyOut: r.network.denyOut,
+    allowInternetAccess: r.network.allowInternetAccess,
+  };
+}
+
+export function bindingOf(s: Pick<AssembledSandbox, 'slot' | 'instanceId'>): RuntimeBinding {
+  return { slotIndex: s.slot.index, hostInteractionIp: s.slot.hostInteractionIp, instanceId: s.instanceId };
+}
+
+/** envd's `/init`: the sandbox's identity, env, user, workdir and token (every start and resume). */
+export function initBody(
+  ctx: BackendContext,
+  record: SandboxRecord,
+  extraEnv?: Record<string, string>,
+): InitBody {
+  const o = ctx.o;
+  return {
+    envVars: { ...record.envVars, ...extraEnv },
+    accessToken: record.secure ? o.envdToken(record.id) : '',
+    sandboxId: record.id,
+    templateId: record.templateId,
+    defaultUser: record.defaultUser,
+    ...(record.defaultWorkdir ? { defaultWorkdir: record.defaultWorkdir } : {}),
+    timestamp: new Date().toISOString(),
+    initKey: o.envdInitKey(record.id),
+    signatureMaxLifetimeSecs: o.signedUrlMaxLifetimeSecs,
+    unexpiringSignaturesUntil: Math.floor(Date.parse(record.createdAt) / 1000) + o.signedUrlMaxLifetimeSecs,
+  };
+}

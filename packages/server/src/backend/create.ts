@@ -1,0 +1,183 @@
+// Creating a sandbox from a template: a pre-started one from the warm pool when one fits, else a fresh boot on the
+// template's image; templates that are captures (memory or disk) are launched (launch.ts).
+import { randomUUID } from 'node:crypto';
+import { initEnvd } from '@aenv/protocol';
+import type { EgressPolicy } from '../network/types.js';
+import type { BeforeInstanceStart, LaunchSource, StartResult } from '../orchestrator/backend.js';
+import type { SandboxRecord } from '../orchestrator/types.js';
+import type { SnapshotRecord } from '../snapshot/index.js';
+import { bindingOf, initBody, leaseHolder, type BackendContext } from './context.js';
+import { launchCapture } from './launch.js';
+import type { BackendState } from './record-state.js';
+import type { AssembledSandbox } from './sandbox-factory.js';
+import { WarmPool } from './warm-pool.js';
+
+/** What a template boots from (image-based templates; captures restore instead). */
+export interface BootSpec {
+  templateId: string;
+  committed: NonNullable<SnapshotRecord['committed']>;
+  resources: { cpuCount: number; memoryMB: number; diskSizeMB: number };
+}
+
+/** Pre-started sandboxes are interchangeable when template, image and resources match. */
+const warmKey = (b: BootSpec) =>
+  `${b.templateId}|${b.committed.baseImage?.manifestDigest ?? ''}|${b.resources.cpuCount}|${b.resources.memoryMB}|${b.resources.diskSizeMB}`;
+
+/** How to boot a template that starts from its image (no captured memory or disk), or undefined for captures. */
+function imageBoot(source: LaunchSource, resources: BootSpec['resources']): BootSpec | undefined {
+  const committed = (source.record as SnapshotRecord).committed;
+  if (!committed?.baseImage || committed.artifacts.memory || committed.layers.length > 0) return undefined;
+  return { templateId: source.templateId, committed, resources };
+}
+
+export class SandboxCreation {
+  private readonly warm: WarmPool<BootSpec, AssembledSandbox>;
+
+  constructor(private readonly ctx: BackendContext) {
+    this.warm = new WarmPool({
+      size: ctx.o.warmSandboxes,
+      maxTemplates: 4,
+      // No policy: a pre-started sandbox is denied all traffic until it is handed out with its own.
+      boot: (spec) => this.boot(`warm-${randomUUID()}`, spec, null),
+      discard: (b) => ctx.factory.disassemble(b),
+      logger: ctx.log,
+    });
+  }
+
+  async start(
+    record: SandboxRecord,
+    source: LaunchSource,
+    policy: EgressPolicy,
+    beforeStart?: BeforeInstanceStart,
+  ): Promise<StartResult> {
+    const ctx = this.ctx;
+    const snapshot = source.record as SnapshotRecord;
+    if (!snapshot.committed?.baseImage)
+      throw new Error(`template ${source.templateId} has no base image to start from`);
+    const boot = imageBoot(source, record.resources);
+    if (!boot) return launchCapture(ctx, record, snapshot, policy, beforeStart);
+    const key = warmKey(boot);
+    const warm = source.cold ? undefined : this.warm.take(key);
+    if (!source.cold) this.warm.want(key, boot);
+    if (warm) {
+      // A failed start hook fails the create (it is not a reason to try another container).
+      let handed: AssembledSandbox;
+      try {
+        handed = await this.placeWarm(warm, beforeStart);
+      } catch (err) {
+        await ctx.factory.disassemble(warm);
+        throw err;
+      }
+      try {
+        return await this.adopt(record, handed, policy);
+      } catch (err) {
+        ctx.log.warn(
+          { err, sandboxId: record.id },
+          'a pre-started sandbox could not be adopted; starting a new one',
+        );
+        await ctx.factory.disassemble(handed);
+      }
+    }
+    const booted = await this.boot(record.id, boot, policy, {
+      beforeStart,
+      leaseHolder: leaseHolder(record.id),
+      record,
+    });
+    return { binding: bindingOf(booted), backend: ctx.records.encodeState(booted.state) };
+  }
+
+  /**
+   * A fresh boot on the template's image, in a slot with `policy` (null: none yet, the slot is denied
+   * everything). Without `forRecord`, envd is left without /init (a warm sandbox is /init'ed when handed out).
+   */
+  private boot(
+    containerId: string,
+    boot: BootSpec,
+    policy: EgressPolicy | null,
+    forRecord?: { beforeStart: BeforeInstanceStart | undefined; leaseHolder: string; record: SandboxRecord },
+  ): Promise<AssembledSandbox> {
+    const ctx = this.ctx;
+    const baseImage = boot.committed.baseImage!;
+    const hook = forRecord?.beforeStart;
+    return ctx.factory.assemble({
+      containerId,
+      templateId: boot.templateId,
+      resources: boot.resources,
+      state: {
+        pull: baseImage.reference,
+        derive: (image): BackendState => ({
+          ...ctx.factory.imageState(
+            image,
+            boot.committed.context.envVars.PATH,
+            boot.committed.startup?.startCmd,
+          ),
+          imageRef: baseImage.reference,
+        }),
+      },
+      policy,
+      ...(hook ? { placement: { kind: 'fresh' as const, hook } } : {}),
+      ...(forRecord
+        ? {
+            leaseHolder: forRecord.leaseHolder,
+            init: ({ extraEnv }) => ({
+              body: initBody(ctx, forRecord.record, extraEnv),
+              credentials: { initKey: ctx.o.envdInitKey(containerId) },
+            }),
+          }
+        : {}),
+    });
+  }
+
+  /** Tells the start hook where a pre-started sandbox runs, with a new instance id (it becomes the sandbox's). */
+  private async placeWarm(
+    warm: AssembledSandbox,
+    beforeStart: BeforeInstanceStart | undefined,
+  ): Promise<AssembledSandbox> {
+    const instanceId = randomUUID();
+    if (!beforeStart) return { ...warm, instanceId };
+    const { extraEnv } = await beforeStart({
+      kind: 'fresh',
+      instanceId,
+      netnsPath: warm.slot.netnsPath,
+      hostInteractionIp: warm.slot.hostInteractionIp,
+    });
+    return { ...warm, instanceId, ...(extraEnv ? { extraEnv } : {}) };
+  }
+
+  /** Hands a pre-started sandbox to `record`: its name, egress policy, image lease and envd /init. */
+  private async adopt(
+    record: SandboxRecord,
+    warm: AssembledSandbox,
+    policy: EgressPolicy,
+  ): Promise<StartResult> {
+    const o = this.ctx.o;
+    o.images.acquireLease(leaseHolder(record.id), warm.state.manifestDigest);
+    try {
+      await Promise.all([
+        o.runtime.rename(warm.containerId, record.id),
+        o.network.applyPolicy(warm.slot, policy),
+      ]);
+      await initEnvd(warm.slot.hostInteractionIp, o.envdPort, initBody(this.ctx, record, warm.extraEnv), {
+        initKey: o.envdInitKey(warm.containerId),
+      });
+      // From here on the sandbox holds the container's range (for life: pause and resume keep it).
+      o.idRanges.transfer(warm.containerId, record.id);
+    } catch (err) {
+      o.images.releaseLease(leaseHolder(record.id));
+      throw err;
+    }
+    const state: BackendState = { ...warm.state, containerId: warm.containerId };
+    return { binding: bindingOf(warm), backend: this.ctx.records.encodeState(state) };
+  }
+
+  /** Boots `templateId`'s pre-started sandboxes now (e.g. the base template at startup). */
+  prewarm(source: LaunchSource, resources: BootSpec['resources']): void {
+    const boot = imageBoot(source, resources);
+    if (boot) this.warm.want(warmKey(boot), boot);
+  }
+
+  /** Removes the pre-started sandboxes. */
+  close(): Promise<void> {
+    return this.warm.close();
+  }
+}
