@@ -67,6 +67,8 @@ import { sandboxLogMigrations } from './observability/sandbox-log-store.js';
 import { createTemplateService, uploadSecretFromApiKey } from './template/index.js';
 import { TemplateUploadEndpoint } from './api/template-upload.js';
 import { reporterSettings } from './cluster/reporter-settings.js';
+import { VolumeService, volumeMigrations, volumeSettings } from './volume/index.js';
+import { registerVolumeRoutes } from './api/routes/volumes.js';
 import { startHeartbeatReporter, type HeartbeatReporter } from './cluster/heartbeat-reporter.js';
 
 export interface RunServerOptions {
@@ -160,6 +162,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     ...sandboxEventMigrations,
     ...idRangeMigrations,
     ...idempotencyMigrations,
+    ...volumeMigrations,
   ]);
   const store = new SandboxStore(db);
   const stored = store.loadAll().records;
@@ -251,6 +254,14 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     logger: logger.child({ component: 'runtime' }),
   });
   const idRanges = runtimeHost.idRanges;
+  const volumes = new VolumeService({
+    ...volumeSettings(config),
+    db,
+    disks: runtimeHost.volumeDisks,
+    tokenSecret: apiKey.key,
+    logger: logger.child({ component: 'volumes' }),
+  });
+  await volumes.init();
 
   const signingKey = resolveRecordSigningKey({
     homePath: config.home_path,
@@ -288,6 +299,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   const reporterRef: { current?: HeartbeatReporter } = {};
   const backend = new ContainerBackend({
     runtime,
+    volumeDir: (id) => volumes.disks.dirOf(id),
     network,
     images,
     repository,
@@ -367,6 +379,12 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     observe: (operation, fn, stage) => metrics.observe(operation, fn, stage),
   });
   metrics.trackSandboxStates(() => orchestrator.stateCounts());
+  volumes.setUsers((id) =>
+    orchestrator
+      .all()
+      .filter((r) => r.volumeMounts?.some((m) => m.volumeId === id))
+      .map((r) => r.id),
+  );
   await orchestrator.init();
   idempotency.recover((id) => orchestrator.find(id) !== undefined);
   await observability.start(orchestrator);
@@ -467,6 +485,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   });
   registerSandboxRoutes(app, {
     orchestrator,
+    volumes,
     tokens,
     parsePolicy: parseNetworkPolicy,
     ...(domains[0] ? { domain: domains[0] } : {}),
@@ -514,6 +533,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   registerLogRoutes(app, observability.logRoutes());
   registerEventRoutes(app, events);
   registerTeamRoutes(app, { apiKey: apiKey.key });
+  registerVolumeRoutes(app, { volumes });
 
   const [host, portText] = splitAddr(config.api_addr);
   await app.listen({ host, port: Number(portText) });
@@ -615,6 +635,7 @@ export async function runServer(opts: RunServerOptions): Promise<number> {
     // Refused before anything touches the host.
     runtimeFactory(loaded.config.virtualization_mode);
     reporterSettings(loaded.config);
+    volumeSettings(loaded.config);
   } catch (e) {
     if (e instanceof ConfigError) {
       process.stderr.write(`aenv: invalid configuration:\n${e.message}\n`);

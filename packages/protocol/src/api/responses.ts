@@ -44,6 +44,8 @@ export interface SandboxDetail extends ListedSandbox {
   lifecycle: { autoResume: boolean; onTimeout: TimeoutAction };
   /** How a paused sandbox was paused (with or without its memory). */
   pauseKind?: string;
+  /** `SandboxVolumeMount[]`. */
+  volumeMounts?: { name: string; path: string }[];
 }
 
 /** One entry of `POST /sandboxes/{id}/fork`: a child, or why it could not be made. */

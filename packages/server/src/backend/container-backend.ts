@@ -7,7 +7,7 @@ import type { ImageService } from '../image/index.js';
 import type { PulledImage } from '../image/types.js';
 import type { NetworkManager } from '../network/index.js';
 import type { EgressPolicy, NetworkSlot } from '../network/types.js';
-import type { IdRange, RuntimeDriver, SandboxSpec, ToolsMount } from '../runtime/driver.js';
+import type { IdRange, RuntimeDriver, SandboxSpec, ToolsMount, VolumeMountSpec } from '../runtime/driver.js';
 import type { IdRangeAllocator } from '../runtime/index.js';
 import type {
   BeforeInstanceStart,
@@ -32,6 +32,8 @@ import { WarmPool } from './warm-pool.js';
 
 export interface ContainerBackendOptions {
   runtime: RuntimeDriver;
+  /** The host directory of a persistent volume (docs/volumes.md); absent: no sandbox mounts any. */
+  volumeDir?: (volumeId: string) => string;
   network: NetworkManager;
   images: ImageService;
   repository: SnapshotRepository;
@@ -169,6 +171,14 @@ export class ContainerBackend implements SandboxBackend {
     return this.stateIfAny(record)?.containerId ?? record.id;
   }
 
+  /** The host directories and mount paths of the volumes the sandbox mounts (docs/volumes.md). */
+  private volumesOf(record: SandboxRecord): VolumeMountSpec[] {
+    const mounts = record.volumeMounts ?? [];
+    if (mounts.length && !this.opts.volumeDir)
+      throw new Error(`sandbox ${record.id} mounts volumes, and this backend has no volumes`);
+    return mounts.map((m) => ({ source: this.opts.volumeDir!(m.volumeId), destination: m.path }));
+  }
+
   /** The runtime's id of a running sandbox's container (its cgroup and dir name; per-sandbox metrics read them). */
   containerIdOf(record: SandboxRecord): string {
     return this.cid(record);
@@ -181,11 +191,13 @@ export class ContainerBackend implements SandboxBackend {
     slot: NetworkSlot,
     state: BackendState,
     idRange: IdRange,
+    volumes: VolumeMountSpec[] = [],
   ): SandboxSpec {
     return {
       id,
       hostname: id,
       idRange,
+      ...(volumes.length ? { volumes } : {}),
       rootfs: state.rootfs,
       resources: {
         cpuCount: resources.cpuCount,
@@ -269,7 +281,9 @@ export class ContainerBackend implements SandboxBackend {
     const boot = imageBoot(source, record.resources);
     if (!boot) return this.startFromCapture(record, snapshot, policy, beforeStart);
     const key = warmKey(boot);
-    const warm = source.cold ? undefined : this.warm.take(key);
+    const volumes = this.volumesOf(record);
+    // A pre-started sandbox runs without volumes: one that mounts some is booted for itself.
+    const warm = source.cold || volumes.length ? undefined : this.warm.take(key);
     if (!source.cold) this.warm.want(key, boot);
     if (warm) {
       // A failed start hook fails the create (it is not a reason to try another container).
@@ -291,7 +305,7 @@ export class ContainerBackend implements SandboxBackend {
       }
     }
     return this.transaction(record.id, async (undo) => {
-      const booted = await this.bootContainer(record.id, boot, policy, beforeStart);
+      const booted = await this.bootContainer(record.id, boot, policy, beforeStart, volumes);
       undo(() => this.discardBooted(booted));
       this.opts.images.acquireLease(leaseHolder(record.id), booted.state.manifestDigest);
       undo(async () => this.opts.images.releaseLease(leaseHolder(record.id)));
@@ -318,6 +332,7 @@ export class ContainerBackend implements SandboxBackend {
     boot: BootSpec,
     policy: EgressPolicy | null,
     beforeStart?: BeforeInstanceStart,
+    volumes: VolumeMountSpec[] = [],
   ): Promise<BootedSandbox> {
     const baseImage = boot.committed.baseImage!;
     return this.transaction(containerId, async (undo) => {
@@ -352,7 +367,7 @@ export class ContainerBackend implements SandboxBackend {
       const idRange = this.opts.idRanges.acquire(containerId);
       undo(async () => this.opts.idRanges.release(containerId));
       await this.opts.runtime.create(
-        this.spec(containerId, boot.templateId, boot.resources, slot, state, idRange),
+        this.spec(containerId, boot.templateId, boot.resources, slot, state, idRange, volumes),
         { tools: this.opts.tools, ...(policyApplied ? { startAfter: policyApplied } : {}) },
       );
       undo(() => this.opts.runtime.destroy(containerId));
@@ -482,7 +497,15 @@ export class ContainerBackend implements SandboxBackend {
       const held = this.opts.idRanges.get(record.id);
       const idRange = held ?? this.opts.idRanges.acquire(record.id);
       if (!held) undo(async () => this.opts.idRanges.release(record.id));
-      const spec = this.spec(record.id, record.templateId, record.resources, slot, state, idRange);
+      const spec = this.spec(
+        record.id,
+        record.templateId,
+        record.resources,
+        slot,
+        state,
+        idRange,
+        this.volumesOf(record),
+      );
       let restored = false;
       if (from.memory) {
         try {
@@ -882,6 +905,7 @@ export class ContainerBackend implements SandboxBackend {
       envdEnv: state.envdEnv,
       rootfs: state.rootfs,
       ...(record.customExtensionParams ? { customExtensionParams: record.customExtensionParams } : {}),
+      ...(record.volumeMounts?.length ? { volumeMounts: record.volumeMounts } : {}),
     };
     const context = target.context ?? sandboxContext(record);
     const committed = {

@@ -1,5 +1,5 @@
 import { DomainError, ErrorKind } from '@aenv/protocol';
-import { captureExtensionParams } from '../backend/capture-format.js';
+import { captureExtensionParams, captureVolumeMounts } from '../backend/capture-format.js';
 import type { LaunchableTemplate, TemplateLookup } from '../orchestrator/orchestrator.js';
 import {
   DEFAULT_TAG,
@@ -82,6 +82,7 @@ export class TemplateCatalog implements TemplateLookup {
     }
     // A snapshot launches with its source's custom extension params unless the create brings its own.
     const params = captureExtensionParams(committed.extra);
+    const volumeMounts = captureVolumeMounts(committed.extra);
     return {
       templateId: rec.id,
       ...(rec.alias ? { alias: rec.alias } : {}),
@@ -91,6 +92,7 @@ export class TemplateCatalog implements TemplateLookup {
       defaultUser: committed.context.user ?? 'root',
       envVars: committed.context.envVars,
       ...(params ? { customExtensionParams: params } : {}),
+      ...(volumeMounts ? { volumeMounts } : {}),
       ...(committed.context.workdir && committed.context.workdir !== '/'
         ? { defaultWorkdir: committed.context.workdir }
         : {}),
