@@ -4,7 +4,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Sandbox, Volume, VolumeError } from 'e2b';
+import { AuthenticationError, Sandbox, Volume, VolumeError, VolumePathNotFoundError } from 'e2b';
 import { startServer, useSdk, type TestServer } from './harness.js';
 
 const MOUNT = '/mnt/shared';
@@ -26,10 +26,19 @@ describe('volumes through the e2b SDK', () => {
       ].join('\n'),
     });
     useSdk(server);
+    process.env.E2B_VOLUME_API_URL = server.url;
+    await removeVolumes(); // a failed earlier run's
   });
   afterAll(async () => {
-    if (server) expect(await server.shutdown()).toBe(0);
+    if (!server) return;
+    await server.killAll();
+    await removeVolumes();
+    expect(await server.shutdown()).toBe(0);
   });
+
+  const removeVolumes = async () => {
+    for (const v of await Volume.list()) await Volume.destroy(v.volumeId);
+  };
 
   it('creates, lists, gets and refuses bad or duplicate names', async () => {
     const vol = await Volume.create('alpha');
@@ -120,7 +129,9 @@ describe('volumes through the e2b SDK', () => {
     expect(refused).toBeInstanceOf(VolumeError);
     expect(String(refused)).toMatch(/409.*mounted/);
 
-    // Pause both (to disk), write nothing in between, resume both: the volume is mounted again.
+    // Pause both (to disk), resume both: the memory comes back (a process started before runs on) and the volume
+    // is mounted again.
+    await a.commands.run('nohup sleep 86400 >/dev/null 2>&1 & echo $! > /tmp/sleeper.pid');
     expect(await a.betaPause()).toBe(true);
     await b.commands.run(`echo while-a-paused > ${MOUNT}/p.txt`);
     expect(await b.betaPause()).toBe(true);
@@ -128,6 +139,7 @@ describe('volumes through the e2b SDK', () => {
     const a2 = await Sandbox.connect(a.sandboxId, { timeoutMs: 300_000 });
     const b2 = await Sandbox.connect(b.sandboxId, { timeoutMs: 300_000 });
     expect((await a2.commands.run(`cat ${MOUNT}/p.txt`)).stdout.trim()).toBe('while-a-paused');
+    await a2.commands.run('kill -0 "$(cat /tmp/sleeper.pid)"');
     await a2.commands.run(`echo after-resume > ${MOUNT}/r.txt`);
     expect((await b2.commands.run(`cat ${MOUNT}/r.txt ${MOUNT}/a.txt`)).stdout).toBe(
       'after-resume\nfrom-a\n',
@@ -137,6 +149,7 @@ describe('volumes through the e2b SDK', () => {
     const [child] = await a2.fork({ count: 1, timeoutMs: 300_000 });
     if (!(child instanceof Sandbox)) throw child;
     expect((await child.commands.run(`cat ${MOUNT}/a.txt`)).stdout.trim()).toBe('from-a');
+    await child.commands.run('kill -0 "$(cat /tmp/sleeper.pid)"');
     await child.commands.run(`echo from-child > ${MOUNT}/c.txt`);
     expect((await b2.commands.run(`cat ${MOUNT}/c.txt`)).stdout.trim()).toBe('from-child');
 
@@ -149,5 +162,100 @@ describe('volumes through the e2b SDK', () => {
     await c.kill();
     expect(await Volume.destroy(vol.volumeId)).toBe(true);
     expect(existsSync(join(server.home, 'sandboxes', '.volumes', vol.volumeId))).toBe(false);
+  });
+
+  it('serves the content API without a sandbox, and never follows what a sandbox planted', async () => {
+    const vol = await Volume.create('content');
+    const other = await Volume.create('content-other');
+    await other.writeFile('/secret', 'other volume');
+    await vol.makeDir('/dir', { uid: 1000, gid: 1000, mode: 0o755 });
+    const st = await vol.writeFile('/dir/hello.txt', 'hello', { uid: 1000, gid: 1000, mode: 0o640 });
+    expect(st).toMatchObject({ name: 'hello.txt', path: '/dir/hello.txt', size: 5, uid: 1000, mode: 0o640 });
+    expect(await vol.readFile('/dir/hello.txt')).toBe('hello');
+    expect(Buffer.from(await vol.readFile('/dir/hello.txt', { format: 'bytes' })).toString()).toBe('hello');
+    expect((await vol.list('/')).map((e) => e.path)).toEqual(['/dir']);
+    expect((await vol.list('/', { depth: 2 })).map((e) => e.path)).toEqual(['/dir', '/dir/hello.txt']);
+    expect(await vol.exists('/dir/hello.txt')).toBe(true);
+    expect(await vol.exists('/nope')).toBe(false);
+    await expect(vol.readFile('/nope')).rejects.toBeInstanceOf(VolumePathNotFoundError);
+    expect((await vol.updateMetadata('/dir/hello.txt', { mode: 0o644 })).mode).toBe(0o644);
+
+    // A sandbox sees the owner the content API gave, and what it writes comes back through the API.
+    const sbx = await Sandbox.create({ volumeMounts: { [MOUNT]: vol }, timeoutMs: 120_000 });
+    expect((await sbx.commands.run(`stat -c '%u %g %a' ${MOUNT}/dir/hello.txt`)).stdout.trim()).toBe(
+      '1000 1000 644',
+    );
+    await sbx.commands.run(`echo from-sandbox > ${MOUNT}/dir/s.txt`);
+    expect((await vol.getInfo('/dir/s.txt')).uid).toBe(
+      Number((await sbx.commands.run('id -u')).stdout.trim()),
+    );
+    expect(await vol.readFile('/dir/s.txt')).toBe('from-sandbox\n');
+    // Planted links to the host's /etc, to the other volume's directory on the host, and up the tree.
+    const otherDir = join(server.home, 'sandboxes', '.volumes', other.volumeId);
+    await sbx.commands.run(
+      `ln -s /etc ${MOUNT}/etc && ln -s /etc/passwd ${MOUNT}/passwd && ln -s ${otherDir} ${MOUNT}/other && ln -s ../../.. ${MOUNT}/up`,
+      { user: 'root' },
+    );
+    for (const p of ['/etc/passwd', '/passwd', '/other/secret', '/up/etc/passwd', '/../etc/passwd', '..']) {
+      const e = await vol.readFile(p).catch((err: unknown) => err);
+      expect(e, p).toBeInstanceOf(VolumeError);
+      expect(String(e), p).toMatch(/400/);
+    }
+    await expect(vol.writeFile('/other/secret', 'overwritten')).rejects.toThrow(/400/);
+    await expect(vol.list('/etc')).rejects.toThrow(/400/);
+    expect(await other.readFile('/secret')).toBe('other volume');
+    expect((await vol.getInfo('/etc')).type).toBe('symlink');
+    await vol.remove('/etc'); // the link, not the host's /etc
+    expect(existsSync('/etc/passwd')).toBe(true);
+
+    // Quota: a write past max_size_mb is the SDK's VolumeError with the 507, and the volume stays usable.
+    const big = await vol.writeFile('/big', new Uint8Array(80 * 1024 * 1024).buffer).catch((e: unknown) => e);
+    expect(big).toBeInstanceOf(VolumeError);
+    expect(String(big)).toMatch(/507.*full/);
+    expect(await vol.exists('/big')).toBe(false);
+    await vol.writeFile('/after-full.txt', 'fits');
+    expect((await sbx.commands.run(`cat ${MOUNT}/after-full.txt`)).stdout).toBe('fits');
+    await sbx.kill();
+
+    // Another volume's token (or none) opens nothing.
+    const forged = new Volume(vol.volumeId, vol.name, other.token);
+    await expect(forged.readFile('/dir/hello.txt')).rejects.toBeInstanceOf(AuthenticationError);
+    const r = await fetch(`${server.url}/volumecontent/${vol.volumeId}/file?path=/dir/hello.txt`);
+    expect(r.status).toBe(401);
+    await vol.remove('/dir');
+    expect((await vol.list('/')).map((e) => e.name)).toEqual(['after-full.txt', 'other', 'passwd', 'up']);
+    expect(await Volume.destroy(vol.volumeId)).toBe(true);
+    expect(await Volume.destroy(other.volumeId)).toBe(true);
+  });
+
+  it('keeps every acknowledged write across a server crash (kill -9 during writes)', async () => {
+    const vol = await Volume.create('crashy');
+    const acked: number[] = [];
+    let stop = false;
+    const writer = async (lane: number) => {
+      for (let i = lane; !stop && i < 2000; i += 4) {
+        try {
+          await vol.writeFile(`/f-${i}`, `payload-${i}-${'x'.repeat(4096)}`);
+        } catch {
+          return;
+        }
+        acked.push(i);
+      }
+    };
+    const lanes = [0, 1, 2, 3].map(writer);
+    while (acked.length < 40) await new Promise((res) => setTimeout(res, 10));
+    await server.crash();
+    stop = true;
+    await Promise.all(lanes);
+    server = await server.restart();
+    useSdk(server);
+    process.env.E2B_VOLUME_API_URL = server.url;
+    const again = await Volume.connect(vol.volumeId);
+    for (const i of acked)
+      expect(await again.readFile(`/f-${i}`), `f-${i}`).toBe(`payload-${i}-${'x'.repeat(4096)}`);
+    // No half-written temporary file is visible as data; a new write works.
+    for (const e of await again.list('/')) expect(e.name).toMatch(/^(f-\d+|\.aenv-write-[0-9a-f]+)$/);
+    await again.writeFile('/after', 'ok');
+    expect(await Volume.destroy(vol.volumeId)).toBe(true);
   });
 });

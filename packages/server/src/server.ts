@@ -69,6 +69,7 @@ import { TemplateUploadEndpoint } from './api/template-upload.js';
 import { reporterSettings } from './cluster/reporter-settings.js';
 import { VolumeService, volumeMigrations, volumeSettings } from './volume/index.js';
 import { registerVolumeRoutes } from './api/routes/volumes.js';
+import { VolumeContentEndpoint } from './api/volume-content.js';
 import { startHeartbeatReporter, type HeartbeatReporter } from './cluster/heartbeat-reporter.js';
 
 export interface RunServerOptions {
@@ -467,10 +468,11 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     bodyLimitBytes: config.api.body_limit_bytes,
     logger,
     metrics,
-    dataPlane: new TemplateUploadEndpoint(
-      templates.files,
-      logger.child({ component: 'template-uploads' }),
-      proxy,
+    dataPlane: new VolumeContentEndpoint(
+      volumes,
+      apiKey.key,
+      logger.child({ component: 'volume-content' }),
+      new TemplateUploadEndpoint(templates.files, logger.child({ component: 'template-uploads' }), proxy),
     ),
   });
   registerAdmission(app, admission);

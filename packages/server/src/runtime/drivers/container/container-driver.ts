@@ -823,7 +823,12 @@ export class ContainerDriver implements RuntimeDriver {
       // Volumes: writable idmapped views (files owned on disk by the image range, like the layers), so a
       // uid a sandbox user writes reads back the same in every sandbox mounting the volume (docs/volumes.md).
       const volumes = spec.volumes ?? [];
-      if (volumes.length) await mkdir(p.volumes, { recursive: true, mode: 0o700 });
+      if (volumes.length) {
+        await mkdir(p.volumes, { recursive: true });
+        // Search only: CRIU opens the views from inside the restored user namespace (the sandbox dir itself
+        // keeps host users out).
+        await chmod(p.volumes, 0o711);
+      }
       const volumeIdmap = volumes.length
         ? idmappedMountArgv(
             this.helper(),
