@@ -258,4 +258,37 @@ describe('volumes through the e2b SDK', () => {
     await again.writeFile('/after', 'ok');
     expect(await Volume.destroy(vol.volumeId)).toBe(true);
   });
+
+  it('launches a snapshot with the volumes it was taken with, and refuses it clearly once one is gone', async () => {
+    const vol = await Volume.create('snapvol');
+    const src = await Sandbox.create({ volumeMounts: { '/data': vol }, timeoutMs: 300_000 });
+    await src.commands.run('echo before-snapshot > /data/s.txt && echo on-disk > /var/tmp/own.txt');
+    const snap = await src.createSnapshot();
+    await src.kill();
+    await vol.writeFile('/after.txt', 'written after the snapshot\n');
+
+    // The volume is mounted again (not a copy): what was written after the snapshot is there too.
+    const launched = await Sandbox.create(snap.snapshotId, { timeoutMs: 120_000 });
+    expect((await Sandbox.getInfo(launched.sandboxId)).volumeMounts).toEqual([
+      { name: 'snapvol', path: '/data' },
+    ]);
+    expect((await launched.commands.run('cat /data/s.txt /data/after.txt /var/tmp/own.txt')).stdout).toBe(
+      'before-snapshot\nwritten after the snapshot\non-disk\n',
+    );
+    await launched.kill();
+
+    expect(await Volume.destroy(vol.volumeId)).toBe(true);
+    const r = await server.api('POST', '/v2/sandboxes', { templateID: snap.snapshotId });
+    expect(r.status).toBe(400);
+    expect(r.body.message).toMatch(/snapvol.*no longer exists.*\/data/);
+    // Another volume at that path stands in for it.
+    await Volume.create('standin');
+    const again = await Sandbox.create(snap.snapshotId, {
+      volumeMounts: { '/data': 'standin' },
+      timeoutMs: 120_000,
+    });
+    expect((await again.commands.run('ls -A /data; cat /var/tmp/own.txt')).stdout).toBe('on-disk\n');
+    await again.kill();
+    await server.api('DELETE', `/templates/${snap.snapshotId}`);
+  });
 });
