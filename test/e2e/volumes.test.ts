@@ -222,6 +222,39 @@ describe('volumes through the e2b SDK', () => {
     await expect(forged.readFile('/dir/hello.txt')).rejects.toBeInstanceOf(AuthenticationError);
     const r = await fetch(`${server.url}/volumecontent/${vol.volumeId}/file?path=/dir/hello.txt`);
     expect(r.status).toBe(401);
+    // Hostile queries, methods and bodies: each a 4xx {code, message}, nothing written.
+    const auth = { authorization: `Bearer ${vol.token}` };
+    const hostile: [string, string, string?][] = [
+      ['GET', 'file'],
+      ['GET', 'file?path=%00'],
+      ['GET', 'dir?path=/&depth=0'],
+      ['GET', 'dir?path=/&depth=99'],
+      ['GET', 'dir?path=/&depth=abc'],
+      ['PUT', 'file?path=/x&uid=-1', 'x'],
+      ['PUT', 'file?path=/x&uid=70000', 'x'],
+      ['PUT', 'file?path=/x&mode=2541', 'x'],
+      ['PUT', 'file?path=/x&force=maybe', 'x'],
+      ['PUT', 'file?path=/', 'x'],
+      ['POST', 'file?path=/x', 'x'],
+      ['DELETE', 'path?path=/'],
+      ['PATCH', 'path?path=/dir', '[1]'],
+      ['PATCH', 'path?path=/dir', '{"mode":"777"}'],
+      ['PATCH', 'path?path=/dir', 'x'.repeat(10000)],
+    ];
+    for (const [method, route, body] of hostile) {
+      const h = await fetch(`${server.url}/volumecontent/${vol.volumeId}/${route}`, {
+        method,
+        headers: auth,
+        ...(body !== undefined ? { body } : {}),
+      });
+      expect(h.status, `${method} ${route}`).toBeGreaterThanOrEqual(400);
+      expect(h.status, `${method} ${route}`).toBeLessThan(500);
+      expect(((await h.json()) as { code: number }).code, `${method} ${route}`).toBe(h.status);
+    }
+    expect(await vol.exists('/x')).toBe(false);
+    expect(
+      (await fetch(`${server.url}/volumecontent/not-a-volume/file?path=/x`, { headers: auth })).status,
+    ).toBe(401);
     await vol.remove('/dir');
     expect((await vol.list('/')).map((e) => e.name)).toEqual(['after-full.txt', 'other', 'passwd', 'up']);
     expect(await Volume.destroy(vol.volumeId)).toBe(true);
