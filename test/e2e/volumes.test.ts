@@ -263,6 +263,8 @@ describe('volumes through the e2b SDK', () => {
 
   it('keeps every acknowledged write across a server crash (kill -9 during writes)', async () => {
     const vol = await Volume.create('crashy');
+    // A sandbox mounting it runs through the crash: after the restart it still has the volume, and holds it.
+    const sbx = await Sandbox.create({ volumeMounts: { [MOUNT]: vol }, timeoutMs: 300_000 });
     const acked: number[] = [];
     let stop = false;
     const writer = async (lane: number) => {
@@ -289,6 +291,11 @@ describe('volumes through the e2b SDK', () => {
     // No half-written temporary file is visible as data; a new write works.
     for (const e of await again.list('/')) expect(e.name).toMatch(/^(f-\d+|\.aenv-write-[0-9a-f]+)$/);
     await again.writeFile('/after', 'ok');
+    const survivor = await Sandbox.connect(sbx.sandboxId);
+    const seen = await survivor.commands.run(`cat ${MOUNT}/after; head -c 20 ${MOUNT}/f-${acked[0]}`);
+    expect(seen.stdout).toBe(`ok${`payload-${acked[0]}-${'x'.repeat(4096)}`.slice(0, 20)}`);
+    await expect(Volume.destroy(vol.volumeId)).rejects.toThrow(/409/);
+    await survivor.kill();
     expect(await Volume.destroy(vol.volumeId)).toBe(true);
   });
 

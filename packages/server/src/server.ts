@@ -300,7 +300,8 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   const reporterRef: { current?: HeartbeatReporter } = {};
   const backend = new ContainerBackend({
     runtime,
-    volumeDir: (id) => volumes.disks.dirOf(id),
+    // A volume not in this node's catalog (a sandbox paused on another node) is a clear 404, not a failed mount.
+    volumeDir: (id) => volumes.dirOf(id),
     network,
     images,
     repository,
