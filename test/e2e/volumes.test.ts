@@ -106,6 +106,10 @@ describe('volumes through the e2b SDK', () => {
     const a = await Sandbox.create({ volumeMounts: { [MOUNT]: vol }, timeoutMs: 300_000 });
     const b = await Sandbox.create({ volumeMounts: { [MOUNT]: 'shared' }, timeoutMs: 300_000 });
     expect((await Sandbox.getInfo(a.sandboxId)).volumeMounts).toEqual([{ name: 'shared', path: MOUNT }]);
+    const listed = await Sandbox.list().nextItems();
+    expect(listed.find((x) => x.sandboxId === b.sandboxId)?.volumeMounts).toEqual([
+      { name: 'shared', path: MOUNT },
+    ]);
 
     // nosuid,nodev inside; written by the sandbox user in one, read with the same owner in the other.
     const opts = (await a.commands.run(`awk '$2 == "${MOUNT}" {print $4}' /proc/mounts`)).stdout;

@@ -33,6 +33,8 @@ export interface ListedSandbox {
   metadata?: Record<string, string>;
   state: SandboxState;
   envdVersion: string;
+  /** `SandboxVolumeMount[]`: the volumes it mounts (docs/volumes.md); absent when none. */
+  volumeMounts?: { name: string; path: string }[];
 }
 
 /** `SandboxDetail`: `GET /sandboxes/{id}`. */
@@ -44,8 +46,6 @@ export interface SandboxDetail extends ListedSandbox {
   lifecycle: { autoResume: boolean; onTimeout: TimeoutAction };
   /** How a paused sandbox was paused (with or without its memory). */
   pauseKind?: string;
-  /** `SandboxVolumeMount[]`. */
-  volumeMounts?: { name: string; path: string }[];
 }
 
 /** One entry of `POST /sandboxes/{id}/fork`: a child, or why it could not be made. */

@@ -128,6 +128,9 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
     ...(Object.keys(r.metadata).length ? { metadata: r.metadata } : {}),
     state: apiState(r.state),
     envdVersion: r.envdVersion,
+    ...(r.volumeMounts?.length
+      ? { volumeMounts: r.volumeMounts.map((m) => ({ name: m.name, path: m.path })) }
+      : {}),
   });
 
   const detailView = (r: SandboxRecord): SandboxDetail => {
@@ -149,7 +152,6 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
         : {}),
       lifecycle: { autoResume: r.autoResume, onTimeout: r.onTimeout },
       ...(r.paused ? { pauseKind: r.paused.kind } : {}),
-      volumeMounts: (r.volumeMounts ?? []).map((m) => ({ name: m.name, path: m.path })),
     };
   };
 
