@@ -294,11 +294,11 @@ describe('paths', () => {
 describe('unknown keys and types', () => {
   it('warns about unknown keys with their full path and a suggestion, and ignores them', () => {
     const r = load(
-      '[image.cache.gc]\nenabeld = false\n[volume]\nmax_size_mb = 1\n[pool.network]\nsurprise = 1\n',
+      '[image.cache.gc]\nenabeld = false\n[drives]\nmax_size_mb = 1\n[pool.network]\nsurprise = 1\n',
     );
     expect(r.warnings).toEqual([
       `unknown config key "image.cache.gc.enabeld" in ${r.configPath} (ignored); did you mean "enabled"?`,
-      `unknown config key "volume" in ${r.configPath} (ignored)`,
+      `unknown config key "drives" in ${r.configPath} (ignored)`,
       `unknown config key "pool.network.surprise" in ${r.configPath} (ignored)`,
     ]);
     expect(r.config.image.cache.gc.enabled).toBe(true);

@@ -754,6 +754,24 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
     }),
   }),
 
+  volume: section('Persistent volumes (docs/volumes.md).', {
+    max_size_mb: int({
+      default: 262144,
+      min: 1,
+      doc: 'What one volume may hold, in MiB (a btrfs quota group or XFS project quota, where runtime.disk_limits is on).',
+    }),
+    max_volume_count: int({
+      default: 4,
+      min: 0,
+      doc: 'How many volumes one sandbox may mount (volumeMounts); 0 = none.',
+    }),
+    storage: oneOf(['node', 'shared_dir'], {
+      default: 'node',
+      aenv: true,
+      doc: 'Where volumes live: "node" = on this node\'s CoW volume (node-affine in a cluster). "shared_dir" (a posix_fs-style shared directory) is not implemented yet and is refused.',
+    }),
+  }),
+
   orchestrator: section('Sandbox lifecycle.', {
     auto_evict_interval_ms: int({
       default: 1000,

@@ -9,6 +9,10 @@
  *       lower dirs, so the sandbox sees them owned by its own root without a copy. Then execs CMD, if
  *       given (the sandbox's other mounts: one process for both).
  *
+ *   aenv-idmap mount-rw FROM TO COUNT SRC DST [SRC DST ...] [-- CMD [ARGS...]]
+ *       The same, writable: a sandbox's view of a persistent volume (docs/volumes.md), whose files are
+ *       owned on disk by the image range, so every sandbox that mounts it sees the same owners.
+ *
  *   aenv-idmap shift FROM TO COUNT SPAN_START SPAN_END DIR
  *       Moves the ownership of DIR and everything below it (not following symlinks, not crossing into
  *       other filesystems) into the range TO..TO+COUNT-1: ids in FROM..FROM+COUNT-1 move by TO-FROM, ids
@@ -103,13 +107,13 @@ static int userns_fd(uint32_t from, uint32_t to, uint32_t count) {
   return fd;
 }
 
-static int cmd_mount(int argc, char **argv) {
+static int cmd_mount(int argc, char **argv, int writable) {
   uint32_t from, to, count;
   int end = 4;
   while (end < argc && strcmp(argv[end], "--")) end++;
   if (argc < 6 || end < 6 || (end - 4) % 2 || parse_u32(argv[1], &from) || parse_u32(argv[2], &to) ||
       parse_u32(argv[3], &count) || count == 0 || (end < argc && end == argc - 1)) {
-    fprintf(stderr, "usage: aenv-idmap mount FROM TO COUNT SRC DST [SRC DST ...] [-- CMD [ARGS...]]\n");
+    fprintf(stderr, "usage: aenv-idmap mount|mount-rw FROM TO COUNT SRC DST [SRC DST ...] [-- CMD [ARGS...]]\n");
     return 2;
   }
   int ns = userns_fd(from, to, count);
@@ -119,7 +123,7 @@ static int cmd_mount(int argc, char **argv) {
     int fd = (int)syscall(SYS_open_tree, AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
     if (fd < 0) fail("open_tree", src);
     struct mount_attr attr = {0};
-    attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (writable ? 0 : MOUNT_ATTR_RDONLY);
     attr.userns_fd = (uint64_t)ns;
     if (syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH, &attr, sizeof attr)) fail("mount_setattr", src);
     if (syscall(SYS_move_mount, fd, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH)) fail("move_mount", dst);
@@ -311,7 +315,8 @@ static int cmd_shift(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-  if (argc >= 2 && !strcmp(argv[1], "mount")) return cmd_mount(argc - 1, argv + 1);
+  if (argc >= 2 && !strcmp(argv[1], "mount")) return cmd_mount(argc - 1, argv + 1, 0);
+  if (argc >= 2 && !strcmp(argv[1], "mount-rw")) return cmd_mount(argc - 1, argv + 1, 1);
   if (argc >= 2 && !strcmp(argv[1], "shift")) return cmd_shift(argc - 1, argv + 1);
   fprintf(stderr, "usage: aenv-idmap mount|shift ...\n");
   return 2;

@@ -35,7 +35,7 @@ import { createRuntime, idRangeMigrations, runtimeFactory, type ToolsMount } fro
 import { createSnapshotRepository, type SnapshotRepository } from './snapshot/index.js';
 import { signUnsignedAtStartup, unsignedReadMode } from './snapshot/unsigned-records.js';
 import { ContainerBackend } from './backend/container-backend.js';
-import { captureExtensionParams } from './backend/capture-format.js';
+import { captureExtensionParams, captureVolumeMounts } from './backend/capture-format.js';
 import { TemplateCatalog } from './template/catalog.js';
 import { ensureBaseTemplate } from './template/base-template.js';
 import { Orchestrator } from './orchestrator/orchestrator.js';
@@ -72,6 +72,9 @@ import { sandboxLogMigrations } from './observability/sandbox-log-store.js';
 import { createTemplateService, uploadSecretFromApiKey } from './template/index.js';
 import { TemplateUploadEndpoint } from './api/template-upload.js';
 import { reporterSettings } from './cluster/reporter-settings.js';
+import { VolumeService, volumeMigrations, volumeSettings } from './volume/index.js';
+import { registerVolumeRoutes } from './api/routes/volumes.js';
+import { VolumeContentEndpoint } from './api/volume-content.js';
 import { startHeartbeatReporter, type HeartbeatReporter } from './cluster/heartbeat-reporter.js';
 
 export interface RunServerOptions {
@@ -166,6 +169,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     ...webhookMigrations,
     ...idRangeMigrations,
     ...idempotencyMigrations,
+    ...volumeMigrations,
   ]);
   const store = new SandboxStore(db);
   const stored = store.loadAll().records;
@@ -263,6 +267,14 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     logger: logger.child({ component: 'runtime' }),
   });
   const idRanges = runtimeHost.idRanges;
+  const volumes = new VolumeService({
+    ...volumeSettings(config),
+    db,
+    disks: runtimeHost.volumeDisks,
+    tokenSecret: apiKey.key,
+    logger: logger.child({ component: 'volumes' }),
+  });
+  await volumes.init();
 
   const signingKey = resolveRecordSigningKey({
     homePath: config.home_path,
@@ -300,6 +312,8 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   const reporterRef: { current?: HeartbeatReporter } = {};
   const backend = new ContainerBackend({
     runtime,
+    // A volume not in this node's catalog (a sandbox paused on another node) is a clear 404, not a failed mount.
+    volumeDir: (id) => volumes.dirOf(id),
     network,
     images,
     repository,
@@ -345,6 +359,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     virtualizationMode: runtime.virtualizationMode,
     envdVersion: ENVD_VERSION,
     extensionParamsOf: captureExtensionParams,
+    volumeMountsOf: captureVolumeMounts,
   });
   const admission = new AdmissionControl(admissionLimitsFrom(config));
   const idempotency = new IdempotencyLayer(
@@ -387,6 +402,12 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     observe: (operation, fn, stage) => metrics.observe(operation, fn, stage),
   });
   metrics.trackSandboxStates(() => orchestrator.stateCounts());
+  volumes.setUsers((id) =>
+    orchestrator
+      .all()
+      .filter((r) => r.volumeMounts?.some((m) => m.volumeId === id))
+      .map((r) => r.id),
+  );
   await orchestrator.init();
   const movedAway = await orchestrator.dropMovedAway();
   if (movedAway > 0)
@@ -461,10 +482,11 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     bodyLimitBytes: config.api.body_limit_bytes,
     logger,
     metrics,
-    dataPlane: new TemplateUploadEndpoint(
-      templates.files,
-      logger.child({ component: 'template-uploads' }),
-      proxy,
+    dataPlane: new VolumeContentEndpoint(
+      volumes,
+      apiKey.key,
+      logger.child({ component: 'volume-content' }),
+      new TemplateUploadEndpoint(templates.files, logger.child({ component: 'template-uploads' }), proxy),
     ),
   });
   registerAdmission(app, admission);
@@ -494,6 +516,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
   });
   registerSandboxRoutes(app, {
     orchestrator,
+    volumes,
     tokens,
     parsePolicy: parseNetworkPolicy,
     ...(domains[0] ? { domain: domains[0] } : {}),
@@ -549,6 +572,7 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     teamId: localTeamId(apiKey.key),
   });
   registerTeamRoutes(app, { apiKey: apiKey.key });
+  registerVolumeRoutes(app, { volumes });
 
   const [host, portText] = splitAddr(config.api_addr);
   await app.listen({ host, port: Number(portText) });
@@ -663,6 +687,7 @@ export async function runServer(opts: RunServerOptions): Promise<number> {
     // Refused before anything touches the host.
     runtimeFactory(loaded.config.virtualization_mode);
     reporterSettings(loaded.config);
+    volumeSettings(loaded.config);
   } catch (e) {
     if (e instanceof ConfigError) {
       process.stderr.write(`aenv: invalid configuration:\n${e.message}\n`);

@@ -33,6 +33,8 @@ export interface ListedSandbox {
   metadata?: Record<string, string>;
   state: SandboxState;
   envdVersion: string;
+  /** `SandboxVolumeMount[]`: the volumes it mounts (docs/volumes.md); absent when none. */
+  volumeMounts?: { name: string; path: string }[];
 }
 
 /** `SandboxDetail`: `GET /sandboxes/{id}`. */

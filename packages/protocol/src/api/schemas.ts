@@ -29,6 +29,11 @@ export const newSandboxSchema = z.object({
   metadata: stringMap.optional(),
   envVars: stringMap.optional(),
   customExtensionParams: z.record(z.string(), z.unknown()).optional(),
+  /** `SandboxVolumeMount[]`: checked further by the node's volume service (docs/volumes.md). */
+  volumeMounts: z
+    .array(z.object({ name: z.string(), path: z.string() }))
+    .max(64)
+    .nullish(),
 });
 
 /** `AttachedDrive` of `NewColdSandbox` (accepted on the wire; aenv refuses non-empty lists: no volumes yet). */

@@ -7,6 +7,7 @@ import type { CaptureTarget, CapturedSandbox } from '../orchestrator/backend.js'
 import type { CommandContext, PublishInput } from '../snapshot/index.js';
 import { COMPLETE } from './capture-dirs.js';
 import { DISK_MEDIA_TYPE } from './capture-format.js';
+import type { VolumeMountRecord } from '../volume/types.js';
 import type { BackendContext } from './context.js';
 import { archiveDir } from './disk-archive.js';
 import { removeLocalSnapshot } from './local-snapshots.js';
@@ -20,6 +21,7 @@ export interface CaptureSubject {
   sourceSandboxId: string;
   secure: boolean;
   customExtensionParams?: Record<string, unknown>;
+  volumeMounts?: VolumeMountRecord[];
 }
 
 type Committed = PublishInput['committed'];
@@ -39,6 +41,7 @@ function committedOf(
     envdEnv: s.state.envdEnv,
     rootfs: s.state.rootfs,
     ...(s.customExtensionParams ? { customExtensionParams: s.customExtensionParams } : {}),
+    ...(s.volumeMounts?.length ? { volumeMounts: s.volumeMounts } : {}),
   };
   return {
     context,

@@ -234,6 +234,7 @@ export class ContainerBackend implements SandboxBackend {
         sourceSandboxId: record.id,
         secure: record.secure,
         ...(record.customExtensionParams ? { customExtensionParams: record.customExtensionParams } : {}),
+        ...(record.volumeMounts?.length ? { volumeMounts: record.volumeMounts } : {}),
       },
       { ...target, context: target.context ?? sandboxContext(record) },
     );

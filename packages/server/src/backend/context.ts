@@ -6,7 +6,7 @@ import type { SingleFlight } from '../image/single-flight.js';
 import type { NetworkManager } from '../network/index.js';
 import type { EgressPolicy } from '../network/types.js';
 import type { RuntimeBinding, SandboxRecord } from '../orchestrator/types.js';
-import type { RuntimeDriver, ToolsMount } from '../runtime/driver.js';
+import type { RuntimeDriver, ToolsMount, VolumeMountSpec } from '../runtime/driver.js';
 import type { IdRangeAllocator } from '../runtime/index.js';
 import type { SnapshotRepository } from '../snapshot/index.js';
 import type { Logger } from '../util/log.js';
@@ -16,6 +16,8 @@ import type { AssembledSandbox, SandboxFactory } from './sandbox-factory.js';
 
 export interface ContainerBackendOptions {
   runtime: RuntimeDriver;
+  /** The host directory of a persistent volume (docs/volumes.md); absent: no sandbox mounts any. */
+  volumeDir?: (volumeId: string) => string;
   network: NetworkManager;
   images: ImageService;
   repository: SnapshotRepository;
@@ -82,6 +84,15 @@ export function setState(ctx: BackendContext, r: SandboxRecord, state: BackendSt
 /** The runtime's id of the sandbox's container: the sandbox id, or the id of the warm sandbox it was given. */
 export function containerIdOf(ctx: BackendContext, record: SandboxRecord): string {
   return stateIfAny(ctx, record)?.containerId ?? record.id;
+}
+
+/** The host directories and mount paths of the volumes the sandbox mounts (docs/volumes.md). */
+export function volumesOf(ctx: BackendContext, record: SandboxRecord): VolumeMountSpec[] {
+  const mounts = record.volumeMounts ?? [];
+  const volumeDir = ctx.o.volumeDir;
+  if (!mounts.length) return [];
+  if (!volumeDir) throw new Error(`sandbox ${record.id} mounts volumes, and this backend has no volumes`);
+  return mounts.map((m) => ({ source: volumeDir(m.volumeId), destination: m.path }));
 }
 
 export function policyOf(r: SandboxRecord): EgressPolicy {

@@ -6,7 +6,7 @@ import type { EgressPolicy } from '../network/types.js';
 import type { BeforeInstanceStart, LaunchSource, StartResult } from '../orchestrator/backend.js';
 import type { SandboxRecord } from '../orchestrator/types.js';
 import type { SnapshotRecord } from '../snapshot/index.js';
-import { bindingOf, initBody, leaseHolder, type BackendContext } from './context.js';
+import { bindingOf, initBody, leaseHolder, volumesOf, type BackendContext } from './context.js';
 import { launchCapture } from './launch.js';
 import type { BackendState } from './record-state.js';
 import type { AssembledSandbox } from './sandbox-factory.js';
@@ -57,7 +57,8 @@ export class SandboxCreation {
     const boot = imageBoot(source, record.resources);
     if (!boot) return launchCapture(ctx, record, snapshot, policy, beforeStart);
     const key = warmKey(boot);
-    const warm = source.cold ? undefined : this.warm.take(key);
+    // A pre-started sandbox runs without volumes: one that mounts some is booted for itself.
+    const warm = source.cold || record.volumeMounts?.length ? undefined : this.warm.take(key);
     if (!source.cold) this.warm.want(key, boot);
     if (warm) {
       // A failed start hook fails the create (it is not a reason to try another container).
@@ -118,6 +119,7 @@ export class SandboxCreation {
       ...(hook ? { placement: { kind: 'fresh' as const, hook } } : {}),
       ...(forRecord
         ? {
+            volumes: volumesOf(ctx, forRecord.record),
             leaseHolder: forRecord.leaseHolder,
             init: ({ extraEnv }) => ({
               body: initBody(ctx, forRecord.record, extraEnv),

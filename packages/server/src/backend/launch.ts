@@ -7,7 +7,7 @@ import type { PulledImage } from '../image/index.js';
 import type { BeforeInstanceStart, StartResult } from '../orchestrator/backend.js';
 import type { SandboxRecord } from '../orchestrator/types.js';
 import type { SnapshotRecord } from '../snapshot/index.js';
-import { bindingOf, initBody, leaseHolder, type BackendContext } from './context.js';
+import { bindingOf, initBody, leaseHolder, volumesOf, type BackendContext } from './context.js';
 import { ensureLocalSnapshot } from './local-snapshots.js';
 import type { BackendState } from './record-state.js';
 
@@ -39,6 +39,7 @@ export async function launchSaved(
     policy,
     ...(beforeStart ? { placement: { kind: 'resume' as const, hook: beforeStart } } : {}),
     ...(from.leaseHeld ? {} : { leaseHolder: leaseHolder(record.id) }),
+    volumes: volumesOf(ctx, record),
     from: { disk: from.disk, ...(from.memory ? { memory: from.memory } : {}) },
     // envd keeps its token on the sandbox's disk (/run/agentenv), so a fresh boot on a saved disk finds the
     // same token a memory restore does: /init must prove it either way.

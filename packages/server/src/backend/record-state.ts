@@ -4,6 +4,7 @@
 // naming the record, never a half-read state.
 import { z } from 'zod';
 import type { DriverRecordCodec, RootfsSpec } from '../runtime/driver.js';
+import type { VolumeMountRecord } from '../volume/types.js';
 
 /** What the container backend keeps in `SandboxRecord.backend` for a sandbox it runs. */
 export interface BackendState {
@@ -33,10 +34,12 @@ export interface CaptureExtra {
   rootfs: RootfsSpec;
   /** The source's custom extension params: a launch of the capture gets them unless it brings its own. */
   customExtensionParams?: Record<string, unknown>;
+  /** The volumes the source mounted: a launch of the capture mounts them again (docs/volumes.md). */
+  volumeMounts?: VolumeMountRecord[];
 }
 
 /** What a launch reads back from a capture (the rootfs comes from the capture's image again). */
-export type CaptureSource = Omit<CaptureExtra, 'rootfs' | 'customExtensionParams'>;
+export type CaptureSource = Omit<CaptureExtra, 'rootfs' | 'customExtensionParams' | 'volumeMounts'>;
 
 const Env = z.record(z.string(), z.string());
 

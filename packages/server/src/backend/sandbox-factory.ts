@@ -11,7 +11,7 @@ import { DEFAULT_PATH, initEnvd, waitForEnvd, type EnvdInitCredentials, type Ini
 import type { ImageService, PulledImage } from '../image/index.js';
 import type { NetworkManager } from '../network/index.js';
 import type { EgressPolicy, NetworkSlot } from '../network/types.js';
-import type { IdRange, RuntimeDriver, SandboxSpec, ToolsMount } from '../runtime/driver.js';
+import type { IdRange, RuntimeDriver, SandboxSpec, ToolsMount, VolumeMountSpec } from '../runtime/driver.js';
 import type { IdRangeAllocator } from '../runtime/index.js';
 import type { BeforeInstanceStart } from '../orchestrator/backend.js';
 import { failurePoint } from '../util/crash-point.js';
@@ -55,6 +55,8 @@ export interface AssemblyPlan {
   placement?: { kind: 'fresh' | 'resume'; hook: BeforeInstanceStart };
   /** Holds the image's layers for the sandbox's life (none: already held, or taken when it is handed out). */
   leaseHolder?: string;
+  /** Persistent volumes bind-mounted into the sandbox (docs/volumes.md). */
+  volumes?: VolumeMountSpec[];
   /** A saved disk to start on, and a memory checkpoint to restore (falling back to a boot on the disk). */
   from?: { disk?: string; memory?: string };
   /** envd's `/init` once it answers (none: a pre-started sandbox is /init'ed when it is handed out). */
@@ -185,6 +187,14 @@ export const ASSEMBLY_STEPS: readonly AssemblyStep[] = [
         need(a.state, 'the state'),
         need(a.idRange, 'the uid range'),
       );
+    },
+  },
+  {
+    // Persistent volumes: bind mounts of the spec, nothing of their own to undo (the volume outlives the sandbox).
+    name: 'volumes',
+    async run(_f, a) {
+      const volumes = a.plan.volumes;
+      if (volumes?.length) need(a.spec, 'the spec').volumes = volumes;
     },
   },
   {

@@ -1,6 +1,7 @@
 import { DomainError, ErrorKind, isDomainError, shuttingDown } from '@aenv/protocol';
 import type { Logger } from '../util/log.js';
 import type { EgressPolicy } from '../network/types.js';
+import type { VolumeMountRecord } from '../volume/types.js';
 import {
   isSandboxMoved,
   type BeforeInstanceStart,
@@ -36,6 +37,11 @@ export interface CreateSandboxInput {
   policy: EgressPolicy;
   /** Given with the create; absent: the template's (a snapshot's) params, if any. */
   customExtensionParams?: Record<string, unknown>;
+  /**
+   * The volumes to mount, given what the template (a snapshot) was taken with; throws when they cannot be
+   * (docs/volumes.md). Absent: none.
+   */
+  resolveVolumeMounts?: (needed: readonly VolumeMountRecord[]) => VolumeMountRecord[];
 }
 
 export interface LaunchableTemplate extends LaunchSource {
@@ -47,6 +53,8 @@ export interface LaunchableTemplate extends LaunchSource {
   envVars?: Record<string, string>;
   /** Custom extension params recorded with a snapshot. */
   customExtensionParams?: Record<string, unknown>;
+  /** Volumes a snapshot was taken with (mounted again by a launch of it). */
+  volumeMounts?: VolumeMountRecord[];
 }
 
 /** Looks up what `templateID` names (id or alias of a committed template or snapshot). */
@@ -496,6 +504,7 @@ export class Orchestrator {
   ): Promise<SandboxRecord> {
     this.assertOpen();
     this.assertNotDraining();
+    const volumeMounts = input.resolveVolumeMounts?.(template.volumeMounts ?? []) ?? [];
     const id = this.opts.newId();
     const now = new Date().toISOString();
     const record: SandboxRecord = {
@@ -526,6 +535,7 @@ export class Orchestrator {
         ? { customExtensionParams: input.customExtensionParams ?? template.customExtensionParams }
         : {}),
       backend: {},
+      ...(volumeMounts.length ? { volumeMounts } : {}),
     };
     this.sandboxes.set(id, record);
     return this.locks.run(id, this.opts.transitionWaitMs, async () => {

@@ -1,4 +1,5 @@
 // The orchestrator's view of a sandbox: lifecycle state, what the API shows, and what the runtime needs to find it.
+import type { VolumeMountRecord } from '../volume/types.js';
 
 export type SandboxState =
   'creating' | 'resuming' | 'running' | 'snapshotting' | 'forking' | 'pausing' | 'paused' | 'killing';
@@ -97,4 +98,6 @@ export interface SandboxRecord {
   extensionInstanceId?: string;
   /** Backend-private data needed to restart or resume the sandbox (image layers, tools version, ...). */
   backend: Record<string, unknown>;
+  /** Persistent volumes it mounts (docs/volumes.md): mounted again on every resume, kept by forks and snapshots. */
+  volumeMounts?: VolumeMountRecord[];
 }

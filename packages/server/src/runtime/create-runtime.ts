@@ -3,7 +3,7 @@
 import { ConfigError, type AenvConfig } from '@aenv/config';
 import type { StateDb } from '../state/db.js';
 import type { Logger } from '../util/log.js';
-import type { RuntimeDriver } from './driver.js';
+import type { RuntimeDriver, VolumeDisks } from './driver.js';
 import type { IdRangeAllocator } from './drivers/container/id-range-allocator.js';
 import { createContainerRuntime } from './drivers/container/from-config.js';
 
@@ -25,6 +25,8 @@ export interface Runtime {
   /** The cgroup under which sandboxes get theirs, and the directory of their disks (usage sampling). */
   cgroupParent: string;
   sandboxesDir: string;
+  /** Where persistent volumes live (docs/volumes.md). */
+  volumeDisks: VolumeDisks;
 }
 
 export type VirtualizationMode = AenvConfig['virtualization_mode'];

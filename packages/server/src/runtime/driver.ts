@@ -60,6 +60,38 @@ export interface SandboxSpec {
    * captured under another range into this one.
    */
   idRange: IdRange;
+  /**
+   * Persistent volumes bind-mounted read-write (nosuid, nodev) into the sandbox (docs/volumes.md). Not part of
+   * the disk: captures and checkpoints leave them out, and every create or restore mounts them again.
+   */
+  volumes?: VolumeMountSpec[];
+}
+
+/** One volume as a sandbox mounts it. */
+export interface VolumeMountSpec {
+  /** The volume's directory on the host (from `VolumeDisks.create`). */
+  source: string;
+  /** Absolute path inside the sandbox. */
+  destination: string;
+}
+
+/**
+ * Where a driver keeps persistent volumes: directories on its sandbox volume with a size limit each, whose
+ * files are owned on the host by `ownerRange` (every sandbox sees them through an idmapped view, so a uid a
+ * sandbox user wrote reads back the same in every sandbox that mounts the volume).
+ */
+export interface VolumeDisks {
+  /** Whether `create`'s size limit is enforced (btrfs quota groups or XFS project quotas). */
+  readonly enforcesLimits: boolean;
+  readonly ownerRange: IdRange;
+  /** Makes the empty volume directory of `id` (a subvolume on btrfs) limited to `mb` MiB; returns its path. */
+  create(id: string, mb: number): Promise<string>;
+  /** The directory of volume `id` (whether or not it exists). */
+  dirOf(id: string): string;
+  /** Removes volume `id` and everything in it. Idempotent. */
+  remove(id: string): Promise<void>;
+  /** Ids of the volume directories that exist. */
+  list(): Promise<string[]>;
 }
 
 /** The read-only tools directory mounted at /agentenv (portable node, envd, aenv-init). */

@@ -1,4 +1,5 @@
 import { DomainError, ErrorKind } from '@aenv/protocol';
+import type { VolumeMountRecord } from '../volume/types.js';
 import type { LaunchableTemplate, TemplateLookup } from '../orchestrator/orchestrator.js';
 import {
   DEFAULT_TAG,
@@ -14,6 +15,8 @@ export interface TemplateCatalogOptions {
   envdVersion: string;
   /** The custom extension params a capture's `committed.extra` records (the backend reads its capture format). */
   extensionParamsOf(extra: unknown): Record<string, unknown> | undefined;
+  /** The volumes a capture's `committed.extra` records as mounted (docs/volumes.md). */
+  volumeMountsOf(extra: unknown): VolumeMountRecord[] | undefined;
 }
 
 /** Names the SDK may use for a template: `ns/name:tag` → `name` (e2b-protocol §2.3). */
@@ -83,6 +86,7 @@ export class TemplateCatalog implements TemplateLookup {
     }
     // A snapshot launches with its source's custom extension params unless the create brings its own.
     const params = this.opts.extensionParamsOf(committed.extra);
+    const volumeMounts = this.opts.volumeMountsOf(committed.extra);
     return {
       templateId: rec.id,
       ...(rec.alias ? { alias: rec.alias } : {}),
@@ -92,6 +96,7 @@ export class TemplateCatalog implements TemplateLookup {
       defaultUser: committed.context.user ?? 'root',
       envVars: committed.context.envVars,
       ...(params ? { customExtensionParams: params } : {}),
+      ...(volumeMounts ? { volumeMounts } : {}),
       ...(committed.context.workdir && committed.context.workdir !== '/'
         ? { defaultWorkdir: committed.context.workdir }
         : {}),

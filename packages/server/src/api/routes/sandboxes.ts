@@ -31,6 +31,7 @@ import { paginate, parseLimit } from '../pagination.js';
 import { matchesMetadata, parseMetadataFilter } from '../metadata-filter.js';
 import { parseBody, parseRequiredBody } from '../parse-body.js';
 import { checkParams } from '../../extension/params.js';
+import type { VolumeService } from '../../volume/service.js';
 import {
   refuseUnsupportedCreateFields,
   refuseUnsupportedNetworkUpdateFields,
@@ -53,6 +54,8 @@ export interface SandboxTokens {
 
 export interface SandboxRouteDeps {
   orchestrator: Orchestrator;
+  /** Mounts `volumeMounts` (docs/volumes.md); absent: they are refused. */
+  volumes?: VolumeService;
   tokens: SandboxTokens;
   /** Validates egress settings (reference §5.9); throws a 400-class error. */
   parsePolicy(input: {
@@ -125,6 +128,9 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
     ...(Object.keys(r.metadata).length ? { metadata: r.metadata } : {}),
     state: apiState(r.state),
     envdVersion: r.envdVersion,
+    ...(r.volumeMounts?.length
+      ? { volumeMounts: r.volumeMounts.map((m) => ({ name: m.name, path: m.path })) }
+      : {}),
   });
 
   const detailView = (r: SandboxRecord): SandboxDetail => {
@@ -196,10 +202,27 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
 
   const create = async (body: unknown, reply: FastifyReply, defaults: CreateDefaults) => {
     const req = parseRequiredBody(newSandboxSchema, body, 'sandbox request');
-    refuseUnsupportedCreateFields(body);
+    refuseUnsupportedCreateFields(body, { volumes: deps.volumes !== undefined });
     const input = createInput(req, req.allow_internet_access, defaults);
-    const r = await orch.create({ templateId: req.templateID, ...input });
-    return created(reply, r, 201);
+    const requested = (body as { volumeMounts?: unknown }).volumeMounts;
+    const volumes = deps.volumes;
+    if (!volumes) return created(reply, await orch.create({ templateId: req.templateID, ...input }), 201);
+    // A snapshot mounts again what it was taken with; the volumes are kept from deletion until the record lists them.
+    let release = () => {};
+    try {
+      const r = await orch.create({
+        templateId: req.templateID,
+        ...input,
+        resolveVolumeMounts: (needed) => {
+          const mounts = volumes.resolveMounts(requested, needed);
+          release = volumes.hold(mounts);
+          return mounts;
+        },
+      });
+      return created(reply, r, 201);
+    } finally {
+      release();
+    }
   };
 
   app.post('/sandboxes', async (req, reply) => create(req.body, reply, V1_CREATE));

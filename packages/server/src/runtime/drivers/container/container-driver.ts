@@ -15,6 +15,7 @@ import type {
   SandboxSpec,
   SandboxStats,
   ToolsMount,
+  VolumeDisks,
 } from '../../driver.js';
 import { containerRecordCodec } from './record-codec.js';
 import { RuntimeError } from '../../driver.js';
@@ -174,6 +175,8 @@ interface SandboxPaths {
   lowers: string;
   /** The layers and uid range the mounts were made for. */
   layers: string;
+  /** Mount points of the idmapped views of the sandbox's persistent volumes (`v/<n>`). */
+  volumes: string;
   pidFile: string;
   runcLog: string;
 }
@@ -329,6 +332,49 @@ export class ContainerDriver implements RuntimeDriver {
 
   get criuVersion(): string | null {
     return this.criuVersionValue;
+  }
+
+  /** Where persistent volumes live: `.volumes/<id>` on the sandbox volume (docs/volumes.md). */
+  get volumesRoot(): string {
+    return join(this.sandboxesDir, '.volumes');
+  }
+
+  /** Persistent volumes on the sandbox volume, each its own subvolume with a quota where limits are enforced. */
+  volumeDisks(): VolumeDisks {
+    const root = this.volumesRoot;
+    const cow = this.cow;
+    const owner = imageRange(this.idLayout);
+    const dirOf = (id: string) => {
+      assertSandboxId(id);
+      return join(root, id);
+    };
+    return {
+      get enforcesLimits() {
+        return cow.enforcesLimits;
+      },
+      ownerRange: owner,
+      dirOf,
+      async create(id, mb) {
+        const dir = dirOf(id);
+        await mkdir(root, { recursive: true, mode: 0o700 });
+        await cow.removeDir(dir);
+        await cow.createDir(dir);
+        await cow.limitDir(dir, mb);
+        // Like /tmp: every user of every sandbox may make files; only a file's owner (or root) removes it.
+        await chown(dir, owner.hostStart, owner.hostStart);
+        await chmod(dir, 0o1777);
+        return dir;
+      },
+      async remove(id) {
+        const dir = dirOf(id);
+        await cow.unlimitDir(dir).catch(() => {});
+        await cow.removeDir(dir);
+      },
+      async list() {
+        const names = await readdir(root).catch(() => [] as string[]);
+        return names.filter(isSandboxId);
+      },
+    };
   }
 
   /** A place on the sandbox volume for other modules' CoW-friendly data (disk snapshots, checkpoint images). */
@@ -522,6 +568,7 @@ export class ContainerDriver implements RuntimeDriver {
       fstab: join(dir, 'bundle', 'fstab'),
       lowers: join(dir, 'l'),
       layers: join(dir, 'bundle', 'layers.json'),
+      volumes: join(dir, 'v'),
       pidFile: join(dir, 'init.pid'),
       runcLog: join(dir, 'runc.log'),
     };
@@ -540,6 +587,11 @@ export class ContainerDriver implements RuntimeDriver {
     for (const e of await readdir(root, { withFileTypes: true })) {
       const path = join(root, e.name);
       if (e.name.startsWith('.trash-')) continue; // being deleted
+      if (path === this.volumesRoot) {
+        // Volumes keep the modes their users gave their files; only the root above them is private.
+        await chmod(path, 0o700);
+        continue;
+      }
       if (!e.isDirectory()) {
         await privatizeTree(path);
       } else if (isSandboxId(e.name) || e.name.startsWith('.spare-')) {
@@ -547,7 +599,7 @@ export class ContainerDriver implements RuntimeDriver {
         await chmod(path, SANDBOX_DIR_MODE);
         const p = this.pathsIn(path);
         // The lowers are mount points of read-only idmapped views of the shared image layers: never walked.
-        const leftAlone = new Set([p.upper, p.work, p.rootfs, p.sys, p.lowers]);
+        const leftAlone = new Set([p.upper, p.work, p.rootfs, p.sys, p.lowers, p.volumes]);
         await privatizeTree(path, {
           rule: (q) => (q === path ? SANDBOX_DIR_MODE : leftAlone.has(q) ? 'skip' : 'descend'),
         });
@@ -701,7 +753,12 @@ export class ContainerDriver implements RuntimeDriver {
       lowerDirs: spec.rootfs.layers,
       layersIdRange: imageRange(this.idLayout),
       idRange: spec.idRange,
+      ...(spec.volumes?.length ? { volumes: spec.volumes } : {}),
     });
+  }
+
+  private volumeMountPoints(spec: SandboxSpec, p: SandboxPaths): string[] {
+    return (spec.volumes ?? []).map((_, i) => join(p.volumes, String(i)));
   }
 
   private fstabFor(spec: SandboxSpec, p: SandboxPaths) {
@@ -720,7 +777,7 @@ export class ContainerDriver implements RuntimeDriver {
    */
   private async mountsReusable(spec: SandboxSpec, p: SandboxPaths): Promise<boolean> {
     const mounted = new Set(mountsUnder(await readMounts(), p.dir).map((m) => m.mountPoint));
-    const wanted = [p.rootfs, p.sys, ...this.lowerMountPoints(spec, p)];
+    const wanted = [p.rootfs, p.sys, ...this.lowerMountPoints(spec, p), ...this.volumeMountPoints(spec, p)];
     if (!wanted.every((m) => mounted.has(m)) || mounted.size !== wanted.length) return false;
     try {
       if ((await readFile(p.layers, 'utf8')) !== this.layersRecord(spec)) return false;
@@ -763,7 +820,26 @@ export class ContainerDriver implements RuntimeDriver {
         spec.rootfs.layers,
         this.lowerMountPoints(spec, p),
       );
-      await mountSandbox(spec.netnsPath, p.fstab, fstab.cwd, idmap);
+      // Volumes: writable idmapped views (files owned on disk by the image range, like the layers), so a
+      // uid a sandbox user writes reads back the same in every sandbox mounting the volume (docs/volumes.md).
+      const volumes = spec.volumes ?? [];
+      if (volumes.length) {
+        await mkdir(p.volumes, { recursive: true });
+        // Search only: CRIU opens the views from inside the restored user namespace (the sandbox dir itself
+        // keeps host users out).
+        await chmod(p.volumes, 0o711);
+      }
+      const volumeIdmap = volumes.length
+        ? idmappedMountArgv(
+            this.helper(),
+            imageRange(this.idLayout),
+            spec.idRange,
+            volumes.map((v) => v.source),
+            this.volumeMountPoints(spec, p),
+            { writable: true },
+          )
+        : [];
+      await mountSandbox(spec.netnsPath, p.fstab, fstab.cwd, [...volumeIdmap, ...idmap]);
     }
     if (!this.seccomp) throw new RuntimeError('Internal', 'ContainerDriver.init() has not run');
     const config = buildOciConfig({
@@ -783,6 +859,10 @@ export class ContainerDriver implements RuntimeDriver {
       swapAccounting: this.swapAccounting,
       criuConfigPath: this.opts.criuPath ? this.criuConfigPath : null,
       nofileLimit: this.nofile,
+      volumeMounts: (spec.volumes ?? []).map((v, i) => ({
+        source: join(p.volumes, String(i)),
+        destination: v.destination,
+      })),
     });
     await writeFile(p.config, JSON.stringify(config));
     await writeFile(join(p.bundle, 'tools-version'), tools.version);

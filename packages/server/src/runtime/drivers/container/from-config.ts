@@ -42,5 +42,6 @@ export async function createContainerRuntime(config: AenvConfig, deps: RuntimeDe
     pidsPerSandbox: pids.perSandbox,
     cgroupParent: driver.cgroupParent,
     sandboxesDir: driver.sandboxesDir,
+    volumeDisks: driver.volumeDisks(),
   };
 }

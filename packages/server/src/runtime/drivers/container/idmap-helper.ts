@@ -41,7 +41,7 @@ export async function buildIdmapHelper(dir: string): Promise<string> {
 
 /**
  * argv that mounts an idmapped, read-only, nosuid, nodev view of each `layers[i]` at `mountPoints[i]`, in
- * which files owned by `from` + n appear owned by `to` + n. Meant as a prefix: the helper runs whatever
+ * which files owned by `from` + n appear owned by `to` + n (`writable`: read-write, for volumes). Meant as a prefix: the helper runs whatever
  * follows `--` afterwards (the sandbox's other mounts), so it costs no extra process.
  */
 export function idmappedMountArgv(
@@ -50,9 +50,11 @@ export function idmappedMountArgv(
   to: IdRange,
   layers: readonly string[],
   mountPoints: readonly string[],
+  opts: { writable?: boolean } = {},
 ): string[] {
   const pairs = layers.flatMap((l, i) => [l, mountPoints[i] as string]);
-  return [helper, 'mount', String(from.hostStart), String(to.hostStart), String(to.size), ...pairs, '--'];
+  const cmd = opts.writable ? 'mount-rw' : 'mount';
+  return [helper, cmd, String(from.hostStart), String(to.hostStart), String(to.size), ...pairs, '--'];
 }
 
 /**

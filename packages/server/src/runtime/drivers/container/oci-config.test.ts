@@ -27,6 +27,16 @@ function config(overrides: Partial<Parameters<typeof buildOciConfig>[0]> = {}): 
 }
 
 describe('buildOciConfig', () => {
+  it('bind-mounts volumes read-write, nosuid and nodev', () => {
+    const c = config({ volumeMounts: [{ source: '/h/sandboxes/sb-1/v/0', destination: '/mnt/data' }] });
+    expect(c.mounts).toContainEqual({
+      destination: '/mnt/data',
+      type: 'bind',
+      source: '/h/sandboxes/sb-1/v/0',
+      options: ['rbind', 'nosuid', 'nodev'],
+    });
+  });
+
   it('runs aenv-init as container root with the env given', () => {
     const c = config();
     expect(c.process.args).toEqual(['/agentenv/bin/aenv-init']);

@@ -84,6 +84,8 @@ export interface OciConfigInput {
   /** RLIMIT_NOFILE (soft = hard). A user namespace cannot raise the hard limit above the server's own. */
   nofileLimit: number;
   args?: string[];
+  /** Host-side (idmapped) views of persistent volumes, bind-mounted at `destination` (docs/volumes.md). */
+  volumeMounts?: readonly { source: string; destination: string }[];
 }
 
 type Json = Record<string, unknown>;
@@ -154,6 +156,9 @@ export function buildOciConfig(input: OciConfigInput): Json {
       mount('/dev/mqueue', 'mqueue', 'mqueue', ['nosuid', 'noexec', 'nodev']),
       mount('/sys', 'bind', input.sysfsDir, ['rbind', 'ro', 'nosuid', 'noexec', 'nodev']),
       mount(TOOLS_MOUNT_POINT, 'bind', input.toolsDir, ['rbind', 'ro', 'nosuid', 'nodev']),
+      ...(input.volumeMounts ?? []).map((v) =>
+        mount(v.destination, 'bind', v.source, ['rbind', 'nosuid', 'nodev']),
+      ),
     ],
     // The sandbox's own boot id over the host's. runc refuses spec mounts inside /proc, so a createContainer hook
     // (run by runc's init in the sandbox's namespaces, before pivot_root) binds it; a restore does not run it,

@@ -52,4 +52,24 @@ describe('validateSpec', () => {
     bad({ initEnv: { 'A=B': 'x' } }, /initEnv key/);
     bad({ initEnv: { A: 'x\0y' } }, /NUL/);
   });
+
+  it('refuses volume mounts over the root, the kernel and the tools, and odd sources', () => {
+    expect(() =>
+      validateSpec({ ...good, volumes: [{ source: '/v/1', destination: '/mnt/data' }] }),
+    ).not.toThrow();
+    for (const destination of [
+      '/',
+      'mnt',
+      '/mnt/',
+      '/mnt/../etc',
+      '/proc',
+      '/sys/x',
+      '/dev',
+      '/agentenv',
+      '/run',
+      '/run/agentenv/x',
+    ])
+      bad({ volumes: [{ source: '/v/1', destination }] }, /volume mount path/);
+    bad({ volumes: [{ source: 'v/1', destination: '/mnt' }] }, /volume source/);
+  });
 });

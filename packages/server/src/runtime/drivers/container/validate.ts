@@ -1,5 +1,5 @@
 import { isIP } from 'node:net';
-import { isAbsolute } from 'node:path';
+import { isAbsolute, posix } from 'node:path';
 import type { SandboxSpec } from '../../driver.js';
 import { RuntimeError } from '../../driver.js';
 
@@ -9,6 +9,8 @@ const HOSTNAME_RE = /^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$/;
 // whitespace: paths with any of them cannot be passed safely.
 const OVERLAY_UNSAFE_RE = /[,:\\\s]/;
 const ENV_KEY_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
+// Mount points a volume may not cover: the kernel's and the tools' (envd, init). See docs/volumes.md.
+const RESERVED_MOUNT_ROOTS = ['/proc', '/sys', '/dev', '/agentenv', '/run/agentenv'];
 
 export function assertSandboxId(id: string): void {
   if (typeof id !== 'string' || !ID_RE.test(id)) {
@@ -72,6 +74,21 @@ export function validateSpec(spec: SandboxSpec): void {
   }
   if (r.diskMB !== undefined && !(Number.isInteger(r.diskMB) && r.diskMB >= 1)) {
     throw new RuntimeError('InvalidSpec', `diskMB ${r.diskMB} must be an integer >= 1`);
+  }
+  for (const v of spec.volumes ?? []) {
+    assertHostPath('volume source', v.source);
+    const d = v.destination;
+    if (
+      typeof d !== 'string' ||
+      !d.startsWith('/') ||
+      d === '/' ||
+      posix.normalize(d) !== d ||
+      d.endsWith('/') ||
+      d.includes('\0') ||
+      RESERVED_MOUNT_ROOTS.some((r) => d === r || d.startsWith(`${r}/`) || r.startsWith(`${d}/`))
+    ) {
+      throw new RuntimeError('InvalidSpec', `volume mount path ${JSON.stringify(d)} is not allowed`);
+    }
   }
   for (const ns of spec.nameservers ?? []) {
     if (isIP(ns) === 0)
