@@ -37,6 +37,8 @@ const LIMITS: AdmissionLimits = {
 /** What the fake create routes do: count creates, wait at a gate, fail on demand. */
 interface Behaviour {
   creates: number;
+  /** Requests the node has received (a test waits for its concurrent requests to be in before opening a gate). */
+  arrivals?: number;
   gate?: Promise<void>;
   failNext?: number;
   /** Sandbox ids that "exist" (for the restart recovery). */
@@ -60,6 +62,9 @@ async function startNode(dbPath: string, b: Behaviour, opts: { clock?: () => num
     bodyLimitBytes: 1 << 20,
     logger,
     metrics: new ServerMetrics(),
+  });
+  app.addHook('onRequest', async () => {
+    b.arrivals = (b.arrivals ?? 0) + 1;
   });
   registerAdmission(app, new AdmissionControl(LIMITS));
   layer.register(app);
@@ -217,8 +222,10 @@ describe('Idempotency-Key on the create routes', () => {
   it('serves 20 concurrent requests with one key by one create, without taking create slots', async () => {
     let open!: () => void;
     b.gate = new Promise((r) => (open = r));
+    const before = b.arrivals ?? 0;
     const all = Array.from({ length: 20 }, () => post(node, '/v2/sandboxes', { templateID: 'base' }, 'k-20'));
     // While they wait: another body with the key is refused at once, and the key names its sandbox on disk.
+    while ((b.arrivals ?? 0) < before + 20) await new Promise((r) => setTimeout(r, 10));
     await new Promise((r) => setTimeout(r, 50));
     expect((await post(node, '/v2/sandboxes', { templateID: 'x' }, 'k-20')).status).toBe(422);
     const running = node.store.interrupted();
@@ -235,7 +242,11 @@ describe('Idempotency-Key on the create routes', () => {
     let open!: () => void;
     b.gate = new Promise((r) => (open = r));
     b.failNext = 503;
+    const before = b.arrivals ?? 0;
     const both = [1, 2].map(() => post(node, '/v2/sandboxes', { templateID: 'base' }, 'k-f'));
+    // Both must be in before the first fails (a loaded machine may send the second late): then the second waits
+    // on the first's flight, which takes the rest of its handling within this process.
+    while ((b.arrivals ?? 0) < before + 2) await new Promise((r) => setTimeout(r, 10));
     await new Promise((r) => setTimeout(r, 50));
     open();
     const [a, c] = await Promise.all(both);
