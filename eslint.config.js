@@ -14,10 +14,14 @@ export default tseslint.config(
   },
   {
     // Layer rule (docs/architecture.md): the HTTP API sits on top of the node's subsystems. Nothing below it imports
-    // from api/; subsystems throw domain errors (@aenv/protocol) and the API maps them. server.ts, the composition
-    // root, wires the API to them.
+    // from api/; subsystems throw domain errors (@aenv/protocol) and the API maps them. The front door (front-door/)
+    // puts the data plane before the API, and server.ts, the composition root, wires the API to the subsystems.
     files: ['packages/server/src/**/*.ts'],
-    ignores: ['packages/server/src/api/**', 'packages/server/src/server.ts'],
+    ignores: [
+      'packages/server/src/api/**',
+      'packages/server/src/front-door/**',
+      'packages/server/src/server.ts',
+    ],
     rules: {
       'no-restricted-imports': [
         'error',
@@ -26,7 +30,7 @@ export default tseslint.config(
             {
               regex: '^(\\.\\.?/)+api(/|$)',
               message:
-                'only the API and the composition root (server.ts) may import from api/; see docs/architecture.md',
+                'only the API, the front door and the composition root (server.ts) may import from api/; see docs/architecture.md',
             },
           ],
         },

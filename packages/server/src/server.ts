@@ -41,7 +41,8 @@ import { Orchestrator } from './orchestrator/orchestrator.js';
 import { SandboxStore, orchestratorMigrations } from './orchestrator/store.js';
 import { SandboxProxy } from './proxy/proxy.js';
 import { OrchestratorDirectory } from './proxy/orchestrator-directory.js';
-import { createHttpServer } from './api/http-server.js';
+import { createHttpServer } from './front-door/http-server.js';
+import { nodeDataPlanes } from './front-door/data-planes.js';
 import {
   AdmissionControl,
   admissionLimitsFrom,
@@ -449,11 +450,13 @@ async function startNode(config: AenvConfig, logger: Logger): Promise<Node> {
     bodyLimitBytes: config.api.body_limit_bytes,
     logger,
     metrics,
-    dataPlane: new TemplateUploadEndpoint(
-      templates.files,
-      logger.child({ component: 'template-uploads' }),
-      proxy,
-    ),
+    dataPlanes: nodeDataPlanes({
+      sandboxProxy: proxy,
+      templateUploads: new TemplateUploadEndpoint(
+        templates.files,
+        logger.child({ component: 'template-uploads' }),
+      ),
+    }),
   });
   registerAdmission(app, admission);
   idempotency.register(app);
