@@ -20,6 +20,7 @@ export default tseslint.config(
     ignores: [
       'packages/server/src/api/**',
       'packages/server/src/front-door/**',
+      'packages/server/src/composition/**',
       'packages/server/src/server.ts',
     ],
     rules: {
@@ -30,7 +31,7 @@ export default tseslint.config(
             {
               regex: '^(\\.\\.?/)+api(/|$)',
               message:
-                'only the API, the front door and the composition root (server.ts) may import from api/; see docs/architecture.md',
+                'only the API, the front door and the composition root (composition/, server.ts) may import from api/; see docs/architecture.md',
             },
           ],
         },
