@@ -1,5 +1,4 @@
 import type { AenvConfig } from '@aenv/config';
-import type { SandboxRecord } from '../orchestrator/types.js';
 import type { Logger } from '../util/log.js';
 import { resolveAccessTokenSeed } from './access-token-seed.js';
 import { resolveApiKey } from './api-key.js';
@@ -8,7 +7,7 @@ import { SandboxTokenIssuer } from './tokens.js';
 /** The node's API key and the issuer of its sandboxes' tokens (docs/security.md). */
 export function startSecrets(
   config: Pick<AenvConfig, 'home_path' | 'sandbox' | 'cluster'>,
-  deps: { stored: readonly SandboxRecord[]; logger: Logger },
+  deps: { stored: readonly { secure: boolean; network: { allowPublicTraffic: boolean } }[]; logger: Logger },
 ): { apiKey: string; tokens: SandboxTokenIssuer } {
   const { logger } = deps;
   const apiKey = resolveApiKey({ homePath: config.home_path });
