@@ -18,7 +18,7 @@ const SUBSYSTEMS = [
   'extension',
 ];
 /** What the subsystems are built on (the runtime driver, network slots, the image cache, the repository). */
-const LOWER = ['runtime', 'network', 'image', 'snapshot'];
+const LOWER = ['runtime', 'network', 'image', 'snapshot', 'tools'];
 /** Leaves: they import no other part of the node. */
 const LEAVES = ['state', 'secrets', 'identity', 'util'];
 /** The top: the composition root and the front door (the data plane before the API). */
@@ -76,6 +76,23 @@ export default tseslint.config(
     },
     rules: { 'import-x/no-restricted-paths': ['error', { zones: tests ? ZONES : [...ZONES, TOP_ZONE] }] },
   })),
+  {
+    // The node runs on the host: it ships envd's build products in the tools dir and imports none of its code.
+    files: [`${SRC}/**/*.ts`],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              regex: '^@aenv/envd(/|$)',
+              message: `the node does not import the in-sandbox envd package; ${see}`,
+            },
+          ],
+        },
+      ],
+    },
+  },
   {
     // envd runs inside every sandbox: it may import only the envd part of the contract (its bundle refuses more).
     files: ['packages/envd/src/**/*.ts'],

@@ -31,6 +31,8 @@ describe('layer rules as lint import zones', () => {
     ['packages/envd/src/process/planted.ts', '@aenv/config', 'envd imports only @aenv/protocol/envd'],
     ['packages/cli/src/commands/planted.ts', '@aenv/server', 'the CLI imports only'],
     ['packages/cli/src/planted.ts', '@aenv/envd', 'the CLI imports only'],
+    ['packages/server/src/backend/planted.ts', '@aenv/envd', 'does not import the in-sandbox envd'],
+    ['packages/server/src/tools/planted.ts', '../orchestrator/orchestrator.js', 'below the subsystems'],
   ])('%s importing %s fails lint', async (path, spec, message) => {
     const errors = await boundaryErrors(path, use(spec));
     expect(errors).toHaveLength(1);

@@ -8,7 +8,7 @@ import { installProcessGuards } from './util/process-guard.js';
 import { runtimeFactory } from './runtime/index.js';
 import { reporterSettings } from './cluster/reporter-settings.js';
 import { startNode } from './composition/start-node.js';
-import { prepareTools } from './composition/tools.js';
+import { prepareTools } from './tools/start.js';
 
 export interface RunServerOptions {
   configPath?: string;

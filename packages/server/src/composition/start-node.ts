@@ -1,7 +1,6 @@
 import { join } from 'node:path';
 import type { AenvConfig } from '@aenv/config';
-import { ENVD_VERSION as envdVersion } from '@aenv/envd';
-import { newSandboxId } from '@aenv/protocol';
+import { ENVD_VERSION as envdVersion, newSandboxId } from '@aenv/protocol';
 import { withResourceLimits } from '../api/admission.js';
 import { idempotencyMigrations } from '../api/idempotency-store.js';
 import { localTeamId } from '../api/routes/teams.js';
@@ -32,7 +31,7 @@ import type { Logger } from '../util/log.js';
 import { gitCommit, startNodeHost } from './node-host.js';
 import { runShutdown, shutdownSteps } from './shutdown.js';
 import { startTemplates } from './start-templates.js';
-import { startTools } from './tools.js';
+import { startTools } from '../tools/start.js';
 
 const MIGRATIONS = [
   ...[orchestratorMigrations, imageMigrations, sandboxLogMigrations, sandboxEventMigrations],

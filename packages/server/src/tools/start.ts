@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { AenvConfig } from '@aenv/config';
-import { ensureToolsDir } from '@aenv/envd';
+import { ensureToolsDir } from './ensure-tools-dir.js';
 import type { ToolsMount } from '../runtime/index.js';
 import { makeReadOnlyForAll } from '../util/private-tree.js';
 import type { Logger } from '../util/log.js';
