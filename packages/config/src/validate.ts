@@ -1,5 +1,6 @@
 import { basename, dirname, isAbsolute, join } from 'node:path';
-import { cidrSize, cidrsOverlap, parseIpv4Cidr, type Ipv4Cidr } from './cidr.js';
+import { cidrsOverlap, parseIpv4Cidr, type Ipv4Cidr } from './cidr.js';
+import { cidrSize } from './ip.js';
 import { issue, missing, type ConfigIssue, type ValueSource } from './errors.js';
 import type { MutableConfig } from './types.js';
 import { canonicalPath } from './paths.js';

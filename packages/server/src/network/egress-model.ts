@@ -11,7 +11,7 @@
 //
 // A later resolver for domain allow-lists plugs in at 2 (its address) and 5 (rules naming resolved addresses).
 
-import { cidrContainsAddress, collapseCidrs, parseCidr, type Cidr } from './ip.js';
+import { cidrContainsAddress, collapseCidrs, parseCidr, type Cidr } from '@aenv/config';
 import type { EgressPolicy } from './types.js';
 
 export const DNS_PORT = 53;

@@ -8,7 +8,7 @@ import { AddressPlan } from './addressing.js';
 import { BUILTIN_DENIED_CIDRS } from './builtin-denies.js';
 import { deleteFlows, flowOf, forgetAddresses, listFlowsFrom } from './conntrack.js';
 import { resolverAllowed, verdictFor, type EgressBase } from './egress-model.js';
-import { parseCidr, parseIPv4, type Cidr } from './ip.js';
+import { parseCidr, parseIPv4, type Cidr } from '@aenv/config';
 import { NetworkMetrics } from './metrics.js';
 import { SlotNames } from './names.js';
 import {

@@ -13,7 +13,7 @@
 //   deny: tcp reset / icmp admin-prohibited, so refused connections fail at once
 
 import { DNS_PORT, slotRules, type SlotRule } from './egress-model.js';
-import { collapseCidrs, formatCidr, parseIPv4, type Cidr } from './ip.js';
+import { collapseCidrs, formatCidr, parseIPv4, type Cidr } from '@aenv/config';
 import type { SlotNames } from './names.js';
 import type { EgressPolicy } from './types.js';
 
