@@ -10,3 +10,4 @@ export * from './ip.js';
 export { CONFIG_SCHEMA, DEFAULT_BOOT_ARGS } from './schema.js';
 export type { FieldSpec, SectionSpec, DeepReadonly } from './field.js';
 export type * from './types.js';
+export * from './deps-manifest.js';

@@ -2,7 +2,14 @@ import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { spawn } from 'node:child_process';
-import { ConfigError, containerModeNotice, loadConfig, type ConfigFlags } from '@aenv/config';
+import {
+  ConfigError,
+  containerModeNotice,
+  dependenciesOfMode,
+  loadConfig,
+  readDepsManifest,
+  type ConfigFlags,
+} from '@aenv/config';
 import { createLogger, type Logger } from './util/log.js';
 import { installProcessGuards } from './util/process-guard.js';
 import { runtimeFactory } from './runtime/index.js';
@@ -21,14 +28,27 @@ export interface RunServerOptions {
 
 const REPO_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 
-function runSetupScript(depsPath: string, logger: Logger): Promise<number> {
+/** What config/deps_manifest.toml lists for the mode: logged by `--setup-only` once setup-host.sh installed it. */
+function reportDependencies(mode: string, logger: Logger): void {
+  const manifest = join(REPO_ROOT, 'config', 'deps_manifest.toml');
+  const deps = dependenciesOfMode(readDepsManifest(manifest), mode).map((d) => ({
+    name: d.name,
+    version: d.version,
+    source: d.suite ? `${d.source} ${d.suite}` : d.source,
+    package: d.package,
+    group: d.group,
+  }));
+  logger.info({ manifest, mode, deps }, 'host dependencies');
+}
+
+function runSetupScript(depsPath: string, mode: string, logger: Logger): Promise<number> {
   const script = join(REPO_ROOT, 'scripts', 'setup-host.sh');
   if (!existsSync(script)) {
     logger.error({ script }, 'host setup script not found');
     return Promise.resolve(1);
   }
   return new Promise((resolve) => {
-    const child = spawn(script, ['--deps-path', depsPath], { stdio: 'inherit' });
+    const child = spawn(script, ['--deps-path', depsPath, '--mode', mode], { stdio: 'inherit' });
     child.on('close', (code) => resolve(code ?? 1));
     child.on('error', (err) => {
       logger.error({ err }, 'host setup failed to start');
@@ -61,8 +81,9 @@ export async function runServer(opts: RunServerOptions): Promise<number> {
   if (notice) logger.info(notice);
 
   if (opts.setupOnly) {
-    const code = await runSetupScript(config.deps_path, logger);
+    const code = await runSetupScript(config.deps_path, config.virtualization_mode, logger);
     if (code !== 0) return code;
+    reportDependencies(config.virtualization_mode, logger);
     const tools = await prepareTools(config, logger);
     logger.info({ dir: tools.dir, version: tools.version }, 'setup complete');
     return 0;
