@@ -34,14 +34,10 @@ import {
 import { DEFAULT_RESOLV_CONF_PATHS, resolveSandboxNameserver } from './resolv.js';
 import type { EgressPolicy, NetworkSlot } from './types.js';
 import { RefillTarget } from './watermark.js';
+import type { Logger } from '../util/log.js';
 
-/** The subset of a pino logger this module uses. */
-export interface NetworkLogger {
-  debug(obj: object, msg?: string): void;
-  info(obj: object, msg?: string): void;
-  warn(obj: object, msg?: string): void;
-  error(obj: object, msg?: string): void;
-}
+/** The part of the node's logger this module uses. */
+export type NetworkLogger = Pick<Logger, 'debug' | 'info' | 'warn' | 'error'>;
 
 export interface NetworkManagerOptions {
   /** `runtime_path` ($AENV_RUNTIME): netns files live in `<runtimePath>/netns/`. */

@@ -16,6 +16,7 @@ import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AGENTENV_MOUNT } from '@aenv/protocol';
 import { run } from './run.js';
+import type { Logger } from '../util/log.js';
 
 /** Node flags envd runs with (written to envd/node-flags, read by aenv-init). Keep envd's heap small. */
 export const ENVD_NODE_FLAGS = ['--max-semi-space-size=1', '--max-old-space-size=64', '--v8-pool-size=1'];
@@ -23,9 +24,7 @@ export const ENVD_NODE_FLAGS = ['--max-semi-space-size=1', '--max-old-space-size
 /** Bump when the directory layout changes, so old dirs are not reused. */
 const LAYOUT = 'aenv-tools-1';
 
-export interface ToolsLogger {
-  info(obj: object, msg?: string): void;
-}
+export type ToolsLogger = Pick<Logger, 'info'>;
 
 export interface EnsureToolsDirOptions {
   /** Dependencies root; the dir is built under <depsPath>/tools/<version>/. */

@@ -55,6 +55,7 @@ import { loadSeccompProfile } from './seccomp.js';
 import { assertHostPath, assertSandboxId, isSandboxId, validateSpec } from './validate.js';
 import { exists } from '../../../util/fs.js';
 import { privatizeTree } from '../../../util/private-tree.js';
+import type { Logger as NodeLogger } from '../../../util/log.js';
 
 /**
  * Mode of a sandbox dir (owner root, group the sandbox's mapped root): runc, running as that uid inside the
@@ -77,10 +78,8 @@ const MAX_DUMP_ATTEMPTS = 3;
 // compel loses a race with a signal (SIGCHLD of a child that exited as the dump began) while curing a task.
 const TRANSIENT_DUMP_ERROR_RE = /is in unexpected state|Task stopped with/;
 
-export interface Logger {
-  info(obj: object | string, msg?: string): void;
-  warn(obj: object | string, msg?: string): void;
-}
+/** The part of the node's logger the driver uses. */
+export type Logger = Pick<NodeLogger, 'info' | 'warn'>;
 
 export interface ContainerDriverOptions {
   /** `$AENV_HOME`: the CoW volume image and `sandboxes/` live here. */
