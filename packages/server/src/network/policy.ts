@@ -1,4 +1,4 @@
-// Validation of a sandbox's egress policy as the API receives it (agentenv-reference §5.9).
+// Validation of a sandbox's egress policy as the API receives it (docs/networking.md).
 
 import { DomainError, ErrorKind } from '@aenv/protocol';
 import { formatCidr, parseIpOrCidr } from '@aenv/config';

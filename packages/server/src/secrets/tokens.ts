@@ -8,7 +8,7 @@ const TRAFFIC_PREFIX = 'sandbox-traffic-';
 const ENVD_INIT_PREFIX = 'envd-init-';
 const TOKEN_HEX = /^[0-9a-fA-F]{64}$/;
 
-/** Lowercase hex HMAC-SHA256(key = seed bytes, message = sandbox id) (reference §5.10). */
+/** Lowercase hex HMAC-SHA256(key = seed bytes, message = sandbox id) (docs/security.md). */
 export function envdAccessToken(seed: string, sandboxId: string): string {
   return mac(seed, sandboxId).toString('hex');
 }
