@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Prepares this host for aenv: Debian packages, and CRIU >= 4.2 from Debian packages in a private
-# prefix. Idempotent and quiet: on a ready host it only checks, then prints a short summary.
-# Usage: setup-host.sh [--deps-path DIR] [--refresh-criu] [--criu-suite SUITE]
+# Prepares this host for aenv: the dependencies config/deps_manifest.toml lists for the selected
+# virtualization mode (Debian packages, and for the container mode CRIU from another Debian suite in a
+# private prefix). Idempotent and quiet: on a ready host it only checks, then prints a short summary.
+# Usage: setup-host.sh [--deps-path DIR] [--mode MODE] [--no-test-tools] [--refresh-criu] [--criu-suite SUITE]
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 
@@ -10,23 +11,22 @@ SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$SCRIPT_DIR/lib/common.sh"
 # shellcheck source=lib/debian-apt.sh
 . "$SCRIPT_DIR/lib/debian-apt.sh"
+# shellcheck source=lib/deps-manifest.sh
+. "$SCRIPT_DIR/lib/deps-manifest.sh"
+# CRIU's suite and floor are the manifest's (an AENV_CRIU_SUITE or --criu-suite still wins for the suite).
+AENV_CRIU_SUITE=${AENV_CRIU_SUITE:-$(aenv_manifest_get criu suite)}
+AENV_CRIU_MIN_VERSION=$(aenv_manifest_get criu version)
+AENV_CRIU_MIN_VERSION=${AENV_CRIU_MIN_VERSION#>=}
 # shellcheck source=lib/criu-prefix.sh
 . "$SCRIPT_DIR/lib/criu-prefix.sh"
 
-HOST_PACKAGES=(
-  runc nftables iproute2 patchelf btrfs-progs xfsprogs mmdebstrap docker-registry redis-server
-  skopeo umoci busybox-static zstd jq uidmap e2fsprogs util-linux ca-certificates gcc libc6-dev
-  # the image cache writes whiteouts, fifos and xattrs through python3 (Node has no API for them)
-  python3-minimal
-  conntrack # cuts the connections a stricter egress policy denies (docs/networking.md)
-  tmux # the terminal test/e2e/cli.test.ts drives `aenv start`/`connect`/`exec -t` in
-  # used by this script itself
-  binutils dpkg
-)
-
 usage() {
   cat <<EOF
-Usage: $(basename "$0") [--deps-path DIR] [--refresh-criu] [--criu-suite SUITE]
+Usage: $(basename "$0") [--deps-path DIR] [--mode MODE] [--no-test-tools] [--refresh-criu] [--criu-suite SUITE]
+
+  --mode MODE       virtualization mode whose dependencies to install (default: \${AENV_VIRTUALIZATION_MODE:-container});
+                    config/deps_manifest.toml lists them, with their versions and sources
+  --no-test-tools   leave out the manifest's "test" group (registries, redis, tmux: what the test suite needs)
 
   --deps-path DIR   where runtime dependencies go (default: \$AENV_DEPS_PATH, else
                     \${AENV_HOME_PATH:-/var/lib/aenv}/deps, like the server config);
@@ -40,8 +40,19 @@ EOF
 
 deps_path=${AENV_DEPS_PATH:-${AENV_HOME_PATH:-/var/lib/aenv}/deps}
 refresh_criu=0
+mode=${AENV_VIRTUALIZATION_MODE:-container}
+groups=(runtime images test)
 while [ $# -gt 0 ]; do
   case $1 in
+    --mode)
+      [ $# -ge 2 ] && [ -n "$2" ] || aenv_die "--mode needs a virtualization mode (e.g. container)"
+      mode=$2
+      shift 2
+      ;;
+    --no-test-tools)
+      groups=(runtime images)
+      shift
+      ;;
     --deps-path)
       [ $# -ge 2 ] && [ -n "$2" ] || aenv_die "--deps-path needs a directory"
       deps_path=$2
@@ -71,6 +82,16 @@ while [ $# -gt 0 ]; do
       ;;
   esac
 done
+
+aenv_manifest_modes | grep -qx "$mode" ||
+  aenv_die "config/deps_manifest.toml lists no dependencies for virtualization mode \"$mode\" (known: $(aenv_manifest_modes | tr '\n' ' '))"
+mapfile -t HOST_PACKAGES < <(aenv_manifest_debs "$mode" "${groups[@]}")
+[ "${#HOST_PACKAGES[@]}" -gt 0 ] || aenv_die "config/deps_manifest.toml lists no Debian packages for mode $mode"
+if [ "${AENV_SETUP_PRINT_PACKAGES:-}" = 1 ]; then
+  # What this run would install (tests of the manifest reader; nothing is touched).
+  printf '%s\n' "${HOST_PACKAGES[@]}"
+  exit 0
+fi
 
 aenv_require_root setup-host.sh
 case $deps_path in
@@ -140,7 +161,7 @@ if [ ! -f "$sysctl_conf" ] || [ "$(cat "$sysctl_conf")" != "$want_conf" ]; then
   chmod 0644 "$sysctl_conf"
 fi
 
-printf 'setup-host: ok in %s\n' "$(aenv_elapsed "$started" "$(aenv_now_ms)")"
+printf 'setup-host: ok in %s (mode %s, config/deps_manifest.toml)\n' "$(aenv_elapsed "$started" "$(aenv_now_ms)")" "$mode"
 if [ -n "$installed" ]; then
   printf '  packages: installed %s\n' "$installed"
 else

@@ -127,7 +127,9 @@ try {
     { stdio: ['ignore', 'pipe', 'inherit'] },
   );
   children.push(hosts);
-  await new Promise((resolve) => hosts.stdout.on('data', (b) => b.toString().includes('ready') && resolve()));
+  await /** @type {Promise<void>} */ (
+    new Promise((resolve) => hosts.stdout.on('data', (b) => b.toString().includes('ready') && resolve()))
+  );
 
   nm = new NetworkManager({
     runtimePath: join(scratch, 'run'),
@@ -148,6 +150,7 @@ try {
   // Warm both paths, then interleave rounds so both see the same load.
   await inSlot(direct, ['rtt', WEB, NAME, '5']);
   await inSlot(proxied, ['rtt', WEB, NAME, '5']);
+  /** @type {{ direct: number[]; proxied: number[] }} */
   const rtt = { direct: [], proxied: [] };
   const rounds = 4;
   for (let r = 0; r < rounds; r++) {

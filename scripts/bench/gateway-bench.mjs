@@ -81,11 +81,12 @@ try {
   }
   for (let i = 0; i < CREATES; i++)
     for (const [k, o] of Object.entries(via)) {
-      let s;
+      /** @type {Sandbox[]} */
+      const made = [];
       samples.create[k].push(
-        await time(async () => (s = await Sandbox.create({ ...o, timeoutMs: 120_000 }))),
+        await time(async () => made.push(await Sandbox.create({ ...o, timeoutMs: 120_000 }))),
       );
-      await s.kill();
+      for (const s of made) await s.kill();
     }
   const sbx = await Sandbox.create({ ...via.node, timeoutMs: 300_000 });
   await sbx.files.write('/tmp/bench.txt', 'x'.repeat(4096));

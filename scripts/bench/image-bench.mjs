@@ -156,6 +156,7 @@ try {
   const index = JSON.parse(await readFile(join(image.ref.split(':')[0], 'index.json'), 'utf8'));
   const layerInfo = index.manifests.length;
 
+  /** @type {Record<string, number[]>} */
   const samples = {
     aenvCold: [],
     aenvColdNoSync: [],
@@ -176,11 +177,12 @@ try {
         uidRangeSize: RANGE,
       });
       try {
+        /** @type {{ layers: unknown[] } | undefined} */
         let img;
         const cold = await timeIt(async () => {
           img = await h.service.pull(remote);
         });
-        layerCount = img.layers.length;
+        layerCount = img?.layers.length ?? 0;
         (sync ? samples.aenvCold : samples.aenvColdNoSync).push(cold);
         if (sync) {
           samples.aenvWarm.push(await timeIt(() => h.service.pull(remote)));
@@ -231,6 +233,7 @@ try {
     );
   } else {
     console.log(`image: ${image.description}; ${layerCount} layer(s); n=${N}; ms`);
+    /** @type {[string, { min: number, median: number, p95: number }][]} */
     const rows = [
       ['aenv pull, cold (syncfs per layer)', results.aenvCold],
       ['aenv pull, cold (no syncfs)', results.aenvColdNoSync],

@@ -23,16 +23,18 @@ const PREFIX = 'aebench';
 const RAW_TABLE = 'benchraw';
 
 function sh(cmd, argv, input) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(cmd, argv, { stdio: ['pipe', 'ignore', 'pipe'] });
-    let err = '';
-    child.stderr.on('data', (b) => (err += b));
-    child.on('error', reject);
-    child.on('close', (code) =>
-      code === 0 ? resolve() : reject(new Error(`${cmd} ${argv.join(' ')}: ${err}`)),
-    );
-    child.stdin.end(input);
-  });
+  return new Promise(
+    /** @param {(v?: unknown) => void} resolve */ (resolve, reject) => {
+      const child = spawn(cmd, argv, { stdio: ['pipe', 'ignore', 'pipe'] });
+      let err = '';
+      child.stderr.on('data', (b) => (err += b));
+      child.on('error', reject);
+      child.on('close', (code) =>
+        code === 0 ? resolve() : reject(new Error(`${cmd} ${argv.join(' ')}: ${err}`)),
+      );
+      child.stdin.end(input);
+    },
+  );
 }
 
 function summary(samples) {
@@ -121,7 +123,9 @@ try {
     ['-f', '-'],
     `table inet ${RAW_TABLE} {\n map egress { type ifname : verdict ; }\n chain deny { }\n}\n`,
   );
+  /** @type {Record<string, number[]>} */
   const m = { create: [], apply: [], reapply: [], releaseWithPolicy: [], releasePlain: [] };
+  /** @type {Record<string, number[]>} */
   const raw = { create: [], destroy: [], nftAdd: [], nftDel: [] };
   for (let i = 1; i <= N; i++) {
     let slot;

@@ -134,11 +134,13 @@ async function concurrent(path, viaProxy) {
 }
 
 const rows = [];
-for (const [name, path, run] of [
+/** @type {[string, string, (path: string, viaProxy: boolean) => Promise<number[]>][]} */
+const cases = [
   ['unary POST (1 KB answer)', '/rpc', sequential],
   ['server-streaming POST (4 writes)', '/stream', sequential],
   [`unary POST, ${CONCURRENCY} concurrent clients`, '/rpc', concurrent],
-]) {
+];
+for (const [name, path, run] of cases) {
   await run(path, false);
   await run(path, true); // warm-up, dropped
   const direct = summary(await run(path, false));

@@ -29,7 +29,7 @@ const log = (msg) => console.error(`[bench ${new Date().toISOString().slice(11, 
 let opts;
 try {
   opts = parseOptions(process.argv.slice(2));
-} catch (e) {
+} catch (/** @type {any} */ e) {
   console.error(`bench: ${e.message.replace(/ \(see --help\)$/, '')} (see --help)`);
   process.exit(2);
 }
@@ -145,7 +145,7 @@ try {
     log(`suite ${name} (n=${counts[name]})`);
     try {
       await SUITES[name](ctx);
-    } catch (e) {
+    } catch (/** @type {any} */ e) {
       log(`suite ${name} failed: ${e.stack ?? e}`);
       report.suiteFailed(name, e);
     }

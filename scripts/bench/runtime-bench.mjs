@@ -58,19 +58,31 @@ if (process.getuid?.() !== 0) {
 }
 
 // `detached`: a command whose children outlive it (runc run/restore) must not hold a pipe of ours.
-function sh(cmd, argv, { env, allowFail = false, detached = false } = {}) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(cmd, argv, {
-      stdio: ['ignore', 'ignore', detached ? 'ignore' : 'pipe'],
-      env: env ?? process.env,
-    });
-    let err = '';
-    child.stderr?.on('data', (b) => (err += b));
-    child.on('error', reject);
-    child.on(detached ? 'exit' : 'close', (code) =>
-      code === 0 || allowFail ? resolve(code) : reject(new Error(`${cmd} ${argv.join(' ')}: ${err.trim()}`)),
-    );
-  });
+function sh(
+  cmd,
+  argv,
+  /** @type {{ env?: NodeJS.ProcessEnv, allowFail?: boolean, detached?: boolean }} */ {
+    env,
+    allowFail = false,
+    detached = false,
+  } = {},
+) {
+  return new Promise(
+    /** @param {(v?: unknown) => void} resolve */ (resolve, reject) => {
+      const child = spawn(cmd, argv, {
+        stdio: ['ignore', 'ignore', detached ? 'ignore' : 'pipe'],
+        env: env ?? process.env,
+      });
+      let err = '';
+      child.stderr?.on('data', (b) => (err += b));
+      child.on('error', reject);
+      child.on(detached ? 'exit' : 'close', (code) =>
+        code === 0 || allowFail
+          ? resolve(code)
+          : reject(new Error(`${cmd} ${argv.join(' ')}: ${err.trim()}`)),
+      );
+    },
+  );
 }
 
 function summary(samples) {
@@ -90,17 +102,19 @@ const exists = (p) =>
 // libuv polls the pipe, so a sandbox that never starts cannot pin a thread.
 function waitReady(fifo) {
   const sock = new Socket({ fd: openSync(fifo, constants.O_RDWR | constants.O_NONBLOCK), readable: true });
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      sock.destroy();
-      reject(new Error(`${fifo}: sandbox not ready after 30 s`));
-    }, 30_000);
-    sock.once('data', () => {
-      clearTimeout(timer);
-      sock.destroy();
-      resolve();
-    });
-  });
+  return new Promise(
+    /** @param {(v?: unknown) => void} resolve */ (resolve, reject) => {
+      const timer = setTimeout(() => {
+        sock.destroy();
+        reject(new Error(`${fifo}: sandbox not ready after 30 s`));
+      }, 30_000);
+      sock.once('data', () => {
+        clearTimeout(timer);
+        sock.destroy();
+        resolve();
+      });
+    },
+  );
 }
 
 const base = await mkdtemp('/var/tmp/aenv-runtime-bench-');
@@ -210,7 +224,7 @@ try {
   // ---- create / destroy, driver and raw interleaved so both see the same host load. Between
   // iterations the driver's background work (spare dirs, deferred removals) is let to finish.
   const ns = await newNetns();
-  const { profile } = await loadSeccompProfile(DEFAULT_CAPABILITIES);
+  const { profile } = await loadSeccompProfile(DEFAULT_CAPABILITIES, '', { nestedContainers: false });
   const rawRoot = join(base, 'raw-runc');
   const rawDir = join(base, 'raw');
   await mkdir(rawDir);
@@ -245,6 +259,8 @@ try {
       uidMapHostStart: UID,
       uidMapSize: 65536,
       seccomp: profile,
+      capabilities: DEFAULT_CAPABILITIES,
+      noNewPrivileges: false,
       env: { AENV_READY: `/agentenv/ready/${id}` },
       toolsDir: tools,
       sysfsDir: join(d, 'sys'),

@@ -70,7 +70,8 @@ const nodes = Array.from({ length: NODES }, (_, i) => ({
 
 // ---- Redis: the database the benchmark owns, cleaned before and after --------------------------------
 const ROLE = opt('--role', 'main');
-const admin = ROLE === 'main' ? new Redis(`${REDIS}/${DB}`) : undefined;
+/** @type {Redis} */ // only the main role uses it
+const admin = ROLE === 'main' ? new Redis(`${REDIS}/${DB}`) : /** @type {any} */ (undefined);
 async function clearBindings() {
   let cursor = '0';
   do {
@@ -87,14 +88,14 @@ async function commandStats() {
   return out;
 }
 async function usedMemory() {
-  return Number(/used_memory:(\d+)/.exec(await admin.info('memory'))[1]);
+  return Number(/used_memory:(\d+)/.exec(await admin.info('memory'))?.[1]);
 }
 
 // ---- the scheduler process ----------------------------------------------------------------------------
 function procStats(pid) {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
   const ticks = Number(stat[11]) + Number(stat[12]);
-  const rssKb = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))[1]);
+  const rssKb = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]);
   return { cpuSeconds: ticks / 100, rssMb: rssKb / 1024 };
 }
 
@@ -152,7 +153,10 @@ async function startScheduler() {
     ports,
     stop: async () => {
       child.kill('SIGTERM');
-      await new Promise((resolve) => (child.exitCode !== null ? resolve() : child.on('exit', resolve)));
+      await new Promise(
+        /** @param {(v?: unknown) => void} resolve */ (resolve) =>
+          child.exitCode !== null ? resolve() : child.on('exit', resolve),
+      );
       rmSync(dir, { recursive: true, force: true });
     },
   };
@@ -176,7 +180,7 @@ async function buckets(metricsPort, metric, labels) {
   const out = new Map();
   for (const m of text.matchAll(new RegExp(`^${metric}_bucket\\{([^}]*)\\} (\\S+)$`, 'gm'))) {
     if (!labels.every((l) => m[1].includes(l))) continue;
-    const le = /le="([^"]+)"/.exec(m[1])[1];
+    const le = /le="([^"]+)"/.exec(m[1])?.[1] ?? '';
     out.set(le, (out.get(le) ?? 0) + Number(m[2]));
   }
   return out;

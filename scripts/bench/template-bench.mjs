@@ -54,10 +54,10 @@ try {
   const cached = [];
   for (let i = 0; i < BUILDS; i++) {
     const nonce = randomUUID();
-    for (const [list, n] of [
+    for (const [list, n] of /** @type {[number[], string][]} */ ([
       [cold, `tbench-${nonce.slice(0, 8)}`],
       [cached, `tbench-${nonce.slice(0, 8)}-again`],
-    ]) {
+    ])) {
       const t0 = performance.now();
       const info = await Template.build(small(nonce), n, { ...sdk });
       list.push(performance.now() - t0);

@@ -162,7 +162,7 @@ describe('precedence: flag > env > file > default', () => {
     );
   });
 
-  it("honours every node-server variable of reference §4.5 (and aenv's log variables)", () => {
+  it("honours every node-server variable of docs/configuration.md (and aenv's log variables)", () => {
     const bound = new Set(CONFIG_FIELDS.map((f) => f.field.env).filter(Boolean));
     const reference = [
       'API_ADDR',

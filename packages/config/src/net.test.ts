@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { cidrsOverlap, parseIpv4Cidr } from './cidr.js';
+import { cidrsOverlap, parseIpv4Cidr, type Ipv4Cidr } from './cidr.js';
 import { isListenAddr, isUuid, normalizeProxyDomains } from './net.js';
 
 describe('listen addresses', () => {
@@ -34,15 +34,28 @@ describe('proxy domains', () => {
 
 describe('IPv4 CIDRs', () => {
   it('parses, rejects malformed input and host bits, and detects overlap', () => {
-    expect(parseIpv4Cidr('10.11.0.0/16')).toEqual({ base: (10 * 256 + 11) * 65536, prefix: 16 });
-    expect(parseIpv4Cidr('0.0.0.0/0')).toEqual({ base: 0, prefix: 0 });
-    for (const bad of ['10.0.0.0/33', '256.0.0.0/8', '10.0.0/8', '010.0.0.0/8', '10.0.0.0', 'x/8']) {
+    expect(parseIpv4Cidr('10.11.0.0/16')).toEqual({
+      family: 4,
+      network: BigInt((10 * 256 + 11) * 65536),
+      prefix: 16,
+    });
+    expect(parseIpv4Cidr('0.0.0.0/0')).toEqual({ family: 4, network: 0n, prefix: 0 });
+    for (const bad of [
+      '10.0.0.0/33',
+      '256.0.0.0/8',
+      '10.0.0/8',
+      '010.0.0.0/8',
+      '10.0.0.0',
+      'x/8',
+      '10.0.0.0/08',
+      '::/0',
+    ]) {
       expect(parseIpv4Cidr(bad), bad).toHaveProperty('error');
     }
     expect(parseIpv4Cidr('10.0.0.1/8')).toEqual({ error: 'has host bits set (the network is 10.0.0.0/8)' });
-    const a = parseIpv4Cidr('10.0.0.0/8') as { base: number; prefix: number };
-    const b = parseIpv4Cidr('10.200.0.0/16') as { base: number; prefix: number };
-    const c = parseIpv4Cidr('11.0.0.0/8') as { base: number; prefix: number };
+    const a = parseIpv4Cidr('10.0.0.0/8') as Ipv4Cidr;
+    const b = parseIpv4Cidr('10.200.0.0/16') as Ipv4Cidr;
+    const c = parseIpv4Cidr('11.0.0.0/8') as Ipv4Cidr;
     expect(cidrsOverlap(a, b)).toBe(true);
     expect(cidrsOverlap(a, c)).toBe(false);
   });

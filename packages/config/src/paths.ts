@@ -20,7 +20,7 @@ interface PathContext {
 }
 
 /**
- * Resolves every path key in place (reference §4.1, extended):
+ * Resolves every path key in place (docs/configuration.md, extended):
  *  - `home_path`: relative → against the config file's directory; may not use placeholders.
  *  - `runtime_path`: may use `$AENV_HOME`.
  *  - every other path key: `$AENV_HOME` and `$AENV_RUNTIME` are replaced (the reference honours

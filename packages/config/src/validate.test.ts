@@ -319,7 +319,7 @@ const rules: { name: string; bad: string; message: string; good: string }[] = [
   },
 ];
 
-describe('validation rules (reference §4.3 and aenv)', () => {
+describe('validation rules (docs/configuration.md and aenv)', () => {
   for (const r of rules) {
     it(r.name, () => {
       expect(errorOf(r.bad).message).toContain(r.message);

@@ -1,12 +1,13 @@
 import { basename, dirname, isAbsolute, join } from 'node:path';
-import { cidrSize, cidrsOverlap, parseIpv4Cidr, type Ipv4Cidr } from './cidr.js';
+import { cidrsOverlap, parseIpv4Cidr, type Ipv4Cidr } from './cidr.js';
+import { cidrSize } from './ip.js';
 import { issue, missing, type ConfigIssue, type ValueSource } from './errors.js';
 import type { MutableConfig } from './types.js';
 import { canonicalPath } from './paths.js';
 
 const MIB = 1024 * 1024;
 const GIB = 1024 * MIB;
-/** Fixed link between a microVM and its tap device (reference §1.4). */
+/** Fixed link between a microVM and its tap device (docs/networking.md). */
 const VM_LINK_CIDR = '169.254.0.20/30';
 const SEMVER_NO_BUILD = /^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$/;
 

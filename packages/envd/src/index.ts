@@ -1,5 +1,3 @@
-// Public API of @aenv/envd for the aenv server (host side). The daemon itself is the bundle
-// dist/envd.cjs, shipped in the tools dir; nothing here loads it.
+// @aenv/envd holds the in-sandbox daemon only: its bundle dist/envd.cjs and the native sources under native/
+// are what the node ships in the tools dir (packages/server/src/tools/). Nothing of it runs on the host.
 export { ENVD_VERSION, AGENTENV_MOUNT } from './version.js';
-export { ensureToolsDir, ENVD_NODE_FLAGS } from './tools/ensure-tools-dir.js';
-export type { EnsureToolsDirOptions, ToolsDir, ToolsLogger } from './tools/ensure-tools-dir.js';

@@ -71,7 +71,12 @@ export async function memAvailableBytes() {
  * so no pipe of ours is held by the container, and it resolves on the command's own exit. stderr goes to
  * `logFile` when given, so a failure can still be explained.
  */
-export function runDetached(cmd, args, { env, logFd } = {}) {
+/** @returns {Promise<void>} */
+export function runDetached(
+  cmd,
+  args,
+  /** @type {{ env?: NodeJS.ProcessEnv, logFd?: number }} */ { env, logFd } = {},
+) {
   return new Promise((resolve, reject) => {
     const child = spawn(cmd, args, {
       stdio: ['ignore', 'ignore', logFd ?? 'ignore'],

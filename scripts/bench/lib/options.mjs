@@ -80,6 +80,7 @@ function parseSuites(text) {
 
 /** @returns {BenchOptions} */
 export function parseOptions(argv, env = process.env) {
+  /** @type {BenchOptions} */
   const o = {
     suites: new Set(E2E_SUITES),
     n: null,

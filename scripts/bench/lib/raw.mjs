@@ -26,17 +26,19 @@ async function sh(cmd, args, opts = {}) {
 /** Resolves when something is written into `fifo`; O_RDWR|O_NONBLOCK so the open itself never blocks. */
 export function waitFifo(fifo, timeoutMs = 60_000) {
   const sock = new Socket({ fd: openSync(fifo, constants.O_RDWR | constants.O_NONBLOCK), readable: true });
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      sock.destroy();
-      reject(new Error(`${fifo}: the raw container did not signal readiness within ${timeoutMs / 1000} s`));
-    }, timeoutMs);
-    sock.once('data', () => {
-      clearTimeout(timer);
-      sock.destroy();
-      resolve();
-    });
-  });
+  return new Promise(
+    /** @param {(v?: unknown) => void} resolve */ (resolve, reject) => {
+      const timer = setTimeout(() => {
+        sock.destroy();
+        reject(new Error(`${fifo}: the raw container did not signal readiness within ${timeoutMs / 1000} s`));
+      }, timeoutMs);
+      sock.once('data', () => {
+        clearTimeout(timer);
+        sock.destroy();
+        resolve();
+      });
+    },
+  );
 }
 
 export class RawLab {
@@ -141,7 +143,7 @@ export class RawLab {
    * Makes a bundle: upper/work owned by the mapped root (optionally seeded from another upper, for a fork),
    * the overlay over the image layers, a sysfs from inside the netns, and config.json.
    */
-  async createBundle(id, netns, args, { seedUpper } = {}) {
+  async createBundle(id, netns, args, /** @type {{ seedUpper?: string }} */ { seedUpper } = {}) {
     const dir = join(RAW_BASE, 'sb', id);
     const b = {
       id,

@@ -34,7 +34,7 @@ export class Report {
       raw: r,
       ratio: ratio(a, r),
       target,
-      verdict: null,
+      verdict: /** @type {'meets' | 'misses' | null} */ (null),
       note,
     };
     row.verdict = verdict(row);

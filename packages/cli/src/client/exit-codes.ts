@@ -1,38 +1,8 @@
-// The exit codes of the client commands, in one place (docs/cli.md "Exit codes"). `exec` and the shell exit
-// with the remote command's own code instead; these are for the CLI's own failures.
+// The exit codes of the client commands (docs/cli.md "Exit codes"): one map with the error kinds' codes, in
+// @aenv/protocol (errors/exit-codes.ts). `exec` and the shell exit with the remote command's own code instead.
+import type { ExitKind } from '@aenv/protocol';
 
-export const EXIT = {
-  ok: 0,
-  /** Anything not classified below. */
-  failure: 1,
-  /** Bad flags or arguments, or a request the server refused as malformed (400, 415, 422). */
-  usage: 2,
-  /** The sandbox, template, snapshot or file does not exist (404). */
-  notFound: 3,
-  /** The target is in a state that does not allow it (409; 410 for a sandbox that cannot be reached now). */
-  conflict: 4,
-  /** The server failed (5xx). */
-  server: 5,
-  /** No answer from the server (refused, reset, timed out). */
-  unreachable: 6,
-  /** The API key was refused (401, 403), or none is configured. */
-  auth: 7,
-  /** `exec --timeout` ran out (as timeout(1)). */
-  timedOut: 124,
-} as const;
-
-export type ExitKind = keyof typeof EXIT;
-
-/** The exit kind of an HTTP answer's status (or of a 500 whose body carries a 4xx code: docs/differences.md). */
-export function kindOfStatus(status: number, bodyCode?: number): ExitKind {
-  const s = status >= 500 && bodyCode !== undefined && bodyCode >= 400 && bodyCode < 500 ? bodyCode : status;
-  if (s === 401 || s === 403) return 'auth';
-  if (s === 404) return 'notFound';
-  if (s === 409 || s === 410) return 'conflict';
-  if (s >= 400 && s < 500) return 'usage';
-  if (s >= 500) return 'server';
-  return 'failure';
-}
+export { EXIT, kindOfStatus, type ExitKind } from '@aenv/protocol';
 
 /** What each exit code means, for docs/cli.md. */
 export const EXIT_MEANING: Record<ExitKind, string> = {

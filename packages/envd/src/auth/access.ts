@@ -1,16 +1,6 @@
-import type * as NodeCrypto from 'node:crypto';
-import { fileSignature, type SigningOperation } from '@aenv/protocol/envd';
+import { fileSignature, safeEqual, type SigningOperation } from '@aenv/protocol/envd';
 
-// Loaded on first use: sandboxes without an access token never need node:crypto.
-const crypto = () => process.getBuiltinModule('node:crypto') as typeof NodeCrypto;
-
-/** Constant-time string equality (lengths are compared through fixed-size digests). */
-export function safeEqual(a: string, b: string): boolean {
-  const { createHash, timingSafeEqual } = crypto();
-  const da = createHash('sha256').update(a).digest();
-  const db = createHash('sha256').update(b).digest();
-  return timingSafeEqual(da, db) && a.length === b.length;
-}
+export { safeEqual };
 
 /** Requests that never need X-Access-Token: they authenticate otherwise (signatures) or must stay open. */
 export function isTokenExempt(method: string, path: string): boolean {

@@ -1,7 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ensureToolsDir, type ToolsDir } from '../tools/ensure-tools-dir.js';
+import { ensureToolsDir, type ToolsDir } from '@aenv/server';
 
 const PKG = fileURLToPath(new URL('../..', import.meta.url));
 

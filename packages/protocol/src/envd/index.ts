@@ -6,3 +6,4 @@ export * from './constants.js';
 export * from './headers.js';
 export * from './init.js';
 export * from './signing.js';
+export * from './safe-equal.js';

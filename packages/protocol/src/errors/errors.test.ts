@@ -3,6 +3,7 @@ import {
   DomainError,
   ERROR_KINDS,
   ErrorKind,
+  EXIT,
   EXIT_CODE_OF_KIND,
   exitCodeOf,
   GRPC_STATUS_OF_KIND,
@@ -131,13 +132,19 @@ describe('gRPC statuses and CLI exit codes of the kinds', () => {
     expect(GRPC_STATUS_OF_KIND[ErrorKind.Timeout]).toBe(GrpcStatus.DeadlineExceeded);
   });
 
-  it('give each kind its own exit code, leaving 0 and 2 (usage) free', () => {
-    const codes = ERROR_KINDS.map((k) => EXIT_CODE_OF_KIND[k]);
-    expect(new Set(codes).size).toBe(codes.length);
-    expect(codes).not.toContain(0);
-    expect(codes).not.toContain(2);
-    expect(exitCodeOf(new DomainError(ErrorKind.NotFound, 'x'))).toBe(5);
+  it('give each kind the CLI exit code of its HTTP answer (a state that forbids the operation: conflict)', () => {
+    const codes = new Set<number>(Object.values(EXIT));
+    for (const k of ERROR_KINDS) {
+      expect(codes.has(EXIT_CODE_OF_KIND[k]), k).toBe(true);
+      expect(EXIT_CODE_OF_KIND[k], k).not.toBe(EXIT.ok);
+    }
+    expect(EXIT_CODE_OF_KIND[ErrorKind.NotFound]).toBe(EXIT.notFound);
+    expect(EXIT_CODE_OF_KIND[ErrorKind.Unauthenticated]).toBe(EXIT.auth);
+    expect(EXIT_CODE_OF_KIND[ErrorKind.Conflict]).toBe(EXIT.conflict);
+    expect(EXIT_CODE_OF_KIND[ErrorKind.InvalidState]).toBe(EXIT.conflict);
+    expect(EXIT_CODE_OF_KIND[ErrorKind.InvalidArgument]).toBe(EXIT.usage);
+    expect(EXIT_CODE_OF_KIND[ErrorKind.Unavailable]).toBe(EXIT.server);
+    expect(exitCodeOf(new DomainError(ErrorKind.NotFound, 'x'))).toBe(3);
     expect(exitCodeOf(new Error('x'))).toBe(1);
-    expect(exitCodeOf('x')).toBe(1);
   });
 });

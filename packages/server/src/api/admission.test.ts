@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
 import Fastify from 'fastify';
 import { loadConfig } from '@aenv/config';
-import { createHttpServer } from './http-server.js';
+import { createHttpServer } from '../front-door/http-server.js';
 import {
   AdmissionControl,
   admissionLimitsFrom,

@@ -13,7 +13,7 @@ export function headerValues(req: IncomingMessage, name: string): string[] {
 }
 
 /**
- * Control-plane auth (reference §2.1): exactly one `X-API-Key` header equal to the key, compared in constant time.
+ * Control-plane auth (docs/security.md): exactly one `X-API-Key` header equal to the key, compared in constant time.
  * Hashing both sides first makes the comparison independent of the length of the presented value.
  */
 export function hasValidApiKey(req: IncomingMessage, apiKey: string): boolean {

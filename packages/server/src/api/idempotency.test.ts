@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { Writable } from 'node:stream';
 import type { FastifyInstance, FastifyReply } from 'fastify';
-import { createHttpServer } from './http-server.js';
+import { createHttpServer } from '../front-door/http-server.js';
 import { AdmissionControl, registerAdmission, type AdmissionLimits } from './admission.js';
 import { ApiError } from './errors.js';
 import { IdempotencyLayer, requestFingerprint } from './idempotency.js';

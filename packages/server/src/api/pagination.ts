@@ -8,7 +8,7 @@ import {
 } from '@aenv/protocol';
 import { ApiError } from './errors.js';
 
-/** Something listed newest first: `createdAt` descending, then `id` ascending (reference §2.6). */
+/** Something listed newest first: `createdAt` descending, then `id` ascending (docs/differences.md). */
 export interface Pageable {
   id: string;
   createdAt: string;

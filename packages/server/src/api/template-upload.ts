@@ -34,21 +34,18 @@ function answer(res: ServerResponse, status: number, message?: string, close = f
   res.end(body);
 }
 
-/** Handles upload requests; everything else goes to `next` (the sandbox proxy) or the control plane. */
+/** Handles upload requests (one of the front door's data-plane handlers, front-door/data-planes.ts). */
 export class TemplateUploadEndpoint implements DataPlane {
   constructor(
     private readonly files: TemplateFileStore,
     private readonly logger: Logger,
-    private readonly next?: DataPlane,
   ) {}
 
   claims(req: IncomingMessage): boolean {
-    if (this.next?.claims(req)) return true;
     return isUploadPath(req.url);
   }
 
-  upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
-    if (this.next?.claims(req)) return this.next.upgrade(req, socket, head);
+  upgrade(_req: IncomingMessage, socket: Duplex, _head: Buffer): void {
     const body = JSON.stringify({ code: 400, message: 'upload links do not accept WebSocket upgrades' });
     socket.end(
       'HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\n' +
@@ -57,7 +54,6 @@ export class TemplateUploadEndpoint implements DataPlane {
   }
 
   handle(req: IncomingMessage, res: ServerResponse): void {
-    if (this.next?.claims(req)) return this.next.handle(req, res);
     this.upload(req, res).catch((err: unknown) => {
       // Nothing of the failure reaches the client but the request id; the log has the details.
       this.logger.error({ err, url: req.url }, 'template file upload failed');

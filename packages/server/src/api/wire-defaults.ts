@@ -9,7 +9,7 @@ export const V2_CREATE_TIMEOUT_SECS = 300;
 /** `NewSandboxV2.autoPause` (and `NewSandbox.autoPause` on E2B; v1 keeps the reference's `true`). */
 export const V2_CREATE_AUTO_PAUSE = false;
 
-/** v1 `POST /sandboxes` `autoPause` (reference §5.3). */
+/** v1 `POST /sandboxes` `autoPause` (docs/architecture.md). */
 export const V1_CREATE_AUTO_PAUSE = true;
 
 /** `ConnectSandboxV2.timeout`. */

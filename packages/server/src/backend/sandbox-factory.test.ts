@@ -69,6 +69,7 @@ describe('SandboxFactory.assemble', () => {
       'image-lease',
       'uid-range',
       'spec',
+      'volumes',
       'runtime',
       'policy',
       'envd-healthy',

@@ -9,7 +9,7 @@ export const MAX_EXTRA_BOOT_ARGS = 4096;
 
 export type HookName = 'start-fresh' | 'start-resume' | 'patch-params' | 'stop';
 
-/** Body of `start-fresh` and `start-resume` (reference §5.13, docs/hooks.md). */
+/** Body of `start-fresh` and `start-resume` (docs/hooks.md). */
 export interface StartHookBody {
   sandboxId: string;
   sandboxInstanceId: string;
@@ -43,7 +43,7 @@ const isObject = (v: unknown): v is Record<string, unknown> =>
   typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /**
- * Calls the custom extension's lifecycle hooks, `POST {url}/sandbox-hook/<name>` (reference §5.13). Every call is
+ * Calls the custom extension's lifecycle hooks, `POST {url}/sandbox-hook/<name>` (docs/hooks.md). Every call is
  * bounded by `timeoutMs` and its answer by MAX_HOOK_RESPONSE_BYTES; `stop` is best effort and never throws.
  */
 export class HookClient {

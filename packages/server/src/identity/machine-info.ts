@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 
-/** `machineInfo` of the /nodes API and scheduler heartbeats (reference §2.3, §5.14). */
+/** `machineInfo` of the /nodes API and scheduler heartbeats (docs/differences.md, docs/cluster.md). */
 export interface MachineInfo {
   cpuFamily: string;
   cpuModel: string;

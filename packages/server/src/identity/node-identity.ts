@@ -10,7 +10,7 @@ export interface NodeIdentitySettings {
   readonly service_instance_id?: string;
 }
 
-/** Who this node is, for /nodes and scheduler heartbeats (reference §2.3 Node). */
+/** Who this node is, for /nodes and scheduler heartbeats (docs/differences.md). */
 export interface NodeIdentity {
   nodeId: string;
   clusterId: string;

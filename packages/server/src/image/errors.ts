@@ -18,7 +18,7 @@ const KIND: Record<ImageErrorKind, ErrorKind> = {
   Unauthorized: ErrorKind.Unauthenticated,
   UnsupportedImage: ErrorKind.Unsupported,
   TooLarge: ErrorKind.TooLarge,
-  // The registry served content that fails its digest: its fault, not the caller's (reference §5.7).
+  // The registry served content that fails its digest: its fault, not the caller's (docs/images.md).
   DigestMismatch: ErrorKind.BadUpstream,
   Unreachable: ErrorKind.Unavailable,
   Internal: ErrorKind.Internal,

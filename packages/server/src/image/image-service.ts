@@ -54,13 +54,10 @@ import {
   type ImageSource,
 } from './sources.js';
 import type { PulledImage } from './types.js';
+import type { Logger } from '../util/log.js';
 
-/** pino-compatible logger. */
-export interface ImageLogger {
-  info(obj: object, msg?: string): void;
-  warn(obj: object, msg?: string): void;
-  error(obj: object, msg?: string): void;
-  debug(obj: object, msg?: string): void;
+/** The part of the node's logger (util/log.ts) the image service uses; its children log the same way. */
+export interface ImageLogger extends Pick<Logger, 'debug' | 'info' | 'warn' | 'error'> {
   child(bindings: Record<string, unknown>): ImageLogger;
 }
 

@@ -1,6 +1,6 @@
 // Address plan of the slots: which addresses slot N gets out of [network.internal].
 
-import { cidrSize, cidrsOverlap, formatCidr, formatIPv4, parseCidr, type Cidr } from './ip.js';
+import { cidrSize, cidrsOverlap, formatCidr, formatIPv4, parseCidr, type Cidr } from '@aenv/config';
 import { MAX_SLOT_INDEX } from './names.js';
 
 export interface SlotAddresses {

@@ -1,7 +1,7 @@
 // Destinations no sandbox ever reaches, whatever the operator configures: `[network.egress].always_denied_cidrs`
 // adds to this list and cannot remove from it, and allowOut never overrides it (docs/security.md, "Network").
 
-import { parseCidr, type Cidr } from './ip.js';
+import { parseCidr, type Cidr } from '@aenv/config';
 
 interface BuiltinDeny {
   cidr: string;

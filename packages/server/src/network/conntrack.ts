@@ -6,7 +6,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { run } from '../util/exec.js';
-import { parseIPv4 } from './ip.js';
+import { parseIPv4 } from '@aenv/config';
 import { PROTO_TCP, PROTO_UDP, type Flow } from './egress-model.js';
 
 /** One entry, by its original direction (sandbox → destination). */

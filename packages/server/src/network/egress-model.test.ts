@@ -8,7 +8,7 @@ import {
   type EgressBase,
   type Flow,
 } from './egress-model.js';
-import { parseCidr, parseIPv4, type Cidr } from './ip.js';
+import { parseCidr, parseIPv4, type Cidr } from '@aenv/config';
 import { parseNetworkPolicy } from './policy.js';
 
 const ip = (t: string) => parseIPv4(t) as bigint;

@@ -13,7 +13,7 @@
 // flows this order would deny to the egress proxy (egress/), which judges them by name, and DNS to the node's
 // resolver; neither reaches the forward path.
 
-import { cidrContainsAddress, collapseCidrs, parseCidr, type Cidr } from './ip.js';
+import { cidrContainsAddress, collapseCidrs, parseCidr, type Cidr } from '@aenv/config';
 import type { EgressPolicy } from './types.js';
 
 export const DNS_PORT = 53;

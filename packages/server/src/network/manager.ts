@@ -9,7 +9,7 @@ import { BUILTIN_DENIED_CIDRS } from './builtin-denies.js';
 import { deleteFlows, flowOf, forgetAddresses, isRedirected, listFlowsFrom } from './conntrack.js';
 import { EgressService, type RedirectTarget } from './egress/index.js';
 import { domainPatterns, resolverAllowed, verdictFor, type EgressBase } from './egress-model.js';
-import { parseCidr, parseIPv4, type Cidr } from './ip.js';
+import { parseCidr, parseIPv4, type Cidr } from '@aenv/config';
 import { NetworkMetrics } from './metrics.js';
 import { SlotNames } from './names.js';
 import {
@@ -36,14 +36,10 @@ import { DEFAULT_RESOLV_CONF_PATHS, resolveSandboxNameserver } from './resolv.js
 import type { EgressPolicy, NetworkSlot } from './types.js';
 import { RefillTarget } from './watermark.js';
 import { NetworkPolicyError } from './policy.js';
+import type { Logger } from '../util/log.js';
 
-/** The subset of a pino logger this module uses. */
-export interface NetworkLogger {
-  debug(obj: object, msg?: string): void;
-  info(obj: object, msg?: string): void;
-  warn(obj: object, msg?: string): void;
-  error(obj: object, msg?: string): void;
-}
+/** The part of the node's logger this module uses. */
+export type NetworkLogger = Pick<Logger, 'debug' | 'info' | 'warn' | 'error'>;
 
 export interface NetworkManagerOptions {
   /** `runtime_path` ($AENV_RUNTIME): netns files live in `<runtimePath>/netns/`. */

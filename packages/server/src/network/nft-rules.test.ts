@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseCidr, type Cidr } from './ip.js';
+import { parseCidr, type Cidr } from '@aenv/config';
 import { SlotNames } from './names.js';
 import { redirectRules, sharedTableScript, slotPolicyScript, slotRemovalScript } from './nft-rules.js';
 import type { EgressPolicy } from './types.js';

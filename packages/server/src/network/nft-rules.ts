@@ -17,7 +17,7 @@
 
 import { DNS_PORT, allowedCidrs, domainPatterns, slotRules, v4, type SlotRule } from './egress-model.js';
 import type { RedirectTarget } from './egress/index.js';
-import { collapseCidrs, formatCidr, parseIPv4, type Cidr } from './ip.js';
+import { collapseCidrs, formatCidr, parseIPv4, type Cidr } from '@aenv/config';
 import type { SlotNames } from './names.js';
 import type { EgressPolicy } from './types.js';
 

@@ -1,7 +1,7 @@
-// Validation of a sandbox's egress policy as the API receives it (agentenv-reference §5.9).
+// Validation of a sandbox's egress policy as the API receives it (docs/networking.md).
 
 import { DomainError, ErrorKind } from '@aenv/protocol';
-import { formatCidr, parseIpOrCidr } from './ip.js';
+import { formatCidr, parseIpOrCidr } from '@aenv/config';
 import type { EgressPolicy } from './types.js';
 
 /** A policy the caller got wrong; the API answers it with this message. */

@@ -1,7 +1,7 @@
 // Which nameserver sandboxes use: the host's first non-loopback IPv4 nameserver.
 
 import { readFile } from 'node:fs/promises';
-import { parseIPv4 } from './ip.js';
+import { parseIPv4 } from '@aenv/config';
 
 /** systemd-resolved's upstream list first (its /etc/resolv.conf usually names the 127.0.0.53 stub). */
 export const DEFAULT_RESOLV_CONF_PATHS = ['/run/systemd/resolve/resolv.conf', '/etc/resolv.conf'];

@@ -1,4 +1,4 @@
-// Refill target of a warm pool (agentenv-reference §5.15): it starts at the low watermark and
+// Refill target of a warm pool (docs/architecture.md): it starts at the low watermark and
 // doubles, up to the high watermark, each time an acquisition leaves fewer than `low` ready.
 
 export interface Watermarks {

@@ -12,7 +12,7 @@ import {
 } from './backend.js';
 import type { HookClient } from '../extension/hook-client.js';
 import { EXTRA_BOOT_ARGS_ENV } from '../extension/params.js';
-import { KeyedMutex, LockTimeoutError } from './keyed-mutex.js';
+import { KeyedMutex, LockTimeoutError } from '../util/keyed-mutex.js';
 import type { SandboxStore } from './store.js';
 import { crashPoint } from '../util/crash-point.js';
 import { PausedQuota, PausedQuotaError, expiredPaused, pausedBytesInUse } from './paused-quota.js';

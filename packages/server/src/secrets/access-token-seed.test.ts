@@ -35,7 +35,7 @@ function writeManaged(home: string, contents: string, mode = 0o600): string {
   return file;
 }
 
-describe('access-token seed (reference §5.10)', () => {
+describe('access-token seed (docs/security.md)', () => {
   it('an explicit seed wins and creates nothing', () => {
     const home = freshHome();
     writeManaged(home, `${SEED}\n`);

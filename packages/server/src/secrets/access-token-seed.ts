@@ -34,7 +34,7 @@ export interface ResolvedSeed {
 }
 
 /**
- * Resolves the secret sandbox access tokens are derived from (reference §5.10): an explicit seed
+ * Resolves the secret sandbox access tokens are derived from (docs/security.md): an explicit seed
  * wins; else the managed file (exactly 64 lowercase hex + optional "\n"); else, unless
  * token-protected paused sandboxes exist, 32 random bytes are created as the managed file.
  */

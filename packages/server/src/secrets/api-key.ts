@@ -33,7 +33,7 @@ export interface ResolvedApiKey {
 }
 
 /**
- * Resolves the control-plane API key (reference §5.11): `AENV_API_KEY` → `/run/secrets/api-key`
+ * Resolves the control-plane API key (docs/security.md): `AENV_API_KEY` → `/run/secrets/api-key`
  * → managed `$AENV_HOME/secrets/api-key` → a generated `e2b_<64 hex>` stored as the managed file.
  * A present but invalid source is an error naming it; it never falls through to the next one.
  */

@@ -36,7 +36,7 @@ const DIR_MODE = 0o700;
 const FILE_MODE = 0o600;
 
 /**
- * Reads a server-managed secret (`$AENV_HOME/secrets/<name>`, reference §5.10 managed-secret rules):
+ * Reads a server-managed secret (`$AENV_HOME/secrets/<name>`, docs/security.md):
  * the directory must be named "secrets", be a real directory (not a symlink) owned by the
  * expected uid with mode 0700; the file must be a regular file (not a symlink) owned by that uid
  * with mode exactly 0600 and at most `maxBytes` long. Returns undefined when the directory or the

@@ -7,7 +7,7 @@ const ID = '01936f8e-72f5-7000-8000-000000000001';
 const ENVD = '4f00f2a93a87c37161ae01c59b6d4f84506668113441277e9f6272dd4bfae1a7';
 const TRAFFIC = '586547d7c10facb0f4871297fdbfd9d2b4376f4b02b2e1487646c1c87a293bd8';
 
-describe('sandbox access tokens (reference §5.10)', () => {
+describe('sandbox access tokens (docs/security.md)', () => {
   it('matches the reference test vector', () => {
     expect(envdAccessToken(SEED, ID)).toBe(ENVD);
     expect(trafficAccessToken(SEED, ID)).toBe(TRAFFIC);

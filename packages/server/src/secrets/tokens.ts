@@ -1,5 +1,6 @@
-import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
+import { createHmac, timingSafeEqual } from 'node:crypto';
 import { inspect } from 'node:util';
+export { safeEqual } from '@aenv/protocol';
 
 export type TokenKind = 'envd' | 'traffic';
 
@@ -7,7 +8,7 @@ const TRAFFIC_PREFIX = 'sandbox-traffic-';
 const ENVD_INIT_PREFIX = 'envd-init-';
 const TOKEN_HEX = /^[0-9a-fA-F]{64}$/;
 
-/** Lowercase hex HMAC-SHA256(key = seed bytes, message = sandbox id) (reference §5.10). */
+/** Lowercase hex HMAC-SHA256(key = seed bytes, message = sandbox id) (docs/security.md). */
 export function envdAccessToken(seed: string, sandboxId: string): string {
   return mac(seed, sandboxId).toString('hex');
 }
@@ -34,16 +35,6 @@ export function verifyToken(seed: string, kind: TokenKind, sandboxId: string, ca
   const wellFormed = TOKEN_HEX.test(candidate);
   const presented = wellFormed ? Buffer.from(candidate, 'hex') : Buffer.alloc(expected.length);
   return timingSafeEqual(expected, presented) && wellFormed;
-}
-
-/**
- * Constant-time string equality (for the API key): both sides are hashed first so the time
- * taken does not depend on where they differ or on the length of the presented value.
- */
-export function safeEqual(a: string, b: string): boolean {
-  const ha = createHash('sha256').update(a).digest();
-  const hb = createHash('sha256').update(b).digest();
-  return timingSafeEqual(ha, hb) && a.length === b.length;
 }
 
 /** Holds the seed so callers need not pass it around; never prints it. */

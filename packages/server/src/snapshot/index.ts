@@ -1,5 +1,5 @@
 import type { Logger } from '../util/log.js';
-import { CatalogRepository } from './core.js';
+import { CatalogRepository } from './catalog-repository.js';
 import { invalidRequest } from './errors.js';
 import { S3Store, type OssOptions } from './oss/s3-store.js';
 import { PosixStore } from './posix/posix-store.js';

@@ -22,7 +22,7 @@ const record = (over: Partial<SnapshotRecord> = {}): SnapshotRecord => ({
   ...over,
 });
 
-describe('aliases (reference §5.6)', () => {
+describe('aliases (docs/snapshots.md)', () => {
   it('accepts [A-Za-z0-9_-]+ and nothing else', () => {
     for (const ok of ['a', 'My_template-2', '0', '-', '_', 'x'.repeat(255)])
       expect(isValidAlias(ok), ok).toBe(true);

@@ -7,7 +7,7 @@ export const SNAPSHOT_RECORD_VERSION = 1;
 const ALIAS_RE = /^[A-Za-z0-9_-]+$/;
 /** Tags one record may carry (a bound on what a caller can make it store). */
 export const MAX_TAGS = 64;
-/** One path component on every filesystem we store aliases on (reference §5.6 sets no length limit). */
+/** One path component on every filesystem we store aliases on (the E2B API sets no length limit). */
 export const MAX_ALIAS_LENGTH = 255;
 // A template tag (E2B `name:tag`), as Docker tags are spelled.
 const TAG_RE = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/;
@@ -260,7 +260,7 @@ export function isValidAlias(alias: string): boolean {
   return alias.length > 0 && alias.length <= MAX_ALIAS_LENGTH && ALIAS_RE.test(alias);
 }
 
-/** Alias rules of reference §5.6: non-empty, only `[A-Za-z0-9_-]`. */
+/** Alias rules of docs/snapshots.md: non-empty, only `[A-Za-z0-9_-]`. */
 export function assertValidAlias(alias: string): void {
   if (typeof alias !== 'string' || !isValidAlias(alias)) {
     const shown =

@@ -1,7 +1,7 @@
 /**
  * The storage primitives the repository core is written against. Each backend (posix_fs, oss) implements
  * them with its own atomicity tools (rename/link + fsync + flock, or conditional PUTs + lease objects);
- * the core (`core.ts`) owns every catalog rule so both backends behave identically.
+ * the catalog repository (`catalog-repository.ts`) owns every catalog rule so both backends behave identically.
  */
 
 /** Small JSON documents of the catalog. */

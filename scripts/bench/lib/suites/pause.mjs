@@ -127,6 +127,7 @@ export async function pauseSuite(ctx) {
 
   try {
     for (const kind of KINDS) {
+      /** @type {Record<string, number[]>} */
       const s = {
         pause: [],
         resident: [],
@@ -136,6 +137,7 @@ export async function pauseSuite(ctx) {
         snapshotHeld: [],
         fork: [],
       };
+      /** @type {Record<string, number[]>} */
       const r = { checkpoint: [], restore: [], freeze: [], thaw: [], leave: [], fork: [] };
       const notes = [];
       let forkChildFailures = 0;

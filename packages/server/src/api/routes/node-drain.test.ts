@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
 import type { NodeDrainProgress } from '@aenv/protocol';
-import { createHttpServer } from '../http-server.js';
+import { createHttpServer } from '../../front-door/http-server.js';
 import { ServerMetrics } from '../../observability/metrics.js';
 import { createLogger } from '../../util/log.js';
 import { registerNodeDrainRoute } from './node-drain.js';

@@ -13,7 +13,7 @@ export interface NodeIdentityView {
   machineInfo: { cpuFamily: string; cpuModel: string; cpuModelName: string; cpuArchitecture: string };
 }
 
-/** Sandbox counters the orchestrator keeps (reference §2.3 Node). */
+/** Sandbox counters the orchestrator keeps (docs/differences.md). */
 export type SandboxCounters = SandboxCountersView;
 
 export interface NodesRouteDeps {
@@ -33,7 +33,7 @@ function clusterMatches(query: unknown, clusterId: string): boolean {
   return q.toLowerCase() === clusterId.toLowerCase();
 }
 
-/** `GET /nodes` and `GET /nodes/{nodeID}` (reference §2.3–2.4). */
+/** `GET /nodes` and `GET /nodes/{nodeID}` (docs/differences.md). */
 export function registerNodeRoutes(app: FastifyInstance, deps: NodesRouteDeps): void {
   const view = async (): Promise<NodeResponse> => {
     const host = await deps.host.sample();

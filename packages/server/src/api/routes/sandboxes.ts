@@ -57,7 +57,7 @@ export interface SandboxRouteDeps {
   /** Mounts `volumeMounts` (docs/volumes.md); absent: they are refused. */
   volumes?: VolumeService;
   tokens: SandboxTokens;
-  /** Validates egress settings (reference §5.9); throws a 400-class error. */
+  /** Validates egress settings (docs/networking.md); throws a 400-class error. */
   parsePolicy(input: {
     allowOut?: string[];
     denyOut?: string[];
@@ -95,7 +95,7 @@ const V2_CREATE: CreateDefaults = {
   secure: () => true,
 };
 
-/** A path sandboxID that is not a UUID is simply not found (reference §2.1). */
+/** A path sandboxID that is not a UUID is simply not found (docs/security.md). */
 function sandboxId(raw: string): string {
   if (!isSandboxId(raw)) throw new ApiError(404, `sandbox ${raw} not found`);
   return raw;

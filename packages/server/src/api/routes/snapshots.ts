@@ -36,7 +36,7 @@ export function snapshotInfo(r: SnapshotRecord): SnapshotInfo {
   };
 }
 
-/** `POST /sandboxes/{id}/snapshots`, `GET /snapshots`, `GET /snapshots/{id}` (reference §2.2–2.4). */
+/** `POST /sandboxes/{id}/snapshots`, `GET /snapshots`, `GET /snapshots/{id}` (docs/differences.md). */
 export function registerSnapshotRoutes(app: FastifyInstance, deps: SnapshotRouteDeps): void {
   const { orchestrator: orch, repository: repo } = deps;
 

@@ -1,4 +1,4 @@
-// Template routes of the E2B build API (reference §2.2–2.6, e2b-protocol §2.4).
+// Template routes of the E2B build API (docs/differences.md, e2b-protocol §2.4).
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import {
   isBuildId,

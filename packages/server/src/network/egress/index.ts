@@ -3,7 +3,7 @@
 // `redirectRules` sends a slot's traffic here (docs/networking.md, "Domain egress").
 
 import type { NetworkLogger } from '../manager.js';
-import type { Cidr } from '../ip.js';
+import type { Cidr } from '@aenv/config';
 import { domainPatterns } from '../egress-model.js';
 import type { EgressPolicy } from '../types.js';
 import { SandboxDnsServer } from './dns-server.js';

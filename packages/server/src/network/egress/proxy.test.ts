@@ -3,7 +3,7 @@
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseCidr, type Cidr } from '../ip.js';
+import { parseCidr, type Cidr } from '@aenv/config';
 import { EgressProxy } from './proxy.js';
 import { SlotRegistry } from './slot-registry.js';
 import { UpstreamResolver } from './upstream.js';

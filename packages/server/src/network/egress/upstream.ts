@@ -4,7 +4,7 @@
 
 import { Resolver } from 'node:dns/promises';
 import { networkInterfaces } from 'node:os';
-import { cidrContainsAddress, parseIPv4, type Cidr } from '../ip.js';
+import { cidrContainsAddress, parseIPv4, type Cidr } from '@aenv/config';
 
 export interface UpstreamResolverOptions {
   /** `[network.egress].resolvers` (`ip` or `ip:port`); empty: the host's resolv.conf. */

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { readdir, rename, rm, rmdir, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import { KeyedMutex } from '../../orchestrator/keyed-mutex.js';
+import { KeyedMutex } from '../../util/keyed-mutex.js';
 import type { Logger } from '../../util/log.js';
 import { digestFile, digestHex } from '../digest.js';
 import { notFound, RepositoryError } from '../errors.js';

@@ -304,7 +304,7 @@ export class Cgroups {
    * Everything in `/<parent>/<id>` belongs to that sandbox, so killing by cgroup membership is exact.
    */
   async remove(id: string): Promise<boolean> {
-    const dirs = [];
+    const dirs: string[] = [];
     for (const d of this.dirs(id)) if (await exists(d)) dirs.push(d);
     if (dirs.length === 0) return false;
     await this.killAll(id);

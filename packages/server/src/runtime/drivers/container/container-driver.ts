@@ -45,7 +45,7 @@ import {
   SUBID_FILES,
 } from './id-ranges.js';
 import { buildIdmapHelper, idmappedMountArgv, shiftOwnership } from './idmap-helper.js';
-import { KeyedLock } from './keyed-lock.js';
+import { KeyedMutex } from '../../../util/keyed-mutex.js';
 import { mountsUnder, readMounts } from './mountinfo.js';
 import { mountSandbox, sandboxFstab, unmountTree } from './mounts.js';
 import { buildOciConfig, INIT_PATH, sandboxCapabilities, TOOLS_MOUNT_POINT } from './oci-config.js';
@@ -56,6 +56,7 @@ import { loadSeccompProfile } from './seccomp.js';
 import { assertHostPath, assertSandboxId, isSandboxId, validateSpec } from './validate.js';
 import { exists } from '../../../util/fs.js';
 import { privatizeTree } from '../../../util/private-tree.js';
+import type { Logger as NodeLogger } from '../../../util/log.js';
 
 /**
  * Mode of a sandbox dir (owner root, group the sandbox's mapped root): runc, running as that uid inside the
@@ -78,10 +79,8 @@ const MAX_DUMP_ATTEMPTS = 3;
 // compel loses a race with a signal (SIGCHLD of a child that exited as the dump began) while curing a task.
 const TRANSIENT_DUMP_ERROR_RE = /is in unexpected state|Task stopped with/;
 
-export interface Logger {
-  info(obj: object | string, msg?: string): void;
-  warn(obj: object | string, msg?: string): void;
-}
+/** The part of the node's logger the driver uses. */
+export type Logger = Pick<NodeLogger, 'info' | 'warn'>;
 
 export interface ContainerDriverOptions {
   /** `$AENV_HOME`: the CoW volume image and `sandboxes/` live here. */
@@ -264,7 +263,7 @@ export class ContainerDriver implements RuntimeDriver {
   readonly sandboxesDir: string;
   readonly cgroupParent: string;
   private readonly log: Logger;
-  private readonly lock = new KeyedLock();
+  private readonly lock = new KeyedMutex();
   private readonly runc: Runc;
   private readonly cow: CowVolume;
   private readonly criuConfigPath: string;
@@ -499,7 +498,7 @@ export class ContainerDriver implements RuntimeDriver {
   private limitSoon(spec: SandboxSpec, p: SandboxPaths, pid: number): void {
     const mb = spec.resources.diskMB;
     const job: Promise<void> = this.lock
-      .run(spec.id, async () => {
+      .serialize(spec.id, async () => {
         await this.limitUserNamespace(pid);
         if (mb !== undefined && this.cow.enforcesLimits) await this.cow.limitDir(p.dir, mb);
       })
@@ -889,7 +888,7 @@ export class ContainerDriver implements RuntimeDriver {
   async create(spec: SandboxSpec, opts: CreateOptions): Promise<ContainerSandboxHandle> {
     validateSpec(spec);
     const range = assertSandboxRange(this.idLayout, spec.idRange, `sandbox ${spec.id}`);
-    return this.lock.run(spec.id, async () => {
+    return this.lock.serialize(spec.id, async () => {
       await this.checkTools(opts.tools);
       await this.checkLowerDirs(spec);
       if (opts.disk !== undefined) assertHostPath('diskSource', opts.disk);
@@ -946,7 +945,7 @@ export class ContainerDriver implements RuntimeDriver {
 
   async destroy(id: string): Promise<void> {
     assertSandboxId(id);
-    return this.lock.run(id, () => this.teardown(id));
+    return this.lock.serialize(id, () => this.teardown(id));
   }
 
   /** Removes every trace of a sandbox: container, processes, cgroups, mounts, dir. Idempotent. */
@@ -965,7 +964,7 @@ export class ContainerDriver implements RuntimeDriver {
     if (!/^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$/.test(hostname)) {
       throw new RuntimeError('InvalidSpec', `hostname "${hostname}" is not an RFC 1123 label`);
     }
-    return this.lock.run(id, async () => {
+    return this.lock.serialize(id, async () => {
       const p = this.paths(id);
       const pid = await this.readPid(p);
       await rewriteHostnameFiles(p.upper, hostname, (await this.rangeOf(p)).hostStart);
@@ -975,12 +974,12 @@ export class ContainerDriver implements RuntimeDriver {
 
   async freeze(id: string): Promise<void> {
     assertSandboxId(id);
-    return this.lock.run(id, () => this.cg().freeze(id));
+    return this.lock.serialize(id, () => this.cg().freeze(id));
   }
 
   async thaw(id: string): Promise<void> {
     assertSandboxId(id);
-    return this.lock.run(id, () => this.cg().thaw(id));
+    return this.lock.serialize(id, () => this.cg().thaw(id));
   }
 
   private criuWorkDir(id: string, op: string): string {
@@ -1001,7 +1000,7 @@ export class ContainerDriver implements RuntimeDriver {
     assertHostPath('imagesDir', imagesDir);
     if (opts.diskDest !== undefined) assertHostPath('upperSnapshotDest', opts.diskDest);
     this.requireCriu('checkpoint');
-    return this.lock.run(id, async () => {
+    return this.lock.serialize(id, async () => {
       const p = this.paths(id);
       // runc itself refuses a stopped container; its state dir tells whether there is one at all.
       if (!(await exists(this.runcStateDir(id))) || !(await this.cg().exists(id))) {
@@ -1124,7 +1123,7 @@ export class ContainerDriver implements RuntimeDriver {
     assertHostPath('imagesDir', imagesDir);
     if (opts.disk !== undefined) assertHostPath('diskSource', opts.disk);
     this.requireCriu('restore');
-    return this.lock.run(spec.id, async () => {
+    return this.lock.serialize(spec.id, async () => {
       await this.checkTools(opts.tools);
       await this.checkLowerDirs(spec);
       const meta = await this.readCheckpointMeta(imagesDir);
@@ -1255,7 +1254,7 @@ export class ContainerDriver implements RuntimeDriver {
   async captureDisk(id: string, dest: string): Promise<DiskRef> {
     assertSandboxId(id);
     assertHostPath('snapshot dest', dest);
-    return this.lock.run(id, async () => {
+    return this.lock.serialize(id, async () => {
       const p = this.paths(id);
       if (!(await exists(p.upper))) throw new RuntimeError('NotFound', `sandbox ${id} has no disk`);
       if (await exists(dest)) throw new RuntimeError('AlreadyExists', `snapshot dir ${dest} already exists`);
@@ -1338,7 +1337,7 @@ export class ContainerDriver implements RuntimeDriver {
     for (const name of await readdir(runcRoot).catch(() => [] as string[]))
       if (!keep.has(name)) stale.add(name);
     for (const id of stale) {
-      await this.lock.run(id, async () => {
+      await this.lock.serialize(id, async () => {
         try {
           if (await this.runc.forceDelete(id)) report.containers.push(id);
         } catch (e) {
@@ -1349,7 +1348,7 @@ export class ContainerDriver implements RuntimeDriver {
     }
     for (const id of await this.cg().listIds()) {
       if (keep.has(id)) continue;
-      await this.lock.run(id, async () => {
+      await this.lock.serialize(id, async () => {
         if (await this.cg().remove(id)) report.cgroups.push(id);
       });
     }

@@ -9,7 +9,6 @@ import {
   defaultCriuPath,
   versionAtLeast,
 } from './criu.js';
-import { KeyedLock } from './keyed-lock.js';
 
 const dirs: string[] = [];
 afterAll(async () => {
@@ -48,32 +47,5 @@ describe('criu helpers', () => {
       'Error (criu/sk-inet.c:191): inet: Connected TCP socket, consider using --tcp-established option. | Error (criu/cr-dump.c:1234): Dumping FAILED.',
     );
     expect(await criuLogErrors(join(d, 'missing.log'))).toBe('');
-  });
-});
-
-describe('KeyedLock', () => {
-  it('runs one task per key at a time and different keys concurrently', async () => {
-    const lock = new KeyedLock();
-    const events: string[] = [];
-    let release: () => void = () => {};
-    const gate = new Promise<void>((r) => (release = r));
-    const a1 = lock.run('a', async () => {
-      events.push('a1 start');
-      await gate;
-      events.push('a1 end');
-    });
-    const a2 = lock.run('a', async () => {
-      events.push('a2');
-    });
-    const b = lock.run('b', async () => {
-      events.push('b');
-    });
-    await b;
-    expect(events).toEqual(['a1 start', 'b']);
-    release();
-    await Promise.all([a1, a2]);
-    expect(events).toEqual(['a1 start', 'b', 'a1 end', 'a2']);
-    await expect(lock.run('a', async () => Promise.reject(new Error('boom')))).rejects.toThrow('boom');
-    await expect(lock.run('a', async () => 7)).resolves.toBe(7);
   });
 });

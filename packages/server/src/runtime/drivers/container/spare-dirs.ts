@@ -1,10 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { readdir, rename } from 'node:fs/promises';
 import { basename, join } from 'node:path';
+import type { Logger } from '../../../util/log.js';
 
-export interface DirLifecycleLogger {
-  warn(obj: object | string, msg?: string): void;
-}
+export type DirLifecycleLogger = Pick<Logger, 'warn'>;
 
 const SPARE_PREFIX = '.spare-';
 const SPARE_TMP_PREFIX = '.spare-tmp-';

@@ -95,7 +95,7 @@ while :; do
 done
 `;
 
-/** A stand-in for the real tools dir (@aenv/envd's ensureToolsDir): busybox and the test init above. */
+/** A stand-in for the real tools dir (tools/ensure-tools-dir.ts): busybox and the test init above. */
 export async function buildTestTools(dir: string): Promise<{ dir: string; version: string }> {
   await mkdir(join(dir, 'bin'), { recursive: true });
   await copyFile(BUSYBOX, join(dir, 'bin/busybox'));

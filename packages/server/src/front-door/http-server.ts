@@ -18,15 +18,20 @@ import { newRequestId, runInRequest } from '../util/request-context.js';
 import { unhandledFaultPoint } from '../util/crash-point.js';
 import type { ServerMetrics } from '../observability/metrics.js';
 import type { DataPlane } from '@aenv/proxy';
-import { hasValidApiKey } from './auth.js';
-import { ApiError, errorAnswer, internalErrorMessage } from './errors.js';
+import { claimerOf } from './data-planes.js';
+import { hasValidApiKey } from '../api/auth.js';
+import { ApiError, errorAnswer, internalErrorMessage } from '../api/errors.js';
 
 export interface HttpServerOptions {
   apiKey: string;
   bodyLimitBytes: number;
   logger: Logger;
   metrics: ServerMetrics;
-  dataPlane?: DataPlane;
+  /**
+   * The data-plane handlers in the order they are asked (front-door/data-planes.ts); the first that claims a
+   * request serves it, and a request none claims goes to the control plane.
+   */
+  dataPlanes?: readonly DataPlane[];
 }
 
 const OPEN_PATHS = new Set(['/health', '/metrics']);
@@ -137,6 +142,7 @@ export function createHttpServer(opts: HttpServerOptions): { app: FastifyInstanc
   let server: Server | undefined;
   let closing = false;
   const log = opts.logger;
+  const dataPlanes = opts.dataPlanes ?? [];
 
   const app = Fastify({
     loggerInstance: opts.logger as FastifyBaseLogger,
@@ -180,23 +186,24 @@ export function createHttpServer(opts: HttpServerOptions): { app: FastifyInstanc
         runInRequest(requestId, () => {
           if (closing) return answerRaw(res, 503, 'the server is shutting down', requestId);
           unhandledFaultPoint('request');
-          let claimed = false;
+          let claimer: DataPlane | undefined;
           try {
-            claimed = opts.dataPlane?.claims(req) ?? false;
-            if (claimed) opts.dataPlane!.handle(req, res);
+            claimer = claimerOf(dataPlanes, req);
+            claimer?.handle(req, res);
           } catch (err) {
             log.error({ err, method: req.method, url: req.url }, 'data-plane request failed');
             return answerRaw(res, 500, internalErrorMessage(requestId), requestId);
           }
-          if (!claimed) handler(req, res);
+          if (!claimer) handler(req, res);
         });
       });
       server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
         const requestId = newRequestId();
         runInRequest(requestId, () => {
           try {
-            if (!closing && opts.dataPlane?.claims(req)) opts.dataPlane.upgrade(req, socket, head);
-            else if (closing) answerSocket(socket, 503, 'the server is shutting down');
+            if (closing) return answerSocket(socket, 503, 'the server is shutting down');
+            const claimer = claimerOf(dataPlanes, req);
+            if (claimer) claimer.upgrade(req, socket, head);
             else answerSocket(socket, 404, `no WebSocket endpoint at ${pathOf(req.url ?? '/')}`);
           } catch (err) {
             log.error({ err, url: req.url }, 'data-plane upgrade failed');

@@ -14,8 +14,9 @@ import {
 import { createRequire } from 'node:module';
 import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { AGENTENV_MOUNT } from '../version.js';
+import { AGENTENV_MOUNT } from '@aenv/protocol';
 import { run } from './run.js';
+import type { Logger } from '../util/log.js';
 
 /** Node flags envd runs with (written to envd/node-flags, read by aenv-init). Keep envd's heap small. */
 export const ENVD_NODE_FLAGS = ['--max-semi-space-size=1', '--max-old-space-size=64', '--v8-pool-size=1'];
@@ -23,9 +24,7 @@ export const ENVD_NODE_FLAGS = ['--max-semi-space-size=1', '--max-old-space-size
 /** Bump when the directory layout changes, so old dirs are not reused. */
 const LAYOUT = 'aenv-tools-1';
 
-export interface ToolsLogger {
-  info(obj: object, msg?: string): void;
-}
+export type ToolsLogger = Pick<Logger, 'info'>;
 
 export interface EnsureToolsDirOptions {
   /** Dependencies root; the dir is built under <depsPath>/tools/<version>/. */
@@ -42,14 +41,18 @@ export interface ToolsDir {
   version: string;
 }
 
-function packageRoot(): string {
+/**
+ * The @aenv/envd package of this checkout: the tools dir ships its build products (the bundle, the native
+ * sources of aenv-init and the addon), never its code into the node.
+ */
+function envdPackageRoot(): string {
   let dir = dirname(fileURLToPath(import.meta.url));
   for (;;) {
-    const pkg = join(dir, 'package.json');
+    const pkg = join(dir, 'packages', 'envd', 'package.json');
     if (existsSync(pkg) && (JSON.parse(readFileSync(pkg, 'utf8')) as { name?: string }).name === '@aenv/envd')
-      return dir;
+      return dirname(pkg);
     const parent = dirname(dir);
-    if (parent === dir) throw new Error('cannot find the @aenv/envd package root');
+    if (parent === dir) throw new Error('cannot find the @aenv/envd package of this checkout');
     dir = parent;
   }
 }
@@ -113,7 +116,7 @@ function sha256(...parts: (string | Buffer)[]): string {
  */
 export async function ensureToolsDir(opts: EnsureToolsDirOptions): Promise<ToolsDir> {
   const nodeBinary = opts.nodeBinary ?? process.execPath;
-  const pkgRoot = packageRoot();
+  const pkgRoot = envdPackageRoot();
   const bundlePath = opts.bundlePath ?? join(pkgRoot, 'dist', 'envd.cjs');
   if (!existsSync(bundlePath))
     throw new Error(`envd bundle ${bundlePath} is missing: run \`npm run -w @aenv/envd bundle\``);

@@ -3,12 +3,12 @@ import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
 import { createHttpServer } from './http-server.js';
-import { registerHealthRoutes } from './routes/health.js';
-import { registerNodeRoutes } from './routes/nodes.js';
+import { registerHealthRoutes } from '../api/routes/health.js';
+import { registerNodeRoutes } from '../api/routes/nodes.js';
 import { ServerMetrics } from '../observability/metrics.js';
 import { HostMetricsSampler } from '../observability/host-metrics.js';
 import { createLogger } from '../util/log.js';
-import { ApiError } from './errors.js';
+import { ApiError } from '../api/errors.js';
 
 const KEY = 'e2b_' + 'ab'.repeat(32);
 const silent = new Writable({ write: (_c, _e, cb) => cb() });
@@ -279,18 +279,20 @@ describe('data-plane entry', () => {
       bodyLimitBytes: 1024,
       logger: createLogger('json', 'info', silent),
       metrics: new ServerMetrics(),
-      dataPlane: {
-        claims: (req) => {
-          if (req.url === '/claims-throws') throw new TypeError('classify: boom at /srv/x');
-          return req.url === '/handle-throws';
+      dataPlanes: [
+        {
+          claims: (req) => {
+            if (req.url === '/claims-throws') throw new TypeError('classify: boom at /srv/x');
+            return req.url === '/handle-throws';
+          },
+          handle: () => {
+            throw new TypeError('handle: boom at /srv/y');
+          },
+          upgrade: () => {
+            throw new TypeError('upgrade: boom');
+          },
         },
-        handle: () => {
-          throw new TypeError('handle: boom at /srv/y');
-        },
-        upgrade: () => {
-          throw new TypeError('upgrade: boom');
-        },
-      },
+      ],
     });
     registerHealthRoutes(app, new ServerMetrics().registry);
     await app.listen({ host: '127.0.0.1', port: 0 });

@@ -46,3 +46,30 @@ describe('KeyedMutex', () => {
     expect(m.isLocked('a')).toBe(false);
   });
 });
+
+describe('KeyedMutex.serialize (no timeout)', () => {
+  it('runs one task per key at a time and different keys concurrently', async () => {
+    const lock = new KeyedMutex();
+    const events: string[] = [];
+    let release: () => void = () => {};
+    const gate = new Promise<void>((r) => (release = r));
+    const a1 = lock.serialize('a', async () => {
+      events.push('a1 start');
+      await gate;
+      events.push('a1 end');
+    });
+    const a2 = lock.serialize('a', async () => {
+      events.push('a2');
+    });
+    const b = lock.serialize('b', async () => {
+      events.push('b');
+    });
+    await b;
+    expect(events).toEqual(['a1 start', 'b']);
+    release();
+    await Promise.all([a1, a2]);
+    expect(events).toEqual(['a1 start', 'b', 'a1 end', 'a2']);
+    await expect(lock.serialize('a', async () => Promise.reject(new Error('boom')))).rejects.toThrow('boom');
+    await expect(lock.serialize('a', async () => 7)).resolves.toBe(7);
+  });
+});

@@ -12,8 +12,11 @@ interface Waiter {
 }
 
 /**
- * One FIFO mutex per key. Every state-changing operation on a sandbox runs under its key, so transitional
- * states exist only while their operation holds the lock, and "wait for the transition" = "wait for the lock".
+ * One FIFO mutex per key: the node's one per-key serialiser. Every state-changing operation on a sandbox runs
+ * under its key in the orchestrator (with a timeout: "wait for the transition" = "wait for the lock"), the
+ * runtime driver's operations on a container under its id (`serialize`, no timeout), repository writes under
+ * their record's id. (Sharing one in-flight result, image/single-flight.ts, and group commit,
+ * image/sync-coalescer.ts, are other jobs.)
  */
 export class KeyedMutex {
   private readonly queues = new Map<string, Waiter[]>();
@@ -31,6 +34,12 @@ export class KeyedMutex {
     }
   }
 
+  /** Runs `fn` once every earlier holder of `key` is done, however long that takes. */
+  serialize<T>(key: string, fn: () => Promise<T>): Promise<T> {
+    return this.run(key, Infinity, fn);
+  }
+
+  /** `timeoutMs` = Infinity waits as long as it takes. */
   acquire(key: string, timeoutMs: number): Promise<() => void> {
     const queue = this.queues.get(key);
     const release = () => this.release(key);
@@ -46,11 +55,13 @@ export class KeyedMutex {
         },
         timer: undefined,
       };
-      waiter.timer = setTimeout(() => {
-        const i = queue.indexOf(waiter);
-        if (i >= 0) queue.splice(i, 1);
-        reject(new LockTimeoutError(key));
-      }, timeoutMs);
+      if (Number.isFinite(timeoutMs)) {
+        waiter.timer = setTimeout(() => {
+          const i = queue.indexOf(waiter);
+          if (i >= 0) queue.splice(i, 1);
+          reject(new LockTimeoutError(key));
+        }, timeoutMs);
+      }
       queue.push(waiter);
     });
   }

@@ -1,0 +1,160 @@
+import type { AenvConfig } from '@aenv/config';
+import type { FastifyInstance } from 'fastify';
+import type { SandboxEventStore } from '../events/sandbox-events.js';
+import type { ImageService } from '../image/index.js';
+import type { NodeIdentity } from '../identity/index.js';
+import { parseNetworkPolicy } from '../network/index.js';
+import type { HostMetricsSampler } from '../observability/host-metrics.js';
+import type { SandboxObservability } from '../observability/sandbox-observability.js';
+import type { Orchestrator } from '../orchestrator/orchestrator.js';
+import type { SandboxTokenIssuer } from '../secrets/index.js';
+import type { SnapshotRepository } from '../snapshot/index.js';
+import type { StateDb } from '../state/db.js';
+import { coldLaunchable } from '../template/cold-image.js';
+import type { TemplateService } from '../template/index.js';
+import type { Logger } from '../util/log.js';
+import type { Registry } from 'prom-client';
+import { AdmissionControl, admissionLimitsFrom, registerAdmission } from './admission.js';
+import { IdempotencyLayer } from './idempotency.js';
+import { IdempotencyStore } from './idempotency-store.js';
+import { registerEventRoutes } from './routes/events.js';
+import { registerHealthRoutes } from './routes/health.js';
+import { registerLogRoutes } from './routes/logs.js';
+import { registerMetricsRoutes } from './routes/metrics.js';
+import { registerNodeRoutes } from './routes/nodes.js';
+import { registerNodeDrainRoute } from './routes/node-drain.js';
+import { registerVolumeRoutes } from './routes/volumes.js';
+import { registerWebhookRoutes } from './routes/webhooks.js';
+import type { startWebhooks } from '../events/webhooks.js';
+import type { VolumeService } from '../volume/index.js';
+import { registerSandboxRoutes } from './routes/sandboxes.js';
+import { registerSnapshotRoutes } from './routes/snapshots.js';
+import { registerTemplateRoutes } from './routes/templates.js';
+import { localTeamId, registerTeamRoutes } from './routes/teams.js';
+
+/**
+ * What the control plane puts in front of the orchestrator before the routes exist: admission limits (they
+ * also bound what a template may ask for) and idempotency keys (they choose the id of a create).
+ */
+export function startApiGuards(
+  config: AenvConfig,
+  deps: { db: StateDb; apiKey: string; logger: Logger },
+): { admission: AdmissionControl; idempotency: IdempotencyLayer } {
+  const admission = new AdmissionControl(admissionLimitsFrom(config));
+  const idempotency = new IdempotencyLayer(
+    new IdempotencyStore(deps.db, {
+      team: localTeamId(deps.apiKey),
+      retentionMs: config.api.idempotency_retention_secs * 1000,
+      maxKeys: config.api.idempotency_max_keys,
+    }),
+    deps.logger.child({ component: 'idempotency' }),
+  );
+  return { admission, idempotency };
+}
+
+export interface ControlPlaneDeps {
+  admission: AdmissionControl;
+  idempotency: IdempotencyLayer;
+  apiKey: string;
+  identity: NodeIdentity;
+  orchestrator: Orchestrator;
+  tokens: SandboxTokenIssuer;
+  images: ImageService;
+  repository: SnapshotRepository;
+  templates: TemplateService;
+  observability: SandboxObservability;
+  events: SandboxEventStore;
+  hostMetrics: HostMetricsSampler;
+  registry: Registry;
+  envdVersion: string;
+  tools: { version: string };
+  runtime: { driver: { virtualizationMode: string } };
+  /** A deleted template's local copy goes too. */
+  backend: { removeLocalSnapshot(templateId: string): Promise<void> };
+  volumes: VolumeService;
+  webhooks: Pick<ReturnType<typeof startWebhooks>, 'store' | 'policy' | 'maxWebhooks'>;
+  /** `POST /nodes/{id}/drain`: undefined when the node has no shared repository to drain into. */
+  drain?: () => void;
+}
+
+/** Every control-plane route of the node, with its hooks, on the front door's Fastify app. */
+export function registerControlPlane(app: FastifyInstance, config: AenvConfig, deps: ControlPlaneDeps): void {
+  const { admission, orchestrator, repository, templates } = deps;
+  const envdVersion = deps.envdVersion;
+  const runtimeVersions = { envd: envdVersion, tools: deps.tools.version };
+  const defaults = {
+    cpuCount: config.machine.vcpu_count,
+    memoryMB: config.machine.mem_size_mib,
+    diskSizeMB: config.runtime.default_disk_size_mb,
+  };
+  const teamId = localTeamId(deps.apiKey);
+  const domain = config.sandbox_proxy.domains[0];
+  registerAdmission(app, admission);
+  deps.idempotency.register(app);
+  registerHealthRoutes(app, deps.registry);
+  registerNodeRoutes(app, {
+    enabled: config.observability.enabled,
+    identity: deps.identity,
+    host: deps.hostMetrics,
+    counters: () => orchestrator.counters(),
+    drainProgress: () => orchestrator.drainProgress(),
+  });
+  const drain = deps.drain;
+  registerNodeDrainRoute(app, {
+    nodeId: deps.identity.nodeId,
+    ...(drain
+      ? {}
+      : {
+          unavailable:
+            'draining needs a shared repository: [snapshot].repository_backend = "oss", or "posix_fs" on a shared directory with [cluster].scheduler_endpoint set (docs/cluster.md#draining)',
+        }),
+    start: () => drain?.(),
+    progress: () => orchestrator.drainProgress(),
+  });
+  registerSandboxRoutes(app, {
+    orchestrator,
+    volumes: deps.volumes,
+    tokens: deps.tokens,
+    parsePolicy: parseNetworkPolicy,
+    ...(domain ? { domain } : {}),
+    customExtensionConfigured: Boolean(config.custom_extension.url),
+    cold: {
+      defaults: { cpuCount: defaults.cpuCount, memoryMB: defaults.memoryMB },
+      launchable: async (image, resources) => {
+        // The defaults too must fit the node's limits (the request's own values were checked on admission),
+        // and so must the disk an image's size gives.
+        admission.checkResources(resources, 'cold sandbox request');
+        const launchable = await coldLaunchable(
+          {
+            images: deps.images,
+            runtimeVersions,
+            virtualizationMode: deps.runtime.driver.virtualizationMode,
+            envdVersion,
+          },
+          image,
+          resources,
+        );
+        admission.checkResources(launchable.resources, 'cold sandbox request');
+        return launchable;
+      },
+    },
+  });
+  registerTemplateRoutes(app, {
+    repository,
+    builder: templates.builder,
+    files: templates.files,
+    logs: templates.logs,
+    sandboxesUsing: (id) => orchestrator.all().filter((r) => r.templateId === id).length,
+    defaults,
+    envdVersion,
+    onDeleted: (id) => deps.backend.removeLocalSnapshot(id),
+    teamId,
+  });
+  registerSnapshotRoutes(app, { orchestrator, repository });
+  registerMetricsRoutes(app, deps.observability.metricsRoutes());
+  registerLogRoutes(app, deps.observability.logRoutes());
+  registerEventRoutes(app, deps.events);
+  registerWebhookRoutes(app, { ...deps.webhooks, teamId });
+  registerTeamRoutes(app, { apiKey: deps.apiKey });
+  registerVolumeRoutes(app, { volumes: deps.volumes });
+}

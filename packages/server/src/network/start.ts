@@ -1,0 +1,44 @@
+import type { AenvConfig } from '@aenv/config';
+import type { Registry } from 'prom-client';
+import type { Logger } from '../util/log.js';
+import type { Subsystem } from '../util/subsystem.js';
+import { NetworkManager } from './manager.js';
+
+export type NetworkSection = Pick<
+  AenvConfig,
+  'network' | 'pool' | 'tools' | 'resource_prefix' | 'runtime_path'
+>;
+
+/** `[network]` and `[pool.network]`: the netns slots, their warm pool and the egress policy. */
+export function startNetwork(
+  config: NetworkSection,
+  deps: { logger: Logger; registry: Registry },
+): Subsystem & { network: NetworkManager } {
+  const network = new NetworkManager({
+    runtimePath: config.runtime_path,
+    internal: {
+      hostInteractionCidr: config.network.internal.host_interaction_cidr,
+      vethCidr: config.network.internal.veth_cidr,
+    },
+    egress: { alwaysDeniedCidrs: config.network.egress.always_denied_cidrs },
+    domainEgress: {
+      proxyPorts: [80, 443],
+      proxyListenPort: config.network.egress.proxy_listen_port,
+      dnsListenPort: config.network.egress.dns_listen_port,
+      resolvers: config.network.egress.resolvers,
+    },
+    nameserver: config.network.dns.nameserver,
+    pool: {
+      lowWatermark: config.pool.low_watermark,
+      highWatermark: config.pool.high_watermark,
+      maintenanceEnabled: config.pool.network.maintenance_enabled,
+      startupPrewarm: config.pool.network.startup_prewarm,
+      enabled: config.pool.network.enabled,
+    },
+    controlPlanePort: config.tools.control_plane_port,
+    namePrefix: config.resource_prefix,
+    logger: deps.logger.child({ component: 'network' }),
+    metricsRegistry: deps.registry,
+  });
+  return { network, close: () => network.shutdown() };
+}
