@@ -4,7 +4,7 @@ import { importX, createNodeResolver } from 'eslint-plugin-import-x';
 
 // The layer rules of docs/architecture.md ("Layers and errors"), kept by lint: a violation fails `npm run lint`
 // (eslint-layers.test.ts plants one of each kind and expects the error).
-const SRC = 'packages/server/src';
+const SRC = 'packages/node/src';
 const at = (...dirs) => dirs.map((d) => `./${SRC}/${d}`);
 /** The node's subsystems, below the API. */
 const SUBSYSTEMS = [

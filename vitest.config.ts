@@ -11,7 +11,7 @@ const alias = {
   '@aenv/protocol': pkg('protocol'),
   '@aenv/envd': pkg('envd'),
   '@aenv/proxy': pkg('proxy'),
-  '@aenv/server': pkg('server'),
+  '@aenv/node': pkg('server'),
 };
 
 // Three kinds of tests:

@@ -265,7 +265,7 @@ stage_criu() {
 stage_tools() {
   local ctx=$1 dir
   dir=$(cd "$REPO" && node --input-type=module -e "
-    const { ensureToolsDir } = await import('./packages/server/dist/index.js');
+    const { ensureToolsDir } = await import('./packages/node/dist/index.js');
     const t = await ensureToolsDir({ depsPath: process.argv[1] });
     console.log(t.dir);" "$ctx/deps") || aenv_die "building the tools dir failed"
   mv "$dir" "$ctx/tools"

@@ -18,8 +18,8 @@ import { fileURLToPath, URL } from 'node:url';
 import { register } from 'tsx/esm/api';
 
 register();
-const { NetworkManager } = await import('../../packages/server/src/network/manager.ts');
-const { parseNetworkPolicy } = await import('../../packages/server/src/network/policy.ts');
+const { NetworkManager } = await import('../../packages/node/src/network/manager.ts');
+const { parseNetworkPolicy } = await import('../../packages/node/src/network/policy.ts');
 
 const args = process.argv.slice(2);
 const opt = (name, dflt) => (args.includes(name) ? Number(args[args.indexOf(name) + 1]) || dflt : dflt);

@@ -21,8 +21,8 @@ import { gzipSync } from 'node:zlib';
 import { register } from 'tsx/esm/api';
 
 register();
-const { startRegistry } = await import('../../packages/server/src/image/testing/registry.ts');
-const { startHarness } = await import('../../packages/server/src/image/testing/harness.ts');
+const { startRegistry } = await import('../../packages/node/src/image/testing/registry.ts');
+const { startHarness } = await import('../../packages/node/src/image/testing/harness.ts');
 
 const args = process.argv.slice(2);
 const argValue = (name) => (args.includes(name) ? args[args.indexOf(name) + 1] : undefined);

@@ -13,8 +13,8 @@ import { performance } from 'node:perf_hooks';
 import { register } from 'tsx/esm/api';
 
 register();
-const { NetworkManager } = await import('../../packages/server/src/network/manager.ts');
-const { parseNetworkPolicy } = await import('../../packages/server/src/network/policy.ts');
+const { NetworkManager } = await import('../../packages/node/src/network/manager.ts');
+const { parseNetworkPolicy } = await import('../../packages/node/src/network/policy.ts');
 
 const args = process.argv.slice(2);
 const N = Number(args[args.indexOf('--n') + 1] ?? 20) || 20;

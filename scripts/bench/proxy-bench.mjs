@@ -17,7 +17,7 @@ register();
 // PROXY_BENCH_IMPL: another copy of packages/proxy/src (e.g. an older commit's) to compare with.
 const impl = process.env.PROXY_BENCH_IMPL ?? '../../packages/proxy/src';
 const { SandboxProxy } = await import(`${impl}/proxy.ts`);
-const { createLogger } = await import('../../packages/server/src/util/log.ts');
+const { createLogger } = await import('../../packages/node/src/util/log.ts');
 
 const args = process.argv.slice(2);
 const opt = (name, dflt) => {

@@ -116,7 +116,7 @@ const { componentSuite } = await import('./lib/suites/components.mjs');
 // nodes run packages/*/dist, which is only as new as the last build.
 const commit =
   (await run('git', ['rev-parse', '--short', 'HEAD'], { allowFailure: true })).stdout.trim() || 'unknown';
-const builtAt = newestMtime(fileURLToPath(new URL('../../packages/server/dist', import.meta.url)));
+const builtAt = newestMtime(fileURLToPath(new URL('../../packages/node/dist', import.meta.url)));
 
 const report = new Report();
 const sampler = startLoadSampler();

@@ -34,12 +34,12 @@ import { register } from 'tsx/esm/api';
 
 register();
 const { ContainerDriver } =
-  await import('../../packages/server/src/runtime/drivers/container/container-driver.ts');
-const fx = await import('../../packages/server/src/runtime/drivers/container/test-fixtures.ts');
+  await import('../../packages/node/src/runtime/drivers/container/container-driver.ts');
+const fx = await import('../../packages/node/src/runtime/drivers/container/test-fixtures.ts');
 const { buildOciConfig, DEFAULT_CAPABILITIES } =
-  await import('../../packages/server/src/runtime/drivers/container/oci-config.ts');
-const { loadSeccompProfile } = await import('../../packages/server/src/runtime/drivers/container/seccomp.ts');
-const { overlayOptions } = await import('../../packages/server/src/runtime/drivers/container/mounts.ts');
+  await import('../../packages/node/src/runtime/drivers/container/oci-config.ts');
+const { loadSeccompProfile } = await import('../../packages/node/src/runtime/drivers/container/seccomp.ts');
+const { overlayOptions } = await import('../../packages/node/src/runtime/drivers/container/mounts.ts');
 
 const args = process.argv.slice(2);
 const opt = (name, dflt) => {

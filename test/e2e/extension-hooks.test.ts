@@ -6,7 +6,7 @@ import { existsSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { Sandbox } from 'e2b';
 import { endNode, eventually, startServer, strayHostObjects, useSdk, type TestServer } from './harness.js';
-import { TestHookServer } from '../../packages/server/src/extension/testing/hook-server.js';
+import { TestHookServer } from '../../packages/node/src/extension/testing/hook-server.js';
 
 const TIMEOUT_MS = 1500;
 

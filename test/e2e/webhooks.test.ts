@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox } from 'e2b';
 import { endNode, eventually, startServer, useSdk, type TestServer } from './harness.js';
-import { TestWebhookReceiver } from '../../packages/server/src/events/testing/webhook-receiver.js';
+import { TestWebhookReceiver } from '../../packages/node/src/events/testing/webhook-receiver.js';
 
 const SECRET = 'whsec-e2e-0123456789';
 

@@ -21,12 +21,8 @@ import {
   redirectTo,
   startHostileRegistry,
   type HostileRegistry,
-} from '../../packages/server/src/image/testing/hostile-registry.js';
-import {
-  buildImage,
-  imageOfLayers,
-  writeLayout,
-} from '../../packages/server/src/image/testing/oci-builder.js';
+} from '../../packages/node/src/image/testing/hostile-registry.js';
+import { buildImage, imageOfLayers, writeLayout } from '../../packages/node/src/image/testing/oci-builder.js';
 import { startServer, type ApiAnswer, type TestServer } from '../e2e/harness.js';
 
 const RUN = `r${Date.now().toString(36)}`;

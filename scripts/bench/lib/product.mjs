@@ -8,8 +8,8 @@ register();
 const here = (p) => new URL(p, import.meta.url).href;
 
 export const harness = await import(here('../../../test/e2e/harness.ts'));
-export const { run } = await import(here('../../../packages/server/src/util/exec.ts'));
-export const criu = await import(here('../../../packages/server/src/runtime/drivers/container/criu.ts'));
+export const { run } = await import(here('../../../packages/node/src/util/exec.ts'));
+export const criu = await import(here('../../../packages/node/src/runtime/drivers/container/criu.ts'));
 export const { overlayOptions } = await import(
-  here('../../../packages/server/src/runtime/drivers/container/mounts.ts')
+  here('../../../packages/node/src/runtime/drivers/container/mounts.ts')
 );

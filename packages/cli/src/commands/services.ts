@@ -10,7 +10,7 @@ export function registerServiceCommands(program: Command): void {
     .option('--api-addr <host:port>', 'listen address (default: $API_ADDR or 0.0.0.0:8000)')
     .option('--home <dir>', 'state directory (default: $AENV_HOME_PATH or /var/lib/aenv)')
     .action(async (opts: { config?: string; setupOnly?: boolean; apiAddr?: string; home?: string }) => {
-      const { runServer } = await import('@aenv/server');
+      const { runServer } = await import('@aenv/node');
       const code = await runServer({
         configPath: opts.config,
         setupOnly: opts.setupOnly ?? false,

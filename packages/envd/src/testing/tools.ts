@@ -1,7 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ensureToolsDir, type ToolsDir } from '@aenv/server';
+import { ensureToolsDir, type ToolsDir } from '@aenv/node';
 
 const PKG = fileURLToPath(new URL('../..', import.meta.url));
 

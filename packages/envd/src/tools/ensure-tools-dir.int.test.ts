@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildTestRootfs } from '../testing/rootfs.js';
 import { AGENTENV_MOUNT } from '../version.js';
-import { ensureToolsDir, type ToolsDir } from '@aenv/server';
+import { ensureToolsDir, type ToolsDir } from '@aenv/node';
 
 let deps: string;
 let bundle: string;

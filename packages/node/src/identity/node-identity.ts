@@ -25,7 +25,7 @@ export interface ResolveNodeIdentityOptions {
   hostname?: () => string;
   /** Source of the per-start service instance id; default a new UUIDv7. */
   newServiceInstanceId?: () => string;
-  /** Default: the version of @aenv/server. */
+  /** Default: the version of @aenv/node. */
   version?: string;
   /** Build commit; default "unknown" (never taken from the runtime environment). */
   commit?: string;
@@ -85,7 +85,7 @@ export function systemHostname(env: NodeJS.ProcessEnv = process.env): string {
   return nonBlank(osHostname()) ?? 'unknown';
 }
 
-/** The version of @aenv/server (its package.json, found from src/ and dist/ alike). */
+/** The version of @aenv/node (its package.json, found from src/ and dist/ alike). */
 export function serverVersion(): string {
   try {
     const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {

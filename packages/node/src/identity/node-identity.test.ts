@@ -48,7 +48,7 @@ describe('node identity', () => {
     ]);
   });
 
-  it('reports the @aenv/server version', () => {
+  it('reports the @aenv/node version', () => {
     const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
       version: string;
     };

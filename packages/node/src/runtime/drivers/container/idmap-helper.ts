@@ -10,7 +10,7 @@ import { run } from '../../../util/exec.js';
 import type { IdRange } from '../../driver.js';
 import { RuntimeError } from '../../driver.js';
 
-// packages/server/native, from src/ or dist/runtime/drivers/container.
+// packages/node/native, from src/ or dist/runtime/drivers/container.
 const SOURCE = join(dirname(fileURLToPath(import.meta.url)), '../../../../native/aenv-idmap.c');
 
 /** Compiles the helper into `dir` unless this source version is there already; returns its path. */
