@@ -1,6 +1,6 @@
 // Where a request through the gateway goes (docs/cluster.md#how-the-gateway-routes): the reference's routing
 // table (agentenv-reference §6.3) as one pure decision, so every branch is unit-tested without sockets.
-import { RoutingError } from '@aenv/proxy';
+import { parseProxyHost, RoutingError } from '@aenv/proxy';
 
 export type Route =
   /** `/health` not routed to a sandbox: answered 204 by the gateway. */
@@ -31,32 +31,12 @@ export function normalizeDomains(domains: readonly string[]): string[] {
   return [...set].sort((a, b) => b.length - a.length || (a < b ? -1 : 1));
 }
 
-/** `{port}-{sandboxID}.{domain}`; throws RoutingError (400) for a host under a domain that is not one. */
+/** `{port}-{sandboxID}.{domain}` with the sandbox id a DNS label (the node's rule is stricter). */
 export function hostRoute(
   hostHeader: string | undefined,
   domains: readonly string[],
 ): { sandboxId: string; port: number } | undefined {
-  if (!hostHeader || domains.length === 0) return undefined;
-  let host = hostHeader.toLowerCase();
-  if (host.startsWith('[')) return undefined;
-  const colon = host.lastIndexOf(':');
-  if (colon >= 0) host = host.slice(0, colon);
-  host = host.replace(/\.$/, '');
-  for (const domain of domains) {
-    if (!host.endsWith(`.${domain}`)) continue;
-    const label = host.slice(0, host.length - domain.length - 1);
-    if (label.includes('.')) continue;
-    const dash = label.indexOf('-');
-    const portText = dash < 0 ? label : label.slice(0, dash);
-    const sandboxId = dash < 0 ? '' : label.slice(dash + 1);
-    const port = /^\d{1,5}$/.test(portText) ? Number(portText) : NaN;
-    if (!(port >= 1 && port <= 65535))
-      throw new RoutingError(400, 'invalid sandbox data-plane host: port is invalid');
-    if (label.length > 63 || !DNS_LABEL.test(sandboxId))
-      throw new RoutingError(400, 'invalid sandbox data-plane host: sandbox id is invalid');
-    return { sandboxId, port };
-  }
-  return undefined;
+  return parseProxyHost(hostHeader, domains, (id) => DNS_LABEL.test(id));
 }
 
 type Headers = Record<string, string | string[] | undefined>;

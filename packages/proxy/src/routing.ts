@@ -29,10 +29,15 @@ function firstHeader(req: IncomingMessage, ...names: string[]): string | undefin
   return undefined;
 }
 
-/** Normalised `[sandbox_proxy].domains` host routing: `{port}-{sandboxID}.{domain}`. */
+/**
+ * Normalised `[sandbox_proxy].domains` host routing: `{port}-{sandboxID}.{domain}`; throws RoutingError (400)
+ * for a host under a served domain that is not one. `isValidId` says which ids a sandbox may have (the gateway
+ * takes any DNS label, as the reference's gateway does).
+ */
 export function parseProxyHost(
   hostHeader: string | undefined,
   domains: readonly string[],
+  isValidId: (id: string) => boolean = isSandboxId,
 ): { sandboxId: string; port: number } | undefined {
   if (!hostHeader || domains.length === 0) return undefined;
   let host = hostHeader.toLowerCase();
@@ -52,8 +57,7 @@ export function parseProxyHost(
       throw new RoutingError(400, 'invalid sandbox data-plane host: port is invalid');
     }
     if (!id) throw new RoutingError(400, 'invalid sandbox data-plane host: sandbox id is empty');
-    if (!isSandboxId(id))
-      throw new RoutingError(400, 'invalid sandbox data-plane host: sandbox id is invalid');
+    if (!isValidId(id)) throw new RoutingError(400, 'invalid sandbox data-plane host: sandbox id is invalid');
     return { sandboxId: id, port };
   }
   return undefined;
