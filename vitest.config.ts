@@ -11,7 +11,7 @@ const alias = {
   '@aenv/protocol': pkg('protocol'),
   '@aenv/envd': pkg('envd'),
   '@aenv/proxy': pkg('proxy'),
-  '@aenv/node': pkg('server'),
+  '@aenv/node': pkg('node'),
 };
 
 // Three kinds of tests:

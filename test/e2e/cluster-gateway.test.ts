@@ -1,4 +1,7 @@
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox } from 'e2b';
@@ -15,7 +18,7 @@ import {
   startGatewayProcess,
   type GatewayProcess,
 } from '../../packages/gateway/src/testing/gateway-process.js';
-import { endNode, eventually, freePort, startServer, type TestServer } from './harness.js';
+import { endNode, eventually, freePort, REPO, startServer, type TestServer } from './harness.js';
 
 const KEY = `e2b_${'c0ffee'.repeat(10)}`;
 const NODES = ['gwnodea', 'gwnodeb'] as const;
@@ -205,6 +208,48 @@ describe('the e2b SDK through aenv gateway', () => {
     // The nodes still answer, and nothing was created by the refusals.
     const listed = (await (await gw('/v2/sandboxes')).json()) as unknown[];
     expect(listed).toHaveLength(sandboxes.length);
+  });
+
+  it('serves the aenv CLI as a node does: start, exec, upload, download, list, pause, resume, delete', async () => {
+    const work = mkdtempSync(join(tmpdir(), 'aenv-gw-cli-'));
+    const aenv = (...args: string[]) =>
+      spawnSync(process.execPath, [join(REPO, 'packages', 'cli', 'dist', 'main.js'), ...args], {
+        cwd: work,
+        encoding: 'utf8',
+        timeout: 120_000,
+        env: {
+          PATH: process.env.PATH ?? '/usr/bin:/bin',
+          HOME: work,
+          AENV_URL: gateways[0]!.url,
+          AENV_API_KEY: KEY,
+        },
+      });
+    const ok = (r: ReturnType<typeof aenv>) => {
+      expect(r.status, `${r.stdout}\n${r.stderr}`).toBe(0);
+      return r.stdout;
+    };
+    try {
+      const id = ok(aenv('start', '-d', 'base')).trim();
+      expect(id).toMatch(/^[0-9a-f-]{36}$/);
+      expect(NODES).toContain(await boundNode(id));
+      expect(ok(aenv('exec', id, 'sh', '-c', 'echo via-gateway; exit 0'))).toBe('via-gateway\n');
+      const exit = aenv('exec', id, 'sh', '-c', 'exit 3');
+      expect(exit.status).toBe(3);
+      writeFileSync(join(work, 'up.txt'), 'through the gateway');
+      ok(aenv('upload', id, join(work, 'up.txt'), '/tmp/up.txt'));
+      ok(aenv('download', id, '/tmp/up.txt', join(work, 'down.txt')));
+      expect(readFileSync(join(work, 'down.txt'), 'utf8')).toBe('through the gateway');
+      const listed = JSON.parse(ok(aenv('ls', '--output', 'json'))) as { sandboxID: string }[];
+      expect(listed.map((x) => x.sandboxID)).toContain(id);
+      expect(JSON.parse(ok(aenv('pause', id)))).toEqual({ sandboxID: id, state: 'paused' });
+      expect(JSON.parse(ok(aenv('resume', id)))).toMatchObject({ sandboxID: id, resumed: true });
+      expect(ok(aenv('exec', id, 'cat', '/tmp/up.txt'))).toBe('through the gateway');
+      ok(aenv('rm', id));
+      const after = JSON.parse(ok(aenv('ls', '--output', 'json'))) as { sandboxID: string }[];
+      expect(after.map((x) => x.sandboxID)).not.toContain(id);
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
   });
 
   it('keeps serving through the other gateway when one is killed', async () => {

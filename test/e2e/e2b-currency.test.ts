@@ -99,7 +99,6 @@ describe('E2B API currency through the e2b SDK', () => {
           iam: { tokens: { aws: Secret.iamToken({ audience: 'sts.amazonaws.com', tokenType: 'JWT-SVID' }) } },
         },
       ],
-      ['volumeMounts', { volumeMounts: { '/data': 'vol1' } }],
       ['mcp', { mcp: { 'github-official': { githubPersonalAccessToken: 'x' } } as never }],
     ];
     for (const [field, opts] of refusals) {
