@@ -43,7 +43,9 @@ describe('webhook outbox and delivery', () => {
     const d = new WebhookDispatcher(store, {
       maxAttempts: 4,
       backoff: { initialMs: 50, maxMs: 200 },
-      timeoutMs: 1000,
+      // Generous: on a loaded 2-core CI machine a loopback answer has taken over a second, and a timed-out
+      // attempt is a retry the test did not ask for. Tests about timeouts set their own.
+      timeoutMs: 10_000,
       policy: { allowLoopback: true, apiPort: 1, internalCidrs: [] },
       logger,
       ...o,
@@ -153,8 +155,8 @@ describe('webhook outbox and delivery', () => {
 
   it('a receiver slower than timeout_ms is a timeout and is retried', async () => {
     const w = hook();
-    receiver.answers.push({ slowMs: 1500, status: 200 });
-    dispatcher({ timeoutMs: 300 }).enqueue(event('sandbox.lifecycle.created'));
+    receiver.answers.push({ slowMs: 6000, status: 200 });
+    dispatcher({ timeoutMs: 2000 }).enqueue(event('sandbox.lifecycle.created'));
     await receiver.waitFor((r) => r.length === 2);
     await waitUntil(() => store.pendingCount() === 0);
     const attempts = store.deliveryGroups(
@@ -319,7 +321,7 @@ describe('the receiver example of docs/events.md', () => {
     const d = new WebhookDispatcher(store, {
       maxAttempts: 1,
       backoff: { initialMs: 50, maxMs: 50 },
-      timeoutMs: 2000,
+      timeoutMs: 10_000,
       policy: { allowLoopback: true, apiPort: 1, internalCidrs: [] },
       logger,
     });

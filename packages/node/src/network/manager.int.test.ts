@@ -91,6 +91,7 @@ interface Target {
   port: number;
   path?: string;
   localAddress?: string;
+  localPort?: number;
 }
 interface ProbeResult {
   ok: boolean;
@@ -110,10 +111,10 @@ const one = (t) => new Promise((resolve) => {
     s = dgram.createSocket('udp4');
     s.on('error', (e) => done({ ok: false, code: e.code }));
     s.on('message', (m) => done({ ok: true, body: m.toString() }));
-    s.bind({ address: t.localAddress }, () => s.connect(t.port, t.host, () => s.send('ping')));
+    s.bind({ address: t.localAddress, port: t.localPort }, () => s.connect(t.port, t.host, () => s.send('ping')));
     return;
   }
-  s = net.connect({ host: t.host, port: t.port, localAddress: t.localAddress });
+  s = net.connect({ host: t.host, port: t.port, localAddress: t.localAddress, localPort: t.localPort });
   let body = '';
   s.on('error', (e) => done({ ok: false, code: e.code }));
   s.on('data', (b) => { body += b; if (t.kind === 'tcp') done({ ok: true, body }); });
@@ -172,6 +173,7 @@ async function ask(holder: ChildProcess): Promise<string[]> {
   });
 }
 const refused = { ok: false, code: 'ECONNREFUSED' };
+const dropped = { ok: false, code: 'TIMEOUT' };
 /** A refused UDP datagram (ICMP admin-prohibited). */
 const unreachable = { ok: false, code: 'EHOSTUNREACH' };
 
@@ -182,6 +184,25 @@ async function eventually(check: () => boolean | Promise<boolean>, what: string)
     await new Promise((r) => setTimeout(r, 50));
   }
   throw new Error(`timed out waiting for ${what}`);
+}
+
+/** A TCP port p with p+1 also free on every address (the egress proxy takes listen_port and the next one). */
+async function freePortPair(): Promise<number> {
+  const { createServer } = await import('node:net');
+  const tryListen = (port: number) =>
+    new Promise<number | null>((resolve) => {
+      const srv = createServer();
+      srv.once('error', () => resolve(null));
+      srv.listen(port, '0.0.0.0', () => {
+        const got = (srv.address() as { port: number }).port;
+        srv.close(() => resolve(got));
+      });
+    });
+  for (let i = 0; i < 20; i++) {
+    const p = await tryListen(0);
+    if (p !== null && p < 65534 && (await tryListen(p + 1)) !== null) return p;
+  }
+  throw new Error('no free port pair');
 }
 
 // ---- helpers: what exists on the host ----
@@ -546,6 +567,93 @@ describe('network slots against a fake upstream namespace', () => {
     await sweeper.init();
     await sweeper.shutdown({ destroyAll: true });
     expect(await hostLeftovers(CRASH_PREFIX, join(scratch, 'crash-run'))).toEqual(NOTHING);
+  });
+});
+
+describe('the egress proxy ports on the host', () => {
+  it('are closed to other hosts while the node runs, and swallow no loopback or outgoing traffic once it stops', async () => {
+    const proxyPort = await freePortPair();
+    const dnsPort = await freePortPair();
+    const egressOptions = (domainEgress: NetworkManagerOptions['domainEgress']) =>
+      options({
+        namePrefix: `aeg${PID % 100_000}`,
+        runtimePath: join(scratch, 'egress-run'),
+        internal: { hostInteractionCidr: '10.215.0.0/24', vethCidr: '10.216.0.0/24' },
+        pool: { lowWatermark: 0, highWatermark: 0, maintenanceEnabled: false, startupPrewarm: false },
+        domainEgress,
+      });
+    const m = new NetworkManager(
+      egressOptions({
+        proxyPorts: [80, 443],
+        proxyListenPort: proxyPort,
+        dnsListenPort: dnsPort,
+        resolvers: [],
+      }),
+    );
+    let echo: ChildProcess | undefined;
+    try {
+      await m.init();
+      // The proxy listens on every address; from another host its ports are dropped, as is the resolver's.
+      expect(
+        await probe(inWan(), [
+          { kind: 'tcp', host: HOST_WAN_IP, port: proxyPort },
+          { kind: 'tcp', host: HOST_WAN_IP, port: proxyPort + 1 },
+          { kind: 'udp', host: HOST_WAN_IP, port: dnsPort },
+        ]),
+      ).toEqual([dropped, dropped, dropped]);
+      // A stop with a sandbox's slot in use keeps the table (sandboxes outlive the node) and frees the ports: the
+      // kernel may now give them to any listener, or as the source port of an outgoing connection. Neither may be
+      // swallowed.
+      await m.acquire();
+      await m.shutdown();
+      expect((await hostLeftovers(`aeg${PID % 100_000}`, join(scratch, 'egress-run'))).links).toHaveLength(1);
+      echo = await startServer(
+        [],
+        `require('net').createServer((s) => s.pipe(s)).listen(${proxyPort}, '127.0.0.1', () => console.log('ready'));`,
+      );
+      expect(
+        await probe(
+          [],
+          [
+            { kind: 'tcp', host: '127.0.0.1', port: proxyPort },
+            { kind: 'tcp', host: WAN_A, port: ECHO_PORT, localPort: proxyPort + 1 },
+            { kind: 'udp', host: WAN_A, port: ECHO_PORT, localPort: dnsPort },
+          ],
+        ),
+      ).toEqual([
+        { ok: true, body: 'ping' },
+        { ok: true, body: 'ping' },
+        { ok: true, body: 'ping' },
+      ]);
+    } finally {
+      echo?.kill();
+      await m.shutdown();
+      const sweeper = new NetworkManager(egressOptions(undefined));
+      await sweeper.init();
+      await sweeper.shutdown({ destroyAll: true });
+    }
+  });
+});
+
+describe('a stop with no slot in use', () => {
+  it('leaves no nft table, netns file or netns directory mount behind', async () => {
+    const prefix = `aen${PID % 100_000}`;
+    const runtimePath = join(scratch, 'empty-run');
+    const m = new NetworkManager(
+      options({
+        namePrefix: prefix,
+        runtimePath,
+        internal: { hostInteractionCidr: '10.217.0.0/24', vethCidr: '10.218.0.0/24' },
+        pool: { lowWatermark: 2, highWatermark: 2, maintenanceEnabled: true, startupPrewarm: true },
+      }),
+    );
+    await m.init();
+    const slot = await m.acquire();
+    await m.release(slot);
+    await m.shutdown();
+    expect((await run('nft', ['list', 'table', 'inet', prefix], { allowFailure: true })).code).not.toBe(0);
+    expect(await hostLeftovers(prefix, runtimePath)).toEqual(NOTHING);
+    expect(await mountPointsUnder(join(runtimePath, 'netns'))).toEqual([]);
   });
 });
 

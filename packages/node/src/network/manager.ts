@@ -434,7 +434,8 @@ export class NetworkManager {
 
   /**
    * Stops the pool and destroys its ready slots. Slots in use stay (their sandboxes may outlive the
-   * process); with `destroyAll` they go too, with the nft table and the netns directory mount.
+   * process); with `destroyAll` they go too. When no slot is left, the nft table and the netns directory mount
+   * go as well: a node stopped with no sandboxes leaves nothing on the host (init makes them again).
    */
   async shutdown(opts: { destroyAll?: boolean } = {}): Promise<void> {
     if (this.lifecycle === 'stopped' || this.lifecycle === 'new') {
@@ -459,7 +460,7 @@ export class NetworkManager {
         this.log.error({ err: e, index }, 'slot teardown at shutdown failed');
       }
     });
-    if (opts.destroyAll) {
+    if (opts.destroyAll || this.slots.size === 0) {
       await this.nft.idle();
       await this.sweep(new Set());
       await this.nft.apply(dropTableScript(this.names));

@@ -115,7 +115,7 @@ describe('sharedTableScript', () => {
     });
     expect(rulesOf(s, 'input')).toEqual([
       'iifname "aenv-v*" jump sandbox_input',
-      'meta l4proto { tcp, udp } th dport { 15053, 15080, 15081 } drop',
+      'iifname != "lo" ct state new meta l4proto { tcp, udp } th dport { 15053, 15080, 15081 } drop',
     ]);
     expect(rulesOf(s, 'sandbox_input').slice(-2)).toEqual([
       'ct status dnat meta l4proto { tcp, udp } th dport { 15053, 15080, 15081 } accept',

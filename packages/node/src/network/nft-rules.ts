@@ -9,7 +9,7 @@
 //                   → deny (a slot without a policy yet)
 //   sandbox_ingress: only replies reach a sandbox through the forward path
 //   input (hook input, prio filter-10): iif sandbox veth → sandbox_input (replies, DNS, redirected flows only);
-//                   the egress proxy's ports from anywhere else: drop
+//                   new flows to the egress proxy's ports from any other non-loopback interface: drop
 //   prerouting (nat, prio dstnat-10): iif sandbox veth → vmap @proxied (per-slot `redirN` chain, domain slots only):
 //                   DNS → the node resolver; TCP to the proxy ports that the CIDR policy would deny → egress proxy
 //   postrouting (nat, prio srcnat-10): masquerade internal sources leaving through a non-sandbox interface
@@ -139,8 +139,11 @@ export function sharedTableScript(spec: SharedRulesSpec, stale: StaleObjects = N
   rule('input', `iifname ${veths} jump sandbox_input`);
   const proxyPorts = spec.redirect ? redirectPorts(spec.redirect) : null;
   // The egress proxy listens on every address (the redirect picks the slot's veth one): only redirected
-  // sandbox flows may reach it.
-  if (proxyPorts) rule('input', `meta l4proto { tcp, udp } th dport ${proxyPorts} drop`);
+  // sandbox flows may reach it from outside. Only new flows, and not on loopback: the ports are ephemeral, and
+  // once the node stops (the table stays for the sandboxes) the kernel hands them to other listeners and to
+  // outgoing connections, whose packets this rule must not swallow.
+  if (proxyPorts)
+    rule('input', `iifname != "lo" ct state new meta l4proto { tcp, udp } th dport ${proxyPorts} drop`);
   rule('sandbox_input', 'ct state established,related accept');
   // Redirected flows skip the forward path's anti-spoof rule; the proxy tells slots apart by source address.
   rule('sandbox_input', 'fib saddr . iif oif missing drop');

@@ -31,7 +31,17 @@ const definition = loader.loadSync(PROTO, {
   oneofs: true,
 });
 type ServiceClient = grpc.Client &
-  Record<string, (req: Plain, cb: (err: grpc.ServiceError | null, res: Plain) => void) => void>;
+  Record<
+    string,
+    (
+      req: Plain,
+      md: grpc.Metadata,
+      opts: grpc.CallOptions,
+      cb: (err: grpc.ServiceError | null, res: Plain) => void,
+    ) => void
+  >;
+/** A call that hangs fails the test with the method's name instead of running into the test's timeout. */
+const CALL_DEADLINE_MS = 30_000;
 const Scheduler = (grpc.loadPackageDefinition(definition).scheduler as grpc.GrpcObject).v1 as grpc.GrpcObject;
 
 export function schedulerClient(address: string): TestSchedulerClient {
@@ -48,7 +58,9 @@ export function schedulerClient(address: string): TestSchedulerClient {
     new Promise<{ err: grpc.ServiceError | null; res: Plain }>((resolve) => {
       const fn = client[method];
       if (!fn) throw new Error(`no method ${method}`);
-      fn.call(client, request, (err, res) => resolve({ err, res }));
+      fn.call(client, request, new grpc.Metadata(), { deadline: Date.now() + CALL_DEADLINE_MS }, (err, res) =>
+        resolve({ err, res }),
+      );
     });
   return {
     async call(method, request) {
@@ -68,6 +80,8 @@ export function schedulerClient(address: string): TestSchedulerClient {
           (b: Buffer) => b,
           (b: Buffer) => b,
           body,
+          new grpc.Metadata(),
+          { deadline: Date.now() + CALL_DEADLINE_MS },
           (err, res) => resolve(err ? { code: err.code, details: err.details } : res!),
         );
       }),
