@@ -118,6 +118,8 @@ const commit =
   (await run('git', ['rev-parse', '--short', 'HEAD'], { allowFailure: true })).stdout.trim() || 'unknown';
 const builtAt = newestMtime(fileURLToPath(new URL('../../packages/node/dist', import.meta.url)));
 
+const { startTrace, traceSummary, traceTable } = await import('./lib/trace.mjs');
+if (opts.trace) startTrace();
 const report = new Report();
 const sampler = startLoadSampler();
 const ctx = createContext(opts, report, log);
@@ -178,6 +180,7 @@ console.log(
 console.log('times in ms (memory in MB): min / median / p95; ratio = aenv median / raw median\n');
 console.log(table);
 if (notes) console.log(`\n${notes}`);
+if (opts.trace) console.log(`\nphases (median ms of each, from the nodes' Server-Timing):\n${traceTable()}`);
 
 if (opts.json) {
   await report.writeJson(opts.json, {
@@ -188,6 +191,7 @@ if (opts.json) {
     loadAtStart: load,
     loadDuring,
     options: { ...opts, suites: [...opts.suites] },
+    ...(opts.trace ? { trace: traceSummary() } : {}),
   });
   console.log(`\nresults written to ${opts.json}`);
 }

@@ -5,6 +5,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { rm, rmdir } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { harness, run } from './product.mjs';
+import { nameOrigin } from './trace.mjs';
 
 /** Node names (harness: ≤ 7 chars). Chosen so their CIDRs (harness.cidrsFor) miss the e2e suites' nodes. */
 export const MAIN_NODE = 'bench';
@@ -49,6 +50,7 @@ async function assertCidrsFree(name) {
 export async function startNode(name, toml = '', warm = 0) {
   await assertCidrsFree(name);
   const server = await harness.startServer({ name, toml, warm });
+  nameOrigin(server.url, name);
   return {
     name,
     server,

@@ -20,6 +20,8 @@ export const USAGE = `usage: npm run bench -- [options]
   --sandboxes N       sandboxes running for the idle-memory measurement (default 50)
   --settle-secs S     idle time before memory is read (default 10)
   --json FILE         also write the results as JSON to FILE
+  --trace             also print where the time goes: the median of each phase the node reports for
+                      every lifecycle route (its Server-Timing header; docs/benchmarks.md#phases)
   --keep              clean nothing up at the end (servers are killed, sandboxes and raw containers stay;
                       remove them later with --cleanup)
   --cleanup           remove what an earlier (crashed or --keep) run left behind, then exit
@@ -73,7 +75,7 @@ function parseSuites(text) {
 /**
  * @typedef {{
  *   suites: Set<string>, createN: number, execN: number, crN: number, templateN: number,
- *   sandboxes: number, settleSecs: number, json: string | null, keep: boolean, cleanup: boolean,
+ *   sandboxes: number, settleSecs: number, json: string | null, keep: boolean, trace: boolean, cleanup: boolean,
  *   force: boolean, maxLoad: number, criuPath: string, help: boolean, n: number | null
  * }} BenchOptions
  */
@@ -92,6 +94,7 @@ export function parseOptions(argv, env = process.env) {
     settleSecs: 10,
     json: null,
     keep: false,
+    trace: false,
     cleanup: false,
     force: false,
     maxLoad: defaultMaxLoad(),
@@ -151,6 +154,9 @@ export function parseOptions(argv, env = process.env) {
         o.criuPath = v;
         break;
       }
+      case '--trace':
+        o.trace = true;
+        break;
       case '--keep':
         o.keep = true;
         break;

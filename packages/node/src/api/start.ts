@@ -15,6 +15,7 @@ import type { TemplateService } from '../template/index.js';
 import type { Logger } from '../util/log.js';
 import type { Registry } from 'prom-client';
 import { AdmissionControl, admissionLimitsFrom, registerAdmission } from './admission.js';
+import { registerServerTiming } from './server-timing.js';
 import { IdempotencyLayer } from './idempotency.js';
 import { IdempotencyStore } from './idempotency-store.js';
 import { registerEventRoutes } from './routes/events.js';
@@ -91,6 +92,8 @@ export function registerControlPlane(app: FastifyInstance, config: AenvConfig, d
   const domain = config.sandbox_proxy.domains[0];
   registerAdmission(app, admission);
   deps.idempotency.register(app);
+  // Last: its handler wraps the two above, so the phases and the total include admission and idempotency.
+  registerServerTiming(app);
   registerHealthRoutes(app, deps.registry);
   registerNodeRoutes(app, {
     enabled: config.observability.enabled,

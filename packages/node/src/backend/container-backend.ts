@@ -42,6 +42,7 @@ import { BackendRecordCodec, type BackendState } from './record-state.js';
 import { SandboxRecovery } from './recover.js';
 import { SandboxFactory } from './sandbox-factory.js';
 import { TemplateBuilds } from './template-builds.js';
+import { phase } from '../util/phases.js';
 
 export type { ContainerBackendOptions } from './context.js';
 
@@ -121,14 +122,18 @@ export class ContainerBackend implements SandboxBackend {
         'the stored backend state of a sandbox cannot be read',
       );
     }
-    await o.runtime.destroy(state?.containerId ?? record.id);
+    await phase('destroy', () => o.runtime.destroy(state?.containerId ?? record.id));
     o.idRanges.release(record.id);
-    await releaseSlot(this.ctx, record.id, record.runtime?.slotIndex ?? state?.residentSlot);
+    await phase('slot', () =>
+      releaseSlot(this.ctx, record.id, record.runtime?.slotIndex ?? state?.residentSlot),
+    );
     await this.sharing?.release(record.id).catch((err: unknown) => {
       this.ctx.log.warn({ err, sandboxId: record.id }, 'could not release the shared claim of a sandbox');
     });
-    await this.ctx.dirs.discardSettled(record.id);
-    await this.ctx.dirs.discardPauseArtifacts(record.id);
+    await phase('discard', async () => {
+      await this.ctx.dirs.discardSettled(record.id);
+      await this.ctx.dirs.discardPauseArtifacts(record.id);
+    });
     o.images.releaseLease(leaseHolder(record.id));
   }
 

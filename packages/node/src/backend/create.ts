@@ -11,6 +11,7 @@ import { launchCapture } from './launch.js';
 import type { BackendState } from './record-state.js';
 import type { AssembledSandbox } from './sandbox-factory.js';
 import { WarmPool } from './warm-pool.js';
+import { phase } from '../util/phases.js';
 
 /** What a template boots from (image-based templates; captures restore instead). */
 export interface BootSpec {
@@ -64,7 +65,7 @@ export class SandboxCreation {
       // A failed start hook fails the create (it is not a reason to try another container).
       let handed: AssembledSandbox;
       try {
-        handed = await this.placeWarm(warm, beforeStart);
+        handed = await phase('placement', () => this.placeWarm(warm, beforeStart));
       } catch (err) {
         await ctx.factory.disassemble(warm);
         throw err;
@@ -155,13 +156,17 @@ export class SandboxCreation {
     const o = this.ctx.o;
     o.images.acquireLease(leaseHolder(record.id), warm.state.manifestDigest);
     try {
-      await Promise.all([
-        o.runtime.rename(warm.containerId, record.id),
-        o.network.applyPolicy(warm.slot, policy),
-      ]);
-      await initEnvd(warm.slot.hostInteractionIp, o.envdPort, initBody(this.ctx, record, warm.extraEnv), {
-        initKey: o.envdInitKey(warm.containerId),
-      });
+      await phase('adopt', () =>
+        Promise.all([
+          o.runtime.rename(warm.containerId, record.id),
+          o.network.applyPolicy(warm.slot, policy),
+        ]),
+      );
+      await phase('envd-init', () =>
+        initEnvd(warm.slot.hostInteractionIp, o.envdPort, initBody(this.ctx, record, warm.extraEnv), {
+          initKey: o.envdInitKey(warm.containerId),
+        }),
+      );
       // From here on the sandbox holds the container's range (for life: pause and resume keep it).
       o.idRanges.transfer(warm.containerId, record.id);
     } catch (err) {

@@ -7,6 +7,7 @@ import type { BeforeInstanceStart, ForkChildResult } from '../orchestrator/backe
 import type { SandboxRecord } from '../orchestrator/types.js';
 import { containerIdOf, policyOf, stateOf, type BackendContext } from './context.js';
 import { launchSaved } from './launch.js';
+import { phase } from '../util/phases.js';
 
 export async function forkSandbox(
   ctx: BackendContext,
@@ -19,10 +20,12 @@ export async function forkSandbox(
   const work = join(dirs.root, 'forks', randomUUID());
   await mkdir(work, { recursive: true, mode: 0o711 });
   try {
-    await o.runtime.checkpoint(containerIdOf(ctx, source), join(work, 'memory'), {
-      leaveRunning: true,
-      diskDest: join(work, 'disk'),
-    });
+    await phase('checkpoint', () =>
+      o.runtime.checkpoint(containerIdOf(ctx, source), join(work, 'memory'), {
+        leaveRunning: true,
+        diskDest: join(work, 'disk'),
+      }),
+    );
     const currentToken = source.secure ? o.envdToken(source.id) : undefined;
     return await Promise.all(
       children.map(async (child): Promise<ForkChildResult> => {

@@ -15,6 +15,7 @@ import { syncFilesystem } from './disk-archive.js';
 import { launchSaved } from './launch.js';
 import { availableMemoryRatio } from './memory-pressure.js';
 import type { PausedSharing } from './paused-sharing.js';
+import { phase } from '../util/phases.js';
 
 export class SandboxPausing {
   constructor(
@@ -29,11 +30,13 @@ export class SandboxPausing {
     const { o, dirs, log } = this.ctx;
     const id = record.id;
     const dir = dirs.pausedDir(id);
-    await dirs.discardSettled(id);
-    await dirs.removePauseArtifacts(id);
-    await mkdir(dir, { recursive: true, mode: 0o711 });
+    await phase('prepare', async () => {
+      await dirs.discardSettled(id);
+      await dirs.removePauseArtifacts(id);
+      await mkdir(dir, { recursive: true, mode: 0o711 });
+    });
     const cid = containerIdOf(this.ctx, record);
-    await o.runtime.freeze(cid);
+    await phase('freeze', () => o.runtime.freeze(cid));
     crashPoint('pause:frozen');
     let kind: PausedState['kind'] = 'memory';
     let reason: string | undefined;
@@ -42,10 +45,9 @@ export class SandboxPausing {
     try {
       try {
         if (!opts.memory) throw new Error('a filesystem-only pause was asked for (memory: false)');
-        await o.runtime.checkpoint(cid, join(dir, 'memory'), {
-          leaveRunning: true,
-          diskDest: join(dir, 'disk'),
-        });
+        await phase('checkpoint', () =>
+          o.runtime.checkpoint(cid, join(dir, 'memory'), { leaveRunning: true, diskDest: join(dir, 'disk') }),
+        );
       } catch (err) {
         // The driver could not checkpoint this workload: keep the disk, and say the processes will restart on resume.
         kind = 'filesystem';
@@ -54,14 +56,16 @@ export class SandboxPausing {
           log.warn({ sandboxId: id, reason }, 'memory checkpoint failed; pausing with the filesystem only');
         await rm(join(dir, 'memory'), { recursive: true, force: true });
         await rm(join(dir, 'disk'), { recursive: true, force: true });
-        await o.runtime.captureDisk(cid, join(dir, 'disk'));
+        await phase('capture-disk', () => o.runtime.captureDisk(cid, join(dir, 'disk')));
       }
       crashPoint('pause:captured');
-      bytes = await treeBytes(dir);
+      bytes = await phase('measure', () => treeBytes(dir));
       opts.admit?.(bytes);
       pausedAt = new Date().toISOString();
-      await writeFile(join(dir, COMPLETE), JSON.stringify({ kind, pausedAt, bytes }));
-      await syncFilesystem(dir);
+      await phase('sync', async () => {
+        await writeFile(join(dir, COMPLETE), JSON.stringify({ kind, pausedAt, bytes }));
+        await syncFilesystem(dir);
+      });
       crashPoint('pause:synced');
     } catch (err) {
       await dirs.removePauseArtifacts(id).catch(() => {});
@@ -116,21 +120,25 @@ export class SandboxPausing {
     const dir = dirs.pausedDir(record.id);
     // The claim must be this node's, and the shared copy gone, before the sandbox runs again: nobody may resume
     // it elsewhere meanwhile (docs/cluster.md#sandbox-ownership).
-    await this.sharing?.takeBack(record.id);
+    if (this.sharing) await phase('claim', () => this.sharing!.takeBack(record.id));
     if (state.resident && (!opts.memory || !state.thawable)) {
-      await this.releaseMemory(record);
+      await phase('release-memory', () => this.releaseMemory(record));
       state = stateOf(this.ctx, record);
     }
     if (state.resident && state.residentSlot !== undefined) {
       const slot = o.network.attach(state.residentSlot);
       const instanceId = randomUUID();
-      await opts.beforeStart?.({
-        kind: 'resume',
-        instanceId,
-        netnsPath: slot.netnsPath,
-        hostInteractionIp: slot.hostInteractionIp,
-      });
-      await o.runtime.thaw(containerIdOf(this.ctx, record));
+      const hook = opts.beforeStart;
+      if (hook)
+        await phase('placement', () =>
+          hook({
+            kind: 'resume',
+            instanceId,
+            netnsPath: slot.netnsPath,
+            hostInteractionIp: slot.hostInteractionIp,
+          }),
+        );
+      await phase('thaw', () => o.runtime.thaw(containerIdOf(this.ctx, record)));
       // No /init: envd never stopped, and nothing it was given changed (env, user, workdir and token are the
       // sandbox's for life; a container reads the host's clock, so there is no clock to set after a pause).
       dirs.discardInBackground(record.id);

@@ -17,6 +17,7 @@ import type { BeforeInstanceStart } from '../orchestrator/backend.js';
 import { failurePoint } from '../util/crash-point.js';
 import type { Logger } from '../util/log.js';
 import type { BackendState } from './record-state.js';
+import { phase } from '../util/phases.js';
 
 export interface SandboxFactoryOptions {
   runtime: RuntimeDriver;
@@ -279,7 +280,7 @@ export class SandboxFactory {
     };
     try {
       for (const step of this.steps) {
-        await step.run(this, a);
+        await phase(step.name, () => step.run(this, a));
         failurePoint(`factory:${step.name}`);
       }
     } catch (e) {

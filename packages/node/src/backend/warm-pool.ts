@@ -1,4 +1,5 @@
 import type { Logger } from '../util/log.js';
+import { detached } from '../util/phases.js';
 
 /** A booted sandbox (envd healthy, not yet /init'ed) waiting to be handed out. */
 export interface WarmSandbox<T> {
@@ -73,7 +74,8 @@ export class WarmPool<S, T> {
 
   private kick(): void {
     if (!this.filling && this.enabled) {
-      this.filling = this.fill().finally(() => (this.filling = undefined));
+      // Background work: not a phase of the request whose `want` started it.
+      this.filling = detached(() => this.fill()).finally(() => (this.filling = undefined));
     }
   }
 

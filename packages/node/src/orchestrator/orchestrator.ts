@@ -23,6 +23,7 @@ import {
   type SandboxState,
   type TimeoutAction,
 } from './types.js';
+import { notePhase, phase } from '../util/phases.js';
 
 export interface CreateSandboxInput {
   templateId: string;
@@ -286,7 +287,8 @@ export class Orchestrator {
   }
 
   private timed<T>(operation: string, fn: () => Promise<T>, stage?: string): Promise<T> {
-    return this.opts.observe ? this.opts.observe(operation, fn, stage) : fn();
+    const run = stage ? () => phase(stage, fn) : fn;
+    return this.opts.observe ? this.opts.observe(operation, run, stage) : run();
   }
 
   /** Number of sandboxes in each state (for metrics). */
@@ -473,8 +475,10 @@ export class Orchestrator {
 
   /** Runs `fn` under the sandbox's lock; waits (bounded) for an operation in progress. */
   private async withLock<T>(id: string, fn: (r: SandboxRecord) => Promise<T>): Promise<T> {
+    const waitFrom = performance.now();
     try {
       return await this.locks.run(id, this.opts.transitionWaitMs, async () => {
+        notePhase('lock-wait', performance.now() - waitFrom);
         const r = this.sandboxes.get(id);
         if (!r) throw notFound(id);
         return fn(r);

@@ -1,0 +1,77 @@
+// Lifecycle answers carry their phases as `Server-Timing` (docs/benchmarks.md#phases): what a create, pause,
+// resume, fork and kill spent in each step, from a real node.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseServerTiming } from '../../packages/node/src/util/phases.js';
+import { startServer, type TestServer } from './harness.js';
+
+describe('Server-Timing on lifecycle answers', () => {
+  let server: TestServer;
+  beforeAll(async () => {
+    server = await startServer({ name: 'timing' });
+  });
+  afterAll(async () => {
+    await server?.killAll();
+    expect(await server?.stop()).toBe(0);
+  });
+
+  const phasesOf = (headers: Headers) => {
+    const h = headers.get('server-timing');
+    expect(h, 'a Server-Timing header').toBeTruthy();
+    const list = parseServerTiming(h!);
+    expect(list.at(-1)!.name).toBe('total');
+    return list;
+  };
+  const names = (headers: Headers) => phasesOf(headers).map((p) => p.name);
+
+  it('names the steps of a create, pause, resume, fork and kill; their sum stays within the total', async () => {
+    const created = await server.api('POST', '/sandboxes', { templateID: 'base', timeout: 120 });
+    expect(created.status).toBe(201);
+    const id = (created.body as { sandboxID: string }).sandboxID;
+    const createPhases = phasesOf(created.headers);
+    expect(createPhases.map((p) => p.name)).toEqual(
+      expect.arrayContaining([
+        'slot',
+        'image-lease',
+        'uid-range',
+        'spec',
+        'runtime',
+        'policy',
+        'envd-healthy',
+        'envd-init',
+        'total',
+      ]),
+    );
+    const total = createPhases.at(-1)!.ms;
+    const steps = createPhases.slice(0, -1).reduce((n, p) => n + p.ms, 0);
+    expect(steps).toBeLessThanOrEqual(total + 1);
+
+    const paused = await server.api('POST', `/sandboxes/${id}/pause`);
+    expect(paused.status).toBe(204);
+    expect(names(paused.headers)).toEqual(
+      expect.arrayContaining(['lock-wait', 'freeze', 'checkpoint', 'sync']),
+    );
+
+    const resumed = await server.api('POST', `/sandboxes/${id}/connect`, { timeout: 120 });
+    expect(resumed.status).toBeLessThan(300);
+    // Still resident right after the pause: a thaw.
+    expect(names(resumed.headers)).toContain('thaw');
+
+    const forked = await server.api('POST', `/sandboxes/${id}/fork`, { count: 2 });
+    expect(forked.status).toBeLessThan(300);
+    const forkPhases = phasesOf(forked.headers);
+    expect(forkPhases.find((p) => p.name === 'checkpoint')?.runs).toBe(1);
+    expect(forkPhases.find((p) => p.name === 'runtime')?.runs).toBe(2);
+
+    const killed = await server.api('DELETE', `/sandboxes/${id}`);
+    expect(killed.status).toBe(204);
+    expect(names(killed.headers)).toEqual(expect.arrayContaining(['destroy', 'slot', 'discard']));
+  });
+
+  it('answers a refused create with its total only, and a list with none', async () => {
+    const missing = await server.api('POST', '/sandboxes', { templateID: 'no-such-template' });
+    expect(missing.status).toBe(404);
+    expect(names(missing.headers)).toEqual(['total']);
+    const listed = await server.api('GET', '/v2/sandboxes');
+    expect(listed.headers.get('server-timing')).toBeNull();
+  });
+});
