@@ -13,3 +13,4 @@ export const criu = await import(here('../../../packages/node/src/runtime/driver
 export const { overlayOptions } = await import(
   here('../../../packages/node/src/runtime/drivers/container/mounts.ts')
 );
+export const { parseServerTiming } = await import(here('../../../packages/node/src/util/phases.ts'));

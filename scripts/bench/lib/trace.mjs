@@ -1,7 +1,9 @@
 // `--trace`: the phases of every lifecycle answer the run gets (the node's `Server-Timing` header,
-// docs/benchmarks.md#phases), collected from every fetch of the process — the e2b SDK's and the bench's own —
+// docs/benchmarks.md#phases), collected from every undici request of the process — the e2b SDK's and fetch —
 // and summarised per node and route as the median of each phase.
+import diagnostics from 'node:diagnostics_channel';
 import { URL } from 'node:url';
+import { parseServerTiming } from './product.mjs';
 import { summarize } from './stats.mjs';
 
 /** @type {Map<string, string>} origin → node name */
@@ -21,39 +23,26 @@ export function routeOf(path) {
   return p.replace(/^(\/(?:v\d\/)?(?:sandboxes|templates|snapshots))\/[^/]+/, '$1/{id}');
 }
 
-/** @param {string} header */
-export function parseServerTiming(header) {
-  return header
-    .split(',')
-    .map((s) => s.trim())
-    .filter(Boolean)
-    .map((entry) => {
-      const [name = '', ...params] = entry.split(';').map((s) => s.trim());
-      const dur = params.find((p) => p.startsWith('dur='));
-      return { name, ms: dur ? Number(dur.slice(4)) : 0 };
-    });
-}
-
-/** Starts collecting: wraps `globalThis.fetch` (once). */
+/** Starts collecting from every HTTP request undici makes in this process (Node's fetch and the e2b SDK's own). */
 export function startTrace() {
   if (installed) return;
   installed = true;
-  const original = globalThis.fetch;
-  globalThis.fetch = async (input, init) => {
-    const res = await original(input, init);
-    const header = res.headers.get('server-timing');
-    if (header) {
-      // `input` is a URL string, a URL, or a Request (which has its own url and method).
-      const request = typeof input === 'object' && 'method' in input ? input : undefined;
-      const url = new URL(request ? request.url : String(input));
-      const method = (init?.method ?? request?.method ?? 'GET').toUpperCase();
-      const key = `${origins.get(url.origin) ?? url.host} ${method} ${routeOf(url.pathname)}`;
-      const list = samples.get(key) ?? [];
-      list.push(parseServerTiming(header));
-      samples.set(key, list);
-    }
-    return res;
-  };
+  diagnostics.subscribe('undici:request:headers', (message) => {
+    const { request, response } =
+      /** @type {{ request: { origin: string | URL, method: string, path: string }, response: { headers: Buffer[] } }} */ (
+        message
+      );
+    const raw = response.headers;
+    let header;
+    for (let i = 0; i + 1 < raw.length; i += 2)
+      if (String(raw[i]).toLowerCase() === 'server-timing') header = String(raw[i + 1]);
+    if (!header) return;
+    const origin = new URL(String(request.origin)).origin;
+    const key = `${origins.get(origin) ?? origin} ${request.method.toUpperCase()} ${routeOf(request.path)}`;
+    const list = samples.get(key) ?? [];
+    list.push(parseServerTiming(header));
+    samples.set(key, list);
+  });
 }
 
 /** Per node and route: the number of answers and the median of each phase (in the order phases appear). */

@@ -6,7 +6,7 @@ import {
   snapshotSchema,
   type SnapshotInfo,
 } from '@aenv/protocol';
-import type { Orchestrator, SnapshotTimings } from '../../orchestrator/orchestrator.js';
+import type { Orchestrator } from '../../orchestrator/orchestrator.js';
 import {
   isValidAlias,
   isRepositoryError,
@@ -51,9 +51,9 @@ export function registerSnapshotRoutes(app: FastifyInstance, deps: SnapshotRoute
     const sandbox = orch.get(id);
     const recordId = newSnapshotId();
     let created = false;
-    let timings: SnapshotTimings;
     try {
-      timings = await orch.snapshot(id, {
+      // Its Server-Timing names the phases `capture` (the sandbox held) and `publish` (api/server-timing.ts).
+      await orch.snapshot(id, {
         recordId,
         createRecord: async () => {
           await repo.create({
@@ -70,11 +70,6 @@ export function registerSnapshotRoutes(app: FastifyInstance, deps: SnapshotRoute
       // A name another record holds is this route's 400 (HTTP_ROUTE_QUIRKS), not a 409.
       throw e;
     }
-    // How long the sandbox was held (capture) and how long the repository write took (publish).
-    reply.header(
-      'server-timing',
-      `capture;dur=${timings.captureMs.toFixed(1)}, publish;dur=${timings.publishMs.toFixed(1)}`,
-    );
     return reply.code(201).send(snapshotInfo(await repo.get(recordId)));
   });
 
