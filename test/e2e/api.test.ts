@@ -62,13 +62,13 @@ describe('control plane through the e2b SDK and raw HTTP', () => {
     }
   });
 
-  it('honours the order query parameter the SDK sends (e2b-protocol §2.3)', async () => {
+  it('honours the order query parameter the SDK sends', async () => {
     const ids = made.map((s) => s.sandboxId);
     const asc = await Sandbox.list({ query: { metadata: { run } }, order: 'asc' }).nextItems();
     expect(asc.map((s) => s.sandboxId)).toEqual(ids);
   });
 
-  it('honours the template query parameter the SDK sends (e2b-protocol §2.3)', async () => {
+  it('honours the template query parameter the SDK sends', async () => {
     const byAlias = await Sandbox.list({ query: { metadata: { run }, template: 'base' } }).nextItems();
     expect(byAlias).toHaveLength(3);
     const otherTemplate = await Sandbox.list({

@@ -1,4 +1,4 @@
-// Custom extension hooks (reference §5.13, docs/hooks.md) on a real node driven by the real e2b SDK, with the
+// Custom extension hooks (docs/hooks.md) on a real node driven by the real e2b SDK, with the
 // extension a real HTTP server on loopback: what each lifecycle operation tells it, what a failing hook does to the
 // operation (and that it leaves nothing on the host), and the custom-extension-params routes under attack.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';

@@ -122,7 +122,7 @@ describe('pause and resume (resident) through the e2b SDK', () => {
     const sbx = track(await Sandbox.create({ timeoutMs: 300_000 }));
     const id = sbx.sandboxId;
     expect((await server.api('POST', `/sandboxes/${id}/pause`)).status).toBe(204);
-    // A second pause changes nothing: 204 (reference §2.4), and the sandbox stays paused with its memory.
+    // A second pause changes nothing: 204 (docs/differences.md), and the sandbox stays paused with its memory.
     expect((await server.api('POST', `/sandboxes/${id}/pause`, {})).status).toBe(204);
     expect(await info(id)).toMatchObject({ state: 'paused', pauseKind: 'memory' });
     // The SDK sees a 204 as "paused" and does not throw.
