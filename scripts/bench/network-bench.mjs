@@ -83,7 +83,7 @@ const policy = parseNetworkPolicy({
   allowInternetAccess: false,
 });
 
-// The raw twins: what host-facts §4 measured, written directly.
+// The raw twins: the same host objects written directly (docs/networking.md#how-a-slot-is-made).
 function rawCreate(i) {
   const [ns, veth, hostLink, sbLink, hi] = [
     `benchns${i}`,

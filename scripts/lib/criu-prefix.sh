@@ -1,5 +1,5 @@
 # CRIU >= 4.2 from Debian packages (forky by default), unpacked into a private prefix
-# <criu-root>/<version>/ with <criu-root>/current -> <version> (host-facts.md §3).
+# <criu-root>/<version>/ with <criu-root>/current -> <version> (docs/install.md).
 # Bookworm's CRIU 3.17 fails on kernels >= 6.13 (vDSO). Trixie's 4.1.1 fixes that but cannot dump
 # any TCP socket on these kernels (getsockopt SO_PASSCRED -> EOPNOTSUPP), and every sandbox has one
 # (envd), so 4.2 is the floor. Newer suites' binaries need their own glibc, so the binary is patched

@@ -1,9 +1,9 @@
 // The control plane as the e2b SDK and raw clients see it: list/filter/paginate, timeouts, connect, kill and
 // node counters. Its wire shapes (x-next-token, error bodies, statuses) are conformance cases
 // (packages/protocol/src/conformance/cases/api.ts, run by conformance.test.ts).
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox, SandboxNotFoundError, TimeoutError, type SandboxInfo } from 'e2b';
-import { startServer, useSdk, type TestServer } from './harness.js';
+import { describeNode } from './fixture.js';
 
 async function allPages(p: {
   hasNext: boolean;
@@ -15,22 +15,17 @@ async function allPages(p: {
 }
 
 describe('control plane through the e2b SDK and raw HTTP', () => {
-  let server: TestServer;
+  const { server } = describeNode({ name: 'api' });
   const run = `r${Date.now()}`;
   const made: Sandbox[] = [];
 
   beforeAll(async () => {
-    server = await startServer({ name: 'api' });
-    useSdk(server);
     // Created one after another so their start times order them.
     for (let i = 0; i < 3; i++) {
       made.push(
         await Sandbox.create({ timeoutMs: 300_000, metadata: { run, idx: String(i), odd: String(i % 2) } }),
       );
     }
-  });
-  afterAll(async () => {
-    if (server) expect(await server.shutdown()).toBe(0);
   });
 
   it('lists with a metadata filter, newest first, in pages until hasNext is false', async () => {
@@ -67,13 +62,13 @@ describe('control plane through the e2b SDK and raw HTTP', () => {
     }
   });
 
-  it('honours the order query parameter the SDK sends (e2b-protocol §2.3)', async () => {
+  it('honours the order query parameter the SDK sends', async () => {
     const ids = made.map((s) => s.sandboxId);
     const asc = await Sandbox.list({ query: { metadata: { run } }, order: 'asc' }).nextItems();
     expect(asc.map((s) => s.sandboxId)).toEqual(ids);
   });
 
-  it('honours the template query parameter the SDK sends (e2b-protocol §2.3)', async () => {
+  it('honours the template query parameter the SDK sends', async () => {
     const byAlias = await Sandbox.list({ query: { metadata: { run }, template: 'base' } }).nextItems();
     expect(byAlias).toHaveLength(3);
     const otherTemplate = await Sandbox.list({

@@ -6,7 +6,8 @@ import { randomBytes } from 'node:crypto';
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { REPO, startServer, type TestServer } from './harness.js';
+import { REPO } from './harness.js';
+import { deleteTemplatesNamed, describeNode } from './fixture.js';
 
 const CLI = join(REPO, 'packages', 'cli', 'dist', 'main.js');
 const BASE_IMAGE = 'oci:/var/cache/aenv/images/base:latest';
@@ -19,28 +20,21 @@ interface Ran {
 }
 
 describe('aenv CLI against a node', () => {
-  let server: TestServer;
+  const { server } = describeNode({
+    name: 'cli',
+    // Uploads of build files over 1 MiB are refused (the bad-Dockerfile test sends a bigger one).
+    toml: '[observability.sandbox_metrics]\ninterval_secs = 1\n[template_build]\nmax_upload_mb = 1\n',
+  });
   let home: string;
   let work: string;
   const created: string[] = [];
 
   beforeAll(async () => {
-    server = await startServer({
-      name: 'cli',
-      // Uploads of build files over 1 MiB are refused (the bad-Dockerfile test sends a bigger one).
-      toml: '[observability.sandbox_metrics]\ninterval_secs = 1\n[template_build]\nmax_upload_mb = 1\n',
-    });
     home = mkdtempSync(join(tmpdir(), 'aenv-cli-home-'));
     work = mkdtempSync(join(tmpdir(), 'aenv-cli-work-'));
   });
   afterAll(async () => {
-    if (server) {
-      const list = await server.api('GET', '/v2/templates');
-      for (const t of (list.body ?? []) as { templateID: string; names: string[] }[]) {
-        if (t.names.some((n) => n.startsWith(RUN))) await server.api('DELETE', `/templates/${t.templateID}`);
-      }
-      expect(await server.shutdown()).toBe(0);
-    }
+    await deleteTemplatesNamed(server, RUN, '/v2/templates');
     for (const d of [home, work]) if (d) rmSync(d, { recursive: true, force: true });
   });
 

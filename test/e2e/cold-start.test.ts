@@ -7,7 +7,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox } from 'e2b';
-import { REPO, startServer, useSdk, type TestServer } from './harness.js';
+import { REPO, type TestServer } from './harness.js';
+import { describeNode } from './fixture.js';
 
 const CLI = join(REPO, 'packages', 'cli', 'dist', 'main.js');
 const REGISTRY = process.env.AENV_TEST_REGISTRY ?? '127.0.0.1:5000';
@@ -33,29 +34,26 @@ function cgroupLimits(server: TestServer, id: string): { memoryBytes: number; cp
 }
 
 describe('cold start from an image', () => {
-  let server: TestServer;
+  const { server } = describeNode({
+    name: 'cold',
+    // Only the loopback registry may be pulled from: no test reference can reach out anywhere else.
+    toml: [
+      '[image.resolver]',
+      `insecure_registries = ["${REGISTRY}"]`,
+      `allowed_registries = ["${REGISTRY}"]`,
+      `search_registries = ["${REGISTRY}"]`,
+      '[limits]',
+      'max_cpu_count = 4',
+      'max_memory_mb = 4096',
+      '',
+    ].join('\n'),
+  });
   let home: string;
 
   beforeAll(async () => {
-    server = await startServer({
-      name: 'cold',
-      // Only the loopback registry may be pulled from: no test reference can reach out anywhere else.
-      toml: [
-        '[image.resolver]',
-        `insecure_registries = ["${REGISTRY}"]`,
-        `allowed_registries = ["${REGISTRY}"]`,
-        `search_registries = ["${REGISTRY}"]`,
-        '[limits]',
-        'max_cpu_count = 4',
-        'max_memory_mb = 4096',
-        '',
-      ].join('\n'),
-    });
-    useSdk(server);
     home = mkdtempSync(join(tmpdir(), 'aenv-cold-home-'));
   });
   afterAll(async () => {
-    if (server) expect(await server.shutdown()).toBe(0);
     if (home) rmSync(home, { recursive: true, force: true });
   });
 

@@ -1,23 +1,19 @@
 // Commands and PTYs through the real e2b SDK against a real server (runc sandboxes from `base`).
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { CommandExitError, Sandbox, TimeoutError, type CommandHandle } from 'e2b';
-import { eventually, startServer, useSdk, type TestServer } from './harness.js';
+import { eventually } from './harness.js';
+import { describeNode } from './fixture.js';
 
 describe('commands and PTY through the e2b SDK', () => {
-  let server: TestServer;
+  describeNode({ name: 'cmds' });
   let sbx: Sandbox;
 
   beforeAll(async () => {
-    server = await startServer({ name: 'cmds' });
-    useSdk(server);
     sbx = await Sandbox.create('base', {
       timeoutMs: 300_000,
       metadata: { suite: 'cmds', purpose: 'shared' },
       envs: { GLOBAL_VAR: 'from-create', SHADOWED: 'global' },
     });
-  });
-  afterAll(async () => {
-    if (server) expect(await server.shutdown()).toBe(0);
   });
 
   it('creates from the named template with metadata and envVars', async () => {

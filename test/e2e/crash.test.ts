@@ -209,7 +209,7 @@ describe('restart and crash safety', () => {
     /** Crashes the server once `src` is in the middle of the operation `request` started. */
     const crashDuring = async (request: Promise<unknown>) => {
       const settled = request.catch(() => undefined);
-      // Forking and snapshotting show as "paused" (reference §2.3) until they end.
+      // Forking and snapshotting show as "paused" (as in the reference's API) until they end.
       await eventually(
         async () => (await info(src.sandboxId)).state === 'paused',
         'the operation to start',

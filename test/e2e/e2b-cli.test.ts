@@ -6,32 +6,25 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Sandbox } from 'e2b';
-import { REPO, startServer, useSdk, type TestServer } from './harness.js';
+import { REPO } from './harness.js';
+import { deleteTemplatesNamed, describeNode } from './fixture.js';
 
 const CLI = join(REPO, 'node_modules', '@e2b', 'cli', 'dist', 'index.js');
 const BASE = 'oci:/var/cache/aenv/images/base:latest';
 const RUN = `r${Date.now().toString(36)}`;
 
 describe('the e2b CLI against aenv', () => {
-  let server: TestServer;
+  const { server } = describeNode({
+    name: 'ecli',
+    toml: '[observability.sandbox_metrics]\ninterval_secs = 1\n',
+  });
   let home: string;
 
   beforeAll(async () => {
-    server = await startServer({
-      name: 'ecli',
-      toml: '[observability.sandbox_metrics]\ninterval_secs = 1\n',
-    });
-    useSdk(server);
     home = mkdtempSync(join(tmpdir(), 'e2b-cli-home-'));
   });
   afterAll(async () => {
-    if (server) {
-      const list = await server.api('GET', '/templates');
-      for (const t of (list.body ?? []) as { templateID: string; names: string[] }[]) {
-        if (t.names.some((n) => n.startsWith(RUN))) await server.api('DELETE', `/templates/${t.templateID}`);
-      }
-      expect(await server.shutdown()).toBe(0);
-    }
+    await deleteTemplatesNamed(server, RUN);
     if (home) rmSync(home, { recursive: true, force: true });
   });
 

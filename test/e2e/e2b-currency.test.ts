@@ -2,46 +2,25 @@
 // create defaults, fields aenv refuses, resume from disk of secure sandboxes, per-boot ids, uploads anywhere,
 // list filters and snapshot deletion. The server releases a paused sandbox's memory at once, so every memory
 // resume here is a CRIU restore (not a thaw).
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { existsSync, readFileSync } from 'node:fs';
 import { Sandbox, Secret, type SandboxOpts } from 'e2b';
-import {
-  ENVD_PORT,
-  endNode,
-  eventually,
-  hostObjects,
-  proxyFetch,
-  startServer,
-  useSdk,
-  type TestServer,
-} from './harness.js';
+import { ENVD_PORT, eventually, hostObjects, proxyFetch } from './harness.js';
+import { describeNode } from './fixture.js';
 
 const UUID_LINE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\n$/;
 
 describe('E2B API currency through the e2b SDK', () => {
-  let server: TestServer;
-  const created: string[] = [];
-  const track = <T extends { sandboxId: string }>(s: T): T => {
-    created.push(s.sandboxId);
-    return s;
-  };
+  const { server, track, trackId } = describeNode({
+    name: 'acore1',
+    toml: '[orchestrator]\nresident_pause_grace_secs = 0',
+  });
   const info = async (id: string) => (await server.api('GET', `/sandboxes/${id}`)).body;
   const bootId = async (sbx: Sandbox) =>
     (await sbx.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout;
   /** Paused and released from memory: nothing of it runs on the host until it is resumed. */
   const released = (id: string) =>
     eventually(() => !hostObjects(server).runcContainers.includes(id), `the memory of ${id} to be released`);
-
-  beforeAll(async () => {
-    server = await startServer({ name: 'acore1', toml: '[orchestrator]\nresident_pause_grace_secs = 0' });
-    useSdk(server);
-  });
-  afterEach(async () => {
-    await Promise.all(created.splice(0).map((id) => server.api('DELETE', `/sandboxes/${id}`)));
-  });
-  afterAll(async () => {
-    if (server) expect(await endNode(server)).toEqual({ stray: [], exitCode: 0 });
-  });
 
   it('Sandbox.create() with no options is secured, lives 300 s and is killed at its timeout', async () => {
     const sbx = track(await Sandbox.create());
@@ -73,14 +52,14 @@ describe('E2B API currency through the e2b SDK', () => {
     // v1 keeps the reference's defaults: no token unless asked, [orchestrator] timeout (15 s), autoPause.
     const v1 = await server.api('POST', '/sandboxes', { templateID: 'base' });
     expect(v1.status).toBe(201);
-    created.push(v1.body.sandboxID);
+    trackId(v1.body.sandboxID);
     expect(v1.body.envdAccessToken).toBeUndefined();
     const v1Detail = await info(v1.body.sandboxID);
     expect(v1Detail.lifecycle).toEqual({ onTimeout: 'pause', autoResume: false });
     expect(Date.parse(v1Detail.endAt) - Date.parse(v1Detail.startedAt)).toBeLessThan(60_000);
     // `secure: false` is no NewSandboxV2 field: a v2 sandbox is secured whatever a client sends there.
     const v2 = await server.api('POST', '/v2/sandboxes', { templateID: 'base', secure: false, timeout: 60 });
-    created.push(v2.body.sandboxID);
+    trackId(v2.body.sandboxID);
     expect(v2.body.envdAccessToken).toMatch(/.+/);
   });
 

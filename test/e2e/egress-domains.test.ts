@@ -7,7 +7,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CommandExitError, Sandbox } from 'e2b';
-import { REPO, eventually, startServer, useSdk, type TestServer } from './harness.js';
+import { REPO, eventually } from './harness.js';
+import { describeNode } from './fixture.js';
 import { HOST_WAN_IP, startFakeInternet, type FakeInternet } from './fixtures/fake-internet.js';
 
 const WEB = '198.51.100.30';
@@ -105,22 +106,24 @@ async function run(sbx: Sandbox, cmd: string): Promise<Run> {
 const curl = (args: string) => `curl -sS --cacert /tmp/ca.pem --connect-timeout 3 -m 8 ${args}`;
 
 describe('domain egress', () => {
-  let server: TestServer;
   let net: FakeInternet;
   let hosts: ChildProcess | undefined;
   let dir: string;
   let sbx: Sandbox;
 
+  // Registered before the node: runs after its teardown.
+  afterAll(async () => {
+    hosts?.kill('SIGKILL');
+    await net?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+  const { server } = describeNode({
+    name: 'egr',
+    toml: ['[network.egress]', `resolvers = ["${DNS}"]`, '[network.dns]', `nameserver = "${DNS}"`].join('\n'),
+  });
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'aenv-e2e-egress-'));
     const certs = makeCerts(dir);
-    server = await startServer({
-      name: 'egr',
-      toml: ['[network.egress]', `resolvers = ["${DNS}"]`, '[network.dns]', `nameserver = "${DNS}"`].join(
-        '\n',
-      ),
-    });
-    useSdk(server);
     net = await startFakeInternet(server.cidrs);
     for (const ip of [WEB, ECHO, DNS]) net.exec('ip', ['addr', 'add', `${ip}/32`, 'dev', 'wan0']);
     // Nothing leaves the machine: the proxy's own upstream connections (from the host) and sandbox traffic
@@ -151,13 +154,6 @@ describe('domain egress', () => {
     });
     sbx = await Sandbox.create({ timeoutMs: 300_000, network: { allowOut: ALLOWED, ...CLOSED } });
     await sbx.files.write('/tmp/ca.pem', readFileSync(certs.ca, 'utf8'));
-  });
-  afterAll(async () => {
-    const code = await server?.shutdown();
-    hosts?.kill('SIGKILL');
-    await net?.close();
-    if (dir) rmSync(dir, { recursive: true, force: true });
-    expect(code).toBe(0);
   });
 
   it('reaches an allowed domain over HTTPS and HTTP, resolved by the node resolver', async () => {

@@ -1,18 +1,29 @@
-// Custom extension hooks (reference §5.13, docs/hooks.md) on a real node driven by the real e2b SDK, with the
+// Custom extension hooks (docs/hooks.md) on a real node driven by the real e2b SDK, with the
 // extension a real HTTP server on loopback: what each lifecycle operation tells it, what a failing hook does to the
 // operation (and that it leaves nothing on the host), and the custom-extension-params routes under attack.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { existsSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { Sandbox } from 'e2b';
-import { endNode, eventually, startServer, strayHostObjects, useSdk, type TestServer } from './harness.js';
+import { eventually, strayHostObjects } from './harness.js';
+import { describeNode } from './fixture.js';
 import { TestHookServer } from '../../packages/node/src/extension/testing/hook-server.js';
 
 const TIMEOUT_MS = 1500;
 
 describe('custom extension hooks through the e2b SDK', () => {
   const hooks = new TestHookServer();
-  let server: TestServer;
+  beforeAll(async () => {
+    await hooks.start();
+  });
+  // After the node's teardown (vitest runs afterAll hooks last-registered first).
+  afterAll(async () => {
+    await hooks.close();
+  });
+  const { server } = describeNode(() => ({
+    name: 'hooks',
+    toml: `[custom_extension]\nurl = "${hooks.url}"\ntimeout_ms = ${TIMEOUT_MS}\n`,
+  }));
 
   /** Creates through the raw API (the SDK has no customExtensionParams), then connects with the SDK. */
   const create = async (params?: Record<string, unknown>, templateID = 'base') => {
@@ -25,18 +36,8 @@ describe('custom extension hooks through the e2b SDK', () => {
     return Sandbox.connect(raw.body.sandboxID as string);
   };
 
-  beforeAll(async () => {
-    await hooks.start();
-    server = await startServer({
-      name: 'hooks',
-      toml: `[custom_extension]\nurl = "${hooks.url}"\ntimeout_ms = ${TIMEOUT_MS}\n`,
-    });
-    useSdk(server);
-  });
-  afterAll(async () => {
+  afterAll(() => {
     hooks.behaviour.clear();
-    if (server) expect(await endNode(server)).toEqual({ stray: [], exitCode: 0 });
-    await hooks.close();
   });
   beforeEach(() => {
     hooks.behaviour.clear();

@@ -1,24 +1,17 @@
 // The sandbox factory's rollback on a real node: every assembly fails right after envd answered (everything is
 // in place then: slot, netns, nft chain, overlay mounts, cgroup, runc container, uid range, image lease), and
 // neither a create nor a template build leaves any of it behind. See backend/sandbox-factory.ts.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Template } from 'e2b';
-import { hostObjects, startServer, strayHostObjects, useSdk, type TestServer } from './harness.js';
+import { hostObjects, strayHostObjects } from './harness.js';
+import { describeNode } from './fixture.js';
 
 const BASE = 'oci:/var/cache/aenv/images/base:latest';
 
 describe('a sandbox assembly that fails midway', () => {
-  let server: TestServer;
-
-  beforeAll(async () => {
-    server = await startServer({
-      name: 'frb',
-      env: { AENV_FAULT_FAIL_AFTER: 'factory:envd-healthy' },
-    });
-    useSdk(server);
-  });
-  afterAll(async () => {
-    expect(await server?.stop()).toBe(0);
+  const { server } = describeNode({
+    name: 'frb',
+    env: { AENV_FAULT_FAIL_AFTER: 'factory:envd-healthy' },
   });
 
   /** Sandbox mounts (overlay rootfs, sysfs, disks) of the node: none may stay, build sandboxes' included. */

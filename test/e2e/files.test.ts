@@ -1,9 +1,10 @@
 // The envd filesystem through the real e2b SDK: REST /files (text, bytes, streams, multipart, large files)
 // and the filesystem RPCs (list, stat, rename, remove, makeDir, watchDir).
 import { createHash, randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { FileType, FilesystemEventType, NotFoundError, Sandbox, type FilesystemEvent } from 'e2b';
-import { ENVD_PORT, eventually, proxyFetch, startServer, useSdk, type TestServer } from './harness.js';
+import { ENVD_PORT, eventually, proxyFetch } from './harness.js';
+import { describeNode } from './fixture.js';
 
 const sha256 = (b: Uint8Array) => createHash('sha256').update(b).digest('hex');
 
@@ -19,16 +20,11 @@ async function collect(stream: ReadableStream<Uint8Array>): Promise<Buffer> {
 }
 
 describe('files through the e2b SDK', () => {
-  let server: TestServer;
+  const { server } = describeNode({ name: 'files' });
   let sbx: Sandbox;
 
   beforeAll(async () => {
-    server = await startServer({ name: 'files' });
-    useSdk(server);
     sbx = await Sandbox.create({ timeoutMs: 300_000, metadata: { suite: 'files' } });
-  });
-  afterAll(async () => {
-    if (server) expect(await server.shutdown()).toBe(0);
   });
 
   it('writes and reads text relative to the home directory', async () => {

@@ -1,24 +1,21 @@
 // Fork through the real e2b SDK: one checkpoint of a running sandbox restored into N children with the same memory
 // and files at the fork point, each with its own id, hostname and tokens, diverging afterwards.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox, SandboxNotFoundError } from 'e2b';
 import {
   ENVD_PORT,
   counterPasses,
   proxyFetch,
   readWorkload,
-  startServer,
   startWorkload,
-  endNode,
-  useSdk,
   workloadFetch,
-  type TestServer,
   type Workload,
 } from './harness.js';
+import { describeNode } from './fixture.js';
 import { randomUUID } from 'node:crypto';
 
 describe('fork through the e2b SDK', () => {
-  let server: TestServer;
+  const { server } = describeNode({ name: 'forkx' });
   let source: Sandbox;
   let sourceToken: string;
   let w: Workload;
@@ -31,8 +28,6 @@ describe('fork through the e2b SDK', () => {
     });
 
   beforeAll(async () => {
-    server = await startServer({ name: 'forkx' });
-    useSdk(server);
     // A secure source (raw API: SDK 2.51 creates through /v2/sandboxes, which has no `secure`).
     const raw = await server.api('POST', '/sandboxes', {
       templateID: 'base',
@@ -45,9 +40,6 @@ describe('fork through the e2b SDK', () => {
     sourceToken = raw.body.envdAccessToken;
     source = await Sandbox.connect(raw.body.sandboxID);
     w = await startWorkload(server, source);
-  });
-  afterAll(async () => {
-    if (server) expect(await endNode(server)).toEqual({ stray: [], exitCode: 0 });
   });
 
   it('forks x3: same memory and files at the fork point, own ids, hostnames and tokens, then divergence', async () => {

@@ -229,7 +229,7 @@ export function useSdk(server: TestServer): void {
 
 /**
  * A data-plane request through the server's proxy to `port` of a sandbox, routed by headers; `prefix`
- * puts `/proxy` in front of the path (the other routing form of reference §2.7).
+ * puts `/proxy` in front of the path (the other routing form, docs/networking.md#data-plane-routing).
  */
 export function proxyFetch(
   server: TestServer,

@@ -3,9 +3,10 @@
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { CommandExitError, NotEnoughSpaceError, Sandbox } from 'e2b';
-import { eventually, startServer, useSdk, type TestServer } from './harness.js';
+import { eventually, type TestServer } from './harness.js';
+import { describeNode } from './fixture.js';
 
 const PIDS_LIMIT = 200;
 const MEMORY_MB = 256;
@@ -31,21 +32,16 @@ function cgroupFile(server: TestServer, sandboxId: string, controller: string, f
 }
 
 describe('hostile input inside a sandbox', () => {
-  let server: TestServer;
+  const { server } = describeNode({
+    name: 'hostile',
+    // No resident grace: a paused sandbox's memory goes to disk at once, and its resume restores it from there.
+    toml: `[machine]\nmem_size_mib = ${MEMORY_MB}\nvcpu_count = 1\n[orchestrator]\nresident_pause_grace_secs = 0\n`,
+    runtime: [`pids_limit = ${PIDS_LIMIT}`, `default_disk_size_mb = ${DISK_MB}`],
+  });
   let sbx: Sandbox;
 
   beforeAll(async () => {
-    server = await startServer({
-      name: 'hostile',
-      // No resident grace: a paused sandbox's memory goes to disk at once, and its resume restores it from there.
-      toml: `[machine]\nmem_size_mib = ${MEMORY_MB}\nvcpu_count = 1\n[orchestrator]\nresident_pause_grace_secs = 0\n`,
-      runtime: [`pids_limit = ${PIDS_LIMIT}`, `default_disk_size_mb = ${DISK_MB}`],
-    });
-    useSdk(server);
     sbx = await Sandbox.create({ timeoutMs: 300_000, metadata: { suite: 'hostile' } });
-  });
-  afterAll(async () => {
-    if (server) expect(await server.shutdown()).toBe(0);
   });
 
   describe('resource limits', () => {

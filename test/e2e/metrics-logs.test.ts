@@ -1,8 +1,9 @@
 // Per-sandbox metrics and logs through the e2b SDK and raw HTTP: what the samples hold, start/end filters, the
 // batch route, lifecycle events and envd lines in the logs, v1/v2 query parameters, and hostile callers.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox, SandboxNotFoundError } from 'e2b';
-import { eventually, startServer, useSdk, type TestServer } from './harness.js';
+import { eventually } from './harness.js';
+import { describeNode } from './fixture.js';
 
 const MiB = 1024 * 1024;
 
@@ -14,23 +15,18 @@ interface LogEntry {
 }
 
 describe('sandbox metrics and logs', () => {
-  let server: TestServer;
+  const { server } = describeNode({
+    name: 'mlogs',
+    toml: '[observability.sandbox_metrics]\ninterval_secs = 1\n',
+  });
   let a: Sandbox;
   let b: Sandbox;
 
   beforeAll(async () => {
-    server = await startServer({
-      name: 'mlogs',
-      toml: '[observability.sandbox_metrics]\ninterval_secs = 1\n',
-    });
-    useSdk(server);
     [a, b] = await Promise.all([
       Sandbox.create({ timeoutMs: 300_000 }),
       Sandbox.create({ timeoutMs: 300_000 }),
     ]);
-  });
-  afterAll(async () => {
-    if (server) expect(await server.shutdown()).toBe(0);
   });
 
   const raw = (path: string, headers: Record<string, string> = {}) =>

@@ -5,7 +5,8 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CommandExitError, Sandbox } from 'e2b';
-import { REPO, eventually, proxyFetch, startServer, useSdk, type TestServer } from './harness.js';
+import { REPO, eventually, proxyFetch } from './harness.js';
+import { describeNode } from './fixture.js';
 import {
   HOST_WAN_IP,
   METADATA_IP,
@@ -37,20 +38,17 @@ const wan = (ip: string) => `http://${ip}:${WAN_PORT}/`;
 const REFUSED = { exit: 7, body: expect.stringMatching(/Connection refused|Failed to connect/) };
 
 describe('egress policy and isolation', () => {
-  let server: TestServer;
   let net: FakeInternet;
   let sbx: Sandbox;
 
+  // Registered before the node: runs after its teardown.
+  afterAll(async () => {
+    await net?.close();
+  });
+  const { server } = describeNode({ name: 'net', listenHost: '0.0.0.0' });
   beforeAll(async () => {
-    server = await startServer({ name: 'net', listenHost: '0.0.0.0' });
-    useSdk(server);
     net = await startFakeInternet(server.cidrs);
     sbx = await Sandbox.create({ timeoutMs: 300_000, metadata: { suite: 'net' } });
-  });
-  afterAll(async () => {
-    const code = await server?.shutdown();
-    await net?.close();
-    expect(code).toBe(0);
   });
 
   it('allows egress by default, masqueraded behind the host address', async () => {

@@ -1,6 +1,6 @@
 // Pause and resume from disk: a server with `resident_pause_grace_secs = 0` releases a paused sandbox's memory at
 // once, so every resume is a CRIU restore into a fresh slot (pause.test.ts covers the resident thaw).
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Sandbox } from 'e2b';
 import {
   ENVD_PORT,
@@ -9,26 +9,20 @@ import {
   hostObjects,
   proxyFetch,
   readWorkload,
-  startServer,
   startWorkload,
   storeDir,
-  endNode,
-  useSdk,
   workloadFetch,
-  type TestServer,
   type Workload,
 } from './harness.js';
+import { describeNode } from './fixture.js';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 
 describe('pause and resume from disk (no resident grace)', () => {
-  let server: TestServer;
-  const created: string[] = [];
-
-  const track = <T extends { sandboxId: string }>(s: T): T => {
-    created.push(s.sandboxId);
-    return s;
-  };
+  const { server, track, trackId } = describeNode({
+    name: 'pdisk',
+    toml: '[orchestrator]\nresident_pause_grace_secs = 0',
+  });
   const info = async (id: string) => (await server.api('GET', `/sandboxes/${id}`)).body;
 
   const expectWorkloadKept = async (sbx: Sandbox, w: Workload, counterBefore: number) => {
@@ -58,17 +52,6 @@ describe('pause and resume from disk (no resident grace)', () => {
       );
     }, `the memory of ${id} to be released`);
   };
-
-  beforeAll(async () => {
-    server = await startServer({ name: 'pdisk', toml: '[orchestrator]\nresident_pause_grace_secs = 0' });
-    useSdk(server);
-  });
-  afterEach(async () => {
-    await Promise.all(created.splice(0).map((id) => server.api('DELETE', `/sandboxes/${id}`)));
-  });
-  afterAll(async () => {
-    if (server) expect(await endNode(server)).toEqual({ stray: [], exitCode: 0 });
-  });
 
   it('restores files, env, the background process (same PID) and its listening socket', async () => {
     const sbx = track(await Sandbox.create({ timeoutMs: 300_000, envs: { FROM_CREATE: 'kept-env' } }));
@@ -116,7 +99,7 @@ describe('pause and resume from disk (no resident grace)', () => {
     const raw = await server.api('POST', '/sandboxes', { templateID: 'base', secure: true, timeout: 300 });
     expect(raw.status).toBe(201);
     const id = raw.body.sandboxID as string;
-    created.push(id);
+    trackId(id);
     const token = raw.body.envdAccessToken as string;
     expect(token).toMatch(/.+/);
     const sbx = await Sandbox.connect(id);

@@ -1,7 +1,7 @@
 // Pause and resume through the real e2b SDK against a real server with the default resident grace: a paused
 // sandbox stays frozen in memory, so these resumes are thaws (pause-disk.test.ts covers the restore from disk).
 // Also filesystem-only pauses, timeouts that pause or kill, and auto-resume through the proxy.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { Sandbox, SandboxNotFoundError } from 'e2b';
@@ -12,24 +12,15 @@ import {
   hostObjects,
   proxyFetch,
   readWorkload,
-  startServer,
   startWorkload,
   storeDir,
-  endNode,
-  useSdk,
   workloadFetch,
-  type TestServer,
   type Workload,
 } from './harness.js';
+import { describeNode } from './fixture.js';
 
 describe('pause and resume (resident) through the e2b SDK', () => {
-  let server: TestServer;
-  const created: string[] = [];
-
-  const track = <T extends { sandboxId: string }>(s: T): T => {
-    created.push(s.sandboxId);
-    return s;
-  };
+  const { server, track, trackId } = describeNode({ name: 'pause' });
   const info = async (id: string) => (await server.api('GET', `/sandboxes/${id}`)).body;
   /** The envd token header of a sandbox (the SDK's are all secured; the proxy checks it before anything). */
   const envdToken = async (id: string) => ({
@@ -61,17 +52,6 @@ describe('pause and resume (resident) through the e2b SDK', () => {
     const pids = (await sbx.commands.list()).map((p) => p.pid);
     expect(pids).toEqual(expect.arrayContaining([w.counterPid, w.serverPid]));
   };
-
-  beforeAll(async () => {
-    server = await startServer({ name: 'pause' });
-    useSdk(server);
-  });
-  afterEach(async () => {
-    await Promise.all(created.splice(0).map((id) => server.api('DELETE', `/sandboxes/${id}`)));
-  });
-  afterAll(async () => {
-    if (server) expect(await endNode(server)).toEqual({ stray: [], exitCode: 0 });
-  });
 
   it('keeps files, env, the background process and its listening socket across betaPause and connect', async () => {
     const sbx = track(await Sandbox.create({ timeoutMs: 300_000, envs: { FROM_CREATE: 'kept-env' } }));
@@ -142,7 +122,7 @@ describe('pause and resume (resident) through the e2b SDK', () => {
     const sbx = track(await Sandbox.create({ timeoutMs: 300_000 }));
     const id = sbx.sandboxId;
     expect((await server.api('POST', `/sandboxes/${id}/pause`)).status).toBe(204);
-    // A second pause changes nothing: 204 (reference §2.4), and the sandbox stays paused with its memory.
+    // A second pause changes nothing: 204 (docs/differences.md), and the sandbox stays paused with its memory.
     expect((await server.api('POST', `/sandboxes/${id}/pause`, {})).status).toBe(204);
     expect(await info(id)).toMatchObject({ state: 'paused', pauseKind: 'memory' });
     // The SDK sees a 204 as "paused" and does not throw.
@@ -193,7 +173,7 @@ describe('pause and resume (resident) through the e2b SDK', () => {
       const forked = await forking;
       expect(forked.status).toBe(201);
       for (const child of forked.body as { sandbox?: { sandboxID: string } }[]) {
-        if (child.sandbox) created.push(child.sandbox.sandboxID);
+        if (child.sandbox) trackId(child.sandbox.sandboxID);
       }
       if (p.status === 409) conflict = p.status;
       else {
@@ -321,7 +301,7 @@ describe('pause and resume (resident) through the e2b SDK', () => {
     const killed = track(await Sandbox.create({ timeoutMs: 2_000, lifecycle: { onTimeout: 'kill' } }));
     const raw = await server.api('POST', '/sandboxes', { templateID: 'base', timeout: 2, autoPause: false });
     expect(raw.status).toBe(201);
-    created.push(raw.body.sandboxID);
+    trackId(raw.body.sandboxID);
     expect(await info(raw.body.sandboxID)).toMatchObject({ lifecycle: { onTimeout: 'kill' } });
     for (const id of [killed.sandboxId, raw.body.sandboxID as string]) {
       await eventually(
@@ -370,7 +350,7 @@ describe('pause and resume (resident) through the e2b SDK', () => {
     if (!lingering) return ctx.skip(); // (run alone: the sandbox paused by the grace test is needed)
     const { sbx, w, counter } = lingering;
     lingering = undefined;
-    created.push(sbx.sandboxId);
+    trackId(sbx.sandboxId);
     // resident_pause_grace_secs defaults to 30; the paused sandbox is looked at every second.
     await eventually(
       () => !hostObjects(server).runcContainers.includes(sbx.sandboxId),

@@ -4,10 +4,11 @@ import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { get as httpGet } from 'node:http';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { Sandbox } from 'e2b';
-import { ENVD_PORT, REPO, eventually, proxyFetch, startServer, useSdk, type TestServer } from './harness.js';
+import { ENVD_PORT, REPO, eventually, proxyFetch, type TestServer } from './harness.js';
+import { describeNode } from './fixture.js';
 
 const UPSTREAM = readFileSync(join(REPO, 'test', 'e2e', 'fixtures', 'upstream.py'), 'utf8');
 const PORT = 8080;
@@ -60,21 +61,16 @@ const rpcList = (server: TestServer, id: string, headers: Record<string, string>
   });
 
 describe('data-plane proxy and access tokens', () => {
-  let server: TestServer;
+  const { server } = describeNode({ name: 'proxy', toml: `[sandbox_proxy]\ndomains = ["${DOMAIN}"]\n` });
   let open: Sandbox;
 
   beforeAll(async () => {
-    server = await startServer({ name: 'proxy', toml: `[sandbox_proxy]\ndomains = ["${DOMAIN}"]\n` });
-    useSdk(server);
     // Not secure: v1's default (every v2 create, the SDK's, is secured).
     const created = await server.api('POST', '/sandboxes', { templateID: 'base', timeout: 300 });
     expect(created.status).toBe(201);
     expect(created.body.envdAccessToken).toBeUndefined();
     open = await Sandbox.connect(created.body.sandboxID as string, { timeoutMs: 300_000 });
     await startUpstream(server, open);
-  });
-  afterAll(async () => {
-    if (server) expect(await server.shutdown()).toBe(0);
   });
 
   describe('secure sandbox', () => {

@@ -1,18 +1,9 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Sandbox } from 'e2b';
-import { startServer, useSdk, type TestServer } from './harness.js';
+import { describeNode } from './fixture.js';
 
 describe('sandbox lifecycle through the e2b SDK', () => {
-  let server: TestServer;
-
-  beforeAll(async () => {
-    server = await startServer({ name: 'life' });
-    useSdk(server);
-  });
-  afterAll(async () => {
-    const code = await server?.stop();
-    expect(code).toBe(0);
-  });
+  const { server } = describeNode({ name: 'life' });
 
   it('creates from base, runs commands as user and root, and kills', async () => {
     const sbx = await Sandbox.create({ timeoutMs: 120_000, metadata: { suite: 'life' } });

@@ -7,9 +7,10 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type * as E2b from 'e2b';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { dockerHubMirrorToml } from './docker-hub-mirror.js';
-import { REPO, endNode, eventually, startServer, useSdk, type TestServer } from './harness.js';
+import { REPO, eventually } from './harness.js';
+import { deleteTemplatesNamed, describeNode } from './fixture.js';
 
 type Sdk = typeof E2b;
 
@@ -30,7 +31,7 @@ const versionOf = (name: string): string =>
 const RUN = `js${Date.now().toString(36)}`;
 
 describe('the JS SDKs package.json names', () => {
-  let server: TestServer;
+  const { server } = describeNode({ name: 'sdkjs1', toml: dockerHubMirrorToml() });
 
   /** Requests the node served so far, by "METHOD route" (from its Prometheus request histogram). */
   async function routeCounts(): Promise<Map<string, number>> {
@@ -53,16 +54,8 @@ describe('the JS SDKs package.json names', () => {
     return new Set([...after].filter(([k, n]) => n > (before.get(k) ?? 0)).map(([k]) => k));
   }
 
-  beforeAll(async () => {
-    server = await startServer({ name: 'sdkjs1', toml: dockerHubMirrorToml() });
-    useSdk(server);
-  });
   afterAll(async () => {
-    if (!server) return;
-    const list = await server.api('GET', '/templates');
-    for (const t of (list.body ?? []) as { templateID: string; names: string[] }[])
-      if (t.names.some((n) => n.startsWith(RUN))) await server.api('DELETE', `/templates/${t.templateID}`);
-    expect(await endNode(server)).toEqual({ stray: [], exitCode: 0 });
+    await deleteTemplatesNamed(server, RUN);
   });
 
   it('installs the newest e2b and at least one older 2.x under an alias', () => {

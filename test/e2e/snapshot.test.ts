@@ -1,25 +1,22 @@
 // Snapshots of running sandboxes through the real e2b SDK (and the raw API where the SDK has no call): create with
 // and without a name, list with filters and pages, get by id and name, launch, alias rules, delete.
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox } from 'e2b';
 import {
   ENVD_PORT,
   counterPasses,
   proxyFetch,
   readWorkload,
-  startServer,
   startWorkload,
-  endNode,
-  useSdk,
   workloadFetch,
-  type TestServer,
   type Workload,
 } from './harness.js';
 import { parseServerTiming } from '../../packages/node/src/util/phases.js';
+import { describeNode } from './fixture.js';
 
 describe('snapshots through the e2b SDK', () => {
-  let server: TestServer;
+  const { server } = describeNode({ name: 'snaps' });
   let source: Sandbox;
   let w: Workload;
   let sourceEndAt: string;
@@ -38,15 +35,10 @@ describe('snapshots through the e2b SDK', () => {
   };
 
   beforeAll(async () => {
-    server = await startServer({ name: 'snaps' });
-    useSdk(server);
     source = await Sandbox.create({ timeoutMs: 600_000, envs: { FROM_CREATE: 'source-env' } });
     w = await startWorkload(server, source);
     await source.files.write('notes/at-snapshot.txt', 'before the snapshot');
     sourceEndAt = (await info(source.sandboxId)).endAt;
-  });
-  afterAll(async () => {
-    if (server) expect(await endNode(server)).toEqual({ stray: [], exitCode: 0 });
   });
 
   it('creates snapshots with and without a name; the source keeps running with its expiry', async () => {

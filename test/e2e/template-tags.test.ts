@@ -1,27 +1,20 @@
 // Template tags through the e2b SDK (Template.build with name:tag and tags, assignTags, removeTags, getTags,
 // exists, Sandbox.create('name:tag')), PATCH /v2/templates/{id}, GET /teams, and hostile callers.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { Sandbox, Template } from 'e2b';
-import { startServer, useSdk, type TestServer } from './harness.js';
+import { describeNode } from './fixture.js';
 
 const BASE = 'oci:/var/cache/aenv/images/base:latest';
 const RUN = `r${Date.now().toString(36)}`;
 const NAME = `${RUN}-tags`;
 
 describe('template tags', () => {
-  let server: TestServer;
+  const { server } = describeNode({ name: 'ttags' });
   let templateId: string;
 
-  beforeAll(async () => {
-    server = await startServer({ name: 'ttags' });
-    useSdk(server);
-  });
   afterAll(async () => {
-    if (server) {
-      await server.killAll();
-      if (templateId) await server.api('DELETE', `/templates/${templateId}`);
-      expect(await server.stop()).toBe(0);
-    }
+    await server.killAll();
+    if (templateId) await server.api('DELETE', `/templates/${templateId}`);
   });
 
   const tagNames = async (ref: string) => (await Template.getTags(ref)).map((t) => t.tag);

@@ -1,13 +1,13 @@
 // The template build API through the e2b SDK and raw HTTP: request validation, COPY uploads, build status and
 // logs, failures, concurrency, the layer cache, listing and deleting, and builds cut short by a restart.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { mkdtempSync, readdirSync, rmSync, writeFileSync, existsSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BuildError, Sandbox, Template, type LogEntry, type TemplateBuilder } from 'e2b';
-import { startServer, useSdk, type TestServer } from './harness.js';
+import { deleteTemplatesNamed, describeNode } from './fixture.js';
 
 const BASE = 'oci:/var/cache/aenv/images/base:latest';
 /** Per run, so that the node's layer cache (kept in the test node's home) never serves an earlier run. */
@@ -23,22 +23,11 @@ interface StatusBody {
 }
 
 describe('template build API', () => {
-  let server: TestServer;
+  const { server } = describeNode({ name: 'tapi' });
   const ctxDirs: string[] = [];
 
-  beforeAll(async () => {
-    server = await startServer({ name: 'tapi' });
-    useSdk(server);
-  });
-
   afterAll(async () => {
-    if (server) {
-      const list = await server.api('GET', '/templates');
-      for (const t of (list.body ?? []) as { templateID: string; names: string[] }[]) {
-        if (t.names.some((n) => n.startsWith(RUN))) await server.api('DELETE', `/templates/${t.templateID}`);
-      }
-      expect(await server.stop()).toBe(0);
-    }
+    await deleteTemplatesNamed(server, RUN);
     for (const d of ctxDirs) rmSync(d, { recursive: true, force: true });
   });
 
@@ -340,8 +329,7 @@ describe('template build API', () => {
     const crashed = await Template.buildInBackground(slow('crash'), name('crash'));
     await untilLog(crashed.templateId, `${RUN}-crash`);
     await server.crash();
-    server = await server.restart();
-    useSdk(server);
+    await server.restart();
     const after = await server.api(
       'GET',
       `/templates/${crashed.templateId}/builds/${crashed.templateId}/status`,
@@ -354,8 +342,7 @@ describe('template build API', () => {
     const stopped = await Template.buildInBackground(slow('stop'), name('stop'));
     await untilLog(stopped.templateId, `${RUN}-stop`);
     expect(await server.stop()).toBe(0);
-    server = await server.restart();
-    useSdk(server);
+    await server.restart();
     const s = await server.api('GET', `/templates/${stopped.templateId}/builds/${stopped.templateId}/status`);
     expect(s.body.status).toBe('error');
     expect(s.body.reason.message).toBe('the aenv server shut down while the build was running');

@@ -5,20 +5,18 @@ import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:f
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Sandbox, Template, waitForFile, type LogEntry } from 'e2b';
-import { startServer, useSdk, type TestServer } from './harness.js';
+import { deleteTemplatesNamed, describeNode } from './fixture.js';
 
 const BASE = 'oci:/var/cache/aenv/images/base:latest';
 const RUN = `r${Date.now().toString(36)}`;
 const name = (n: string) => `${RUN}-${n}`;
 
 describe('templates built with the SDK', () => {
-  let server: TestServer;
+  const { server } = describeNode({ name: 'tmpl' });
   let ctx: string;
   const sandboxes: Sandbox[] = [];
 
   beforeAll(async () => {
-    server = await startServer({ name: 'tmpl' });
-    useSdk(server);
     ctx = mkdtempSync(join(tmpdir(), 'tmpl-ctx-'));
     writeFileSync(join(ctx, 'hello.txt'), `hello ${RUN}\n`);
     mkdirSync(join(ctx, 'tree', 'sub'), { recursive: true });
@@ -42,13 +40,7 @@ describe('templates built with the SDK', () => {
 
   afterAll(async () => {
     for (const s of sandboxes) await s.kill().catch(() => {});
-    if (server) {
-      const list = await server.api('GET', '/templates');
-      for (const t of (list.body ?? []) as { templateID: string; names: string[] }[]) {
-        if (t.names.some((n) => n.startsWith(RUN))) await server.api('DELETE', `/templates/${t.templateID}`);
-      }
-      expect(await server.stop()).toBe(0);
-    }
+    await deleteTemplatesNamed(server, RUN);
     if (ctx) rmSync(ctx, { recursive: true, force: true });
   });
 

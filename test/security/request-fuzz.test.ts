@@ -233,13 +233,19 @@ async function send(server: TestServer, r: Sent): Promise<RawAnswer> {
   }
 }
 
-/** E2B's "sandbox not found" answer of the data plane (e2b-protocol §1.2): JSON with its `sandboxId`. */
+/**
+ * E2B's "sandbox not found" answer of the data plane (docs/differences.md#data-plane-proxy): JSON with its
+ * `sandboxId`.
+ */
 function expectSandboxNotFound(a: RawAnswer): void {
   expect(a.headers['content-type'], a.raw).toMatch(/^application\/json/);
   expect(JSON.parse(a.body), a.raw).toMatchObject({ code: 502, message: expect.any(String) });
 }
 
-/** A data-plane refusal: JSON `{code, message}`, or the plain-text routing errors of reference §2.7. */
+/**
+ * A data-plane refusal: JSON `{code, message}`, or the plain-text routing errors
+ * (docs/networking.md#data-plane-routing).
+ */
 function expectDataPlaneError(a: RawAnswer): void {
   if (/^text\/plain/.test(a.headers['content-type'] ?? '')) expect(a.body.length, a.raw).toBeGreaterThan(0);
   else if (a.headers['content-type']) expectErrorShape(a);

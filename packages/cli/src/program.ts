@@ -1,5 +1,5 @@
-// The `aenv` command tree: the services it runs and the client commands of reference §7 (docs/cli.md is
-// generated from this tree).
+// The `aenv` command tree: the services it runs and its client commands (docs/cli.md is generated from this
+// tree).
 import { Command } from 'commander';
 import { registerAuthCommand } from './commands/auth.js';
 import { registerBuildCommands } from './commands/build.js';

@@ -6,7 +6,7 @@ export const DEFAULT_IMAGE = 'ubuntu:24.04';
 export const DEFAULT_GC_INTERVAL_SECS = 1800;
 
 /**
- * Value normalisations the reference applies before validating (agentenv-reference.md §4.1):
+ * Value normalisations applied before validating, as the reference does (docs/configuration.md#normalisation):
  * trimming, domain normalisation, gc interval 0 → 1800, pvm → no dirty-page tracking, clamps.
  * Mutates `c`; returns problems and warnings.
  */

@@ -33,8 +33,8 @@ const poolComponent = (doc: string, microvmOnly: boolean) =>
   );
 
 /**
- * Every configuration key: the reference's (agentenv-reference.md §4.2) plus aenv's additions.
- * Types, defaults, docs, default.toml and docs/configuration.md are all derived from this tree.
+ * Every configuration key: the reference's plus aenv's additions. Types, defaults, docs, default.toml and
+ * docs/configuration.md are all derived from this tree.
  */
 export const CONFIG_SCHEMA = section('Top-level keys.', {
   home_path: path({

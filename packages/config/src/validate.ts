@@ -12,8 +12,8 @@ const VM_LINK_CIDR = '169.254.0.20/30';
 const SEMVER_NO_BUILD = /^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$/;
 
 /**
- * Rules that span keys or need the resolved configuration: every rule of
- * agentenv-reference.md §4.3 plus aenv's own. Per-key type/range rules live in the schema.
+ * Rules that span keys or need the resolved configuration (docs/configuration.md#validation-startup-fails).
+ * Per-key type/range rules live in the schema.
  */
 export function validateConfig(
   c: MutableConfig,

@@ -1,4 +1,4 @@
-// Which sandboxes a successful create or fork made (reference §6.3 "Assignment recording"): the
+// Which sandboxes a successful create or fork made (docs/cluster.md#how-the-gateway-routes, "Recording"): the
 // x-agentenv-sandbox-id answer header, else the body's sandboxID|sandboxId|sandbox_id at the top level, under
 // `data`, in `sandboxes[]`, or (aenv's fork answer) in a top-level array of `{sandbox: {...}}`.
 const ID_KEYS = ['sandboxID', 'sandboxId', 'sandbox_id'];

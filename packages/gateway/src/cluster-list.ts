@@ -1,6 +1,6 @@
-// `GET /sandboxes` and `GET /v2/sandboxes` across the cluster (reference §6.3): every node is asked (without
-// `limit`/`nextToken`), all must answer, and their items are merged, deduplicated by sandboxID (first kept),
-// sorted startedAt descending then sandboxID ascending, and paged with the nodes' own token format.
+// `GET /sandboxes` and `GET /v2/sandboxes` across the cluster (docs/cluster.md#the-cluster-list): every node is
+// asked without `limit`/`nextToken` and all must answer; their items are merged, deduplicated, sorted and paged
+// with the nodes' own token format.
 import {
   decodePageToken,
   encodePageToken,

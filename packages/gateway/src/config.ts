@@ -1,6 +1,6 @@
 // The gateway's settings: the cluster JSON file (`-config`, shared with the scheduler; docs/cluster.md),
-// then the GATEWAY_* environment, then the API key (reference §5.11: env, else the mounted secret; a gateway
-// never generates one).
+// then the GATEWAY_* environment, then the API key (docs/cluster.md#the-gateway: env, else the mounted secret;
+// a gateway never generates one).
 import { closeSync, constants, fstatSync, openSync, readFileSync, readSync } from 'node:fs';
 import {
   applyConfigDocument,

@@ -66,7 +66,7 @@ export function apiKeyMatches(req: IncomingMessage, expected: Buffer): boolean {
   return timingSafeEqual(digest(value), expected);
 }
 
-/** Streams (Connect/gRPC, SSE, trailers) are never time-bounded (reference §6.3). */
+/** Streams (Connect/gRPC, SSE, trailers) are never time-bounded (docs/cluster.md#how-the-gateway-routes). */
 export function isStreaming(req: IncomingMessage): boolean {
   const ct = String(req.headers['content-type'] ?? '').toLowerCase();
   if (ct.startsWith('application/grpc') || ct.startsWith('application/connect')) return true;

@@ -1,4 +1,4 @@
-// The gateway's Prometheus metrics (reference §6.3), served on `gateway.metrics_listen_addr`.
+// The gateway's Prometheus metrics (docs/cluster.md#gateway-metrics), served on `gateway.metrics_listen_addr`.
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Histogram, Registry } from 'prom-client';

@@ -1,5 +1,5 @@
-// `GET /nodes` at the gateway: the scheduler's observed nodes in the API's `Node` JSON shape (reference §6.3;
-// lingering shows as "unspecified", as there).
+// `GET /nodes` at the gateway: the scheduler's observed nodes in the API's `Node` JSON shape
+// (docs/cluster.md#how-the-gateway-routes; lingering shows as "unspecified", as the reference's gateway does).
 import { NodeStatus, type ObservedNode } from '@aenv/protocol';
 
 const STATUS: Record<number, string> = {

@@ -1,5 +1,6 @@
-// The placement hint of a create (reference §6.1 ScheduleRequestHint), read from the request body the gateway
-// buffered. A body that is not JSON still gets placed (empty hint): the node gives the client its 400.
+// The placement hint of a create (`ScheduleRequestHint` of packages/protocol/proto/scheduler/v1/scheduler.proto;
+// docs/cluster.md#how-the-gateway-routes), read from the request body the gateway buffered. A body that is not
+// JSON still gets placed (empty hint): the node gives the client its 400.
 import { create } from '@bufbuild/protobuf';
 import {
   NewColdSandboxHintSchema,

@@ -6,7 +6,7 @@ const r = (method: string, url: string, headers: Record<string, string> = {}) =>
   route(method, url, { host: 'gw.local:8080', ...headers }, D);
 const sdk = { 'e2b-sandbox-id': 'abc123', 'e2b-sandbox-port': '49983' };
 
-describe('gateway routing (reference §6.3)', () => {
+describe('gateway routing (docs/cluster.md#how-the-gateway-routes)', () => {
   it('normalises host-route domains: lowercase, deduplicated, longest first', () => {
     expect(D).toEqual(['sbx.example.test', 'example.test']);
   });

@@ -1,5 +1,5 @@
-// Where a request through the gateway goes (docs/cluster.md#how-the-gateway-routes): the reference's routing
-// table (agentenv-reference §6.3) as one pure decision, so every branch is unit-tested without sockets.
+// Where a request through the gateway goes (docs/cluster.md#how-the-gateway-routes): the routing table as one
+// pure decision, so every branch is unit-tested without sockets.
 import { parseProxyHost, RoutingError } from '@aenv/proxy';
 
 export type Route =
@@ -66,7 +66,7 @@ function headerRoute(headers: Headers): { sandboxId: string; port: number } | Ro
   return { sandboxId, port };
 }
 
-/** Control-plane paths naming one sandbox, by method (reference §6.3, plus logs and metrics the node serves). */
+/** Control-plane paths naming one sandbox, by method (docs/cluster.md#how-the-gateway-routes). */
 const SANDBOX_OPS: Record<string, readonly string[]> = {
   GET: ['', 'custom-extension-params', 'logs', 'metrics'],
   DELETE: [''],

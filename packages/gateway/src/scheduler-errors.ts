@@ -1,4 +1,4 @@
-// How a failed scheduler call is answered (reference §6.3): the gRPC code decides the status.
+// How a failed scheduler call is answered (docs/cluster.md#how-the-gateway-routes): the gRPC code decides the status.
 import { Code, ConnectError } from '@connectrpc/connect';
 
 export interface ErrorAnswer {

@@ -6,7 +6,7 @@ import type { Duplex } from 'node:stream';
  * control-plane router sees them (api/http-server.ts).
  */
 export interface DataPlane {
-  /** True when the request is sandbox traffic (reference §2.7 classification). */
+  /** True when the request is sandbox traffic (docs/networking.md#data-plane-routing). */
   claims(req: IncomingMessage): boolean;
   handle(req: IncomingMessage, res: ServerResponse): void;
   upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void;

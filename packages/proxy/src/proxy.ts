@@ -65,7 +65,7 @@ function singleHeader(req: IncomingMessage, name: string): string | undefined {
 const STATUS_TEXT = /^[\t\x20-\x7e\x80-\xff]*$/;
 
 /**
- * The data-plane reverse proxy (reference §2.7): routes by host, `/proxy` prefix, routing headers or a signed
+ * The data-plane reverse proxy (docs/networking.md#data-plane-routing): routes by host, `/proxy` prefix, routing headers or a signed
  * `/files` URL to `http://<sandbox host-interaction ip>:<port>`, enforces per-port tokens before anything else
  * happens (auto-resume included), streams both ways through undici with every body re-framed, bridges
  * WebSockets, and tears down every open exchange of a sandbox instance when it stops (docs/security.md).

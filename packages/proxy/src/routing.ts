@@ -10,7 +10,10 @@ export interface DataPlaneRoute {
   via: 'prefix' | 'host' | 'headers' | 'signature';
 }
 
-/** A data-plane request that cannot be routed; answered with `status` and a plain-text `message` (reference §2.7). */
+/**
+ * A data-plane request that cannot be routed; answered with `status` and a plain-text `message`
+ * (docs/networking.md#data-plane-routing).
+ */
 export class RoutingError extends Error {
   constructor(
     readonly status: number,
@@ -85,7 +88,7 @@ function splitUrl(url: string): { path: string; query: string } {
   return q < 0 ? { path: url, query: '' } : { path: url.slice(0, q), query: url.slice(q) };
 }
 
-/** True when a header-less request looks like a signed envd `/files` URL (e2b-protocol §1.2). */
+/** True when a header-less request looks like a signed envd `/files` URL (docs/networking.md#data-plane-routing). */
 export function isSignedFilesUrl(url: string): boolean {
   const { path, query } = splitUrl(url);
   return path === '/files' && /[?&]signature=/.test(query);

@@ -86,7 +86,7 @@ export class RawLab {
     return `raw-${kind}-${++this.seq}`;
   }
 
-  /** netns + veth + addresses + routes with two `ip -batch` calls (host-facts §4). */
+  /** netns + veth + addresses + routes with two `ip -batch` calls (docs/networking.md#how-a-slot-is-made). */
   async createNetns() {
     const k = ++this.netSeq;
     if (k > 250) throw new Error('raw twin netns counter exhausted (250)');

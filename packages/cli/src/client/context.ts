@@ -1,5 +1,5 @@
 // What a client command runs with: the resolved connection, the API client, the printer, and envd clients
-// of sandboxes reached through the node's header route (reference §7: `x-agentenv-sandbox-id`,
+// of sandboxes reached through the node's header route (docs/cli.md: `x-agentenv-sandbox-id`,
 // `x-agentenv-target-port`, `X-Access-Token`, straight at the base URL).
 import type { Command } from 'commander';
 import { Option } from 'commander';

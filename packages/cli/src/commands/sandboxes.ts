@@ -8,7 +8,7 @@ import type { Column } from '../client/output.js';
 import { intIn, keyValue, seconds } from '../client/parse.js';
 import { SHELL, runInTerminal } from '../client/remote-process.js';
 
-/** The reference CLI's default lifetime of a sandbox it starts or resumes (reference §7). */
+/** The default lifetime of a sandbox the CLI starts or resumes, the reference CLI's (docs/cli.md#aenv-start). */
 export const DEFAULT_TIMEOUT_SECS = 300;
 
 const SANDBOX_COLUMNS: Column<ListedSandbox>[] = [

@@ -19,7 +19,7 @@ const TEMPLATE_COLUMNS: Column<TemplateResponse>[] = [
   { header: 'CREATED', value: (t) => t.createdAt },
 ];
 
-/** `registry/org/name:tag@digest` → `name` (reference §7 `pull --name` default). */
+/** `registry/org/name:tag@digest` → `name`: `pull`'s default `--name` (docs/cli.md#aenv-pull). */
 export function templateNameOf(image: string): string {
   const noDigest = image.split('@')[0]!;
   const last = noDigest.slice(noDigest.lastIndexOf('/') + 1);

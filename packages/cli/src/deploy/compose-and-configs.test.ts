@@ -1,5 +1,5 @@
 // The Compose deployment (deploy/docker-compose.yml) and every cluster config JSON shipped in deploy/:
-// the JSON has the shape of the reference's config (agentenv-reference §6.2: known keys only, durations
+// the JSON has the shape of the reference's config (docs/cluster.md#configuration: known keys only, durations
 // as strings), the compose file wires what the configs name (node ids, service names, ports), nothing is
 // built or pulled from a registry, the nodes share one repository and one secrets volume, sandboxes'
 // network has no way out, and the node config loads.
@@ -15,7 +15,7 @@ import { loadConfig } from '@aenv/config';
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..', '..');
 const read = (p: string) => readFileSync(join(REPO, p), 'utf8');
 
-// ---- the reference's config JSON (§6.2) ------------------------------------------------------------------
+// ---- the reference's config JSON (docs/cluster.md#configuration) ------------------------------------------
 
 type Shape = 'string' | 'duration' | 'integer' | 'boolean' | 'strings' | Shape[] | { [key: string]: Shape };
 const NODE_LIMIT = Object.fromEntries(
@@ -91,7 +91,7 @@ function shapeProblems(value: unknown, shape: Shape, path = ''): string[] {
   return Object.entries(value).flatMap(([k, v]) =>
     k in shape
       ? shapeProblems(v, shape[k]!, path ? `${path}.${k}` : k)
-      : [`${path ? `${path}.` : ''}${k} is not a §6.2 key`],
+      : [`${path ? `${path}.` : ''}${k} is not a cluster config key`],
   );
 }
 
@@ -112,7 +112,7 @@ describe('cluster config JSON', () => {
     doc.gateway.request_timout = '30s';
     expect(shapeProblems(doc, CONFIG_SHAPE)).toEqual([
       'scheduler.report_ttl must be a duration string like "30s", got 30',
-      'gateway.request_timout is not a §6.2 key',
+      'gateway.request_timout is not a cluster config key',
     ]);
   });
 });

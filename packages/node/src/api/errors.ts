@@ -12,7 +12,7 @@ export { internalErrorMessage };
 /**
  * An answer the API layer decides itself (route and query validation, admission), with HTTP status `status` and
  * the body `{"code": <code>, "message": <message>}`. `code` is normally the HTTP status; the reference puts a
- * different body code in some 500 answers (§10.3), which is why the two are separate. Subsystems throw
+ * different body code in some 500 answers, which is why the two are separate. Subsystems throw
  * `DomainError`s instead; `errorAnswer` maps both.
  *
  * Internal failures (HTTP 500 with a 5xx body code, and every server-fault kind a subsystem raised) never show

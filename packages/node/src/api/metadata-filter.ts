@@ -9,7 +9,7 @@ function unescape(s: string): string {
 }
 
 /**
- * `metadata` query filter as the e2b SDK encodes it (e2b-protocol §2.1): the query-decoded value is unescaped once
+ * `metadata` query filter as the e2b SDK encodes it: the query-decoded value is unescaped once
  * more, split on `&`, each pair on `=` (exactly two parts), then key and value unescaped. Empty keys/values are dropped.
  */
 export function parseMetadataFilter(raw: unknown): Record<string, string> | undefined {

@@ -19,7 +19,7 @@ export interface WarmPoolOptions<S, T> {
 }
 
 /**
- * Pre-started sandboxes per template (reference §5.15 generic pools; ARCHITECTURE.md "create from a warm pool").
+ * Pre-started sandboxes per template (docs/architecture.md#lifecycle, "Warm sandbox pool").
  * A create takes one at once and the pool boots a replacement in the background, one at a time, so it never
  * competes with creates for more than one core. Templates enter the pool when used (or prewarmed) and leave it
  * least-recently-used first.

@@ -77,7 +77,7 @@ export class HookClient {
 
   /** Returns the sandbox's full new params, as the extension computed them from `patch`. */
   async patchParams(sandboxId: string, patch: Record<string, unknown>): Promise<Record<string, unknown>> {
-    // The reference answers a failed patch with 400 (§2, custom-extension-params).
+    // A failed patch is a 400, as the reference answers it (docs/hooks.md#failures).
     const answer = await this.call('patch-params', { sandboxId, patch }, { kind: ErrorKind.InvalidArgument });
     if (!isObject(answer) || !isObject(answer.customExtensionParams)) {
       throw new HookError(

@@ -69,7 +69,7 @@ function normalizeRegistryList(list: readonly string[], key: string): string[] {
   return out;
 }
 
-/** Applies the reference's trimming rules (§4.1) and validates registry names. */
+/** Applies the trimming rules (docs/configuration.md#normalisation) and validates registry names. */
 export function normalizeResolverConfig(cfg: ResolverConfig = {}): NormalizedResolverConfig {
   const defaultImage = cfg.defaultImage?.trim() || DEFAULT_IMAGE;
   return {

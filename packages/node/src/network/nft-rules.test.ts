@@ -62,7 +62,7 @@ describe('sharedTableScript', () => {
     ]);
   });
 
-  it('hooks at the priorities of host-facts §4 and flushes before re-adding', () => {
+  it('hooks at the priorities docs/networking.md gives and flushes before re-adding', () => {
     expect(script).toContain(
       'add chain inet aenv forward { type filter hook forward priority filter - 10 ; policy accept ; }',
     );

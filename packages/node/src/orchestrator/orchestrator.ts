@@ -179,8 +179,8 @@ const invalidState = (id: string, message: string): DomainError =>
   new DomainError(ErrorKind.InvalidState, message, { details: { sandboxId: id } });
 
 /**
- * The sandbox state machine (reference §5.1): owns every record, serialises operations per sandbox, applies
- * timeouts, and drives the backend. Nothing else changes a sandbox's state.
+ * The sandbox state machine (docs/architecture.md#lifecycle): owns every record, serialises operations per
+ * sandbox, applies timeouts, and drives the backend. Nothing else changes a sandbox's state.
  */
 export class Orchestrator {
   private readonly sandboxes = new Map<string, SandboxRecord>();
@@ -631,7 +631,7 @@ export class Orchestrator {
   }
 
   /**
-   * The start hooks of one start of `r` (reference §5.13). `beforeStart` tells the extension, `started` settles it:
+   * The start hooks of one start of `r` (docs/hooks.md). `beforeStart` tells the extension, `started` settles it:
    * every instance it was told of and that did not become the sandbox's (a failed start, a pre-started sandbox
    * given up) is told `stop`, so the extension holds nothing for it.
    */
@@ -680,7 +680,7 @@ export class Orchestrator {
 
   /**
    * `PATCH /custom-extension-params`: the extension computes the full new params from `patch`; they replace the
-   * stored ones. Only a running sandbox (reference §2: 409 otherwise); no extension or a failed hook → 400.
+   * stored ones. Only a running sandbox (409 otherwise, docs/hooks.md); no extension or a failed hook → 400.
    */
   async patchExtensionParams(id: string, patch: Record<string, unknown>): Promise<Record<string, unknown>> {
     const ext = this.opts.extension;
@@ -903,7 +903,7 @@ export class Orchestrator {
   }
 
   /**
-   * `POST /pause`: idempotent on paused; 409 from other non-running states (reference §2.4). With
+   * `POST /pause`: idempotent on paused; 409 from other non-running states, as the reference's API. With
    * `requireHealthyGuest`, and always for a filesystem-only pause (`memory: false`), a sandbox whose envd does
    * not answer is not paused (503) and keeps running (E2B's `SandboxPauseRequest`, docs/differences.md).
    */
@@ -1246,7 +1246,7 @@ export class Orchestrator {
     }
   }
 
-  /** Graceful shutdown (reference §1.6): pause every running sandbox, wait for transitional ones. */
+  /** Graceful shutdown (docs/operations.md): pause every running sandbox, wait for transitional ones. */
   async shutdown(): Promise<void> {
     this.shuttingDown = true;
     if (this.evictTimer) clearTimeout(this.evictTimer);

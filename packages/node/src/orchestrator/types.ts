@@ -13,7 +13,7 @@ export const TRANSITIONAL_STATES: ReadonlySet<SandboxState> = new Set([
   'killing',
 ]);
 
-/** API `state` (reference §2.3): snapshotting/forking report "paused" like the reference does. */
+/** API `state`: snapshotting/forking report "paused", as the reference's API does. */
 export function apiState(state: SandboxState): 'running' | 'paused' {
   return state === 'pausing' || state === 'paused' || state === 'snapshotting' || state === 'forking'
     ? 'paused'

@@ -36,7 +36,7 @@ import type {
   SignUnsignedResult,
   SnapshotRepository,
 } from './repository.js';
-import type { BlobLocation, LockHandle, LockMode, LockName, RepositoryStore } from './store.js';
+import type { BlobLocation, LockHandle, LockMode, LockName, RepositoryStorage } from './storage.js';
 import { untrusted, type RecordSigner, type SignedNamespace } from './signing.js';
 import {
   claimMatches,
@@ -46,7 +46,7 @@ import {
 } from './sandbox-claim.js';
 
 export interface CatalogOptions {
-  store: RepositoryStore;
+  store: RepositoryStorage;
   logger: Logger;
   /** How long an operation waits for a record/alias/GC lock held by someone else. */
   lockTimeoutMs: number;
@@ -70,7 +70,7 @@ const localFileSchema = z.object({ path: z.string().min(1), mediaType: z.string(
 
 /** The catalog rules shared by every backend: validation, alias binding, publish ordering, GC, clean-up. */
 export class CatalogRepository implements SnapshotRepository {
-  private readonly store: RepositoryStore;
+  private readonly store: RepositoryStorage;
   private readonly log: Logger;
   private readonly lockTimeoutMs: number;
   private readonly signer: RecordSigner;

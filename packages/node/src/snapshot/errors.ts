@@ -2,9 +2,9 @@ import { DomainError, ErrorKind } from '@aenv/protocol';
 
 /**
  * Repository error reasons, each a domain error kind (docs/errors.md). The API answers them as the reference's
- * repository mapping does (§2.1): InvalidRequest 400, NotFound 404, AliasConflict and IntegrityMismatch 409,
- * Unsupported and Backend 500; build and publish routes answer AliasConflict/IntegrityMismatch with 400 (the API's
- * `HTTP_ROUTE_QUIRKS`).
+ * repository mapping does (docs/snapshots.md#api): InvalidRequest 400, NotFound 404, AliasConflict and
+ * IntegrityMismatch 409, Unsupported and Backend 500; build and publish routes answer AliasConflict/IntegrityMismatch
+ * with 400 (the API's `HTTP_ROUTE_QUIRKS`).
  */
 export type RepositoryErrorKind =
   'InvalidRequest' | 'NotFound' | 'AliasConflict' | 'IntegrityMismatch' | 'Unsupported' | 'Backend';

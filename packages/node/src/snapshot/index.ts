@@ -1,8 +1,8 @@
 import type { Logger } from '../util/log.js';
 import { CatalogRepository } from './catalog-repository.js';
 import { invalidRequest } from './errors.js';
-import { S3Store, type OssOptions } from './oss/s3-store.js';
-import { PosixStore } from './posix/posix-store.js';
+import { S3Storage, type OssOptions } from './oss/s3-storage.js';
+import { PosixStorage } from './posix/posix-storage.js';
 import { RecordSigner } from './signing.js';
 import type { SnapshotRepository } from './repository.js';
 
@@ -11,7 +11,7 @@ export * from './record.js';
 export * from './repository.js';
 export * from './sandbox-claim.js';
 export { RecordSigner, canonicalJson } from './signing.js';
-export type { OssOptions, OssCredentials } from './oss/s3-store.js';
+export type { OssOptions, OssCredentials } from './oss/s3-storage.js';
 
 export interface CompressionOptions {
   /** Compress blobs with zstd when uploading to oss (the local cache keeps raw files). */
@@ -57,7 +57,7 @@ export function createSnapshotRepository(opts: SnapshotRepositoryOptions): Snaps
   if (opts.backend === 'posix_fs') {
     if (!opts.posixFs?.snapshotStore) throw invalidRequest('backend.posix_fs.snapshot_store is required');
     return new CatalogRepository({
-      store: new PosixStore({ snapshotStore: opts.posixFs.snapshotStore, logger }),
+      store: new PosixStorage({ snapshotStore: opts.posixFs.snapshotStore, logger }),
       logger,
       lockTimeoutMs,
       ...signing,
@@ -71,7 +71,7 @@ export function createSnapshotRepository(opts: SnapshotRepositoryOptions): Snaps
     if (!Number.isInteger(level) || level < 1 || level > 19) {
       throw invalidRequest(`publish_compression.level must be an integer 1..19 (got ${level})`);
     }
-    const store = new S3Store({
+    const store = new S3Storage({
       oss: opts.oss,
       localCachePath: opts.localCachePath,
       cacheMaxBytes: Math.floor(opts.cacheMaxSizeGb * 1024 ** 3),

@@ -19,7 +19,7 @@ export interface TemplateCatalogOptions {
   volumeMountsOf(extra: unknown): VolumeMountRecord[] | undefined;
 }
 
-/** Names the SDK may use for a template: `ns/name:tag` → `name` (e2b-protocol §2.3). */
+/** Names the SDK may use for a template: `ns/name:tag` → `name` (docs/templates.md). */
 export function candidateNames(ref: string): string[] {
   const out = [ref];
   let bare = ref;

@@ -1,6 +1,7 @@
-// A template's start command and ready check (reference §2.5): the start command runs in the background as a
-// login shell; the ready command is run until it exits 0 — after 0.1, 0.2, 0.4, 0.8, 1.6 s, then every 2 s, for
-// 10 min at most. The start command must still be running, or have exited 0, for the template to count as ready.
+// A template's start command and ready check (docs/templates.md#the-build): the start command runs in the
+// background as a login shell; the ready command is run until it exits 0 — after 0.1, 0.2, 0.4, 0.8, 1.6 s, then
+// every 2 s, for 10 min at most. The start command must still be running, or have exited 0, for the template to
+// count as ready.
 import type { CommandContext } from '../snapshot/index.js';
 import type { BackgroundProcess, CommandOutput, EnvdRpcClient } from '@aenv/protocol';
 

@@ -1,4 +1,4 @@
-// Headers of the control plane and of the data-plane routing (e2b-protocol §2, docs/networking.md).
+// Headers of the control plane and of the data-plane routing (docs/networking.md#data-plane-routing).
 
 /** The caller's API key on every control-plane route except `/health`. */
 export const API_KEY_HEADER = 'x-api-key';

@@ -1,4 +1,5 @@
-// Signed envd `/files` URLs (e2b-protocol §3.2): the e2b SDK signs them, envd and the node's proxy verify them.
+// Signed envd `/files` URLs (docs/envd.md#what-is-implemented): the e2b SDK signs them, envd and the node's proxy
+// verify them.
 import type * as NodeCrypto from 'node:crypto';
 
 // Loaded on first use: an envd of a sandbox without an access token never needs node:crypto.

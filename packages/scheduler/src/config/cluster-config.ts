@@ -74,7 +74,7 @@ export class ClusterConfigError extends Error {
   override name = 'ClusterConfigError';
 }
 
-/** The reference's defaults (agentenv-reference.md §6.2). */
+/** The defaults, the reference's (docs/cluster.md#configuration). */
 export function defaultClusterConfig(): ClusterConfig {
   return {
     logLevel: 'info',

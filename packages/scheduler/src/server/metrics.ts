@@ -1,4 +1,4 @@
-// The reference's scheduler metrics (agentenv-reference.md §6.3), names and labels unchanged so the same
+// The scheduler's metrics (docs/cluster.md#metrics): the reference's names and labels, so the same
 // dashboards read either scheduler; served by prom-client on scheduler.metrics_listen_addr.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ObservedNode } from '@aenv/protocol';

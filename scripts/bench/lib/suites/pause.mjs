@@ -1,5 +1,5 @@
 // Pause / resume / snapshot / fork for an idle `base` sandbox and one holding 256 MB, through the API
-// (agentenv-reference §2.2–2.4), next to raw `runc checkpoint|restore` with the same CRIU, CRIU config
+// (docs/snapshots.md, docs/architecture.md#lifecycle), next to raw `runc checkpoint|restore` with the same CRIU, CRIU config
 // and environment on a raw container of the same rootfs and OCI config, interleaved in the same run.
 //   pause (API call → durable)        vs  runc checkpoint (stop)
 //   resume, memory still resident     vs  runc resume (freezer thaw)          target: ≤ 10 ms absolute

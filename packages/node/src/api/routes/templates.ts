@@ -1,4 +1,4 @@
-// Template routes of the E2B build API (docs/differences.md, e2b-protocol §2.4).
+// Template routes of the E2B build API (docs/templates.md#api, docs/differences.md).
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import {
   isBuildId,

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { Logger } from '../../util/log.js';
 import { RepositoryError } from '../errors.js';
-import type { LockHandle, LockMode } from '../store.js';
+import type { LockHandle, LockMode } from '../storage.js';
 import { PreconditionFailed, type HeadResult, type S3Ops } from './s3-ops.js';
 
 export interface LeaseLockOptions {

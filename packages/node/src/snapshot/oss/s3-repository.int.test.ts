@@ -14,7 +14,7 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createSnapshotRepository, type SnapshotRepositoryOptions } from '../index.js';
 import { defineRepositoryContract, type StoredBlobRef } from '../testing/contract-suite.js';
-import { S3Store } from './s3-store.js';
+import { S3Storage } from './s3-storage.js';
 
 // The S3-compatible test server (test/services/start.sh: moto on 127.0.0.1:9000); test/services/env.sh exports these.
 const endpoint = process.env.AENV_TEST_S3_ENDPOINT ?? 'http://127.0.0.1:9000';
@@ -191,7 +191,7 @@ describe('oss backend specifics', () => {
   });
 
   it('probes which conditional requests the server enforces, matching what a direct request shows', async () => {
-    const store = new S3Store({
+    const store = new S3Storage({
       oss: options.oss!,
       localCachePath: options.localCachePath,
       cacheMaxBytes: 1 << 30,

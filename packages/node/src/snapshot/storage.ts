@@ -40,7 +40,7 @@ export interface StagedBlob {
   discard(): Promise<void>;
 }
 
-export interface RepositoryStore {
+export interface RepositoryStorage {
   readonly backend: 'posix_fs' | 'oss';
 
   /** Creates directories/verifies access; called once before anything else. */

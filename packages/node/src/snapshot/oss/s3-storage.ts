@@ -11,10 +11,10 @@ import type {
   LockHandle,
   LockMode,
   LockName,
-  RepositoryStore,
+  RepositoryStorage,
   StagedBlob,
   StoredLayer,
-} from '../store.js';
+} from '../storage.js';
 import { copyToTemp } from '../posix/fs-util.js';
 import { createS3Client, normalizePrefix, type OssOptions } from './s3-client.js';
 import { LeaseLocks } from './s3-lock.js';
@@ -57,7 +57,7 @@ const DOC_READ_CONCURRENCY = 16;
  * Blobs are stored zstd-compressed (codec and sizes in object metadata); the digest is of the raw content,
  * which is what the node-local cache keeps.
  */
-export class S3Store implements RepositoryStore {
+export class S3Storage implements RepositoryStorage {
   readonly backend = 'oss' as const;
   readonly ops: S3Ops;
   readonly cache: LocalBlobCache;

@@ -11,10 +11,10 @@ import type {
   LockHandle,
   LockMode,
   LockName,
-  RepositoryStore,
+  RepositoryStorage,
   StagedBlob,
   StoredLayer,
-} from '../store.js';
+} from '../storage.js';
 import { acquireFlock, FlockError } from '../../util/flock.js';
 import { privatizeTree } from '../../util/private-tree.js';
 import {
@@ -27,7 +27,7 @@ import {
   writeFileDurable,
 } from './fs-util.js';
 
-export interface PosixStoreOptions {
+export interface PosixStorageOptions {
   /** `[backend.posix_fs].snapshot_store`; the repository lives in its `repository/` subdirectory. */
   snapshotStore: string;
   logger: Logger;
@@ -47,7 +47,7 @@ const LOCK_STRIPES = 256;
  *   locks/{records,aliases}/<xx>.lock, locks/gc.lock   flock(2) files (never deleted)
  *   tmp/                           temp files; everything is renamed/linked into place from here
  */
-export class PosixStore implements RepositoryStore {
+export class PosixStorage implements RepositoryStorage {
   readonly backend = 'posix_fs' as const;
   readonly root: string;
   private readonly log: Logger;
@@ -56,7 +56,7 @@ export class PosixStore implements RepositoryStore {
   private readonly verified = new Set<string>();
   private readonly verifying = new Map<string, Promise<void>>();
 
-  constructor(opts: PosixStoreOptions) {
+  constructor(opts: PosixStorageOptions) {
     this.root = join(opts.snapshotStore, 'repository');
     this.log = opts.logger;
   }
