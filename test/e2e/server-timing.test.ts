@@ -1,18 +1,11 @@
 // Lifecycle answers carry their phases as `Server-Timing` (docs/benchmarks.md#phases): what a create, pause,
 // resume, fork and kill spent in each step, from a real node.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { parseServerTiming } from '../../packages/node/src/util/phases.js';
-import { startServer, type TestServer } from './harness.js';
+import { describeNode } from './fixture.js';
 
 describe('Server-Timing on lifecycle answers', () => {
-  let server: TestServer;
-  beforeAll(async () => {
-    server = await startServer({ name: 'timing' });
-  });
-  afterAll(async () => {
-    await server?.killAll();
-    expect(await server?.stop()).toBe(0);
-  });
+  const { server } = describeNode({ name: 'timing' });
 
   const phasesOf = (headers: Headers) => {
     const h = headers.get('server-timing');

@@ -27,6 +27,7 @@ import { MAX_HINT_BODY_BYTES, placementHint } from './placement.js';
 import { needsApiKey, normalizeDomains, route, type Route } from './routing.js';
 import type { SchedulerCalls } from './scheduler-calls.js';
 import { isNotFound, schedulerErrorAnswer } from './scheduler-errors.js';
+import { VolumeLocator } from './volume-locator.js';
 
 export interface GatewayDeps {
   config: GatewaySection;
@@ -105,11 +106,23 @@ export class Gateway {
   private readonly domains: string[];
   private readonly key: Buffer;
   private readonly agent: Dispatcher;
+  private readonly volumes: VolumeLocator;
 
   constructor(private readonly deps: GatewayDeps) {
     this.domains = normalizeDomains(deps.config.sandboxProxyDomains);
     this.key = digest(deps.apiKey);
     this.agent = new Agent({ connect: { timeout: 5_000 }, headersTimeout: 0, bodyTimeout: 0 });
+    this.volumes = new VolumeLocator({
+      scheduler: deps.scheduler,
+      agent: this.agent,
+      apiKey: deps.apiKey,
+      requestTimeoutMs: deps.config.requestTimeoutMs,
+      apiKeyMatches: (req) => apiKeyMatches(req, this.key),
+      readBody,
+      forward: (req, res, node, body) =>
+        this.forward(req, res, { kind: 'any' }, node, req.url ?? '/', body ? { body } : {}),
+      json: (res, status, value) => this.json(res, status, value),
+    });
   }
 
   async close(): Promise<void> {
@@ -260,9 +273,14 @@ export class Gateway {
         return this.sandboxCall(r, req, res);
       case 'create': {
         const body = await readBody(req, MAX_HINT_BODY_BYTES);
-        const node = await this.deps.scheduler.schedule(placementHint(body, r.cold));
+        // A create mounting volumes goes to their node (docs/cluster.md#volumes-in-a-cluster).
+        const node =
+          (await this.volumes.nodeForMounts(body)) ??
+          (await this.deps.scheduler.schedule(placementHint(body, r.cold)));
         return this.forward(req, res, r, node, req.url ?? '/', { body, record: 'created' });
       }
+      case 'volume':
+        return this.volumes.serve(r.op, req, res);
       case 'any': {
         const node = await this.deps.scheduler.schedule(undefined);
         return this.forward(req, res, r, node, req.url ?? '/');

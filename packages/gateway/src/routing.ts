@@ -1,6 +1,7 @@
 // Where a request through the gateway goes (docs/cluster.md#how-the-gateway-routes): the routing table as one
 // pure decision, so every branch is unit-tested without sockets.
 import { parseProxyHost, RoutingError } from '@aenv/proxy';
+import { volumeRoute, type VolumeOp } from './volume-routes.js';
 
 export type Route =
   /** `/health` not routed to a sandbox: answered 204 by the gateway. */
@@ -19,6 +20,8 @@ export type Route =
   | { kind: 'sandbox'; sandboxId: string; op: string }
   /** A create: placed by Schedule with the body's hint, the new sandbox recorded. */
   | { kind: 'create'; cold: boolean }
+  /** `/volumes…` and `/volumecontent/…`: to the node holding the volume (docs/cluster.md#volumes-in-a-cluster). */
+  | { kind: 'volume'; op: VolumeOp }
   /** Any other control-plane call: to a node Schedule picks. */
   | { kind: 'any' };
 
@@ -101,6 +104,7 @@ const CONTROL_PREFIXES = [
   '/teams',
   '/events',
   '/volumes',
+  '/volumecontent',
 ];
 
 function isControlPath(path: string): boolean {
@@ -145,6 +149,8 @@ export function route(method: string, url: string, headers: Headers, domains: re
   }
   if (path === '/health') return { kind: 'health' };
   if (path === '/metrics') return { kind: 'metrics' };
+  const volume = volumeRoute(method, path);
+  if (volume) return { kind: 'volume', op: volume };
   if (method === 'GET' && (path === '/sandboxes' || path === '/v2/sandboxes')) return { kind: 'list' };
   if (method === 'GET' && path === '/nodes') return { kind: 'nodes' };
   const node = /^\/nodes\/([^/]+)$/.exec(path);
@@ -171,5 +177,7 @@ export function route(method: string, url: string, headers: Headers, domains: re
 /** Whether the route needs the API key (everything but sandbox traffic, `/health` and `/metrics`). */
 export function needsApiKey(r: Route): boolean {
   if (r.kind === 'reject') return !r.dataPlane;
+  // The content API takes the volume's own token (the gateway checks it: volume-locator.ts).
+  if (r.kind === 'volume' && r.op.kind === 'content') return false;
   return r.kind !== 'data' && r.kind !== 'health' && r.kind !== 'metrics';
 }

@@ -10,3 +10,4 @@ export * from './clients/scheduler/index.js';
 export * from './gen/scheduler/v1/scheduler_pb.js';
 export * from './errors/index.js';
 export * from './ids.js';
+export * from './volume-token.js';

@@ -67,4 +67,12 @@ describe('POST /sandboxes-cold body', () => {
     expect(refusal({ image: 'i', network: { maskRequestHost: 'h' } })).toMatch(/^network\.maskRequestHost/);
     expect(refusal({ image: 'i', attachedDrives: [], extraBootArgs: '' })).toBeUndefined();
   });
+
+  it('takes volumeMounts when the node has volumes, else refuses them naming the field', () => {
+    const body = { image: 'i', volumeMounts: [{ name: 'v', path: '/data' }] };
+    expect(refusal(body)).toMatch(
+      /^volumeMounts is not supported by this server \(this node has no volumes\)/,
+    );
+    expect(() => parseColdRequest(body, DEFAULTS, { volumes: true })).not.toThrow();
+  });
 });

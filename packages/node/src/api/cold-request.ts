@@ -19,9 +19,13 @@ export interface ColdRequest {
 }
 
 /** Parses and checks a cold start request; every refusal is a 400 naming the field. */
-export function parseColdRequest(raw: unknown, defaults: ColdDefaults): ColdRequest {
+export function parseColdRequest(
+  raw: unknown,
+  defaults: ColdDefaults,
+  opts: { volumes?: boolean } = {},
+): ColdRequest {
   const body = parseRequiredBody(newColdSandboxSchema, raw, 'cold sandbox request');
-  refuseUnsupportedCreateFields(raw);
+  refuseUnsupportedCreateFields(raw, opts);
   const cpuCount = body.cpuCount ?? defaults.cpuCount;
   if (cpuCount <= 0) throw new ApiError(400, 'cpuCount must be greater than 0');
   const memoryMB = body.memoryMB ?? defaults.memoryMB;
@@ -31,7 +35,7 @@ export function parseColdRequest(raw: unknown, defaults: ColdDefaults): ColdRequ
   if (body.attachedDrives?.length)
     throw new ApiError(
       400,
-      'attachedDrives is not supported by this server (volumes are not implemented); leave it out',
+      'attachedDrives is not supported by this server (image-backed drives are not implemented; mount a volume with volumeMounts); leave it out',
     );
   // A microVM appends them to its kernel command line; a container has no kernel of its own.
   if (body.extraBootArgs)

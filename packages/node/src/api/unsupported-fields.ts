@@ -37,16 +37,15 @@ function refuseNetwork(network: unknown, prefix: string): void {
 }
 
 /**
- * `POST /sandboxes`, `POST /v2/sandboxes`: refuses what the body asks for and aenv cannot do. `volumes`: the
- * route mounts `volumeMounts` (docs/volumes.md); elsewhere (cold starts) they are refused.
+ * `POST /sandboxes`, `POST /v2/sandboxes`, `POST /sandboxes-cold`: refuses what the body asks for and aenv cannot do. `volumes`: the
+ * route mounts `volumeMounts` (docs/volumes.md); without volumes they are refused.
  */
 export function refuseUnsupportedCreateFields(body: unknown, opts: { volumes?: boolean } = {}): void {
   if (!isObject(body)) return;
   if (given(body.mcp)) refuse('mcp', 'the MCP gateway is not implemented');
   if (isObject(body.iam) ? given(body.iam.tokens) : given(body.iam))
     refuse('iam', 'workload identity tokens are not implemented');
-  if (!opts.volumes && given(body.volumeMounts))
-    refuse('volumeMounts', 'volumes are mounted by POST /v2/sandboxes and POST /sandboxes only');
+  if (!opts.volumes && given(body.volumeMounts)) refuse('volumeMounts', 'this node has no volumes');
   refuseNetwork(body.network, 'network.');
 }
 

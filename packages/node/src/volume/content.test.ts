@@ -2,6 +2,7 @@
 // /etc, to another volume and up the tree, FIFOs, dot-dot paths.
 import { execFileSync } from 'node:child_process';
 import {
+  chmodSync,
   existsSync,
   lstatSync,
   mkdirSync,
@@ -11,6 +12,7 @@ import {
   rmSync,
   statSync,
   symlinkSync,
+  utimesSync,
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -19,6 +21,7 @@ import { Readable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { isDomainError } from '@aenv/protocol';
 import { VolumeFiles, volumePathParts } from './content.js';
+import { forgetSweptDirectories } from './write-leftovers.js';
 
 const OWNER = { hostStart: 1_000_000, size: 65536 };
 const asRoot = process.getuid?.() === 0;
@@ -136,5 +139,30 @@ describe.skipIf(!asRoot)('VolumeFiles', () => {
     execFileSync('mkfifo', [join(vol, 'fifo')]);
     expect(await kindOf(files.readFile('/fifo'))).toBe('invalid_argument');
     expect((await files.stat('/fifo')).type).toBe('unknown');
+  });
+
+  it('removes the temporaries a crash mid-write left, at the next write into their directory, and nothing else', async () => {
+    mkdirSync(join(vol, 'd'));
+    const hourAgo = new Date(Date.now() - 3_600_000);
+    const plant = (name: string, mode: number, old = true) => {
+      const p = join(vol, 'd', name);
+      writeFileSync(p, 'partial', { mode });
+      chmodSync(p, mode);
+      if (old) utimesSync(p, hourAgo, hourAgo);
+      return p;
+    };
+    const leftover = plant('.aenv-write-0123456789abcdef', 0o600);
+    // Not ours, or not a crash's: a write in flight now (new), a finished mode, a user's look-alike name.
+    const inFlight = plant('.aenv-write-fedcba9876543210', 0o600, false);
+    const finished = plant('.aenv-write-00000000000000aa', 0o644);
+    const lookalike = plant('.aenv-write-mine', 0o600);
+    const elsewhere = join(vol, '.aenv-write-1111111111111111');
+    writeFileSync(elsewhere, 'x', { mode: 0o600 });
+    utimesSync(elsewhere, hourAgo, hourAgo);
+    forgetSweptDirectories(); // earlier tests' directories had this one's inode number
+    await files.writeFile('/d/f.txt', Readable.from(['hello']));
+    expect(existsSync(leftover)).toBe(false);
+    for (const p of [inFlight, finished, lookalike, elsewhere]) expect(existsSync(p), p).toBe(true);
+    expect(await text(files, '/d/f.txt')).toBe('hello');
   });
 });

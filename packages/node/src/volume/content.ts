@@ -23,6 +23,7 @@ import type { Stats } from 'node:fs';
 import type { Readable } from 'node:stream';
 import { DomainError, ErrorKind } from '@aenv/protocol';
 import type { IdRange } from '../runtime/driver.js';
+import { sweepWriteLeftovers, WRITE_TMP_PREFIX } from './write-leftovers.js';
 
 export interface VolumeEntryStat {
   name: string;
@@ -50,7 +51,6 @@ export interface Ownership {
 const MAX_DEPTH = 16;
 const MAX_LIST = 10_000;
 const MAX_PATH = 4096;
-const TMP_PREFIX = '.aenv-write-';
 const OVERFLOW_ID = 65534;
 
 const invalid = (m: string) => new DomainError(ErrorKind.InvalidArgument, m);
@@ -292,7 +292,8 @@ export class VolumeFiles {
     return this.withParent(path, async (dir, leaf, ps) => {
       const existing = await lstat(fdPath(dir.fd, leaf)).catch(() => undefined);
       if (existing?.isDirectory()) throw invalid(`path ${JSON.stringify(shown(ps))} is a directory`);
-      const tmp = `${TMP_PREFIX}${randomBytes(8).toString('hex')}`;
+      await sweepWriteLeftovers(dir);
+      const tmp = `${WRITE_TMP_PREFIX}${randomBytes(8).toString('hex')}`;
       const tmpPath = fdPath(dir.fd, tmp);
       const fh = await open(tmpPath, C.O_WRONLY | C.O_CREAT | C.O_EXCL | C.O_NOFOLLOW, 0o600).catch((e) =>
         mapFsError(e, ps),

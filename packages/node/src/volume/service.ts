@@ -1,7 +1,7 @@
 // Volumes of a node: named directories on its CoW volume that outlive every sandbox and that any number of
 // sandboxes mount at once (docs/volumes.md). This owns the catalog, the directories and who may delete what.
-import { createHmac, randomUUID, timingSafeEqual } from 'node:crypto';
-import { DomainError, ErrorKind } from '@aenv/protocol';
+import { randomUUID } from 'node:crypto';
+import { DomainError, ErrorKind, volumeContentToken, volumeContentTokenMatches } from '@aenv/protocol';
 import type { VolumeDisks } from '../runtime/driver.js';
 import type { StateDb } from '../state/db.js';
 import type { Logger } from '../util/log.js';
@@ -75,14 +75,12 @@ export class VolumeService {
   }
 
   token(id: string): string {
-    return createHmac('sha256', this.opts.tokenSecret).update(`aenv-volume:${id}`).digest('hex');
+    return volumeContentToken(this.opts.tokenSecret, id);
   }
 
   /** Whether `token` is volume `id`'s content token (constant time). */
   tokenMatches(id: string, token: string): boolean {
-    const want = Buffer.from(this.token(id));
-    const got = Buffer.from(token);
-    return got.length === want.length && timingSafeEqual(got, want);
+    return volumeContentTokenMatches(this.opts.tokenSecret, id, token);
   }
 
   private withToken(v: VolumeRow): VolumeAndToken {

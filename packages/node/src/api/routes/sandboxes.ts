@@ -200,29 +200,39 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
     };
   };
 
-  const create = async (body: unknown, reply: FastifyReply, defaults: CreateDefaults) => {
-    const req = parseRequiredBody(newSandboxSchema, body, 'sandbox request');
-    refuseUnsupportedCreateFields(body, { volumes: deps.volumes !== undefined });
-    const input = createInput(req, req.allow_internet_access, defaults);
-    const requested = (body as { volumeMounts?: unknown }).volumeMounts;
+  /**
+   * Runs a create whose `volumeMounts` are `requested`: the factory resolves them with what the template (a
+   * snapshot) needs, and the volumes are kept from deletion until the record lists them.
+   */
+  const withVolumeMounts = async (
+    requested: unknown,
+    make: (resolve: Pick<CreateSandboxInput, 'resolveVolumeMounts'>) => Promise<SandboxRecord>,
+  ): Promise<SandboxRecord> => {
     const volumes = deps.volumes;
-    if (!volumes) return created(reply, await orch.create({ templateId: req.templateID, ...input }), 201);
-    // A snapshot mounts again what it was taken with; the volumes are kept from deletion until the record lists them.
+    if (!volumes) return make({});
     let release = () => {};
     try {
-      const r = await orch.create({
-        templateId: req.templateID,
-        ...input,
+      return await make({
         resolveVolumeMounts: (needed) => {
           const mounts = volumes.resolveMounts(requested, needed);
           release = volumes.hold(mounts);
           return mounts;
         },
       });
-      return created(reply, r, 201);
     } finally {
       release();
     }
+  };
+
+  const create = async (body: unknown, reply: FastifyReply, defaults: CreateDefaults) => {
+    const req = parseRequiredBody(newSandboxSchema, body, 'sandbox request');
+    refuseUnsupportedCreateFields(body, { volumes: deps.volumes !== undefined });
+    const input = createInput(req, req.allow_internet_access, defaults);
+    const requested = (body as { volumeMounts?: unknown }).volumeMounts;
+    const r = await withVolumeMounts(requested, (resolve) =>
+      orch.create({ templateId: req.templateID, ...input, ...resolve }),
+    );
+    return created(reply, r, 201);
   };
 
   app.post('/sandboxes', async (req, reply) => create(req.body, reply, V1_CREATE));
@@ -230,10 +240,18 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
 
   // AgentENV's cold start: the image is pulled (or found in the cache) and booted, no template build first.
   app.post('/sandboxes-cold', async (req, reply) => {
-    const { body, resources } = parseColdRequest(req.body, deps.cold.defaults);
+    const { body, resources } = parseColdRequest(req.body, deps.cold.defaults, {
+      volumes: deps.volumes !== undefined,
+    });
     const input = createInput(body, body.allowInternetAccess, V1_CREATE);
+    const requested = (req.body as { volumeMounts?: unknown }).volumeMounts;
+    // Checked before the image is pulled: a bad mount costs no pull.
+    deps.volumes?.resolveMounts(requested);
     const template = await deps.cold.launchable(body.image, resources);
-    return created(reply, await orch.createFrom(template, input), 201);
+    const r = await withVolumeMounts(requested, (resolve) =>
+      orch.createFrom(template, { ...input, ...resolve }),
+    );
+    return created(reply, r, 201);
   });
 
   app.get('/sandboxes', async (req) => {

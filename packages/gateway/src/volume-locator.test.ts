@@ -1,0 +1,182 @@
+// The gateway's volume calls between a real scheduler and two HTTP servers answering the node's volume routes:
+// which node each call reaches, and what happens when a node does not answer. Real nodes and the SDK:
+// test/e2e/cluster-volumes.test.ts.
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Writable } from 'node:stream';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { pino } from 'pino';
+import { volumeContentToken } from '@aenv/protocol';
+import { defaultClusterConfig, startScheduler, type RunningScheduler } from '@aenv/scheduler';
+import { startGateway, type RunningGateway } from './run.js';
+
+const KEY = 'e2b_' + 'v'.repeat(40);
+const silent = pino({ level: 'silent' }, new Writable({ write: (_c, _e, cb) => cb() }));
+const VA = '11111111-1111-4111-8111-111111111111';
+const VB = '22222222-2222-4222-8222-222222222222';
+
+/** Answers `/volumes`, `/volumes/{id}`, `/volumecontent/…` and creates as a node holding `volumes` does. */
+class VolumeNode {
+  server!: Server;
+  seen: string[] = [];
+  /** What every answer is while set (a node in trouble). */
+  failing: number | undefined;
+  constructor(
+    readonly id: string,
+    public volumes: { volumeID: string; name: string }[],
+  ) {}
+  get url() {
+    return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+  }
+  async start() {
+    this.server = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        const url = req.url!;
+        this.seen.push(`${req.method} ${url}`);
+        const json = (status: number, v: unknown) =>
+          res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(v));
+        if (this.failing) return json(this.failing, { code: this.failing, message: 'trouble' });
+        if (url === '/volumes' && req.method === 'GET') return json(200, this.volumes);
+        if (url === '/volumes' && req.method === 'POST') return json(201, { node: this.id });
+        const one = /^\/volumes\/([^/]+)$/.exec(url) ?? /^\/volumecontent\/([^/]+)\//.exec(url);
+        if (one) {
+          const v = this.volumes.find((x) => x.volumeID === one[1]);
+          return v ? json(200, { node: this.id, ...v }) : json(404, { code: 404, message: 'not here' });
+        }
+        if (url === '/v2/sandboxes') return json(201, { sandboxID: `${this.id}-sbx`, node: this.id });
+        return json(200, { node: this.id });
+      });
+    });
+    await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
+  }
+}
+
+describe('the gateway’s volume calls against a real scheduler', () => {
+  const a = new VolumeNode('node-a', [{ volumeID: VA, name: 'alpha' }]);
+  const b = new VolumeNode('node-b', [{ volumeID: VB, name: 'beta' }]);
+  let sched: RunningScheduler;
+  let gw: RunningGateway;
+  let base: string;
+  const call = (
+    method: string,
+    path: string,
+    headers: Record<string, string> = { 'x-api-key': KEY },
+    body?: string,
+  ) => fetch(base + path, { method, headers, ...(body !== undefined ? { body } : {}) });
+  const nodeOf = async (r: Response) => ((await r.json()) as { node?: string }).node;
+
+  beforeAll(async () => {
+    await a.start();
+    await b.start();
+    const sc = defaultClusterConfig();
+    sc.scheduler.grpcListenAddr = '127.0.0.1:0';
+    sc.scheduler.metricsListenAddr = '127.0.0.1:0';
+    sc.scheduler.nodes = [
+      { id: a.id, endpoint: a.url },
+      { id: b.id, endpoint: b.url },
+    ];
+    sched = await startScheduler(sc, { queryOnly: false, log: silent });
+    const gc = defaultClusterConfig();
+    Object.assign(gc.gateway, {
+      httpListenAddr: '127.0.0.1:0',
+      metricsListenAddr: '127.0.0.1:0',
+      schedulerAddr: `127.0.0.1:${sched.grpcPort}`,
+      requestTimeoutMs: 1000,
+    });
+    gw = await startGateway(gc, KEY, silent);
+    base = `http://127.0.0.1:${gw.port}`;
+  });
+  afterAll(async () => {
+    await gw?.stop();
+    await sched?.stop();
+    a.server?.close();
+    b.server?.close();
+  });
+
+  it('sends get, delete, content and mounting creates to the holder; lists merge', async () => {
+    expect(await nodeOf(await call('GET', `/volumes/${VB}`))).toBe('node-b');
+    expect(await nodeOf(await call('GET', `/volumes/${VA}`))).toBe('node-a');
+    const bearer = { authorization: `Bearer ${volumeContentToken(KEY, VB)}` };
+    expect(await nodeOf(await call('GET', `/volumecontent/${VB}/dir?path=/`, bearer))).toBe('node-b');
+    const mount = (names: string[]) =>
+      JSON.stringify({
+        templateID: 'base',
+        volumeMounts: names.map((name, i) => ({ name, path: `/m${i}` })),
+      });
+    for (let i = 0; i < 3; i++)
+      expect(await nodeOf(await call('POST', '/v2/sandboxes', { 'x-api-key': KEY }, mount(['beta'])))).toBe(
+        'node-b',
+      );
+    const split = await call('POST', '/v2/sandboxes', { 'x-api-key': KEY }, mount(['alpha', 'beta']));
+    expect(split.status).toBe(409);
+    expect(await (await call('GET', '/volumes')).json()).toEqual([...a.volumes, ...b.volumes]);
+    // A name another node has: 409 without reaching a node's create.
+    const before = [...a.seen, ...b.seen].filter((s) => s === 'POST /volumes').length;
+    const dup = await call('POST', '/volumes', { 'x-api-key': KEY }, JSON.stringify({ name: 'beta' }));
+    expect(dup.status).toBe(409);
+    expect([...a.seen, ...b.seen].filter((s) => s === 'POST /volumes').length).toBe(before);
+  });
+
+  it('asks the nodes again when a remembered holder no longer has the volume', async () => {
+    const moved = '33333333-3333-4333-8333-333333333333';
+    a.volumes.push({ volumeID: moved, name: 'gamma' });
+    expect(await nodeOf(await call('GET', `/volumes/${moved}`))).toBe('node-a');
+    // Deleted through another gateway, and (an id never moves, but the test can) now on b.
+    a.volumes.pop();
+    b.volumes.push({ volumeID: moved, name: 'gamma' });
+    expect((await call('GET', `/volumes/${moved}`)).status).toBe(404); // the remembered node's answer
+    expect(await nodeOf(await call('GET', `/volumes/${moved}`))).toBe('node-b');
+    b.volumes.pop();
+  });
+
+  it('is all or nothing when a node is in trouble, and never says 404 for what it could not see', async () => {
+    b.failing = 503;
+    try {
+      const list = await call('GET', '/volumes');
+      expect([list.status, await list.json()]).toEqual([
+        502,
+        { code: 502, message: 'volume list unavailable: node node-b answered 503' },
+      ]);
+      const unknown = '44444444-4444-4444-8444-444444444444';
+      const r = await call('GET', `/volumes/${unknown}`);
+      expect([r.status, ((await r.json()) as { message: string }).message]).toEqual([
+        502,
+        'volume lookup unavailable: node node-b did not answer',
+      ]);
+      // alpha is on the healthy node: found, and mounted there.
+      expect(await nodeOf(await call('GET', `/volumes/${VA}`))).toBe('node-a');
+      const create = await call(
+        'POST',
+        '/v2/sandboxes',
+        { 'x-api-key': KEY },
+        JSON.stringify({ volumeMounts: [{ name: 'nope', path: '/x' }] }),
+      );
+      expect(create.status).toBe(502);
+    } finally {
+      b.failing = undefined;
+    }
+    b.server.closeAllConnections();
+    await new Promise<void>((r) => b.server.close(() => r()));
+    const r = await call('GET', '/volumes');
+    expect(((await r.json()) as { message: string }).message).toBe(
+      'volume list unavailable: node node-b unreachable',
+    );
+  });
+
+  it('checks the content token before asking any node', async () => {
+    const seen = a.seen.length + b.seen.length;
+    for (const headers of [
+      {},
+      { authorization: `Bearer ${volumeContentToken(KEY, VB)}` }, // another volume's
+      { authorization: `Bearer ${volumeContentToken('e2b_other', VA)}` }, // another cluster's
+      { authorization: `Basic ${volumeContentToken(KEY, VA)}` },
+      { 'x-api-key': 'wrong' },
+    ] as Record<string, string>[]) {
+      const r = await call('GET', `/volumecontent/${VA}/file?path=/x`, headers);
+      expect(r.status).toBe(401);
+      expect(r.headers.get('connection')).toBe('close');
+    }
+    expect(a.seen.length + b.seen.length).toBe(seen);
+  });
+});

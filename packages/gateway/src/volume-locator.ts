@@ -1,0 +1,221 @@
+// The gateway's volume calls (docs/cluster.md#volumes-in-a-cluster). A volume lives on the node that created
+// it and never moves, so the gateway finds it by asking every node (`GET /volumes/{id}`, `GET /volumes`) and
+// keeps what it learnt about an id for a short while; names are looked up afresh for every create that mounts
+// them (a name can be deleted on one node and made again on another).
+import { performance } from 'node:perf_hooks';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Dispatcher } from 'undici';
+import { volumeContentTokenMatches, type Node } from '@aenv/protocol';
+import { ListError } from './cluster-list.js';
+import type { SchedulerCalls } from './scheduler-calls.js';
+import {
+  isVolumeId,
+  mergeVolumeLists,
+  mountedVolumeNames,
+  placeMounts,
+  volumeItems,
+  type ListedVolume,
+  type VolumeOp,
+} from './volume-routes.js';
+
+/** A volume's node is remembered this long: it cannot change, but the node's endpoint can (a new pod IP). */
+const VOLUME_NODE_TTL_MS = 30_000;
+const VOLUME_NODES_MAX = 10_000;
+/** `POST /volumes` takes `{"name": "..."}`; the node refuses anything else. */
+const MAX_CREATE_BODY_BYTES = 4096;
+
+export interface VolumeLocatorDeps {
+  scheduler: Pick<SchedulerCalls, 'listNodes' | 'schedule' | 'unfit'>;
+  agent: Dispatcher;
+  apiKey: string;
+  requestTimeoutMs: number;
+  /** Whether the request carries the cluster's API key (the gateway's own check). */
+  apiKeyMatches: (req: IncomingMessage) => boolean;
+  /** Reads a request body of at most `max` bytes (413 over). */
+  readBody: (req: IncomingMessage, max: number) => Promise<Buffer>;
+  /** Forwards the client's request to `node` (the gateway's relay, with its framing and timeouts). */
+  forward: (req: IncomingMessage, res: ServerResponse, node: Node, body?: Buffer) => Promise<void>;
+  json: (res: ServerResponse, status: number, value: unknown) => void;
+}
+
+type Asked = { node: Node; status: number; text: string } | { node: Node; unreachable: true };
+
+const notFound = (id: string) => new ListError(404, `volume ${JSON.stringify(id.slice(0, 80))} not found`);
+
+export class VolumeLocator {
+  private readonly known = new Map<string, { node: Node; at: number }>();
+
+  constructor(private readonly deps: VolumeLocatorDeps) {}
+
+  async serve(op: VolumeOp, req: IncomingMessage, res: ServerResponse): Promise<void> {
+    switch (op.kind) {
+      case 'list':
+        return this.deps.json(res, 200, await this.listAll());
+      case 'create': {
+        const body = await this.deps.readBody(req, MAX_CREATE_BODY_BYTES);
+        await this.refuseTakenName(body);
+        return this.deps.forward(req, res, await this.deps.scheduler.schedule(undefined), body);
+      }
+      case 'one': {
+        if (!isVolumeId(op.volumeId)) throw notFound(op.volumeId);
+        const node = await this.locate(op.volumeId);
+        if (req.method === 'DELETE') this.known.delete(op.volumeId);
+        return this.forward(op.volumeId, req, res, node);
+      }
+      case 'content': {
+        // Checked here as the node checks it, before anything is looked up: an unauthorised caller learns nothing
+        // about which volumes exist and costs the nodes nothing.
+        if (!isVolumeId(op.volumeId) || !this.contentAuthorized(req, op.volumeId)) {
+          req.resume();
+          const body = JSON.stringify({
+            code: 401,
+            message: 'a valid volume token (Authorization: Bearer) is required',
+          });
+          res
+            .writeHead(401, {
+              'content-type': 'application/json',
+              'content-length': String(Buffer.byteLength(body)),
+              connection: 'close',
+            })
+            .end(body);
+          return;
+        }
+        return this.forward(op.volumeId, req, res, await this.locate(op.volumeId));
+      }
+    }
+  }
+
+  /**
+   * The node a create whose body mounts volumes must go to: the one holding them all (undefined when the body
+   * mounts none). Different nodes, a name on several nodes: 409; an unknown name: 404; a holder that is draining
+   * or unhealthy: 503.
+   */
+  async nodeForMounts(body: Buffer): Promise<Node | undefined> {
+    const names = mountedVolumeNames(body);
+    if (!names) return undefined;
+    const asked = await this.askAll('/volumes');
+    const holders = new Map<string, Set<string>>();
+    const unreachable: string[] = [];
+    for (const a of asked) {
+      const items = 'unreachable' in a || a.status !== 200 ? undefined : parseList(a.text);
+      if (!items) unreachable.push(a.node.nodeId);
+      else holders.set(a.node.nodeId, new Set(items.map((v) => v.name)));
+    }
+    const placed = placeMounts(names, holders, unreachable);
+    if (!placed.ok) throw new ListError(placed.status, placed.message);
+    const node = asked.find((a) => a.node.nodeId === placed.nodeId)!.node;
+    if (this.deps.scheduler.unfit(node))
+      throw new ListError(
+        503,
+        `node ${node.nodeId}, which holds the volumes of volumeMounts, is draining or unhealthy; try again later`,
+      );
+    return node;
+  }
+
+  /**
+   * A name any node already has is refused as one node refuses it (409): a create mounting it by name could not
+   * tell the two apart. Best effort: a node that does not answer is not waited for, and two creates of one name
+   * at the same instant through different nodes can both succeed (then mounting that name is a 409 naming both).
+   */
+  private async refuseTakenName(body: Buffer): Promise<void> {
+    let name: unknown;
+    try {
+      name = (JSON.parse(body.toString('utf8')) as { name?: unknown } | null)?.name;
+    } catch {
+      return; // the node gives the client its 400
+    }
+    if (typeof name !== 'string') return;
+    for (const a of await this.askAll('/volumes')) {
+      if ('unreachable' in a || a.status !== 200) continue;
+      if (parseList(a.text)?.some((v) => v.name === name))
+        throw new ListError(409, `a volume named ${JSON.stringify(name)} already exists`);
+    }
+  }
+
+  private contentAuthorized(req: IncomingMessage, volumeId: string): boolean {
+    if (this.deps.apiKeyMatches(req)) return true;
+    const auth: string[] = [];
+    for (let i = 0; i < req.rawHeaders.length; i += 2)
+      if (req.rawHeaders[i]!.toLowerCase() === 'authorization') auth.push(req.rawHeaders[i + 1]!);
+    if (auth.length !== 1) return false;
+    const m = /^Bearer ([^\s]+)$/.exec(auth[0]!);
+    return m !== null && volumeContentTokenMatches(this.deps.apiKey, volumeId, m[1]!);
+  }
+
+  private async forward(
+    volumeId: string,
+    req: IncomingMessage,
+    res: ServerResponse,
+    node: Node,
+  ): Promise<void> {
+    try {
+      await this.deps.forward(req, res, node);
+    } catch (e) {
+      this.known.delete(volumeId);
+      throw e;
+    }
+    // The volume is gone from the node this gateway thought held it (deleted through another gateway).
+    if (res.statusCode === 404) this.known.delete(volumeId);
+  }
+
+  /** Every node's volumes; all or nothing, like the cluster sandbox list. */
+  private async listAll(): Promise<ListedVolume[]> {
+    const lists = (await this.askAll('/volumes')).map((a) => {
+      if ('unreachable' in a)
+        throw new ListError(502, `volume list unavailable: node ${a.node.nodeId} unreachable`);
+      if (a.status !== 200)
+        throw new ListError(502, `volume list unavailable: node ${a.node.nodeId} answered ${a.status}`);
+      const items = parseList(a.text);
+      if (!items) throw new ListError(502, `volume list unavailable: node ${a.node.nodeId} answered no list`);
+      return items;
+    });
+    return mergeVolumeLists(lists);
+  }
+
+  /** The node holding volume `id`: remembered, else the one node answering 200 to `GET /volumes/{id}`. */
+  async locate(id: string): Promise<Node> {
+    const hit = this.known.get(id);
+    if (hit && performance.now() - hit.at < VOLUME_NODE_TTL_MS) return hit.node;
+    const asked = await this.askAll(`/volumes/${encodeURIComponent(id)}`);
+    const found = asked.find((a) => !('unreachable' in a) && a.status === 200);
+    if (found) {
+      this.known.delete(id);
+      if (this.known.size >= VOLUME_NODES_MAX) this.known.delete(this.known.keys().next().value!);
+      this.known.set(id, { node: found.node, at: performance.now() });
+      return found.node;
+    }
+    const silent = asked.find((a) => 'unreachable' in a || a.status !== 404);
+    if (silent)
+      throw new ListError(502, `volume lookup unavailable: node ${silent.node.nodeId} did not answer`);
+    throw notFound(id);
+  }
+
+  private async askAll(path: string): Promise<Asked[]> {
+    const nodes = await this.deps.scheduler.listNodes();
+    return Promise.all(
+      nodes.map(async (node): Promise<Asked> => {
+        try {
+          const answer = await this.deps.agent.request({
+            origin: new URL(node.endpoint).origin,
+            path,
+            method: 'GET',
+            headers: { 'x-api-key': this.deps.apiKey },
+            headersTimeout: this.deps.requestTimeoutMs,
+            bodyTimeout: this.deps.requestTimeoutMs,
+          });
+          return { node, status: answer.statusCode, text: await answer.body.text() };
+        } catch {
+          return { node, unreachable: true };
+        }
+      }),
+    );
+  }
+}
+
+function parseList(text: string): ListedVolume[] | undefined {
+  try {
+    return volumeItems(JSON.parse(text));
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,109 @@
+import { describe, expect, it } from 'vitest';
+import { needsApiKey, route } from './routing.js';
+import {
+  mergeVolumeLists,
+  mountedVolumeNames,
+  placeMounts,
+  volumeItems,
+  volumeRoute,
+} from './volume-routes.js';
+
+const ID = '0b7c7a52-7d4e-4c1a-9a55-3b1f0f9d2c11';
+
+describe('volume routes through the gateway', () => {
+  it('classifies /volumes and /volumecontent, and only content skips the API key', () => {
+    expect(volumeRoute('GET', '/volumes')).toEqual({ kind: 'list' });
+    expect(volumeRoute('POST', '/volumes')).toEqual({ kind: 'create' });
+    expect(volumeRoute('GET', `/volumes/${ID}`)).toEqual({ kind: 'one', volumeId: ID });
+    expect(volumeRoute('DELETE', `/volumes/${ID}`)).toEqual({ kind: 'one', volumeId: ID });
+    expect(volumeRoute('PUT', `/volumes/${ID}`)).toBeUndefined();
+    expect(volumeRoute('PUT', `/volumecontent/${ID}/file`)).toEqual({ kind: 'content', volumeId: ID });
+    // Malformed content paths name no volume: the token check refuses them at the gateway.
+    for (const p of [`/volumecontent/${ID}/x`, `/volumecontent/${ID}`, `/volumecontent/${ID}/file/extra`])
+      expect(volumeRoute('GET', p)).toEqual({ kind: 'content', volumeId: '' });
+    const content = route('PUT', `/volumecontent/${ID}/file?path=a`, {}, []);
+    expect(content).toEqual({ kind: 'volume', op: { kind: 'content', volumeId: ID } });
+    expect(needsApiKey(content)).toBe(false);
+    // Routing headers do not turn the content API into sandbox traffic.
+    const withHeaders = route(
+      'GET',
+      `/volumecontent/${ID}/dir`,
+      { 'e2b-sandbox-id': 'x', 'e2b-sandbox-port': '49983' },
+      [],
+    );
+    expect(withHeaders.kind).toBe('volume');
+    for (const [m, p] of [
+      ['GET', '/volumes'],
+      ['POST', '/volumes'],
+      ['DELETE', `/volumes/${ID}`],
+    ] as const)
+      expect(needsApiKey(route(m, p, {}, []))).toBe(true);
+  });
+
+  it('reads the names a create mounts, leaving malformed bodies to the node', () => {
+    const b = (v: unknown) => Buffer.from(JSON.stringify(v));
+    expect(
+      mountedVolumeNames(
+        b({
+          volumeMounts: [
+            { name: 'a', path: '/x' },
+            { name: 'b', path: '/y' },
+            { name: 'a', path: '/z' },
+          ],
+        }),
+      ),
+    ).toEqual(['a', 'b']);
+    for (const body of [
+      b({}),
+      b({ volumeMounts: [] }),
+      b({ volumeMounts: 'a' }),
+      b({ volumeMounts: [{ name: 1 }] }),
+      b({ volumeMounts: [null] }),
+      b([1]),
+      Buffer.from('{'),
+    ])
+      expect(mountedVolumeNames(body)).toBeUndefined();
+  });
+
+  it('places mounts on the one node holding them, else says why', () => {
+    const holders = new Map([
+      ['n1', new Set(['a', 'dup'])],
+      ['n2', new Set(['b', 'dup'])],
+    ]);
+    expect(placeMounts(['a'], holders, [])).toEqual({ ok: true, nodeId: 'n1' });
+    expect(placeMounts(['b', 'b'], holders, ['n3'])).toEqual({ ok: true, nodeId: 'n2' });
+    expect(placeMounts(['a', 'b'], holders, [])).toMatchObject({
+      ok: false,
+      status: 409,
+      message: expect.stringMatching(/"a" on n1, "b" on n2.*one node/),
+    });
+    expect(placeMounts(['dup'], holders, [])).toMatchObject({
+      ok: false,
+      status: 409,
+      message: expect.stringMatching(/several nodes \(n1, n2\)/),
+    });
+    expect(placeMounts(['nope'], holders, [])).toEqual({
+      ok: false,
+      status: 404,
+      message: 'volume "nope" not found',
+    });
+    expect(placeMounts(['nope'], holders, ['n3'])).toMatchObject({
+      ok: false,
+      status: 502,
+      message: expect.stringMatching(/n3 unreachable/),
+    });
+  });
+
+  it('merges node lists: deduplicated, sorted by name, malformed lists refused', () => {
+    const v = (volumeID: string, name: string) => ({ volumeID, name });
+    expect(
+      mergeVolumeLists([
+        [v('2', 'b'), v('1', 'a')],
+        [v('3', 'a'), v('2', 'b')],
+      ]),
+    ).toEqual([v('1', 'a'), v('3', 'a'), v('2', 'b')]);
+    expect(volumeItems([v('1', 'a')])).toEqual([v('1', 'a')]);
+    for (const bad of [{}, [null], [{ volumeID: 1, name: 'a' }], 'x'])
+      expect(volumeItems(bad)).toBeUndefined();
+  });
+});

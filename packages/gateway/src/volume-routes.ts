@@ -1,0 +1,130 @@
+// Volumes through the gateway (docs/cluster.md#volumes-in-a-cluster): which requests are about volumes, and the
+// pure decisions about them — where a create naming `volumeMounts` must go, how node lists merge. A volume
+// lives on the node that created it; the gateway finds that node by asking the nodes (volume-locator.ts).
+import { isSandboxId } from '@aenv/protocol';
+
+export type VolumeOp =
+  /** `GET /volumes`: every node's list, merged. */
+  | { kind: 'list' }
+  /** `POST /volumes`: a node Schedule picks (after a cluster-wide name check). */
+  | { kind: 'create' }
+  /** `GET|DELETE /volumes/{id}`: the node that holds it. */
+  | { kind: 'one'; volumeId: string }
+  /** `/volumecontent/{id}/{dir,path,file}`: the node that holds it, after the gateway checked the volume's token. */
+  | { kind: 'content'; volumeId: string };
+
+const ONE_RE = /^\/volumes\/([^/]+)\/?$/;
+const CONTENT_RE = /^\/volumecontent\/([^/?#]+)\/(?:dir|path|file)$/;
+
+/** The volume request `method path` is, if any. `path` is the raw path (no query). */
+export function volumeRoute(method: string, path: string): VolumeOp | undefined {
+  if (path === '/volumes' || path === '/volumes/') {
+    if (method === 'GET') return { kind: 'list' };
+    if (method === 'POST') return { kind: 'create' };
+    return undefined;
+  }
+  const one = ONE_RE.exec(path);
+  if (one && (method === 'GET' || method === 'DELETE')) return { kind: 'one', volumeId: one[1]! };
+  if (path.startsWith('/volumecontent/')) {
+    // Anything that is not a well-formed content path reaches no node: the token check refuses it.
+    const m = CONTENT_RE.exec(path);
+    return { kind: 'content', volumeId: m ? m[1]! : '' };
+  }
+  return undefined;
+}
+
+/** Volume ids are canonical UUIDs (the node makes them with randomUUID); any other id names no volume. */
+export const isVolumeId = isSandboxId;
+
+export interface ListedVolume {
+  volumeID: string;
+  name: string;
+  [k: string]: unknown;
+}
+
+/** A node's `GET /volumes` answer, checked: a list of objects with string `volumeID` and `name`. */
+export function volumeItems(doc: unknown): ListedVolume[] | undefined {
+  if (!Array.isArray(doc)) return undefined;
+  const out: ListedVolume[] = [];
+  for (const v of doc) {
+    if (v === null || typeof v !== 'object') return undefined;
+    const { volumeID, name } = v as { volumeID?: unknown; name?: unknown };
+    if (typeof volumeID !== 'string' || typeof name !== 'string') return undefined;
+    out.push(v as ListedVolume);
+  }
+  return out;
+}
+
+/** Every node's volumes as one list: deduplicated by volumeID (first kept), sorted by name then id. */
+export function mergeVolumeLists(lists: readonly ListedVolume[][]): ListedVolume[] {
+  const seen = new Map<string, ListedVolume>();
+  for (const l of lists) for (const v of l) if (!seen.has(v.volumeID)) seen.set(v.volumeID, v);
+  return [...seen.values()].sort((a, b) =>
+    a.name !== b.name ? (a.name < b.name ? -1 : 1) : a.volumeID < b.volumeID ? -1 : 1,
+  );
+}
+
+/**
+ * The volume names a create's body mounts (`volumeMounts: [{name, path}]`), or undefined when it mounts none or
+ * the field is malformed (the node it is then placed on gives the client its 400, as one node does).
+ */
+export function mountedVolumeNames(body: Buffer): string[] | undefined {
+  let doc: unknown;
+  try {
+    doc = JSON.parse(body.toString('utf8'));
+  } catch {
+    return undefined;
+  }
+  if (doc === null || typeof doc !== 'object' || Array.isArray(doc)) return undefined;
+  const mounts = (doc as { volumeMounts?: unknown }).volumeMounts;
+  if (!Array.isArray(mounts) || mounts.length === 0) return undefined;
+  const names: string[] = [];
+  for (const m of mounts) {
+    const name = m !== null && typeof m === 'object' ? (m as { name?: unknown }).name : undefined;
+    if (typeof name !== 'string') return undefined;
+    if (!names.includes(name)) names.push(name);
+  }
+  return names;
+}
+
+/** Where a create mounting `names` goes: the one node holding them all, or why there is none. */
+export type MountPlacement = { ok: true; nodeId: string } | { ok: false; status: number; message: string };
+
+/**
+ * `holders`: for each node that answered, the names of its volumes. `unreachable`: nodes that did not answer
+ * (a name not found may live there, so that is a 502, not a 404).
+ */
+export function placeMounts(
+  names: readonly string[],
+  holders: ReadonlyMap<string, ReadonlySet<string>>,
+  unreachable: readonly string[],
+): MountPlacement {
+  const at = new Map<string, string>();
+  for (const name of names) {
+    const nodes = [...holders].filter(([, vs]) => vs.has(name)).map(([id]) => id);
+    if (nodes.length === 0) {
+      if (unreachable.length > 0)
+        return {
+          ok: false,
+          status: 502,
+          message: `volume lookup unavailable: node ${unreachable[0]} unreachable, volume ${JSON.stringify(name)} may be there`,
+        };
+      return { ok: false, status: 404, message: `volume ${JSON.stringify(name)} not found` };
+    }
+    if (nodes.length > 1)
+      return {
+        ok: false,
+        status: 409,
+        message: `volume name ${JSON.stringify(name)} is held by several nodes (${nodes.sort().join(', ')}); delete one of them`,
+      };
+    at.set(name, nodes[0]!);
+  }
+  const nodeIds = new Set(at.values());
+  if (nodeIds.size > 1)
+    return {
+      ok: false,
+      status: 409,
+      message: `volumeMounts: the volumes live on different nodes (${[...at].map(([n, id]) => `${JSON.stringify(n)} on ${id}`).join(', ')}); a sandbox can mount only volumes of one node`,
+    };
+  return { ok: true, nodeId: [...nodeIds][0]! };
+}

@@ -1,0 +1,290 @@
+// Volumes in a cluster (docs/cluster.md#volumes-in-a-cluster): a volume lives on the node that created it, and
+// the gateway sends its calls, its content API and every create that mounts it there. One cluster for the file:
+// a scheduler, two nodes with heartbeats, one gateway; the e2b SDK talks only to the gateway.
+import { createHmac } from 'node:crypto';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AuthenticationError, Sandbox, Volume, VolumeError } from 'e2b';
+import {
+  startSchedulerProcess,
+  type SchedulerProcess,
+} from '../../packages/scheduler/src/testing/scheduler-process.js';
+import {
+  startGatewayProcess,
+  type GatewayProcess,
+} from '../../packages/gateway/src/testing/gateway-process.js';
+import { endNode, eventually, freePort, startServer, type TestServer } from './harness.js';
+
+const KEY = `e2b_${'5eed'.repeat(15)}`;
+const REGISTRY = process.env.AENV_TEST_REGISTRY ?? '127.0.0.1:5000';
+const NODES = ['cvnodea', 'cvnodeb'] as const;
+
+describe('volumes through aenv gateway', () => {
+  let sched: SchedulerProcess;
+  let gateway: GatewayProcess;
+  const nodes: TestServer[] = [];
+  let ended = false;
+
+  /** A request to the gateway; `key` null sends no API key. JSON bodies are labelled as the SDK labels them. */
+  const gw = (path: string, init: RequestInit = {}, key: string | null = KEY) =>
+    fetch(gateway.url + path, {
+      ...init,
+      headers: {
+        ...(key ? { 'x-api-key': key } : {}),
+        ...(init.body !== undefined ? { 'content-type': 'application/json' } : {}),
+        ...(init.headers as object),
+      },
+    });
+  /** The node (by id) whose own API lists volume `id`. */
+  const holder = async (id: string): Promise<string[]> => {
+    const out: string[] = [];
+    for (const [i, n] of nodes.entries()) {
+      const r = await n.api('GET', '/volumes');
+      if ((r.body as { volumeID: string }[]).some((v) => v.volumeID === id)) out.push(NODES[i]!);
+    }
+    return out;
+  };
+
+  beforeAll(async () => {
+    const ports = [await freePort(), await freePort()];
+    sched = await startSchedulerProcess({
+      scheduler: { nodes: NODES.map((id, i) => ({ id, endpoint: `http://127.0.0.1:${ports[i]}` })) },
+    });
+    for (const [i, id] of NODES.entries()) {
+      // One API key for the whole cluster: it is also what volume content tokens derive from.
+      mkdirSync(`/var/lib/aenv-e2e/${id}/secrets`, { recursive: true, mode: 0o700 });
+      writeFileSync(`/var/lib/aenv-e2e/${id}/secrets/api-key`, `${KEY}\n`, { mode: 0o600 });
+      nodes.push(
+        await startServer(
+          {
+            name: id,
+            toml: [
+              '[cluster]',
+              `scheduler_endpoint = "http://${sched.grpcAddress}"`,
+              '[observability.scheduler_report]',
+              'enabled = true',
+              'interval_secs = 1',
+              '[node_identity]',
+              `node_id = "${id}"`,
+              '[volume]',
+              'max_size_mb = 64',
+              // Cold starts pull only from the loopback registry.
+              '[image.resolver]',
+              `insecure_registries = ["${REGISTRY}"]`,
+              `allowed_registries = ["${REGISTRY}"]`,
+              `search_registries = ["${REGISTRY}"]`,
+            ].join('\n'),
+          },
+          ports[i],
+        ),
+      );
+    }
+    gateway = await startGatewayProcess({ scheduler_addr: sched.grpcAddress, debug_mode: true }, KEY);
+    process.env.E2B_API_URL = gateway.url;
+    process.env.E2B_SANDBOX_URL = gateway.url;
+    process.env.E2B_VOLUME_API_URL = gateway.url;
+    process.env.E2B_API_KEY = KEY;
+    await eventually(
+      async () => ((await (await gw('/nodes')).json()) as unknown[]).length === 2,
+      'both nodes to heartbeat',
+      300,
+      100,
+    );
+    for (const v of await Volume.list()) await Volume.destroy(v.volumeId); // a failed earlier run's
+  });
+  afterAll(async () => {
+    // A failed test leaves the nodes running: stop them (the last test ends them and checks for leaks).
+    if (!ended)
+      for (const n of nodes) {
+        await n.killAll().catch(() => {});
+        await n.shutdown().catch(() => {});
+      }
+    await gateway?.stop();
+    await sched?.stop();
+  });
+
+  const volumes: Volume[] = [];
+  it('creates volumes on scheduled nodes, lists them merged and reaches each one’s node', async () => {
+    // Round robin: two creates in a row land on both nodes.
+    volumes.push(await Volume.create('alpha'), await Volume.create('beta'));
+    const [a, b] = volumes as [Volume, Volume];
+    const holders = [await holder(a.volumeId), await holder(b.volumeId)];
+    expect(holders.map((h) => h.length)).toEqual([1, 1]);
+    expect(new Set(holders.flat())).toEqual(new Set(NODES));
+    // A name another node has is refused as one node refuses it.
+    const dup = await gw('/volumes', { method: 'POST', body: JSON.stringify({ name: 'alpha' }) });
+    expect([dup.status, await dup.json()]).toEqual([
+      409,
+      { code: 409, message: 'a volume named "alpha" already exists' },
+    ]);
+    expect((await Volume.list()).map((v) => v.name)).toEqual(['alpha', 'beta']);
+    for (const v of volumes) {
+      const info = await Volume.getInfo(v.volumeId);
+      expect(info).toMatchObject({ name: v.name, volumeId: v.volumeId });
+      const r = await gw(`/volumes/${v.volumeId}`);
+      expect(r.headers.get('x-agentenv-node-id')).toBe((await holder(v.volumeId))[0]);
+    }
+    // The content API with the volume's token, no API key: write, read, list on each volume's node.
+    await a.writeFile('/hello.txt', 'from the gateway');
+    await b.makeDir('/dir');
+    expect(await a.readFile('/hello.txt')).toBe('from the gateway');
+    expect((await a.list('/')).map((e) => e.name)).toEqual(['hello.txt']);
+    expect((await b.list('/')).map((e) => e.name)).toEqual(['dir']);
+  });
+
+  it('places every sandbox mounting a volume on its node; two share its files', async () => {
+    const a = volumes[0]!;
+    const home = (await holder(a.volumeId))[0];
+    const s1 = await Sandbox.create({ volumeMounts: { '/data': a }, timeoutMs: 120_000 });
+    const s2 = await Sandbox.create({ volumeMounts: { '/data': 'alpha' }, timeoutMs: 120_000 });
+    for (const s of [s1, s2]) {
+      const r = await gw(`/sandboxes/${s.sandboxId}`);
+      expect(r.headers.get('x-agentenv-node-id')).toBe(home);
+    }
+    expect((await s2.commands.run('cat /data/hello.txt')).stdout).toBe('from the gateway');
+    await s1.commands.run('echo shared > /data/from-s1.txt');
+    expect((await s2.commands.run('cat /data/from-s1.txt')).stdout).toBe('shared\n');
+    expect(await a.readFile('/from-s1.txt')).toBe('shared\n');
+
+    // Volumes of two nodes in one sandbox, an unknown name: refused before any node creates anything.
+    const split = await gw('/v2/sandboxes', {
+      method: 'POST',
+      body: JSON.stringify({
+        templateID: 'base',
+        volumeMounts: [
+          { name: 'alpha', path: '/a' },
+          { name: 'beta', path: '/b' },
+        ],
+      }),
+    });
+    expect(split.status).toBe(409);
+    expect(((await split.json()) as { message: string }).message).toMatch(
+      /volumes live on different nodes .*"alpha" on cvnode[ab], "beta" on cvnode[ab]/,
+    );
+    const unknown = await gw('/v2/sandboxes', {
+      method: 'POST',
+      body: JSON.stringify({ templateID: 'base', volumeMounts: [{ name: 'gamma', path: '/g' }] }),
+    });
+    expect([unknown.status, await unknown.json()]).toEqual([
+      404,
+      { code: 404, message: 'volume "gamma" not found' },
+    ]);
+    // A malformed mount goes to a node, which refuses it as it does on its own.
+    const bad = await gw('/v2/sandboxes', {
+      method: 'POST',
+      body: JSON.stringify({ templateID: 'base', volumeMounts: [{ name: 'alpha', path: '/proc/x' }] }),
+    });
+    expect(bad.status).toBe(400);
+    expect(((await Sandbox.list().nextItems()) as unknown[]).length).toBe(2);
+
+    // Deleting a mounted volume is refused until no sandbox uses it.
+    const refused = await Volume.destroy(a.volumeId).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(VolumeError);
+    expect(String(refused)).toMatch(/mounted by sandbox/);
+    await s1.kill();
+    await s2.kill();
+    expect(await Volume.destroy(a.volumeId)).toBe(true);
+    expect(await Volume.destroy(a.volumeId)).toBe(false);
+    await expect(Volume.getInfo(a.volumeId)).rejects.toThrow(/not found/);
+    expect((await Volume.list()).map((v) => v.name)).toEqual(['beta']);
+    expect(await volumes[1]!.exists('/dir')).toBe(true);
+  });
+
+  it('places a cold start mounting a volume on its node, which mounts it', async () => {
+    const b = volumes[1]!;
+    const r = await gw('/sandboxes-cold', {
+      method: 'POST',
+      body: JSON.stringify({
+        image: `${REGISTRY}/aenv/busybox:latest`,
+        timeout: 120,
+        volumeMounts: [{ name: 'beta', path: '/data' }],
+      }),
+    });
+    const created = (await r.json()) as { sandboxID: string; message?: string };
+    expect(r.status, created.message).toBe(201);
+    expect(r.headers.get('x-agentenv-node-id')).toBe((await holder(b.volumeId))[0]);
+    // busybox has no bash for commands.run: the files API shows the mount.
+    const s = await Sandbox.connect(created.sandboxID);
+    expect((await s.files.list('/data')).map((e) => e.name)).toEqual(['dir']);
+    await s.files.write('/data/cold.txt', 'cold');
+    expect(await b.readFile('/cold.txt')).toBe('cold');
+    await s.kill();
+  });
+
+  it('refuses hostile volume requests at the gateway', async () => {
+    const b = volumes[1]!;
+    const missing = '00000000-0000-4000-8000-000000000000';
+    const token = (id: string) => createHmac('sha256', KEY).update(`aenv-volume:${id}`).digest('hex');
+    const content = (path: string, auth?: string, init: RequestInit = {}) =>
+      gw(path, { ...init, headers: auth ? { authorization: auth } : {} }, null);
+    const expectAnswer = async (r: Response, status: number, message?: RegExp) => {
+      expect(r.status, `${r.url} ${status}`).toBe(status);
+      if (message) expect(((await r.json()) as { message: string }).message).toMatch(message);
+      else await r.arrayBuffer();
+    };
+    const noToken = /a valid volume token/;
+    // The content API: no token, another volume's, a malformed one, the API key of another cluster.
+    await expectAnswer(await content(`/volumecontent/${b.volumeId}/dir?path=/`), 401, noToken);
+    await expectAnswer(
+      await content(`/volumecontent/${b.volumeId}/dir?path=/`, `Bearer ${token(missing)}`),
+      401,
+      noToken,
+    );
+    await expectAnswer(await content(`/volumecontent/${b.volumeId}/dir?path=/`, 'Bearer'), 401, noToken);
+    await expectAnswer(
+      await gw(`/volumecontent/${b.volumeId}/dir?path=/`, {}, `e2b_${'0'.repeat(40)}`),
+      401,
+      noToken,
+    );
+    // A valid token of a volume no node has: 404; junk ids and paths: 401 before any lookup.
+    await expectAnswer(
+      await content(`/volumecontent/${missing}/dir?path=/`, `Bearer ${token(missing)}`),
+      404,
+      /not found/,
+    );
+    for (const p of [
+      '/volumecontent/..%2f..%2fetc/dir?path=/',
+      `/volumecontent/${b.volumeId.toUpperCase()}/dir?path=/`,
+      `/volumecontent/${b.volumeId}/nope?path=/`,
+    ])
+      await expectAnswer(await content(p, `Bearer ${token(b.volumeId)}`), 401, noToken);
+    // The SDK with a wrong token: its AuthenticationError.
+    const forged = new Volume(b.volumeId, b.name, token(missing));
+    expect(await forged.list('/').catch((e: unknown) => e)).toBeInstanceOf(AuthenticationError);
+    // Traversal through the volume's own path is the node's to refuse (as on one node).
+    await expectAnswer(
+      await content(
+        `/volumecontent/${b.volumeId}/file?path=../../../etc/passwd`,
+        `Bearer ${token(b.volumeId)}`,
+      ),
+      400,
+    );
+    // The control plane: the API key, ids that name nothing, bodies.
+    await expectAnswer(await gw('/volumes', {}, null), 401);
+    await expectAnswer(await gw(`/volumes/${b.volumeId}`, { method: 'DELETE' }, null), 401);
+    for (const id of ['..%2f..%2fsandboxes', 'x'.repeat(200), missing.toUpperCase(), missing])
+      await expectAnswer(await gw(`/volumes/${id}`), 404, /not found/);
+    await expectAnswer(
+      await gw('/volumes', { method: 'POST', body: JSON.stringify({ name: 'x'.repeat(5000) }) }),
+      413,
+      /larger than 4096/,
+    );
+    for (const body of ['{', JSON.stringify({ name: '../etc' }), JSON.stringify({ name: 'ok', size: 1 })])
+      await expectAnswer(await gw('/volumes', { method: 'POST', body }), 400);
+    await expectAnswer(
+      await gw('/v2/sandboxes', {
+        method: 'POST',
+        body: JSON.stringify({
+          templateID: 'base',
+          volumeMounts: [{ name: 'a'.repeat(70_000), path: '/x' }],
+        }),
+      }),
+      413,
+    );
+    expect((await Volume.list()).map((v) => v.name)).toEqual(['beta']);
+    expect(await Volume.destroy(b.volumeId)).toBe(true);
+    expect(await Sandbox.list().nextItems()).toEqual([]);
+    ended = true;
+    for (const n of nodes) expect(await endNode(n)).toEqual({ stray: [], exitCode: 0 });
+  });
+});
