@@ -44,6 +44,10 @@ import {
   type ClaimExpectation,
   type SandboxClaim,
 } from './sandbox-claim.js';
+import { sharedWebhookSchema, type SharedWebhook, type SharedWebhooks } from './shared-webhook.js';
+
+/** One lock for all webhook documents: a create counts them, so creates on two nodes must not interleave. */
+const WEBHOOKS_LOCK: LockName = { kind: 'record', id: 'webhooks' };
 
 export interface CatalogOptions {
   store: RepositoryStore;
@@ -496,6 +500,61 @@ export class CatalogRepository implements SnapshotRepository {
     return this.withLocks([[{ kind: 'record', id: `claim-${name}` }, 'exclusive']], async () => {
       if (!claimMatches(await this.readClaim(sandboxId), expected)) return false;
       await this.store.deleteDoc('claims', name);
+      return true;
+    });
+  }
+
+  async readWebhooks(): Promise<SharedWebhooks> {
+    await this.ready();
+    const out: SharedWebhooks = { webhooks: [], unreadable: [] };
+    for (const [name, text] of await this.store.readAllDocs('webhooks')) {
+      try {
+        const w = this.decode(sharedWebhookSchema, 'webhooks', name, text, `webhook ${name}`);
+        if (w.id !== name) throw untrusted(`webhook document ${name} holds id ${w.id}`);
+        out.webhooks.push(w);
+      } catch (err) {
+        this.log.warn({ id: name, err: errMessage(err) }, 'unreadable webhook definition in the repository');
+        out.unreadable.push(name);
+      }
+    }
+    return out;
+  }
+
+  async createWebhook(webhook: SharedWebhook, max: number): Promise<boolean> {
+    const w = sharedWebhookSchema.parse(webhook);
+    await this.ready();
+    return this.withLocks([[WEBHOOKS_LOCK, 'exclusive']], async (held) => {
+      if ((await this.store.listDocs('webhooks')).length >= max) return false;
+      held[0]!.assertHeld();
+      return this.store.writeDoc('webhooks', w.id, this.encode('webhooks', w.id, w), { ifAbsent: true });
+    });
+  }
+
+  async updateWebhook(
+    id: string,
+    mutate: (w: SharedWebhook) => SharedWebhook,
+  ): Promise<SharedWebhook | undefined> {
+    await this.ready();
+    return this.withLocks([[WEBHOOKS_LOCK, 'exclusive']], async (held) => {
+      const text = await this.store.readDoc('webhooks', id);
+      if (text === undefined) return undefined;
+      const current = this.decode(sharedWebhookSchema, 'webhooks', id, text, `webhook ${id}`);
+      const next = sharedWebhookSchema.parse({
+        ...mutate(current),
+        id: current.id,
+        createdAt: current.createdAt,
+      });
+      held[0]!.assertHeld();
+      await this.store.writeDoc('webhooks', id, this.encode('webhooks', id, next));
+      return next;
+    });
+  }
+
+  async deleteWebhook(id: string): Promise<boolean> {
+    await this.ready();
+    return this.withLocks([[WEBHOOKS_LOCK, 'exclusive']], async () => {
+      if ((await this.store.readDoc('webhooks', id)) === undefined) return false;
+      await this.store.deleteDoc('webhooks', id);
       return true;
     });
   }
