@@ -1,6 +1,7 @@
 // Where a request through the gateway goes (docs/cluster.md#how-the-gateway-routes): the reference's routing
 // table (agentenv-reference §6.3) as one pure decision, so every branch is unit-tested without sockets.
 import { parseProxyHost, RoutingError } from '@aenv/proxy';
+import { eventsRoute, type EventsRoute } from './cluster-events.js';
 
 export type Route =
   /** `/health` not routed to a sandbox: answered 204 by the gateway. */
@@ -19,6 +20,8 @@ export type Route =
   | { kind: 'sandbox'; sandboxId: string; op: string }
   /** A create: placed by Schedule with the body's hint, the new sandbox recorded. */
   | { kind: 'create'; cold: boolean }
+  /** Webhook writes, delivery history and stats, lifecycle events: across the nodes (cluster-events.ts). */
+  | { kind: 'events'; events: EventsRoute }
   /** Any other control-plane call: to a node Schedule picks. */
   | { kind: 'any' };
 
@@ -165,6 +168,8 @@ export function route(method: string, url: string, headers: Headers, domains: re
       return { kind: 'reject', status: 400, message: 'invalid sandbox id', dataPlane: false };
     return { kind: 'sandbox', ...sbx };
   }
+  const events = eventsRoute(method, path);
+  if (events) return { kind: 'events', events };
   return { kind: 'any' };
 }
 
