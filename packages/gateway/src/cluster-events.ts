@@ -33,6 +33,8 @@ export interface Answer {
 
 export interface EventsContext {
   nodes(): Promise<Node[]>;
+  /** The node a write goes to (Schedule's pick: a healthy one). */
+  pick(): Promise<Node>;
   agent: Dispatcher;
   timeoutMs: number;
 }
@@ -96,21 +98,22 @@ function readHeaders(req: IncomingMessage): Record<string, string | string[]> {
   return h;
 }
 
-/** A webhook create/update/delete: to one node, then a sync on every other (best effort: they also poll). */
+/** A webhook create/update/delete: to one node, then a sync on every other (best effort: they also copy every 2 s). */
 export async function webhookWrite(
   ctx: EventsContext,
   req: IncomingMessage,
   url: string,
   body: Buffer,
 ): Promise<Answer> {
-  const nodes = await ctx.nodes();
-  if (!nodes.length) throw new ListError(503, 'no node available');
-  const [first, ...rest] = nodes;
-  const a = await ask(ctx, first!, req.method ?? 'POST', url, forwardedHeaders(req, body.length), body);
-  if (a.status >= 200 && a.status < 300)
+  const target = await ctx.pick();
+  const a = await ask(ctx, target, req.method ?? 'POST', url, forwardedHeaders(req, body.length), body);
+  if (a.status >= 200 && a.status < 300) {
+    // The write is done: a failure here only leaves a node to its own timer.
+    const others = (await ctx.nodes().catch(() => [])).filter((n) => n.nodeId !== target.nodeId);
     await Promise.all(
-      rest.map((n) => ask(ctx, n, 'GET', '/events/webhooks', readHeaders(req)).catch(() => undefined)),
+      others.map((n) => ask(ctx, n, 'GET', '/events/webhooks', readHeaders(req)).catch(() => undefined)),
     );
+  }
   return a;
 }
 

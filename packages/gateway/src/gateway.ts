@@ -268,6 +268,7 @@ export class Gateway {
         return clusterEvents(
           {
             nodes: () => this.deps.scheduler.listNodes(),
+            pick: () => this.deps.scheduler.schedule(undefined),
             agent: this.agent,
             timeoutMs: this.deps.config.requestTimeoutMs,
           },
