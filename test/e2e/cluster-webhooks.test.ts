@@ -61,6 +61,7 @@ describe('webhooks through aenv gateway', () => {
     ((await rpc.call('LookupNode', { sandbox_id: sandboxId })).node as Plain).node_id as string;
 
   beforeAll(async () => {
+    mkdirSync('/var/lib/aenv-e2e', { recursive: true, mode: 0o711 });
     mkdirSync(shared, { recursive: true, mode: 0o700 });
     const ports = [await freePort(), await freePort()];
     sched = await startSchedulerProcess({
@@ -68,6 +69,8 @@ describe('webhooks through aenv gateway', () => {
     });
     rpc = schedulerClient(sched.grpcAddress);
     for (const [i, id] of NODES.entries()) {
+      // One API key for the whole cluster, in each node's managed key file; the home stays traversable (o+x).
+      mkdirSync(`/var/lib/aenv-e2e/${id}`, { recursive: true, mode: 0o711 });
       mkdirSync(`/var/lib/aenv-e2e/${id}/secrets`, { recursive: true, mode: 0o700 });
       writeFileSync(`/var/lib/aenv-e2e/${id}/secrets/api-key`, `${KEY}\n`, { mode: 0o600 });
       nodes.push(
