@@ -521,7 +521,10 @@ export class CatalogRepository implements SnapshotRepository {
   }
 
   async createWebhook(webhook: SharedWebhook, max: number): Promise<boolean> {
-    const w = sharedWebhookSchema.parse(webhook);
+    requireWebhookId(webhook.id);
+    const parsed = sharedWebhookSchema.safeParse(webhook);
+    if (!parsed.success) throw invalidRequest(`invalid webhook definition: ${parsed.error.message}`);
+    const w = parsed.data;
     await this.ready();
     return this.withLocks([[WEBHOOKS_LOCK, 'exclusive']], async (held) => {
       if ((await this.store.listDocs('webhooks')).length >= max) return false;
@@ -534,6 +537,7 @@ export class CatalogRepository implements SnapshotRepository {
     id: string,
     mutate: (w: SharedWebhook) => SharedWebhook,
   ): Promise<SharedWebhook | undefined> {
+    requireWebhookId(id);
     await this.ready();
     return this.withLocks([[WEBHOOKS_LOCK, 'exclusive']], async (held) => {
       const text = await this.store.readDoc('webhooks', id);
@@ -551,6 +555,7 @@ export class CatalogRepository implements SnapshotRepository {
   }
 
   async deleteWebhook(id: string): Promise<boolean> {
+    requireWebhookId(id);
     await this.ready();
     return this.withLocks([[WEBHOOKS_LOCK, 'exclusive']], async () => {
       if ((await this.store.readDoc('webhooks', id)) === undefined) return false;
@@ -821,6 +826,12 @@ function view(stored: StoredRecord, committed: CommittedSnapshot | undefined): S
 function requireClaimName(sandboxId: string): string {
   if (typeof sandboxId === 'string' && /^[a-z0-9][a-z0-9-]{0,127}$/.test(sandboxId)) return sandboxId;
   throw invalidRequest(`invalid sandbox id ${JSON.stringify(sandboxId)}`);
+}
+
+/** A webhook id is a UUID (the node makes it); anything else never names a document. */
+function requireWebhookId(id: string): void {
+  if (typeof id !== 'string' || !isUuid(id) || id !== id.toLowerCase())
+    throw invalidRequest(`invalid webhook id ${JSON.stringify(String(id).slice(0, 100))}`);
 }
 
 function serialize(value: unknown): string {
