@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { REPO } from './harness.js';
 import { deleteTemplatesNamed, describeNode } from './fixture.js';
+import { TestWebhookReceiver } from '../../packages/node/src/events/testing/webhook-receiver.js';
 
 const CLI = join(REPO, 'packages', 'cli', 'dist', 'main.js');
 const BASE_IMAGE = 'oci:/var/cache/aenv/images/base:latest';
@@ -23,7 +24,9 @@ describe('aenv CLI against a node', () => {
   const { server } = describeNode({
     name: 'cli',
     // Uploads of build files over 1 MiB are refused (the bad-Dockerfile test sends a bigger one).
-    toml: '[observability.sandbox_metrics]\ninterval_secs = 1\n[template_build]\nmax_upload_mb = 1\n',
+    toml:
+      '[observability.sandbox_metrics]\ninterval_secs = 1\n[template_build]\nmax_upload_mb = 1\n' +
+      '[events.webhooks]\nallow_loopback = true\n',
   });
   let home: string;
   let work: string;
@@ -265,6 +268,92 @@ describe('aenv CLI against a node', () => {
     for (const f of forked) json(await aenv(['rm', f.sandbox!.sandboxID]));
     json(await aenv(['rm', id]));
     json(await aenv(['snapshot', 'delete', snap.snapshotID]));
+  });
+
+  it('manages webhooks: create, list, get, update, deliveries, rm; refuses bad flags', async () => {
+    const receiver = await new TestWebhookReceiver('whsec-cli-0123').start();
+    try {
+      const secretFile = join(work, 'webhook-secret');
+      writeFileSync(secretFile, `${receiver.secret}\n`, { mode: 0o600 });
+      const w = json(
+        await aenv([
+          'webhook',
+          'create',
+          receiver.url,
+          '--event',
+          'created,killed',
+          '--secret-file',
+          secretFile,
+          '--name',
+          'cli',
+        ]),
+      ) as { id: string; url: string; events: string[]; enabled: boolean };
+      expect(w).toMatchObject({
+        url: receiver.url,
+        events: ['sandbox.lifecycle.created', 'sandbox.lifecycle.killed'],
+        enabled: true,
+      });
+      expect((json(await aenv(['webhook', 'ls'])) as { id: string }[]).map((x) => x.id)).toEqual([w.id]);
+      expect(json(await aenv(['webhook', 'get', w.id]))).toMatchObject({ id: w.id, name: 'cli' });
+      expect((await aenv(['webhook', 'ls', '--output', 'table'])).stdout).toContain('created,killed');
+
+      const id = await startDetached('--timeout', '120');
+      json(await aenv(['rm', id]));
+      await receiver.waitFor((r) => r.length >= 2, 30_000);
+      expect(receiver.received.every((d) => d.signatureValid && d.body.sandboxId === id)).toBe(true);
+      const groups = json(await aenv(['webhook', 'deliveries', w.id])) as {
+        sandboxId: string;
+        attempts: unknown[];
+      }[];
+      expect(groups.map((g) => [g.sandboxId, g.attempts.length])).toEqual([
+        [id, 1],
+        [id, 1],
+      ]);
+      expect(json(await aenv(['webhook', 'deliveries', w.id, '--status', 'failed']))).toEqual([]);
+      expect((await aenv(['webhook', 'deliveries', w.id, '--output', 'table'])).stdout).toMatch(
+        /killed .*success/,
+      );
+
+      // The secret from stdin; only what is given changes.
+      const off = json(
+        await aenv(['webhook', 'update', w.id, '--disable', '--secret-file', '-'], {
+          input: 'whsec-cli-new\n',
+        }),
+      );
+      expect(off).toMatchObject({ id: w.id, enabled: false, url: receiver.url, name: 'cli' });
+
+      const bad: [string[], number, RegExp][] = [
+        [['webhook', 'update', w.id], 2, /nothing to change/],
+        [
+          ['webhook', 'create', receiver.url, '--event', 'bogus', '--secret-file', secretFile],
+          2,
+          /unknown event "bogus"/,
+        ],
+        [['webhook', 'create', receiver.url, '--event', 'created'], 2, /--secret-file/],
+        [
+          ['webhook', 'create', receiver.url, '--event', 'created', '--secret-file', join(work, 'nope')],
+          2,
+          /cannot read/,
+        ],
+        [
+          ['webhook', 'create', 'ftp://x', '--event', 'created', '--secret-file', secretFile],
+          2,
+          /HTTP 400.*url/,
+        ],
+        [['webhook', 'get', 'not-a-uuid'], 3, /HTTP 404/],
+        [['webhook', 'deliveries', w.id, '--limit', '0'], 2, /error: /],
+      ];
+      for (const [args, code, message] of bad) {
+        const r = await aenv(args);
+        expect({ args, code: r.code }).toEqual({ args, code });
+        expect(r.stderr.split('\n').find((l) => l.startsWith('error: '))).toMatch(message);
+      }
+      expect(json(await aenv(['webhook', 'rm', w.id]))).toEqual({ id: w.id, deleted: true });
+      expect((await aenv(['webhook', 'get', w.id])).code).toBe(3);
+      expect(json(await aenv(['webhook', 'ls']))).toEqual([]);
+    } finally {
+      await receiver.close();
+    }
   });
 
   it('pulls a template, lists, watches and deletes it', async () => {

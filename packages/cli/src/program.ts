@@ -11,6 +11,7 @@ import { registerSandboxCommands } from './commands/sandboxes.js';
 import { registerServiceCommands } from './commands/services.js';
 import { registerSnapshotCommands } from './commands/snapshots.js';
 import { registerTemplateCommands } from './commands/templates.js';
+import { registerWebhookCommands } from './commands/webhooks.js';
 import { VERSION } from './version.js';
 
 export function buildProgram(): Command {
@@ -29,6 +30,7 @@ export function buildProgram(): Command {
   registerSnapshotCommands(program);
   registerBuildCommands(program, registerTemplateCommands(program));
   registerObserveCommands(program);
+  registerWebhookCommands(program);
   registerCompletionCommand(program);
   registerServiceCommands(program);
   return program;

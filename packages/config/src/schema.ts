@@ -593,7 +593,7 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
             default: 20,
             min: 0,
             max: 1000,
-            doc: 'Webhooks this node keeps; a create beyond it is refused with a 400.',
+            doc: 'Webhooks this node keeps (all the nodes sharing a snapshot repository together: docs/events.md#in-a-cluster); a create beyond it is refused with a 400.',
           }),
           history_per_webhook: int({
             aenv: true,

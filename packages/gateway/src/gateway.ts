@@ -21,6 +21,7 @@ import type { Logger } from 'pino';
 import type { GatewaySection } from '@aenv/scheduler';
 import { createdSandboxIds } from './assignments.js';
 import { ListError, mergePages, nodeItems, parseListQuery, type ListedSandbox } from './cluster-list.js';
+import { clusterEvents } from './cluster-events-serve.js';
 import type { GatewayMetrics } from './metrics.js';
 import { nodeView } from './nodes-view.js';
 import { MAX_HINT_BODY_BYTES, placementHint } from './placement.js';
@@ -281,6 +282,18 @@ export class Gateway {
       }
       case 'volume':
         return this.volumes.serve(r.op, req, res);
+      case 'events':
+        return clusterEvents(
+          {
+            nodes: () => this.deps.scheduler.listNodes(),
+            pick: () => this.deps.scheduler.schedule(undefined),
+            agent: this.agent,
+            timeoutMs: this.deps.config.requestTimeoutMs,
+          },
+          r.events,
+          req,
+          res,
+        );
       case 'any': {
         const node = await this.deps.scheduler.schedule(undefined);
         return this.forward(req, res, r, node, req.url ?? '/');

@@ -2,6 +2,7 @@
 // pure decision, so every branch is unit-tested without sockets.
 import { parseProxyHost, RoutingError } from '@aenv/proxy';
 import { volumeRoute, type VolumeOp } from './volume-routes.js';
+import { eventsRoute, type EventsRoute } from './cluster-events.js';
 
 export type Route =
   /** `/health` not routed to a sandbox: answered 204 by the gateway. */
@@ -22,6 +23,8 @@ export type Route =
   | { kind: 'create'; cold: boolean }
   /** `/volumes…` and `/volumecontent/…`: to the node holding the volume (docs/cluster.md#volumes-in-a-cluster). */
   | { kind: 'volume'; op: VolumeOp }
+  /** Webhook writes, delivery history and stats, lifecycle events: across the nodes (cluster-events.ts). */
+  | { kind: 'events'; events: EventsRoute }
   /** Any other control-plane call: to a node Schedule picks. */
   | { kind: 'any' };
 
@@ -171,6 +174,8 @@ export function route(method: string, url: string, headers: Headers, domains: re
       return { kind: 'reject', status: 400, message: 'invalid sandbox id', dataPlane: false };
     return { kind: 'sandbox', ...sbx };
   }
+  const events = eventsRoute(method, path);
+  if (events) return { kind: 'events', events };
   return { kind: 'any' };
 }
 

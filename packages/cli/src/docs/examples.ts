@@ -17,6 +17,13 @@ export const EXAMPLES: Record<string, string> = {
   'snapshot create': 'aenv snapshot create "$ID" --name warmed-up\naenv start -d warmed-up',
   'snapshot list': 'aenv snapshot list --sandbox-id "$ID"',
   'snapshot delete': 'aenv snapshot rm warmed-up',
+  'webhook create':
+    'printf \'%s\' "$SECRET" > secret && aenv webhook create https://hooks.example.test/e2b --event created,killed --secret-file secret',
+  'webhook list': 'aenv webhook ls -o table',
+  'webhook get': 'aenv webhook get "$WEBHOOK_ID"',
+  'webhook update': 'aenv webhook update "$WEBHOOK_ID" --event paused,resumed --disable',
+  'webhook delete': 'aenv webhook rm "$WEBHOOK_ID"',
+  'webhook deliveries': 'aenv webhook deliveries "$WEBHOOK_ID" --status failed -o table',
   pull: 'aenv pull docker.io/library/python:3.12 --name py --cpu 2 --memory 2048\naenv pull nginx:1.27 --start-cmd nginx --probe 80 -d',
   build:
     'aenv build --name web ./Dockerfile                 # waits, build log streaming\naenv build --name web --build-arg VERSION=2 -c . docker/Dockerfile -d',

@@ -73,7 +73,7 @@ export interface ControlPlaneDeps {
   /** A deleted template's local copy goes too. */
   backend: { removeLocalSnapshot(templateId: string): Promise<void> };
   volumes: VolumeService;
-  webhooks: Pick<ReturnType<typeof startWebhooks>, 'store' | 'policy' | 'maxWebhooks'>;
+  webhooks: Pick<ReturnType<typeof startWebhooks>, 'store' | 'definitions' | 'policy' | 'maxWebhooks'>;
   /** `POST /nodes/{id}/drain`: undefined when the node has no shared repository to drain into. */
   drain?: () => void;
 }

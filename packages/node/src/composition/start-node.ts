@@ -92,7 +92,12 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
   });
   const { admission, idempotency } = startApiGuards(config, core);
   const extension = startExtension(config.custom_extension, core);
-  const webhooks = startWebhooks(db, config, logger.child({ component: 'webhooks' }));
+  const webhooks = startWebhooks(
+    db,
+    config,
+    logger.child({ component: 'webhooks' }),
+    sharesPausedSandboxes(config) ? repository.repository : undefined,
+  );
   const events = new SandboxEventStore(db, { teamId: localTeamId(apiKey), onEvent: webhooks.enqueue });
   const late: { frontDoor?: FrontDoor; reporter?: HeartbeatReporter } = {}; // told of the orchestrator's work
   const orchestrator = await startOrchestrator(config.orchestrator, {

@@ -88,6 +88,11 @@ export const webhookMigrations: Migration[] = [
       );
       CREATE INDEX webhook_deliveries_by_webhook ON webhook_deliveries (webhook_id, seq);`),
   },
+  {
+    // 1: a copy of a definition in the cluster's repository (docs/events.md#in-a-cluster); 0: this node's own.
+    id: 'events-0003-webhooks-shared',
+    up: (db) => db.exec('ALTER TABLE webhooks ADD COLUMN shared INTEGER NOT NULL DEFAULT 0'),
+  },
 ];
 
 interface WebhookRow {
@@ -166,6 +171,30 @@ export class WebhookStore {
         .run({ ...next, enabled: next.enabled ? 1 : 0, events: JSON.stringify(next.events) });
       return next;
     })();
+  }
+
+  /** Stores the repository's copy of a definition (marked shared), keeping its outbox and history. */
+  upsertShared(w: Webhook): void {
+    this.db
+      .prepare(
+        `INSERT INTO webhooks (id, name, url, enabled, events, secret, created_at, shared)
+         VALUES (@id, @name, @url, @enabled, @events, @secret, @createdAt, 1)
+         ON CONFLICT (id) DO UPDATE SET name = excluded.name, url = excluded.url, enabled = excluded.enabled,
+           events = excluded.events, secret = excluded.secret, shared = 1`,
+      )
+      .run({ ...w, enabled: w.enabled ? 1 : 0, events: JSON.stringify(w.events) });
+  }
+
+  /** Ids of the definitions copied from the repository (a shared one missing there was deleted). */
+  sharedIds(): string[] {
+    return (this.db.prepare('SELECT id FROM webhooks WHERE shared = 1').all() as { id: string }[]).map(
+      (r) => r.id,
+    );
+  }
+
+  /** Definitions this node made before it shared a repository: published once, then shared. */
+  unshared(): Webhook[] {
+    return (this.db.prepare('SELECT * FROM webhooks WHERE shared = 0').all() as WebhookRow[]).map(toWebhook);
   }
 
   /** Deletes the webhook with its pending deliveries and history. */

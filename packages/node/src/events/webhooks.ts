@@ -1,13 +1,16 @@
 // The webhook subsystem as the node composes it: the store and the delivery worker from [events.webhooks]
 // (docs/events.md#webhooks); server.ts registers the routes over `store` and `policy`.
 import type { AenvConfig } from '@aenv/config';
+import type { SnapshotRepository } from '../snapshot/repository.js';
 import type { StateDb } from '../state/db.js';
 import type { Logger } from '../util/log.js';
+import { localDefinitions, SharedDefinitions } from './webhook-definitions.js';
 import { WebhookDispatcher } from './webhook-dispatcher.js';
 import { WebhookStore } from './webhook-store.js';
 import type { TargetPolicy } from './webhook-target.js';
 
-export function startWebhooks(db: StateDb, config: AenvConfig, logger: Logger) {
+/** `shared`: the repository the cluster's nodes share, which then holds the definitions (docs/events.md#in-a-cluster). */
+export function startWebhooks(db: StateDb, config: AenvConfig, logger: Logger, shared?: SnapshotRepository) {
   const c = config.events.webhooks;
   const policy: TargetPolicy = {
     allowLoopback: c.allow_loopback,
@@ -22,13 +25,21 @@ export function startWebhooks(db: StateDb, config: AenvConfig, logger: Logger) {
     policy,
     logger,
   });
+  const definitions = shared ? new SharedDefinitions(store, shared, logger) : localDefinitions(store);
   const pending = store.pendingCount();
   if (pending) logger.info({ pending }, 'webhook deliveries left from the last run are resumed');
   return {
     enqueue: dispatcher.enqueue,
-    start: () => dispatcher.start(),
-    stop: () => dispatcher.stop(),
+    start: () => {
+      definitions.start();
+      dispatcher.start();
+    },
+    stop: () => {
+      definitions.stop();
+      return dispatcher.stop();
+    },
     store,
+    definitions,
     policy,
     maxWebhooks: c.max_webhooks,
   };

@@ -44,6 +44,10 @@ import {
   type ClaimExpectation,
   type SandboxClaim,
 } from './sandbox-claim.js';
+import { sharedWebhookSchema, type SharedWebhook, type SharedWebhooks } from './shared-webhook.js';
+
+/** One lock for all webhook documents: a create counts them, so creates on two nodes must not interleave. */
+const WEBHOOKS_LOCK: LockName = { kind: 'record', id: 'webhooks' };
 
 export interface CatalogOptions {
   store: RepositoryStorage;
@@ -500,6 +504,66 @@ export class CatalogRepository implements SnapshotRepository {
     });
   }
 
+  async readWebhooks(): Promise<SharedWebhooks> {
+    await this.ready();
+    const out: SharedWebhooks = { webhooks: [], unreadable: [] };
+    for (const [name, text] of await this.store.readAllDocs('webhooks')) {
+      try {
+        const w = this.decode(sharedWebhookSchema, 'webhooks', name, text, `webhook ${name}`);
+        if (w.id !== name) throw untrusted(`webhook document ${name} holds id ${w.id}`);
+        out.webhooks.push(w);
+      } catch (err) {
+        this.log.warn({ id: name, err: errMessage(err) }, 'unreadable webhook definition in the repository');
+        out.unreadable.push(name);
+      }
+    }
+    return out;
+  }
+
+  async createWebhook(webhook: SharedWebhook, max: number): Promise<boolean> {
+    requireWebhookId(webhook.id);
+    const parsed = sharedWebhookSchema.safeParse(webhook);
+    if (!parsed.success) throw invalidRequest(`invalid webhook definition: ${parsed.error.message}`);
+    const w = parsed.data;
+    await this.ready();
+    return this.withLocks([[WEBHOOKS_LOCK, 'exclusive']], async (held) => {
+      if ((await this.store.listDocs('webhooks')).length >= max) return false;
+      held[0]!.assertHeld();
+      return this.store.writeDoc('webhooks', w.id, this.encode('webhooks', w.id, w), { ifAbsent: true });
+    });
+  }
+
+  async updateWebhook(
+    id: string,
+    mutate: (w: SharedWebhook) => SharedWebhook,
+  ): Promise<SharedWebhook | undefined> {
+    requireWebhookId(id);
+    await this.ready();
+    return this.withLocks([[WEBHOOKS_LOCK, 'exclusive']], async (held) => {
+      const text = await this.store.readDoc('webhooks', id);
+      if (text === undefined) return undefined;
+      const current = this.decode(sharedWebhookSchema, 'webhooks', id, text, `webhook ${id}`);
+      const next = sharedWebhookSchema.parse({
+        ...mutate(current),
+        id: current.id,
+        createdAt: current.createdAt,
+      });
+      held[0]!.assertHeld();
+      await this.store.writeDoc('webhooks', id, this.encode('webhooks', id, next));
+      return next;
+    });
+  }
+
+  async deleteWebhook(id: string): Promise<boolean> {
+    requireWebhookId(id);
+    await this.ready();
+    return this.withLocks([[WEBHOOKS_LOCK, 'exclusive']], async () => {
+      if ((await this.store.readDoc('webhooks', id)) === undefined) return false;
+      await this.store.deleteDoc('webhooks', id);
+      return true;
+    });
+  }
+
   async close(): Promise<void> {
     await this.store.close();
   }
@@ -762,6 +826,12 @@ function view(stored: StoredRecord, committed: CommittedSnapshot | undefined): S
 function requireClaimName(sandboxId: string): string {
   if (typeof sandboxId === 'string' && /^[a-z0-9][a-z0-9-]{0,127}$/.test(sandboxId)) return sandboxId;
   throw invalidRequest(`invalid sandbox id ${JSON.stringify(sandboxId)}`);
+}
+
+/** A webhook id is a UUID (the node makes it); anything else never names a document. */
+function requireWebhookId(id: string): void {
+  if (typeof id !== 'string' || !isUuid(id) || id !== id.toLowerCase())
+    throw invalidRequest(`invalid webhook id ${JSON.stringify(String(id).slice(0, 100))}`);
 }
 
 function serialize(value: unknown): string {

@@ -7,6 +7,7 @@ import type {
   SnapshotRecord,
 } from './record.js';
 import type { ClaimExpectation, SandboxClaim } from './sandbox-claim.js';
+import type { SharedWebhook, SharedWebhooks } from './shared-webhook.js';
 
 /** A file on this node to be stored in the repository. */
 export interface LocalFile {
@@ -110,5 +111,13 @@ export interface SnapshotRepository {
   swapClaim(sandboxId: string, expected: ClaimExpectation, next: SandboxClaim): Promise<boolean>;
   /** Removes the claim if it matches `expected` (the sandbox is gone for good). */
   deleteClaim(sandboxId: string, expected: ClaimExpectation): Promise<boolean>;
+  /** The cluster's webhook definitions (docs/events.md#in-a-cluster). */
+  readWebhooks(): Promise<SharedWebhooks>;
+  /** Stores a new definition unless `max` exist already or its id is taken: false then, nothing written. */
+  createWebhook(webhook: SharedWebhook, max: number): Promise<boolean>;
+  /** Replaces a definition under the webhooks lock; undefined when it does not exist. */
+  updateWebhook(id: string, mutate: (w: SharedWebhook) => SharedWebhook): Promise<SharedWebhook | undefined>;
+  /** false when there was nothing to delete. */
+  deleteWebhook(id: string): Promise<boolean>;
   close(): Promise<void>;
 }

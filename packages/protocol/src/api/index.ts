@@ -4,3 +4,4 @@ export * from './headers.js';
 export * from './pagination.js';
 export * from './responses.js';
 export * from './schemas.js';
+export * from './webhooks.js';

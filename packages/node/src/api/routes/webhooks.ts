@@ -5,6 +5,7 @@ import { ApiError } from '../errors.js';
 import { parseRequiredBody } from '../parse-body.js';
 import { SANDBOX_EVENT_TYPES, type SandboxEventType } from '../../events/sandbox-events.js';
 import { refusedUrl, type TargetPolicy } from '../../events/webhook-target.js';
+import type { WebhookDefinitions } from '../../events/webhook-definitions.js';
 import type { DeliveryAttempt, DeliveryFilter, Webhook, WebhookStore } from '../../events/webhook-store.js';
 import { webhookStats } from '../../events/webhook-stats.js';
 
@@ -40,7 +41,10 @@ const PatchBody = z.strictObject({
 });
 
 export interface WebhookRouteDeps {
+  /** Delivery history (this node's attempts). */
   store: WebhookStore;
+  /** The definitions (node-local or the cluster's). */
+  definitions: WebhookDefinitions;
   policy: TargetPolicy;
   maxWebhooks: number;
   teamId: string;
@@ -121,8 +125,8 @@ function offsetOf(q: Record<string, unknown>): number {
 }
 
 export function registerWebhookRoutes(app: FastifyInstance, d: WebhookRouteDeps): void {
-  const find = (id: string): Webhook => {
-    const w = UUID.test(id) ? d.store.get(id) : undefined;
+  const find = async (id: string): Promise<Webhook> => {
+    const w = UUID.test(id) ? await d.definitions.get(id) : undefined;
     if (!w) throw new ApiError(404, `webhook ${id.slice(0, 100)} not found`);
     return w;
   };
@@ -130,7 +134,7 @@ export function registerWebhookRoutes(app: FastifyInstance, d: WebhookRouteDeps)
   app.post('/events/webhooks', async (req, reply) => {
     const b = parseRequiredBody(CreateBody, req.body, 'webhook');
     checkUrl(b.url, d.policy);
-    const w = d.store.create(
+    const w = await d.definitions.create(
       {
         name: b.name ?? '',
         url: b.url,
@@ -143,22 +147,22 @@ export function registerWebhookRoutes(app: FastifyInstance, d: WebhookRouteDeps)
     if (!w)
       throw new ApiError(
         400,
-        `invalid webhook: this node already has ${d.maxWebhooks} webhooks ([events.webhooks].max_webhooks); delete one first`,
+        `invalid webhook: there are ${d.maxWebhooks} webhooks already ([events.webhooks].max_webhooks); delete one first`,
       );
     return reply.code(201).send(detail(w, d.teamId));
   });
 
-  app.get('/events/webhooks', async () => d.store.list().map((w) => detail(w, d.teamId)));
+  app.get('/events/webhooks', async () => (await d.definitions.list()).map((w) => detail(w, d.teamId)));
 
   app.get<{ Params: { id: string } }>('/events/webhooks/:id', async (req) =>
-    detail(find(req.params.id), d.teamId),
+    detail(await find(req.params.id), d.teamId),
   );
 
   app.patch<{ Params: { id: string } }>('/events/webhooks/:id', async (req) => {
-    find(req.params.id);
+    await find(req.params.id);
     const b = parseRequiredBody(PatchBody, req.body, 'webhook');
     checkUrl(b.url, d.policy);
-    const w = d.store.update(req.params.id, {
+    const w = await d.definitions.update(req.params.id, {
       ...(b.name !== undefined ? { name: b.name } : {}),
       ...(b.url !== undefined ? { url: b.url } : {}),
       ...(b.events !== undefined ? { events: b.events as SandboxEventType[] } : {}),
@@ -170,13 +174,13 @@ export function registerWebhookRoutes(app: FastifyInstance, d: WebhookRouteDeps)
   });
 
   app.delete<{ Params: { id: string } }>('/events/webhooks/:id', async (req, reply) => {
-    if (!UUID.test(req.params.id) || !d.store.delete(req.params.id))
+    if (!UUID.test(req.params.id) || !(await d.definitions.delete(req.params.id)))
       throw new ApiError(404, `webhook ${req.params.id.slice(0, 100)} not found`);
     return reply.code(200).send();
   });
 
   app.get<{ Params: { id: string } }>('/events/webhooks/:id/deliveries', async (req) => {
-    const w = find(req.params.id);
+    const w = await find(req.params.id);
     const q = req.query as Record<string, unknown>;
     const filter: DeliveryFilter = {
       statuses: many(q, 'deliveryStatus', ['success', 'failed']) as ('success' | 'failed')[],
@@ -204,7 +208,7 @@ export function registerWebhookRoutes(app: FastifyInstance, d: WebhookRouteDeps)
   });
 
   app.get<{ Params: { id: string } }>('/events/webhooks/:id/stats', async (req) => {
-    const w = find(req.params.id);
+    const w = await find(req.params.id);
     const q = req.query as Record<string, unknown>;
     const endMs = time(q, 'end') ?? Date.now();
     const startMs = time(q, 'start') ?? endMs - 24 * 3600_000;

@@ -41,6 +41,7 @@ const LOCK_STRIPES = 256;
  *   catalog/records/<id>.json      record (without `committed`)
  *   catalog/aliases/<alias>        JSON string of the id
  *   catalog/claims/<sandbox>.json  owner of a sandbox that can move between nodes (sandbox-claim.ts)
+ *   catalog/webhooks/<id>.json     a webhook every node of the repository delivers to (shared-webhook.ts)
  *   snapshots/<id>/commit          commit marker (the committed data), written last
  *   snapshots/<id>/artifacts/<n>   per-record artifacts
  *   layers/sha256/<hex>            content-addressed layers
@@ -73,6 +74,7 @@ export class PosixStorage implements RepositoryStorage {
       'catalog/records',
       'catalog/aliases',
       'catalog/claims',
+      'catalog/webhooks',
       'snapshots',
       'layers/sha256',
       'locks/records',
@@ -139,8 +141,8 @@ export class PosixStorage implements RepositoryStorage {
         .map((f) => f.slice(0, -5));
     }
     if (ns === 'aliases') return readdir(join(this.root, 'catalog/aliases'));
-    if (ns === 'claims') {
-      return (await readdir(join(this.root, 'catalog/claims')))
+    if (ns === 'claims' || ns === 'webhooks') {
+      return (await readdir(join(this.root, `catalog/${ns}`)))
         .filter((f) => f.endsWith('.json'))
         .map((f) => f.slice(0, -5));
     }
@@ -260,7 +262,7 @@ export class PosixStorage implements RepositoryStorage {
   private docPath(ns: DocNamespace, name: string): string {
     if (ns === 'records') return join(this.root, 'catalog/records', `${name}.json`);
     if (ns === 'aliases') return join(this.root, 'catalog/aliases', name);
-    if (ns === 'claims') return join(this.root, 'catalog/claims', `${name}.json`);
+    if (ns === 'claims' || ns === 'webhooks') return join(this.root, `catalog/${ns}`, `${name}.json`);
     return join(this.root, 'snapshots', name, 'commit');
   }
 

@@ -522,6 +522,37 @@ export function defineRepositoryContract(
       expect(await repo.readClaim(sandbox)).toBeUndefined();
     });
 
+    it('webhook definitions: a cluster-wide limit among racing repositories, update, delete, ids checked', async () => {
+      const def = (n: number) => ({
+        id: `0190a0a0-0000-7000-8000-${String(n).padStart(12, '0')}`,
+        name: `w${n}`,
+        url: `http://r${n}.test/`,
+        enabled: true,
+        events: ['sandbox.lifecycle.created'],
+        secret: `s${n}`,
+        createdAt: new Date().toISOString(),
+      });
+      const before = (await repo.readWebhooks()).webhooks.length;
+      const handles = [0, 1, 2, 3].map(() => open());
+      const made = await Promise.all(handles.map((h, i) => h.createWebhook(def(i + 1), before + 2)));
+      expect(made.filter(Boolean)).toHaveLength(2);
+      const mine = (await repo.readWebhooks()).webhooks.filter((w) => w.name.startsWith('w'));
+      expect(mine).toHaveLength(2);
+      const w = mine[0]!;
+      expect(await repo.createWebhook(w, 1000)).toBe(false); // its id is taken
+      const next = await repo.updateWebhook(w.id, (cur) => ({ ...cur, url: 'http://moved.test/', id: 'x' }));
+      expect(next).toMatchObject({ id: w.id, url: 'http://moved.test/', createdAt: w.createdAt });
+      expect((await handles[0]!.readWebhooks()).webhooks.find((x) => x.id === w.id)?.url).toBe(
+        'http://moved.test/',
+      );
+      for (const x of mine) expect(await repo.deleteWebhook(x.id)).toBe(true);
+      expect(await repo.deleteWebhook(w.id)).toBe(false);
+      expect(await repo.updateWebhook(w.id, (cur) => cur)).toBeUndefined();
+      for (const bad of ['../records/x', 'x', w.id.toUpperCase()])
+        await expectError(repo.deleteWebhook(bad), 'InvalidRequest', 400);
+      await expectError(repo.createWebhook({ ...def(9), url: '' }, 1000), 'InvalidRequest', 400);
+    });
+
     for (const mode of ['create', 'bind'] as const) {
       it(`two processes publishing the same alias at once (${mode}): exactly one wins`, async () => {
         const name = alias(`race-${mode}`);

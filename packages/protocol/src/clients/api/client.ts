@@ -43,6 +43,14 @@ import type {
   TemplateBuildStartV2,
   TemplateUpdate,
 } from '../../api/schemas.js';
+import type {
+  WebhookCreate,
+  WebhookDeliveries,
+  WebhookDeliveriesQuery,
+  WebhookDeliveryStats,
+  WebhookDetail,
+  WebhookUpdate,
+} from '../../api/webhooks.js';
 import { AenvApiError, AenvApiUnreachableError } from './errors.js';
 
 export interface AenvApiClientOptions {
@@ -262,5 +270,34 @@ export class AenvApiClient {
 
   readonly teams = {
     list: () => this.json<TeamResponse[]>('GET', '/teams'),
+  };
+
+  /** E2B's webhooks API (docs/events.md#webhooks); through a gateway, for every node of the cluster. */
+  readonly webhooks = {
+    create: (body: WebhookCreate) => this.json<WebhookDetail>('POST', '/events/webhooks', { body }),
+    list: () => this.json<WebhookDetail[]>('GET', '/events/webhooks'),
+    get: (id: string) => this.json<WebhookDetail>('GET', `/events/webhooks/${seg(id)}`),
+    update: (id: string, body: WebhookUpdate) =>
+      this.json<WebhookDetail>('PATCH', `/events/webhooks/${seg(id)}`, { body }),
+    delete: async (id: string): Promise<void> =>
+      void (await this.call('DELETE', `/events/webhooks/${seg(id)}`)),
+    /** One page of the delivery history, grouped by event; pass `nextCursor` back as `cursor`. */
+    deliveries: (id: string, q: WebhookDeliveriesQuery = {}) => {
+      const p = new URLSearchParams();
+      if (q.limit !== undefined) p.set('limit', String(q.limit));
+      if (q.cursor) p.set('cursor', q.cursor);
+      if (q.orderAsc !== undefined) p.set('orderAsc', String(q.orderAsc));
+      for (const s of q.deliveryStatus ?? []) p.append('deliveryStatus', s);
+      for (const t of q.eventType ?? []) p.append('eventType', t);
+      if (q.start) p.set('start', q.start);
+      if (q.end) p.set('end', q.end);
+      const query = p.toString();
+      return this.json<WebhookDeliveries>(
+        'GET',
+        `/events/webhooks/${seg(id)}/deliveries${query ? `?${query}` : ''}`,
+      );
+    },
+    stats: (id: string, q: { start?: string; end?: string } = {}) =>
+      this.json<WebhookDeliveryStats>('GET', `/events/webhooks/${seg(id)}/stats`, { query: q }),
   };
 }
