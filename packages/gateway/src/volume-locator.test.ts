@@ -6,7 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { pino } from 'pino';
-import { volumeContentToken } from '@aenv/protocol';
+import { createSchedulerClient, NodeStatus, volumeContentToken } from '@aenv/protocol';
 import { defaultClusterConfig, startScheduler, type RunningScheduler } from '@aenv/scheduler';
 import { startGateway, type RunningGateway } from './run.js';
 
@@ -128,6 +128,42 @@ describe('the gateway’s volume calls against a real scheduler', () => {
     expect((await call('GET', `/volumes/${moved}`)).status).toBe(404); // the remembered node's answer
     expect(await nodeOf(await call('GET', `/volumes/${moved}`))).toBe('node-b');
     b.volumes.pop();
+  });
+
+  it('refuses a create mounting volumes whose node is draining (503), and places it again once it is back', async () => {
+    const rpc = createSchedulerClient(`127.0.0.1:${sched.grpcPort}`);
+    const report = (status: NodeStatus) =>
+      rpc.heartbeat({
+        nodeId: a.id,
+        serviceInstanceId: 'svc-a',
+        snapshot: { status, reportedAtUnixMs: BigInt(Date.now()) },
+        sandboxIds: [],
+      });
+    const mountAlpha = () =>
+      call(
+        'POST',
+        '/v2/sandboxes',
+        { 'x-api-key': KEY },
+        JSON.stringify({ templateID: 'base', volumeMounts: [{ name: 'alpha', path: '/data' }] }),
+      );
+    // The gateway learns node health within a refresh: ask until it does (bounded).
+    const until = async (want: number) => {
+      let r = await mountAlpha();
+      for (let i = 0; i < 50 && r.status !== want; i++) {
+        await new Promise((res) => setTimeout(res, 100));
+        r = await mountAlpha();
+      }
+      return r;
+    };
+    await report(NodeStatus.LINGERING);
+    const refused = await until(503);
+    expect(refused.status).toBe(503);
+    expect(((await refused.json()) as { message: string }).message).toMatch(
+      /node node-a, which holds the volumes of volumeMounts, is draining or unhealthy/,
+    );
+    await report(NodeStatus.READY);
+    const placed = await until(201);
+    expect(await nodeOf(placed)).toBe('node-a');
   });
 
   it('is all or nothing when a node is in trouble, and never says 404 for what it could not see', async () => {
