@@ -42,6 +42,26 @@ describe('Server-Timing on lifecycle answers', () => {
     await a.close();
   });
 
+  it('answers the operation without the header when a phase name cannot be sent', async () => {
+    const a = Fastify();
+    registerServerTiming(a);
+    for (const r of TIMED_ROUTES) {
+      const [method, url] = r.split(' ') as [string, string];
+      a.route({
+        method: method as 'POST',
+        url,
+        handler: async () => {
+          await phase('not a token', async () => {});
+          return { ok: true };
+        },
+      });
+    }
+    const r = await a.inject({ method: 'POST', url: '/sandboxes', payload: {} });
+    expect([r.statusCode, r.json()]).toEqual([200, { ok: true }]);
+    expect(r.headers['server-timing']).toBeUndefined();
+    await a.close();
+  });
+
   it('fails at startup when a timed route was never registered (a rename cannot drop its timing)', async () => {
     const a = app(TIMED_ROUTES.filter((r) => r !== 'POST /sandboxes/:id/pause'));
     await expect(a.ready()).rejects.toThrow(/POST \/sandboxes\/:id\/pause/);

@@ -38,11 +38,16 @@ export function registerServerTiming(app: FastifyInstance): void {
         ...onSend,
         async (req: FastifyRequest, reply, payload: unknown) => {
           const recorder = recorders.get(req);
-          if (recorder)
+          if (!recorder) return payload;
+          try {
             void reply.header(
               'server-timing',
               serverTimingHeader(recorder, performance.now() - recorder.startedAt),
             );
+          } catch (err) {
+            // A diagnostic header never costs the operation its answer.
+            req.log.warn({ err }, 'Server-Timing header not sent');
+          }
           return payload;
         },
       ];
