@@ -64,7 +64,7 @@ describe('the e2b SDK through aenv gateway', () => {
     });
     rpc = schedulerClient(sched.grpcAddress);
     for (const [i, id] of NODES.entries()) {
-      // One API key for the whole cluster (reference §5.11): each node's managed key file holds it.
+      // One API key for the whole cluster (docs/cluster.md#secrets-that-must-be-shared): each node's managed key file holds it.
       mkdirSync('/var/lib/aenv-e2e', { recursive: true, mode: 0o711 });
       mkdirSync(`/var/lib/aenv-e2e/${id}`, { recursive: true, mode: 0o711 });
       mkdirSync(`/var/lib/aenv-e2e/${id}/secrets`, { recursive: true, mode: 0o700 });
