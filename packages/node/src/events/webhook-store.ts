@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Migration, StateDb } from '../state/db.js';
 import type { SandboxEventType } from './sandbox-events.js';
+import type { WebhookDeliveryAttempt, WebhookErrorClass } from '@aenv/protocol';
 
 /** A registered webhook as the node keeps it; `secret` never leaves the node (docs/events.md#webhooks). */
 export interface Webhook {
@@ -27,28 +28,9 @@ export interface PendingDelivery {
   nextAt: number;
 }
 
-export type ErrorClass =
-  'http_error' | 'dns_error' | 'timeout' | 'transport_error' | 'request_error' | 'canceled';
-
-/** One delivery attempt, as E2B's `WebhookDelivery` (docs/events.md#delivery-history). */
-export interface DeliveryAttempt {
-  id: string;
-  webhookId: string;
-  eventId: string;
-  sandboxId: string;
-  eventType: string;
-  status: 'success' | 'failed';
-  durationMs: number;
-  requestBody: string;
-  requestHeaders: string;
-  requestUrl: string;
-  responseBody: string | null;
-  responseHeaders: string | null;
-  responseHttpStatusCode: number | null;
-  errorClass: ErrorClass | null;
-  errorMessage: string | null;
-  timestamp: string;
-}
+/** The wire shapes are the contract's (@aenv/protocol); the node stores attempts in exactly that shape. */
+export type ErrorClass = WebhookErrorClass;
+export type DeliveryAttempt = Omit<WebhookDeliveryAttempt, 'teamId'>;
 
 export const webhookMigrations: Migration[] = [
   {

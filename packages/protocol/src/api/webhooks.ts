@@ -31,6 +31,10 @@ export interface WebhookDetail {
   events: WebhookEventType[];
 }
 
+export type WebhookErrorClass =
+  'http_error' | 'dns_error' | 'timeout' | 'transport_error' | 'request_error' | 'canceled';
+
+/** One delivery attempt, as E2B's `WebhookDelivery` (docs/events.md#delivery-history); the node stores these. */
 export interface WebhookDeliveryAttempt {
   id: string;
   webhookId: string;
@@ -39,12 +43,17 @@ export interface WebhookDeliveryAttempt {
   eventType: string;
   status: 'success' | 'failed';
   durationMs: number;
+  requestBody: string;
+  requestHeaders: string;
   requestUrl: string;
+  responseBody: string | null;
+  responseHeaders: string | null;
   responseHttpStatusCode: number | null;
-  errorClass: string | null;
+  errorClass: WebhookErrorClass | null;
   errorMessage: string | null;
   timestamp: string;
-  [k: string]: unknown;
+  /** Added by the API on every answer. */
+  teamId?: string;
 }
 
 /** E2B's `WebhookDeliveryGroup`: the attempts of one event. */
