@@ -2,14 +2,12 @@
 // API (node cursors, 404s): what each node is sent and how the answers merge. Real nodes: test/e2e/cluster-webhooks.
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { pino } from 'pino';
-import { defaultClusterConfig, startScheduler, type RunningScheduler } from '@aenv/scheduler';
-import { startGateway, type RunningGateway } from './run.js';
+import type { RunningScheduler } from '@aenv/scheduler';
+import type { RunningGateway } from './run.js';
+import { startSchedulerAndGateway } from './testing/scheduler-and-gateway.js';
 
 const KEY = 'e2b_' + 'e'.repeat(40);
-const silent = pino({ level: 'silent' }, new Writable({ write: (_c, _e, cb) => cb() }));
 const HOOK = '0190a0a0-0000-7000-8000-000000000001';
 
 interface Group {
@@ -98,23 +96,9 @@ describe('the gateway’s events routes against a real scheduler', () => {
   beforeAll(async () => {
     await a.start();
     await b.start();
-    const sc = defaultClusterConfig();
-    sc.scheduler.grpcListenAddr = '127.0.0.1:0';
-    sc.scheduler.metricsListenAddr = '127.0.0.1:0';
-    sc.scheduler.nodes = [
-      { id: a.id, endpoint: a.url },
-      { id: b.id, endpoint: b.url },
-    ];
-    sched = await startScheduler(sc, { queryOnly: false, log: silent });
-    const gc = defaultClusterConfig();
-    Object.assign(gc.gateway, {
-      httpListenAddr: '127.0.0.1:0',
-      metricsListenAddr: '127.0.0.1:0',
-      schedulerAddr: `127.0.0.1:${sched.grpcPort}`,
+    ({ sched, gw, base } = await startSchedulerAndGateway([a, b], KEY, {
       requestTimeoutMs: 2000,
-    });
-    gw = await startGateway(gc, KEY, silent);
-    base = `http://127.0.0.1:${gw.port}`;
+    }));
   });
   afterAll(async () => {
     await gw?.stop();

@@ -8,8 +8,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { pino } from 'pino';
 import { WebSocket, WebSocketServer } from 'ws';
 import { createSchedulerClient, encodePageToken, NodeStatus, type SchedulerClient } from '@aenv/protocol';
-import { defaultClusterConfig, startScheduler, type RunningScheduler } from '@aenv/scheduler';
+import { defaultClusterConfig, type RunningScheduler } from '@aenv/scheduler';
 import { startGateway, type RunningGateway } from './run.js';
+import { startSchedulerAndGateway } from './testing/scheduler-and-gateway.js';
 
 const KEY = 'e2b_' + 'k'.repeat(40);
 const silent = pino({ level: 'silent' }, new Writable({ write: (_c, _e, cb) => cb() }));
@@ -116,26 +117,12 @@ describe('aenv gateway against a real scheduler', () => {
   beforeAll(async () => {
     await a.start();
     await b.start();
-    const sc = defaultClusterConfig();
-    sc.scheduler.grpcListenAddr = '127.0.0.1:0';
-    sc.scheduler.metricsListenAddr = '127.0.0.1:0';
-    sc.scheduler.nodes = [
-      { id: a.id, endpoint: a.url },
-      { id: b.id, endpoint: b.url },
-    ];
-    sched = await startScheduler(sc, { queryOnly: false, log: silent });
-    const gc = defaultClusterConfig();
-    Object.assign(gc.gateway, {
-      httpListenAddr: '127.0.0.1:0',
-      metricsListenAddr: '127.0.0.1:0',
-      schedulerAddr: `127.0.0.1:${sched.grpcPort}`,
+    ({ sched, gw, base } = await startSchedulerAndGateway([a, b], KEY, {
       requestTimeoutMs: 1000,
       forwardResponseSize: 1024,
       sandboxProxyDomains: ['SBX.test'],
       debugMode: true,
-    });
-    gw = await startGateway(gc, KEY, silent);
-    base = `http://127.0.0.1:${gw.port}`;
+    }));
     rpc = createSchedulerClient(`127.0.0.1:${sched.grpcPort}`);
   });
   afterAll(async () => {
