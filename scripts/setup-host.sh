@@ -141,12 +141,27 @@ if [ "$criu_check" != "Looks good." ]; then
   aenv_die "'$criu_bin check' did not say 'Looks good.'"
 fi
 
-# inotify limits are counted per user, and every sandbox's use counts against host root (the creator of
-# its user namespace): the kernel defaults (128 instances) would let a few busy sandboxes take all of root's
-# and starve the host. Raised here, never lowered; per-sandbox limits are the server's (docs/security.md).
+# Host limits that a node full of sandboxes reaches first (docs/operations.md#density). Raised here, never
+# lowered; per-sandbox limits are the server's (docs/security.md).
+# - inotify limits are counted per user, and every sandbox's use counts against host root (the creator of
+#   its user namespace): the kernel defaults (128 instances) would let a few busy sandboxes take all of
+#   root's and starve the host.
+# - pid_max 32768 caps all sandboxes together at 16384 tasks (node_pids_limit defaults to half of it), about
+#   1,000 idle sandboxes. 262144 keeps that budget (131072) below threads-max on a 24 GiB host, so sandboxes
+#   at their limits still cannot use up the kernel's tasks.
+# - every sandbox's veth adds a neighbour entry on the host: past gc_thresh3 (1024 by default) the kernel
+#   drops new ones ("neighbour table overflow") and sandboxes beyond about a thousand lose their network.
 sysctl_conf=/etc/sysctl.d/60-aenv.conf
 sysctl_note=
-for kv in fs.inotify.max_user_instances=8192 fs.inotify.max_user_watches=1048576; do
+AENV_SYSCTLS=(
+  fs.inotify.max_user_instances=8192
+  fs.inotify.max_user_watches=1048576
+  kernel.pid_max=262144
+  net.ipv4.neigh.default.gc_thresh1=4096
+  net.ipv4.neigh.default.gc_thresh2=16384
+  net.ipv4.neigh.default.gc_thresh3=32768
+)
+for kv in "${AENV_SYSCTLS[@]}"; do
   key=${kv%%=*} want=${kv#*=}
   have=$(sysctl -n "$key")
   if [ "$have" -lt "$want" ]; then
@@ -154,8 +169,8 @@ for kv in fs.inotify.max_user_instances=8192 fs.inotify.max_user_watches=1048576
     sysctl_note="$sysctl_note $key=$want"
   fi
 done
-want_conf=$(printf '%s\n' '# aenv (scripts/setup-host.sh): inotify budget shared by all sandboxes and host root' \
-  'fs.inotify.max_user_instances = 8192' 'fs.inotify.max_user_watches = 1048576')
+want_conf=$(printf '%s\n' '# aenv (scripts/setup-host.sh): host limits shared by all sandboxes (docs/operations.md#density)' \
+  "${AENV_SYSCTLS[@]/=/ = }")
 if [ ! -f "$sysctl_conf" ] || [ "$(cat "$sysctl_conf")" != "$want_conf" ]; then
   printf '%s\n' "$want_conf" >"$sysctl_conf"
   chmod 0644 "$sysctl_conf"
@@ -169,4 +184,4 @@ else
 fi
 printf '  criu %s (%s): %s  %s\n' "$criu_version" "$criu_note" "$criu_check" "$criu_bin"
 printf '  criu config: %s\n' "$criu_root/criu.conf"
-printf '  sysctls:%s\n' "${sysctl_note:- inotify limits already raised} ($sysctl_conf)"
+printf '  sysctls:%s\n' "${sysctl_note:- host limits already raised} ($sysctl_conf)"

@@ -60,7 +60,7 @@ export async function startNode(name, toml = '', warm = 0) {
 }
 
 /** PIDs of `aenv server` processes running with this node's config (a crashed bench run's orphans). */
-function serverPids(configPath) {
+export function serverPids(configPath) {
   const pids = [];
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
