@@ -146,11 +146,11 @@ fi
 # - inotify limits are counted per user, and every sandbox's use counts against host root (the creator of
 #   its user namespace): the kernel defaults (128 instances) would let a few busy sandboxes take all of
 #   root's and starve the host.
-# - pid_max 32768 caps all sandboxes together at 16384 tasks (node_pids_limit defaults to half of it), about
-#   1,000 idle sandboxes. 262144 keeps that budget (131072) below threads-max on a 24 GiB host, so sandboxes
-#   at their limits still cannot use up the kernel's tasks.
-# - every sandbox's veth adds a neighbour entry on the host: past gc_thresh3 (1024 by default) the kernel
-#   drops new ones ("neighbour table overflow") and sandboxes beyond about a thousand lose their network.
+# - pid_max 32768 caps all sandboxes together at 16384 tasks (node_pids_limit defaults to half of it): an idle
+#   sandbox has 5, a busy one hundreds. 262144 keeps that budget (131072) below threads-max on a 24 GiB host,
+#   so sandboxes at their limits still cannot use up the kernel's tasks.
+# - the host keeps a neighbour entry for each sandbox veth it talks to: past gc_thresh3 (1024 by default) the
+#   kernel refuses new ones ("neighbour table overflow") and the sandboxes past it cannot be reached.
 sysctl_conf=/etc/sysctl.d/60-aenv.conf
 sysctl_note=
 AENV_SYSCTLS=(

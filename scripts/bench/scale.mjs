@@ -146,22 +146,20 @@ const { server } = node;
 const serverPid = serverPids(nodePaths(NODE).configPath)[0];
 const mem0 = memAvailableMiB();
 const ids = [];
-/** Server-Timing phases of the creates of the current step: name → ms samples. */
+/** Server-Timing phases of the creates of the current step (or of the resume burst): name → ms samples. */
 let createPhases = new Map();
 
-function notePhases(headers) {
+function notePhases(headers, into = createPhases) {
   for (const { name, ms } of parseServerTiming(headers.get('server-timing') ?? '')) {
     if (name === 'total') continue;
-    createPhases.set(name, [...(createPhases.get(name) ?? []), ms]);
+    into.set(name, [...(into.get(name) ?? []), ms]);
   }
 }
 
 /** Median of each phase, largest first. */
-function phaseMedians() {
+function phaseMedians(phases = createPhases) {
   return Object.fromEntries(
-    [...createPhases]
-      .map(([name, samples]) => [name, summarize(samples)?.median ?? 0])
-      .sort((a, b) => b[1] - a[1]),
+    [...phases].map(([name, samples]) => [name, summarize(samples)?.median ?? 0]).sort((a, b) => b[1] - a[1]),
   );
 }
 
@@ -239,6 +237,7 @@ try {
       return ms;
     });
     log(`resuming ${chosen.length} in one burst`);
+    const resumePhases = new Map();
     const { ms: burstMs, value: resumes } = await timed(() =>
       Promise.all(
         chosen.map(async (id) => {
@@ -246,6 +245,7 @@ try {
             server.api('POST', `/sandboxes/${id}/connect`, { timeout: 3600 }),
           );
           expectStatus(value, [200, 201], `connect (resume) of ${id}`);
+          notePhases(value.headers, resumePhases);
           return ms;
         }),
       ),
@@ -255,12 +255,18 @@ try {
       count: chosen.length,
       pause: summarize(pauses),
       resume: summarize(resumes),
+      resumePhases: phaseMedians(resumePhases),
       burstMs,
       execAfter: summarize(exec),
     };
     log(
       `burst of ${chosen.length} resumes done in ${fmt(burstMs)} ms (each p50 ${fmt(results.pausedBurst.resume.median)}, ` +
-        `p95 ${fmt(results.pausedBurst.resume.p95)} ms); pause p50 ${fmt(results.pausedBurst.pause.median)} ms`,
+        `p95 ${fmt(results.pausedBurst.resume.p95)} ms); pause p50 ${fmt(results.pausedBurst.pause.median)} ms; ` +
+        `resume phases ` +
+        Object.entries(results.pausedBurst.resumePhases)
+          .slice(0, 5)
+          .map(([name, ms]) => `${name} ${fmt(ms)}`)
+          .join(', '),
     );
   }
 } catch (/** @type {any} */ e) {
