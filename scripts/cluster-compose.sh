@@ -12,6 +12,8 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$REPO/scripts/lib/common.sh"
 # shellcheck source=lib/debian-apt.sh
 . "$REPO/scripts/lib/debian-apt.sh"
+# shellcheck source=lib/deps-manifest.sh
+. "$REPO/scripts/lib/deps-manifest.sh"
 # shellcheck source=lib/npm-deps.sh
 . "$REPO/scripts/lib/npm-deps.sh"
 # shellcheck source=lib/runtime-tree.sh
@@ -25,13 +27,15 @@ TAG=${AENV_IMAGE_TAG:-local}
 ROOTFS_IMAGE=aenv/rootfs:bookworm
 SUITE=bookworm
 # What the images run: Node's own libraries (the node binary is this host's), tini as PID 1 (it
-# reaps orphaned sandbox processes and forwards SIGTERM), Redis for the scheduler, and what the
-# node runs (runc, nft, ip, mount, btrfs, tar, zstd, python3 for whiteouts, the seccomp profile, and
-# gcc for the host helpers a node compiles at its first start, e.g. the uid mapping helper).
+# reaps orphaned sandbox processes and forwards SIGTERM), Redis for the scheduler, the seccomp
+# profile, and every Debian package a node needs on its host (config/deps_manifest.toml's runtime
+# group: runc, nft, ip, conntrack, btrfs, python3 for whiteouts, gcc for the helpers a node compiles
+# at its first start...), so the image cannot fall behind what a node checks for at startup.
+mapfile -t NODE_DEBS < <(aenv_manifest_debs container runtime)
+[ "${#NODE_DEBS[@]}" -gt 0 ] || aenv_die "config/deps_manifest.toml lists no runtime packages"
 ROOTFS_PACKAGES=(
-  ca-certificates tini libstdc++6 redis-server redis-tools
-  runc nftables iproute2 util-linux mount btrfs-progs e2fsprogs tar zstd python3-minimal procps kmod
-  golang-github-containers-common gcc libc6-dev
+  tini libstdc++6 redis-server redis-tools mount tar procps kmod golang-github-containers-common
+  "${NODE_DEBS[@]}"
 )
 HOST_PACKAGES=(docker.io docker-compose mmdebstrap patchelf)
 WAIT_SECS=${AENV_COMPOSE_WAIT_SECS:-900}
@@ -47,6 +51,8 @@ Usage: $(basename "$0") COMMAND
   status             the daemon, every service's state and the gateway's /health
   build              only build the images
   logs [SERVICE...]  the last log lines of the services
+  smoke              the e2b SDK through the gateway: sandboxes on every node, exec, files, list,
+                     pause/connect, fork (scripts/cluster-smoke.mjs; kills what it made)
 
 The gateway listens on 127.0.0.1:\${AENV_GATEWAY_PORT:-8000}. The API key is in the agentenv-auth
 volume: docker run --rm -v ${PROJECT}_agentenv-auth:/s aenv/aenv:$TAG ... or \`$(basename "$0") status\`.
@@ -437,6 +443,17 @@ cmd_status() {
   printf 'gateway http://127.0.0.1:%s/health: %s\n' "${AENV_GATEWAY_PORT:-8000}" "$code"
 }
 
+# The e2b SDK against the running cluster's gateway (scripts/cluster-smoke.mjs): create on every node, exec,
+# files, the merged list, pause/connect, fork; it kills what it made.
+cmd_smoke() {
+  ensure_daemon
+  local key
+  key=$(docker run --rm -v "${PROJECT}_agentenv-auth:/s:ro" --entrypoint cat "aenv/aenv:$TAG" /s/api-key) ||
+    aenv_die "cannot read the API key from ${PROJECT}_agentenv-auth (is the cluster up?)"
+  local url=http://127.0.0.1:${AENV_GATEWAY_PORT:-8000}
+  E2B_API_URL=$url E2B_SANDBOX_URL=$url E2B_API_KEY=$key node "$REPO/scripts/cluster-smoke.mjs" "$@"
+}
+
 main() {
   [ $# -gt 0 ] || { usage >&2 && exit 2; }
   local cmd=$1
@@ -455,6 +472,7 @@ main() {
       ensure_daemon
       compose logs --tail 50 "$@"
       ;;
+    smoke) cmd_smoke "$@" ;;
     -h | --help) usage ;;
     *) usage >&2 && aenv_die "unknown command: $cmd" ;;
   esac

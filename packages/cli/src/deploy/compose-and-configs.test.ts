@@ -127,6 +127,7 @@ interface Service {
   privileged?: boolean;
   environment?: Record<string, string>;
   volumes?: string[];
+  tmpfs?: string[];
   ports?: string[];
   networks?: string[];
   network_mode?: string;
@@ -185,6 +186,8 @@ describe('deploy/docker-compose.yml', () => {
         ]),
       );
       expect(s.depends_on?.secrets?.condition).toBe('service_completed_successfully');
+      // The node runs the uid mapping helper it compiles into /run/aenv: Docker's tmpfs default is noexec.
+      expect(s.tmpfs, name).toContainEqual(expect.stringMatching(/^\/run\/aenv:(.*,)?exec(,|$)/));
     }
     expect(prefixes.size).toBe(nodeServices.length);
     expect(Object.keys(compose.volumes)).toEqual(
