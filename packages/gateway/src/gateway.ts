@@ -123,8 +123,11 @@ export class Gateway {
       requestTimeoutMs: deps.config.requestTimeoutMs,
       apiKeyMatches: (req) => apiKeyMatches(req, this.key),
       readBody,
-      forward: (req, res, node, body) =>
-        this.forward(req, res, { kind: 'any' }, node, req.url ?? '/', body ? { body } : {}),
+      forward: (req, res, node, body, unbounded) =>
+        this.forward(req, res, { kind: 'any' }, node, req.url ?? '/', {
+          ...(body ? { body } : {}),
+          ...(unbounded ? { unbounded: true } : {}),
+        }),
       json: (res, status, value) => this.json(res, status, value),
     });
     this.templates = new TemplateLocator({

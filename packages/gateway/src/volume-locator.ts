@@ -34,7 +34,14 @@ export interface VolumeLocatorDeps {
   /** Reads a request body of at most `max` bytes (413 over). */
   readBody: (req: IncomingMessage, max: number) => Promise<Buffer>;
   /** Forwards the client's request to `node` (the gateway's relay, with its framing and timeouts). */
-  forward: (req: IncomingMessage, res: ServerResponse, node: Node, body?: Buffer) => Promise<void>;
+  /** `unbounded`: no request timeout (a file's content streams for as long as it takes). */
+  forward: (
+    req: IncomingMessage,
+    res: ServerResponse,
+    node: Node,
+    body?: Buffer,
+    unbounded?: boolean,
+  ) => Promise<void>;
   json: (res: ServerResponse, status: number, value: unknown) => void;
 }
 
@@ -80,7 +87,11 @@ export class VolumeLocator {
             .end(body);
           return;
         }
-        return this.forward(op.volumeId, req, res, await this.locate(op.volumeId));
+        // A file's content, read or written, takes as long as its size needs: not bounded by request_timeout
+        // (as sandbox streams are not); its size is bounded by the volume's quota, which its node enforces as the
+        // bytes arrive (docs/volumes.md).
+        const file = (req.url ?? '').split('?')[0]!.endsWith('/file');
+        return this.forward(op.volumeId, req, res, await this.locate(op.volumeId), file);
       }
     }
   }
@@ -147,9 +158,10 @@ export class VolumeLocator {
     req: IncomingMessage,
     res: ServerResponse,
     node: Node,
+    unbounded = false,
   ): Promise<void> {
     try {
-      await this.deps.forward(req, res, node);
+      await this.deps.forward(req, res, node, undefined, unbounded);
     } catch (e) {
       this.known.delete(volumeId);
       throw e;
