@@ -177,9 +177,29 @@ describe('the gateway’s template, snapshot, metrics and team calls against a r
       await nodeOf(await call('POST', '/templates/tags', { target: 'only-a:default', tags: ['v1'] })),
     ).toBe('node-a');
     const hash = 'ab'.repeat(32);
-    const up = await call('PUT', `/templates/${T_B}/files/${hash}/upload?token=t`, undefined, {});
+    const token = `${Math.floor(Date.now() / 1000) + 600}.${'0'.repeat(64)}`;
+    const up = await call('PUT', `/templates/${T_B}/files/${hash}/upload?token=${token}`, undefined, {});
     expect(await nodeOf(up)).toBe('node-b');
-    expect(b.seen).toContain(`PUT /templates/${T_B}/files/${hash}/upload?token=t (no key)`);
+    expect(b.seen).toContain(`PUT /templates/${T_B}/files/${hash}/upload?token=${token} (no key)`);
+    // A link that no node can have issued (malformed, expired) is refused before any node is asked.
+    const asked = a.seen.length + b.seen.length;
+    for (const [t, message] of [
+      ['', 'invalid upload link'],
+      ['123.abc', 'invalid upload link'],
+      [`1.${'0'.repeat(64)}`, 'the upload link has expired'],
+    ] as const) {
+      const r = await call('PUT', `/templates/${uuid('d')}/files/${hash}/upload?token=${t}`, undefined, {});
+      expect([r.status, await r.json()]).toEqual([403, { code: 403, message }]);
+    }
+    expect(a.seen.length + b.seen.length).toBe(asked);
+    // Over-long bodies of the calls the gateway reads: 413, as for a create.
+    const big = await call('POST', '/v3/templates', { name: 'x'.repeat(70 * 1024) });
+    expect([big.status, await big.json()]).toEqual([
+      413,
+      { code: 413, message: `request body larger than ${64 * 1024} bytes` },
+    ]);
+    // A name no record can have reaches one node, whose 400 is the answer (the fake answers 404).
+    expect((await call('GET', '/templates/a%20b')).status).toBe(404);
     // Without the key anything else is refused before a node is asked.
     expect((await call('GET', `/templates/${T_B}`, undefined, {})).status).toBe(401);
     // Every gateway picks the same one of several holders: the first in the name's order.

@@ -27,6 +27,7 @@ import {
   parseRecordPageQuery,
   rendezvousOrder,
   tagsBodyName,
+  uploadTokenProblem,
   type TemplateOp,
 } from './template-routes.js';
 
@@ -105,8 +106,22 @@ export class TemplateLocator {
       case 'one':
         if (req.method === 'DELETE') return this.deleteEverywhere(lookupName(op.ref), req, res);
         return this.forwardTo(lookupName(op.ref), req, res, {});
-      case 'upload':
+      case 'upload': {
+        const problem = uploadTokenProblem(search, Date.now());
+        if (problem) {
+          req.resume();
+          const text = JSON.stringify({ code: 403, message: problem });
+          res
+            .writeHead(403, {
+              'content-type': 'application/json',
+              'content-length': String(Buffer.byteLength(text)),
+              connection: 'close',
+            })
+            .end(text);
+          return;
+        }
         return this.forwardTo(op.ref, req, res, { unbounded: true });
+      }
     }
   }
 

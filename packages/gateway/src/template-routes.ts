@@ -54,7 +54,7 @@ export function templateRoute(method: string, path: string): TemplateOp | undefi
     const a = decoded(alias[1]!);
     return method === 'GET' && a !== undefined ? { kind: 'alias', alias: a } : undefined;
   }
-  const upload = UPLOAD_RE.exec(path);
+  const upload = method === 'PUT' ? UPLOAD_RE.exec(path) : null;
   if (upload) {
     const ref = decoded(upload[1]!);
     return ref !== undefined && isCanonicalUuid(ref) ? { kind: 'upload', ref } : undefined;
@@ -200,6 +200,18 @@ export function pageRecords(
   if (q.limit === undefined || rest.length <= q.limit) return { items: rest.map((r) => r.item) };
   const page = rest.slice(0, q.limit);
   return { items: page.map((r) => r.item), nextToken: encodePageToken(page[page.length - 1]!) };
+}
+
+/**
+ * Why an upload link's `token` (`<expiry unix seconds>.<hmac hex>`, docs/templates.md) cannot be one a node
+ * issued, checked before any node is asked: a caller without the API key makes the gateway ask nothing unless
+ * it holds a well-formed, unexpired link. The node checks the signature.
+ */
+export function uploadTokenProblem(search: string, nowMs: number): string | undefined {
+  const token = new URLSearchParams(search).get('token') ?? '';
+  const m = /^(\d{1,12})\.[0-9a-f]{64}$/.exec(token);
+  if (!m) return 'invalid upload link';
+  return Number(m[1]) * 1000 < nowMs ? 'the upload link has expired' : undefined;
 }
 
 /** The template a `POST|DELETE /templates/tags` body names (`target` "name:tag", or `name`), if readable. */
