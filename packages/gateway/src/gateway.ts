@@ -369,20 +369,30 @@ export class Gateway {
   ): Promise<void> {
     this.deps.scheduler.forget(r.sandboxId);
     const movable = MOVABLE_OPS.has(r.op);
+    // GET and DELETE of a sandbox whose node is lost reach a node that can take it over from the shared
+    // repository: it shows the paused sandbox, or kills it for good (docs/cluster.md#node-loss). A draining node
+    // still holds its sandboxes until it hands them over, so only a lost one is passed by.
+    const findable = r.op === '';
     let node: Node | undefined;
     let moved = false;
     try {
       node = await this.deps.scheduler.lookup(r.sandboxId);
       if (movable && this.deps.scheduler.unfit(node)) node = undefined;
+      else if (findable && this.deps.scheduler.lost(node)) node = undefined;
     } catch (e) {
-      if (!(movable && isNotFound(e))) throw e;
+      if (!((movable || findable) && isNotFound(e))) throw e;
     }
     if (!node) {
       node = await this.deps.scheduler.schedule(undefined);
       moved = true;
     }
-    // A moved sandbox is bound to its new node; a fork's children to the parent's.
-    const record = moved ? { sandboxId: r.sandboxId } : r.op === 'fork' ? 'created' : undefined;
+    // A moved sandbox is bound to its new node (a killed one is bound nowhere); a fork's children to the parent's.
+    const record =
+      moved && req.method !== 'DELETE'
+        ? { sandboxId: r.sandboxId }
+        : !moved && r.op === 'fork'
+          ? 'created'
+          : undefined;
     return this.forward(req, res, r, node, req.url ?? '/', record ? { record } : {});
   }
 
