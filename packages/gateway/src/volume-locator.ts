@@ -7,6 +7,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { volumeContentTokenMatches, type Node } from '@aenv/protocol';
 import { ListError } from './cluster-list.js';
+import { askAll, type Asked } from './node-fanout.js';
 import type { SchedulerCalls } from './scheduler-calls.js';
 import {
   isVolumeId,
@@ -44,8 +45,6 @@ export interface VolumeLocatorDeps {
   ) => Promise<void>;
   json: (res: ServerResponse, status: number, value: unknown) => void;
 }
-
-type Asked = { node: Node; status: number; text: string } | { node: Node; unreachable: true };
 
 const notFound = (id: string) => new ListError(404, `volume ${JSON.stringify(id.slice(0, 80))} not found`);
 
@@ -203,23 +202,12 @@ export class VolumeLocator {
   }
 
   private async askAll(path: string): Promise<Asked[]> {
-    const nodes = await this.deps.scheduler.listNodes();
-    return Promise.all(
-      nodes.map(async (node): Promise<Asked> => {
-        try {
-          const answer = await this.deps.agent.request({
-            origin: new URL(node.endpoint).origin,
-            path,
-            method: 'GET',
-            headers: { 'x-api-key': this.deps.apiKey },
-            headersTimeout: this.deps.requestTimeoutMs,
-            bodyTimeout: this.deps.requestTimeoutMs,
-          });
-          return { node, status: answer.statusCode, text: await answer.body.text() };
-        } catch {
-          return { node, unreachable: true };
-        }
-      }),
+    return askAll(
+      { agent: this.deps.agent, timeoutMs: this.deps.requestTimeoutMs },
+      await this.deps.scheduler.listNodes(),
+      'GET',
+      path,
+      { 'x-api-key': this.deps.apiKey },
     );
   }
 }
