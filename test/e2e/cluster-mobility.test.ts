@@ -14,6 +14,10 @@ import {
   type TestSchedulerClient,
 } from '../../packages/scheduler/src/testing/grpc-client.js';
 import {
+  startGatewayProcess,
+  type GatewayProcess,
+} from '../../packages/gateway/src/testing/gateway-process.js';
+import {
   endNode,
   eventually,
   freePort,
@@ -105,6 +109,7 @@ describe.each<RepositoryKind>(['oss', 'posix_fs'])('sandboxes moving between nod
   const idB = `mob-b-${suffix}`;
   let sched: SchedulerProcess;
   let rpc: TestSchedulerClient;
+  let gateway: GatewayProcess;
   let a: TestServer;
   let b: TestServer;
   let repo: ReturnType<typeof sharedRepository>;
@@ -183,15 +188,19 @@ describe.each<RepositoryKind>(['oss', 'posix_fs'])('sandboxes moving between nod
           { id: idA, endpoint: `http://127.0.0.1:${portA}` },
           { id: idB, endpoint: `http://127.0.0.1:${portB}` },
         ],
+        // A node killed -9 is UNHEALTHY soon (the nodes heartbeat every second).
+        report_ttl: '5s',
       },
     });
     rpc = schedulerClient(sched.grpcAddress);
+    gateway = await startGatewayProcess({ scheduler_addr: sched.grpcAddress }, apiKey);
     // One after the other: the first registers the base template in the shared repository, the second finds it.
     a = await startServer(nodeOptions(`moba${suffix}`, idA), portA);
     b = await startServer(nodeOptions(`mobb${suffix}`, idB), portB);
   });
   afterAll(async () => {
     rpc?.close();
+    await gateway?.stop();
     for (const node of [a, b]) if (node) await node.shutdown().catch(() => undefined);
     await sched?.stop();
     await repo?.cleanup();
@@ -267,9 +276,31 @@ describe.each<RepositoryKind>(['oss', 'posix_fs'])('sandboxes moving between nod
     const running = await workloadOn(a);
     const paused = await workloadOn(a);
     const wakes = await workloadOn(a, true);
+    const gone = await workloadOn(a);
     await pauseShared(a, paused.sbx.sandboxId);
     await pauseShared(a, wakes.sbx.sandboxId);
+    await pauseShared(a, gone.sbx.sandboxId);
     await a.crash();
+
+    // Through the gateway, once it sees A is lost (its binding still names A): GET shows a sandbox paused there
+    // as paused (B took it over, and it is bound to B); DELETE kills it for good.
+    const viaGateway = (method: string) =>
+      fetch(`${gateway.url}/sandboxes/${gone.sbx.sandboxId}`, { method, headers: { 'x-api-key': apiKey } });
+    let shown = await viaGateway('GET');
+    for (let i = 0; i < 300 && shown.status !== 200; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      shown = await viaGateway('GET');
+    }
+    expect(shown.status).toBe(200);
+    expect(await shown.json()).toMatchObject({ sandboxID: gone.sbx.sandboxId, state: 'paused' });
+    expect(((await rpc.call('LookupNode', { sandbox_id: gone.sbx.sandboxId })).node as Plain).node_id).toBe(
+      idB,
+    );
+    expect((await viaGateway('DELETE')).status).toBe(204);
+    expect((await b.api('POST', `/sandboxes/${gone.sbx.sandboxId}/connect`, { timeout: 60 })).status).toBe(
+      404,
+    );
+    expect((await b.api('GET', `/sandboxes/${gone.sbx.sandboxId}`)).status).toBe(404);
 
     await sameProcesses(b, paused.sbx.sandboxId, paused.w);
     // A data-plane request alone brings the auto-resuming one back, on B.
@@ -280,6 +311,8 @@ describe.each<RepositoryKind>(['oss', 'posix_fs'])('sandboxes moving between nod
 
     const lost = await b.api('POST', `/sandboxes/${running.sbx.sandboxId}/connect`, { timeout: 60 });
     expect(lost.status).toBe(404);
+    // GET says the same of it (and a DELETE cannot take it: its node may return).
+    expect((await b.api('GET', `/sandboxes/${running.sbx.sandboxId}`)).body).toEqual(lost.body);
     expect(lost.body.message).toBe(
       `sandbox ${running.sbx.sandboxId} is lost: it was running on node ${idA}, which no longer serves it, and it has no paused copy in the shared repository; it comes back if node ${idA} returns`,
     );
@@ -289,7 +322,7 @@ describe.each<RepositoryKind>(['oss', 'posix_fs'])('sandboxes moving between nod
       state: 'running',
     });
     await sameProcesses(a, running.sbx.sandboxId, running.w);
-    for (const moved of [paused.sbx.sandboxId, wakes.sbx.sandboxId]) {
+    for (const moved of [paused.sbx.sandboxId, wakes.sbx.sandboxId, gone.sbx.sandboxId]) {
       expect((await a.api('GET', `/sandboxes/${moved}`)).status).toBe(404);
     }
   });

@@ -284,10 +284,18 @@ describe('aenv gateway against a real scheduler', () => {
     expect(r.status).toBe(200);
     const { node } = (await r.json()) as { node: string };
     expect(await bound('orphan-1')).toBe(node);
+    // GET and DELETE of one without a binding reach a scheduled node, which may take it over from the shared
+    // repository (docs/cluster.md#node-loss): a GET's 2xx binds it there, a DELETE binds nothing.
+    const got = await call('GET', '/sandboxes/orphan-2');
+    expect(got.status).toBe(200);
+    expect(await bound('orphan-2')).toBe(((await got.json()) as { node: string }).node);
+    const del = await call('DELETE', '/sandboxes/orphan-3');
+    expect(del.status).toBe(200);
+    await expect(bound('orphan-3')).rejects.toThrow(/sandbox assignment not found/);
     // Other calls about an unknown sandbox are the scheduler's 404.
-    const del = await call('DELETE', '/sandboxes/nobody');
-    expect(del.status).toBe(404);
-    expect(await del.json()).toEqual({ code: 404, message: 'sandbox assignment not found' });
+    const pause = await call('POST', '/sandboxes/nobody/pause');
+    expect(pause.status).toBe(404);
+    expect(await pause.json()).toEqual({ code: 404, message: 'sandbox assignment not found' });
   });
 
   it('lists nodes from the scheduler and exports its three metrics', async () => {

@@ -29,6 +29,8 @@ import { needsApiKey, normalizeDomains, route, type Route } from './routing.js';
 import type { SchedulerCalls } from './scheduler-calls.js';
 import { isNotFound, schedulerErrorAnswer } from './scheduler-errors.js';
 import { VolumeLocator } from './volume-locator.js';
+import { TemplateLocator } from './template-locator.js';
+import { clusterSandboxMetrics } from './cluster-metrics.js';
 
 export interface GatewayDeps {
   config: GatewaySection;
@@ -108,6 +110,7 @@ export class Gateway {
   private readonly key: Buffer;
   private readonly agent: Dispatcher;
   private readonly volumes: VolumeLocator;
+  private readonly templates: TemplateLocator;
 
   constructor(private readonly deps: GatewayDeps) {
     this.domains = normalizeDomains(deps.config.sandboxProxyDomains);
@@ -120,9 +123,25 @@ export class Gateway {
       requestTimeoutMs: deps.config.requestTimeoutMs,
       apiKeyMatches: (req) => apiKeyMatches(req, this.key),
       readBody,
-      forward: (req, res, node, body) =>
-        this.forward(req, res, { kind: 'any' }, node, req.url ?? '/', body ? { body } : {}),
+      forward: (req, res, node, body, unbounded) =>
+        this.forward(req, res, { kind: 'any' }, node, req.url ?? '/', {
+          ...(body ? { body } : {}),
+          ...(unbounded ? { unbounded: true } : {}),
+        }),
       json: (res, status, value) => this.json(res, status, value),
+    });
+    this.templates = new TemplateLocator({
+      scheduler: deps.scheduler,
+      agent: this.agent,
+      apiKey: deps.apiKey,
+      timeoutMs: deps.config.requestTimeoutMs,
+      readBody,
+      forward: (req, res, node, opts) =>
+        this.forward(req, res, { kind: 'any' }, node, req.url ?? '/', {
+          ...(opts.body ? { body: opts.body } : {}),
+          ...(opts.unbounded ? { unbounded: true } : {}),
+        }),
+      json: (res, status, value, extra) => this.json(res, status, value, extra),
     });
   }
 
@@ -274,14 +293,32 @@ export class Gateway {
         return this.sandboxCall(r, req, res);
       case 'create': {
         const body = await readBody(req, MAX_HINT_BODY_BYTES);
-        // A create mounting volumes goes to their node (docs/cluster.md#volumes-in-a-cluster).
+        const schedule = () => this.deps.scheduler.schedule(placementHint(body, r.cold));
+        // A create mounting volumes goes to their node (docs/cluster.md#volumes-in-a-cluster); one launching a
+        // template or snapshot that only some nodes hold, to one of those (#templates-and-snapshots-in-a-cluster).
         const node =
           (await this.volumes.nodeForMounts(body)) ??
-          (await this.deps.scheduler.schedule(placementHint(body, r.cold)));
+          (r.cold ? undefined : await this.templates.nodeForCreate(body, schedule)) ??
+          (await schedule());
         return this.forward(req, res, r, node, req.url ?? '/', { body, record: 'created' });
       }
       case 'volume':
         return this.volumes.serve(r.op, req, res);
+      case 'template':
+        return this.templates.serve(r.op, req, res);
+      case 'sandbox-metrics':
+        return this.json(
+          res,
+          200,
+          await clusterSandboxMetrics(
+            {
+              nodes: () => this.deps.scheduler.listNodes(),
+              agent: this.agent,
+              timeoutMs: this.deps.config.requestTimeoutMs,
+            },
+            req,
+          ),
+        );
       case 'events':
         return clusterEvents(
           {
@@ -332,20 +369,30 @@ export class Gateway {
   ): Promise<void> {
     this.deps.scheduler.forget(r.sandboxId);
     const movable = MOVABLE_OPS.has(r.op);
+    // GET and DELETE of a sandbox whose node is lost reach a node that can take it over from the shared
+    // repository: it shows the paused sandbox, or kills it for good (docs/cluster.md#node-loss). A draining node
+    // still holds its sandboxes until it hands them over, so only a lost one is passed by.
+    const findable = r.op === '';
     let node: Node | undefined;
     let moved = false;
     try {
       node = await this.deps.scheduler.lookup(r.sandboxId);
       if (movable && this.deps.scheduler.unfit(node)) node = undefined;
+      else if (findable && this.deps.scheduler.lost(node)) node = undefined;
     } catch (e) {
-      if (!(movable && isNotFound(e))) throw e;
+      if (!((movable || findable) && isNotFound(e))) throw e;
     }
     if (!node) {
       node = await this.deps.scheduler.schedule(undefined);
       moved = true;
     }
-    // A moved sandbox is bound to its new node; a fork's children to the parent's.
-    const record = moved ? { sandboxId: r.sandboxId } : r.op === 'fork' ? 'created' : undefined;
+    // A moved sandbox is bound to its new node (a killed one is bound nowhere); a fork's children to the parent's.
+    const record =
+      moved && req.method !== 'DELETE'
+        ? { sandboxId: r.sandboxId }
+        : !moved && r.op === 'fork'
+          ? 'created'
+          : undefined;
     return this.forward(req, res, r, node, req.url ?? '/', record ? { record } : {});
   }
 
@@ -366,11 +413,11 @@ export class Gateway {
     r: Route,
     node: Node,
     path: string,
-    opts: { body?: Buffer; record?: 'created' | { sandboxId: string } } = {},
+    opts: { body?: Buffer; record?: 'created' | { sandboxId: string }; unbounded?: boolean } = {},
   ): Promise<void> {
     const headers = this.upstreamHeaders(req, r, node, opts.body?.length);
     if (this.deps.config.debugMode) res.setHeader('x-agentenv-node-id', node.nodeId);
-    const streaming = isStreaming(req);
+    const streaming = opts.unbounded === true || isStreaming(req);
     const end = this.deps.metrics.upstreamProxy.startTimer({ route: r.kind });
     try {
       await relayRequest(

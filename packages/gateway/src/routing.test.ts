@@ -92,7 +92,7 @@ describe('gateway routing (docs/cluster.md#how-the-gateway-routes)', () => {
     expect(r('PATCH', '/sandboxes/s1/custom-extension-params')).toMatchObject({ kind: 'sandbox' });
     expect(r('GET', '/sandboxes/s1/logs')).toMatchObject({ kind: 'sandbox', op: 'logs' });
     // Not a sandbox: the metrics of many, a wrong method, an unknown op.
-    expect(r('GET', '/sandboxes/metrics')).toEqual({ kind: 'any' });
+    expect(r('GET', '/sandboxes/metrics')).toEqual({ kind: 'sandbox-metrics' });
     expect(r('GET', '/sandboxes/s1/pause')).toEqual({ kind: 'any' });
     expect(r('POST', '/sandboxes/s1/bogus')).toEqual({ kind: 'any' });
     expect(r('GET', `/sandboxes/${'a'.repeat(200)}`)).toMatchObject({ kind: 'reject', status: 400 });
@@ -102,7 +102,44 @@ describe('gateway routing (docs/cluster.md#how-the-gateway-routes)', () => {
     expect(r('POST', '/sandboxes')).toEqual({ kind: 'create', cold: false });
     expect(r('POST', '/v2/sandboxes')).toEqual({ kind: 'create', cold: false });
     expect(r('POST', '/sandboxes-cold')).toEqual({ kind: 'create', cold: true });
-    expect(r('GET', '/templates')).toEqual({ kind: 'any' });
+    expect(r('GET', '/teams')).toEqual({ kind: 'any' });
+  });
+
+  it('sends template and snapshot calls to the template routes (docs/cluster.md#templates-and-snapshots-in-a-cluster)', () => {
+    const id = '11111111-1111-4111-8111-111111111111';
+    const t = (method: string, url: string) => {
+      const x = r(method, url);
+      return x.kind === 'template' ? x.op : x;
+    };
+    expect(t('GET', '/templates')).toEqual({ kind: 'list' });
+    expect(t('GET', '/v2/templates')).toEqual({ kind: 'page', of: 'templates' });
+    expect(t('GET', '/snapshots?limit=2')).toEqual({ kind: 'page', of: 'snapshots' });
+    expect(t('POST', '/v3/templates')).toEqual({ kind: 'build' });
+    expect(t('GET', '/templates/aliases/my%2Dt')).toEqual({ kind: 'alias', alias: 'my-t' });
+    expect(t('POST', '/templates/tags')).toEqual({ kind: 'tags' });
+    expect(t('DELETE', '/templates/tags')).toEqual({ kind: 'tags' });
+    for (const [m, u] of [
+      ['GET', `/templates/${id}`],
+      ['DELETE', `/templates/${id}`],
+      ['PATCH', `/v2/templates/${id}`],
+      ['POST', `/v2/templates/${id}/builds/${id}`],
+      ['GET', `/templates/${id}/builds/${id}/status`],
+      ['GET', `/templates/${id}/files/${'a'.repeat(64)}`],
+      ['GET', `/snapshots/${id}`],
+    ] as const)
+      expect(t(m, u), `${m} ${u}`).toEqual({ kind: 'one', ref: id });
+    const upload = r('PUT', `/templates/${id}/files/${'a'.repeat(64)}/upload?token=x`);
+    expect(upload).toEqual({ kind: 'template', op: { kind: 'upload', ref: id } });
+    expect(needsApiKey(upload)).toBe(false);
+    // Not an upload link (an id that is not a UUID, a short hash): a call that needs the key.
+    expect(needsApiKey(r('PUT', `/templates/base/files/${'a'.repeat(64)}/upload`))).toBe(true);
+    expect(needsApiKey(r('PUT', `/templates/${id}/files/abc/upload`))).toBe(true);
+    expect(t('GET', '/templates/%E0%A4%A')).toEqual({
+      kind: 'reject',
+      status: 400,
+      message: 'invalid path',
+      dataPlane: false,
+    });
   });
 
   it('asks for the API key everywhere but sandbox traffic, /health and /metrics', () => {

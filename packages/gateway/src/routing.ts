@@ -3,6 +3,7 @@
 import { parseProxyHost, RoutingError } from '@aenv/proxy';
 import { volumeRoute, type VolumeOp } from './volume-routes.js';
 import { eventsRoute, type EventsRoute } from './cluster-events.js';
+import { templateRoute, type TemplateOp } from './template-routes.js';
 
 export type Route =
   /** `/health` not routed to a sandbox: answered 204 by the gateway. */
@@ -23,6 +24,10 @@ export type Route =
   | { kind: 'create'; cold: boolean }
   /** `/volumes…` and `/volumecontent/…`: to the node holding the volume (docs/cluster.md#volumes-in-a-cluster). */
   | { kind: 'volume'; op: VolumeOp }
+  /** Templates and snapshots: lists merged, calls naming one to a node holding it (template-locator.ts). */
+  | { kind: 'template'; op: TemplateOp }
+  /** `GET /sandboxes/metrics`: every node's metrics of the named sandboxes, joined (cluster-metrics.ts). */
+  | { kind: 'sandbox-metrics' }
   /** Webhook writes, delivery history and stats, lifecycle events: across the nodes (cluster-events.ts). */
   | { kind: 'events'; events: EventsRoute }
   /** Any other control-plane call: to a node Schedule picks. */
@@ -155,6 +160,9 @@ export function route(method: string, url: string, headers: Headers, domains: re
   const volume = volumeRoute(method, path);
   if (volume) return { kind: 'volume', op: volume };
   if (method === 'GET' && (path === '/sandboxes' || path === '/v2/sandboxes')) return { kind: 'list' };
+  if (method === 'GET' && path === '/sandboxes/metrics') return { kind: 'sandbox-metrics' };
+  const template = templateRoute(method, path);
+  if (template) return { kind: 'template', op: template };
   if (method === 'GET' && path === '/nodes') return { kind: 'nodes' };
   const node = /^\/nodes\/([^/]+)$/.exec(path);
   if (method === 'GET' && node) {
@@ -184,5 +192,7 @@ export function needsApiKey(r: Route): boolean {
   if (r.kind === 'reject') return !r.dataPlane;
   // The content API takes the volume's own token (the gateway checks it: volume-locator.ts).
   if (r.kind === 'volume' && r.op.kind === 'content') return false;
+  // An upload link carries its own token, which the node that issued it checks (docs/templates.md).
+  if (r.kind === 'template' && r.op.kind === 'upload') return false;
   return r.kind !== 'data' && r.kind !== 'health' && r.kind !== 'metrics';
 }

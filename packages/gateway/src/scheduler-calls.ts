@@ -119,6 +119,12 @@ export class SchedulerCalls {
     return s === NodeStatus.LINGERING || s === NodeStatus.UNHEALTHY;
   }
 
+  /** Whether `node` is gone: unhealthy by its heartbeats, or no longer discovered (a draining node is not). */
+  lost(node: Node): boolean {
+    if (this.discovered && !this.discovered.has(node.nodeId)) return true;
+    return this.statuses.get(node.nodeId) === NodeStatus.UNHEALTHY;
+  }
+
   async refreshHealth(): Promise<void> {
     try {
       const [nodes, observed] = await Promise.all([this.listNodes(), this.observed()]);

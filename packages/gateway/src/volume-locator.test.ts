@@ -17,6 +17,8 @@ const VB = '22222222-2222-4222-8222-222222222222';
 class VolumeNode {
   server!: Server;
   seen: string[] = [];
+  /** Bytes of the last request body. */
+  bodyBytes = 0;
   /** What every answer is while set (a node in trouble). */
   failing: number | undefined;
   constructor(
@@ -28,8 +30,10 @@ class VolumeNode {
   }
   async start() {
     this.server = createServer((req, res) => {
-      req.resume();
+      let bytes = 0;
+      req.on('data', (c: Buffer) => (bytes += c.length));
       req.on('end', () => {
+        this.bodyBytes = bytes;
         const url = req.url!;
         this.seen.push(`${req.method} ${url}`);
         const json = (status: number, v: unknown) =>
@@ -148,6 +152,29 @@ describe('the gateway’s volume calls against a real scheduler', () => {
     await report(NodeStatus.READY);
     const placed = await until(201);
     expect(await nodeOf(placed)).toBe('node-a');
+  });
+
+  it('streams a file write through for longer than request_timeout (a large upload is not cut)', async () => {
+    // 6 chunks 300 ms apart: the body takes about twice the gateway's 1 s request_timeout to arrive.
+    const chunk = Buffer.alloc(64 * 1024, 7);
+    let sent = 0;
+    const body = new ReadableStream<Uint8Array>({
+      async pull(c) {
+        if (sent === 6) return c.close();
+        await new Promise((r) => setTimeout(r, 300));
+        sent++;
+        c.enqueue(chunk);
+      },
+    });
+    const r = await fetch(`${base}/volumecontent/${VA}/file?path=/big.bin`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${volumeContentToken(KEY, VA)}` },
+      body,
+      duplex: 'half',
+    } as RequestInit);
+    expect(r.status).toBe(200);
+    expect(await nodeOf(r)).toBe('node-a');
+    expect(a.bodyBytes).toBe(6 * chunk.length);
   });
 
   it('is all or nothing when a node is in trouble, and never says 404 for what it could not see', async () => {

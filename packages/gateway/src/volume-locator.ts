@@ -7,6 +7,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { volumeContentTokenMatches, type Node } from '@aenv/protocol';
 import { ListError } from './cluster-list.js';
+import { askAll, type Asked } from './node-fanout.js';
 import type { SchedulerCalls } from './scheduler-calls.js';
 import {
   isVolumeId,
@@ -34,11 +35,16 @@ export interface VolumeLocatorDeps {
   /** Reads a request body of at most `max` bytes (413 over). */
   readBody: (req: IncomingMessage, max: number) => Promise<Buffer>;
   /** Forwards the client's request to `node` (the gateway's relay, with its framing and timeouts). */
-  forward: (req: IncomingMessage, res: ServerResponse, node: Node, body?: Buffer) => Promise<void>;
+  /** `unbounded`: no request timeout (a file's content streams for as long as it takes). */
+  forward: (
+    req: IncomingMessage,
+    res: ServerResponse,
+    node: Node,
+    body?: Buffer,
+    unbounded?: boolean,
+  ) => Promise<void>;
   json: (res: ServerResponse, status: number, value: unknown) => void;
 }
-
-type Asked = { node: Node; status: number; text: string } | { node: Node; unreachable: true };
 
 const notFound = (id: string) => new ListError(404, `volume ${JSON.stringify(id.slice(0, 80))} not found`);
 
@@ -80,7 +86,11 @@ export class VolumeLocator {
             .end(body);
           return;
         }
-        return this.forward(op.volumeId, req, res, await this.locate(op.volumeId));
+        // A file's content, read or written, takes as long as its size needs: not bounded by request_timeout
+        // (as sandbox streams are not); its size is bounded by the volume's quota, which its node enforces as the
+        // bytes arrive (docs/volumes.md).
+        const file = (req.url ?? '').split('?')[0]!.endsWith('/file');
+        return this.forward(op.volumeId, req, res, await this.locate(op.volumeId), file);
       }
     }
   }
@@ -147,9 +157,10 @@ export class VolumeLocator {
     req: IncomingMessage,
     res: ServerResponse,
     node: Node,
+    unbounded = false,
   ): Promise<void> {
     try {
-      await this.deps.forward(req, res, node);
+      await this.deps.forward(req, res, node, undefined, unbounded);
     } catch (e) {
       this.known.delete(volumeId);
       throw e;
@@ -191,23 +202,12 @@ export class VolumeLocator {
   }
 
   private async askAll(path: string): Promise<Asked[]> {
-    const nodes = await this.deps.scheduler.listNodes();
-    return Promise.all(
-      nodes.map(async (node): Promise<Asked> => {
-        try {
-          const answer = await this.deps.agent.request({
-            origin: new URL(node.endpoint).origin,
-            path,
-            method: 'GET',
-            headers: { 'x-api-key': this.deps.apiKey },
-            headersTimeout: this.deps.requestTimeoutMs,
-            bodyTimeout: this.deps.requestTimeoutMs,
-          });
-          return { node, status: answer.statusCode, text: await answer.body.text() };
-        } catch {
-          return { node, unreachable: true };
-        }
-      }),
+    return askAll(
+      { agent: this.deps.agent, timeoutMs: this.deps.requestTimeoutMs },
+      await this.deps.scheduler.listNodes(),
+      'GET',
+      path,
+      { 'x-api-key': this.deps.apiKey },
     );
   }
 }

@@ -307,12 +307,18 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
     return page.items.map((i) => listedView(i.r));
   });
 
-  app.get<{ Params: { id: string } }>('/sandboxes/:id', async (req) =>
-    detailView(orch.get(sandboxId(req.params.id))),
-  );
+  // A sandbox another node paused into the shared repository (that node lost or drained) is this node's once
+  // asked about: GET shows it paused here, DELETE kills it for good (docs/cluster.md#node-loss).
+  app.get<{ Params: { id: string } }>('/sandboxes/:id', async (req) => {
+    const id = sandboxId(req.params.id);
+    await orch.adopt(id);
+    return detailView(orch.get(id));
+  });
 
   app.delete<{ Params: { id: string } }>('/sandboxes/:id', async (req, reply) => {
-    await orch.kill(sandboxId(req.params.id));
+    const id = sandboxId(req.params.id);
+    await orch.adopt(id);
+    await orch.kill(id);
     return reply.code(204).send();
   });
 
