@@ -38,6 +38,7 @@ import { gitCommit, startNodeHost } from './node-host.js';
 import { runShutdown, shutdownSteps } from './shutdown.js';
 import { startTemplates } from './start-templates.js';
 import { startTools } from '../tools/start.js';
+import { loadOrCreateNodeCa } from '../network/egress/node-ca.js';
 
 const MIGRATIONS = [
   ...[
@@ -60,6 +61,7 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
   const store = new SandboxStore(db);
   const { apiKey, tokens } = startSecrets(config, { stored: store.loadAll().records, logger });
   dropSecretsFromEnvironment(); // read once: no host command started from here on inherits them
+  const egressCa = await loadOrCreateNodeCa({ homePath: config.home_path }); // network.rules, sandbox trust
   const { identity, warnings } = resolveNodeIdentity(config.node_identity, {
     commit: await gitCommit(repoRoot),
   });
@@ -69,8 +71,12 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
   const core = { db, tokens, logger, registry, envdVersion, apiKey, nodeName };
   const tools = await startTools(config, logger);
   const images = await startImages(config, core);
-  const network = startNetwork(config, core);
-  const runtime = await createRuntime(config, { db, logger: logger.child({ component: 'runtime' }) });
+  const network = startNetwork(config, { ...core, egressCa });
+  const runtime = await createRuntime(config, {
+    db,
+    logger: logger.child({ component: 'runtime' }),
+    trustedCaPem: egressCa.certPem,
+  });
   const repository = await startSnapshotRepository(config, core);
   const volumes = await startVolumes(config, { db, disks: runtime.volumeDisks, apiKey, logger });
   const parts = {
