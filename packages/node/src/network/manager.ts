@@ -88,7 +88,11 @@ export interface NetworkManagerOptions {
     dnsListenPort: number;
     resolvers: readonly string[];
     /** `network.rules` interception: the node CA and the upstream trust store (absent: rules are refused). */
-    intercept?: { ca: NodeCa; upstreamCa: readonly string[] };
+    intercept?: {
+      ca: NodeCa;
+      upstreamCa: readonly string[];
+      secretValue?: (name: string) => string | undefined;
+    };
   };
 }
 

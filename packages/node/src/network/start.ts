@@ -14,7 +14,13 @@ export type NetworkSection = Pick<
 /** `[network]` and `[pool.network]`: the netns slots, their warm pool and the egress policy. */
 export function startNetwork(
   config: NetworkSection,
-  deps: { logger: Logger; registry: Registry; egressCa?: NodeCa },
+  deps: {
+    logger: Logger;
+    registry: Registry;
+    egressCa?: NodeCa;
+    /** A `/secrets` value by name, for `${e2b.secrets.<name>}` in rule headers. */
+    secretValue?: (name: string) => string | undefined;
+  },
 ): Subsystem & { network: NetworkManager } {
   const network = new NetworkManager({
     runtimePath: config.runtime_path,
@@ -33,6 +39,7 @@ export function startNetwork(
             intercept: {
               ca: deps.egressCa,
               upstreamCa: upstreamTrust(config.network.egress.upstream_ca_file),
+              ...(deps.secretValue ? { secretValue: deps.secretValue } : {}),
             },
           }
         : {}),

@@ -29,7 +29,11 @@ export interface EgressServiceOptions {
   /** Counts verdicts (metrics.ts `aenv_network_egress_decisions_total`). */
   onVerdict?: (kind: 'connection' | 'dns', verdict: string) => void;
   /** `network.rules` interception (intercept.ts): the node CA and the upstream trust store. Absent: rules are refused. */
-  intercept?: { ca: NodeCa; upstreamCa: readonly string[] };
+  intercept?: {
+    ca: NodeCa;
+    upstreamCa: readonly string[];
+    secretValue?: (name: string) => string | undefined;
+  };
 }
 
 /** Where the nat chain sends a slot's traffic: DNS to `dnsPort`, TCP to destination port p to `tcp[p]`. */

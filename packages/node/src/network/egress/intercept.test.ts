@@ -92,6 +92,7 @@ describe('egress interception of network.rules', () => {
   const registry = new SlotRegistry();
   const seen: Seen[] = [];
   const upstreamConnections: string[] = [];
+  const secrets = new Map([['api-key', 'sk-from-store']]);
   let nodeCa: NodeCa;
   let publicCa: NodeCa;
   let proxy: EgressProxy;
@@ -144,7 +145,12 @@ describe('egress interception of network.rules', () => {
       Promise.resolve(
         name.endsWith('.test') ? { ok: true, address: '127.0.0.1', ttl: 1 } : { ok: false, reason: 'nx' },
       );
-    interceptor = new Interceptor({ ca: nodeCa, upstreamCa: [publicCa.certPem], logger: log });
+    interceptor = new Interceptor({
+      ca: nodeCa,
+      upstreamCa: [publicCa.certPem],
+      logger: log,
+      secretValue: (name) => secrets.get(name),
+    });
     proxy = new EgressProxy({
       ports: [tlsPort, httpPort],
       listenPort: 0,
@@ -203,6 +209,29 @@ describe('egress interception of network.rules', () => {
       expect(JSON.stringify(answers.map((a) => a.headers))).not.toContain('s3cret');
     } finally {
       agent.destroy();
+    }
+  });
+
+  it('fills ${e2b.secrets.<name>} from the secret store per request; an unknown secret fails the request', async () => {
+    const agent = new https.Agent({ keepAlive: true, maxSockets: 1, ca: nodeCa.certPem });
+    try {
+      setRules({
+        'api.test': [{ transform: { headers: { Authorization: 'Bearer ${e2b.secrets.api-key}' } } }],
+      });
+      const first = await request(https, viaProxy('api.test', agent, { path: '/s1' }));
+      expect(JSON.parse(first.body).authorization).toBe('Bearer sk-from-store');
+      secrets.set('api-key', 'sk-rotated');
+      const second = await request(https, viaProxy('api.test', agent, { path: '/s2' }));
+      expect(JSON.parse(second.body).authorization).toBe('Bearer sk-rotated');
+      secrets.delete('api-key');
+      const gone = await request(https, viaProxy('api.test', agent, { path: '/s3' }));
+      expect(gone.status).toBe(502);
+      expect(gone.body).toMatch(/names secret api-key, which does not exist/);
+      expect(seen.some((s) => s.url === '/s3')).toBe(false);
+    } finally {
+      agent.destroy();
+      secrets.set('api-key', 'sk-from-store');
+      setRules(allRules);
     }
   });
 

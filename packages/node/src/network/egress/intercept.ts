@@ -21,7 +21,12 @@ export interface InterceptorOptions {
   logger: NetworkLogger;
   /** Longest wait for an upstream's response head. */
   upstreamTimeoutMs?: number;
+  /** A `/secrets` value by name: fills `${e2b.secrets.<name>}` in rule headers (absent: such headers fail). */
+  secretValue?: (name: string) => string | undefined;
 }
+
+/** `${e2b.secrets.<name>}` in a rule's header value (the SDK's `Secret.fill`). */
+const SECRET_PLACEHOLDER = /\$\{e2b\.secrets\.([a-z0-9][a-z0-9_-]{0,127})\}/g;
 
 /** What a request on an intercepted connection gets now: its overrides, or `undefined` once no longer allowed. */
 export type CurrentRules = () => HeaderOverrides | null | undefined;
@@ -111,6 +116,29 @@ export class Interceptor {
     this.httpsAgent.destroy();
   }
 
+  /** The overrides with their secret placeholders filled in, or why they cannot be (an unknown secret). */
+  private fillSecrets(overrides: HeaderOverrides): HeaderOverrides | string {
+    const out: (readonly [string, string])[] = [];
+    for (const [name, value] of overrides) {
+      let missing: string | undefined;
+      const filled = value.replace(SECRET_PLACEHOLDER, (_m, secret: string) => {
+        let v: string | undefined;
+        try {
+          v = this.opts.secretValue?.(secret);
+        } catch (err) {
+          // A value that does not open (a damaged row): the request fails, the node does not.
+          this.opts.logger.warn({ secret, err: (err as Error).message }, 'egress secret cannot be read');
+        }
+        if (v === undefined) missing ??= secret;
+        return v ?? '';
+      });
+      if (missing !== undefined)
+        return `the rule's header ${name} names secret ${missing}, which does not exist or cannot be read`;
+      out.push([name, filled]);
+    }
+    return out;
+  }
+
   private forward(req: IncomingMessage, res: ServerResponse): void {
     const hop = this.hops.get(req.socket);
     if (!hop) return void res.socket?.destroy();
@@ -124,7 +152,9 @@ export class Interceptor {
       res.shouldKeepAlive = false;
       return answer(res, 403, `${hop.name} is no longer allowed`);
     }
-    const headers = applyOverrides(withoutHopByHop(req.rawHeaders), overrides ?? []);
+    const filled = this.fillSecrets(overrides ?? []);
+    if (typeof filled === 'string') return answer(res, 502, filled);
+    const headers = applyOverrides(withoutHopByHop(req.rawHeaders), filled);
     // Set explicitly: node:http would not frame a chunked body of a GET or DELETE on its own.
     if (req.headers['transfer-encoding'] !== undefined) headers.push('Transfer-Encoding', 'chunked');
     const upstream = (hop.tls ? https : http).request({
