@@ -7,7 +7,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CommandExitError, Sandbox } from 'e2b';
+import { CommandExitError, Sandbox, Secret } from 'e2b';
 import { REPO } from './harness.js';
 import { describeNode } from './fixture.js';
 import { startFakeInternet, type FakeInternet } from './fixtures/fake-internet.js';
@@ -248,6 +248,80 @@ describe('network.rules: credentials injected at the edge', () => {
     expect(await sbx.pause()).toBe(true);
     sbx = await Sandbox.connect(sbx.sandboxId);
     expect((await seen(sbx, 'https://api.allowed.test/headers')).authorization).toBe(SECRET);
+  });
+
+  it('fills a /secrets value into a rule header at egress; the API never returns it', async () => {
+    const value = 'sk-store-7c41e9';
+    const created = await Secret.create('upstream-key', value, { metadata: { team: 'a' } });
+    expect(created).toMatchObject({ name: 'upstream-key', version: 1, metadata: { team: 'a' } });
+    await sbx.updateNetwork({
+      allowOut: ALLOWED,
+      ...CLOSED,
+      rules: {
+        'api.allowed.test': [
+          { transform: { headers: { Authorization: `Bearer ${Secret.fill('upstream-key')}` } } },
+        ],
+      },
+    });
+    expect((await seen(sbx, 'https://api.allowed.test/headers')).authorization).toBe(`Bearer ${value}`);
+    const rotated = await Secret.update('upstream-key', 'sk-rotated-2b7d');
+    expect(rotated.version).toBe(2);
+    expect((await seen(sbx, 'https://api.allowed.test/headers')).authorization).toBe(
+      'Bearer sk-rotated-2b7d',
+    );
+    const answers = [
+      await Secret.getInfo('upstream-key'),
+      await Secret.list().nextItems(),
+      (await server.api('GET', '/secrets')).body,
+      (await server.api('GET', `/secrets/${created.secretId}`)).body,
+      (await server.api('GET', `/sandboxes/${sbx.sandboxId}`)).body,
+    ];
+    expect(JSON.stringify(answers)).not.toMatch(/sk-store|sk-rotated/);
+    expect((await run(sbx, 'env; cat /proc/[0-9]*/environ | tr "\\0" "\\n"')).out).not.toMatch(
+      /sk-store|sk-rotated/,
+    );
+    expect(server.logs()).not.toMatch(/sk-store|sk-rotated/);
+    // Destroyed: the placeholder no longer resolves, the request fails at the edge.
+    expect(await Secret.destroy('upstream-key')).toBe(true);
+    expect(await Secret.exists('upstream-key')).toBe(false);
+    const gone = await run(sbx, curl('-i https://api.allowed.test/headers'));
+    expect(gone.out).toMatch(/^HTTP\/1\.1 502/);
+    expect(gone.out).toMatch(/names secret upstream-key, which does not exist/);
+    await sbx.updateNetwork({ allowOut: ALLOWED, ...CLOSED, rules: RULES });
+  });
+
+  it('refuses bad /secrets requests naming the field, never echoing a value', async () => {
+    expect((await server.api('POST', '/secrets', { name: 'dup', value: 'v' })).status).toBe(201);
+    const cases: [string, string, unknown, number, RegExp][] = [
+      ['POST', '/secrets', { name: 'dup', value: 'v' }, 409, /secret dup already exists/],
+      ['POST', '/secrets', { name: 'sec_x', value: 'v' }, 400, /sec_ prefix is reserved/],
+      ['POST', '/secrets', { name: 'a b', value: 'v' }, 400, /name "a b"/],
+      ['POST', '/secrets', { name: 'n1', value: 7 }, 400, /value: must be a string/],
+      [
+        'POST',
+        '/secrets',
+        { name: 'n1', value: 'hidden\r\nX: 1' },
+        400,
+        /value: must hold no control characters/,
+      ],
+      ['POST', '/secrets', { name: 'n1', value: 'x'.repeat(9000) }, 400, /value: must be at most 8192 bytes/],
+      ['POST', '/secrets', { name: 'n1', value: 'v', metadata: { k: 1 } }, 400, /metadata/],
+      ['POST', '/secrets', { name: 'n1', value: 'v', other: 1 }, 400, /other/],
+      ['POST', '/secrets', undefined, 400, /a JSON body is required/],
+      ['POST', '/secrets/dup', { value: '' }, 400, /value: must not be empty/],
+      ['POST', '/secrets/nope', { value: 'v' }, 404, /secret nope not found/],
+      ['GET', '/secrets/nope', undefined, 404, /secret nope not found/],
+      ['DELETE', '/secrets/nope', undefined, 404, /secret nope not found/],
+      ['GET', '/secrets?limit=0', undefined, 400, /invalid limit/],
+      ['GET', '/secrets?nextToken=%25%25', undefined, 400, /invalid nextToken/],
+    ];
+    for (const [method, path, body, status, message] of cases) {
+      const r = await server.api(method, path, body);
+      expect(r.status, `${method} ${path}`).toBe(status);
+      expect(r.body, `${method} ${path}`).toEqual({ code: status, message: expect.stringMatching(message) });
+      expect(JSON.stringify(r.body)).not.toContain('hidden');
+    }
+    expect((await server.api('DELETE', '/secrets/dup')).status).toBe(204);
   });
 
   it('refuses bad rules with a 400 naming the entry, on create and on update, changing nothing', async () => {
