@@ -293,13 +293,15 @@ describe('egress interception of network.rules', () => {
         viaProxy('api.test', agent, { path: '/', headers: { host: 'pass.test' } }),
       );
       expect(other.status).toBe(421);
+      const absolute = await request(https, viaProxy('api.test', agent, { path: 'https://pass.test/abs' }));
+      expect(absolute.status).toBe(400);
       const bad = await request(https, viaProxy('untrusted.test', agent, { path: '/' }));
       expect(bad.status).toBe(502);
       expect(bad.body).not.toContain('s3cret');
     } finally {
       agent.destroy();
     }
-    expect(seen.some((s) => s.url === '/' && s.host === 'pass.test')).toBe(false);
+    expect(seen.some((s) => (s.url === '/' && s.host === 'pass.test') || s.url.endsWith('/abs'))).toBe(false);
   });
 
   it('a live update that removes the rule cuts the intercepted connection; the next one is spliced', async () => {

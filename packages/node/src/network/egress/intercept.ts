@@ -147,6 +147,9 @@ export class Interceptor {
     // The name checked (SNI or the first Host) is the one the rule is for and the upstream is: another Host on
     // the same connection would be answered by that upstream with this name's credentials.
     if (host !== hop.name) return answer(res, 421, `requests on this connection must be for ${hop.name}`);
+    // Origin form only: a server must take the authority of an absolute URI over the Host (RFC 9112 §3.2.2).
+    if (!req.url?.startsWith('/') && req.url !== '*')
+      return answer(res, 400, 'the request target must be a path (origin form)');
     const overrides = hop.current();
     if (overrides === undefined) {
       res.shouldKeepAlive = false;
