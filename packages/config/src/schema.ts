@@ -673,6 +673,12 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
         max: 65535,
         doc: 'Host port (UDP and TCP) of the node resolver that answers the DNS of sandboxes with domain entries; 0: an ephemeral port.',
       }),
+      upstream_ca_file: str({
+        default: '',
+        trim: true,
+        aenv: true,
+        doc: "PEM file of CA certificates the egress proxy also trusts when it forwards a request it intercepted for `network.rules` (docs/networking.md#credentials-at-the-edge), besides the host's bundle (/etc/ssl/certs/ca-certificates.crt or the like). Empty: the host's bundle only.",
+      }),
     }),
     dns: section(
       'The resolver sandboxes are given.',

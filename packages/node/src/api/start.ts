@@ -26,6 +26,8 @@ import { registerNodeRoutes } from './routes/nodes.js';
 import { registerNodeDrainRoute } from './routes/node-drain.js';
 import { registerVolumeRoutes } from './routes/volumes.js';
 import { registerWebhookRoutes } from './routes/webhooks.js';
+import { registerSecretRoutes } from './routes/secrets.js';
+import type { SecretStore } from '../secrets/secret-store.js';
 import type { startWebhooks } from '../events/webhooks.js';
 import type { VolumeService } from '../volume/index.js';
 import { registerSandboxRoutes } from './routes/sandboxes.js';
@@ -76,6 +78,8 @@ export interface ControlPlaneDeps {
   webhooks: Pick<ReturnType<typeof startWebhooks>, 'store' | 'definitions' | 'policy' | 'maxWebhooks'>;
   /** `POST /nodes/{id}/drain`: undefined when the node has no shared repository to drain into. */
   drain?: () => void;
+  /** `/secrets`: absent, the routes are not registered (404). */
+  secrets?: SecretStore;
 }
 
 /** Every control-plane route of the node, with its hooks, on the front door's Fastify app. */
@@ -160,4 +164,5 @@ export function registerControlPlane(app: FastifyInstance, config: AenvConfig, d
   registerWebhookRoutes(app, { ...deps.webhooks, teamId });
   registerTeamRoutes(app, { apiKey: deps.apiKey });
   registerVolumeRoutes(app, { volumes: deps.volumes });
+  if (deps.secrets) registerSecretRoutes(app, { secrets: deps.secrets });
 }

@@ -22,10 +22,6 @@ describe('sandbox request fields aenv does not implement', () => {
     ['iam', { iam: { tokens: { aws: { audience: 'sts.amazonaws.com', tokenType: 'JWT-SVID' } } } }],
     ['iam', { iam: 'yes' }],
     ['volumeMounts', { volumeMounts: [{ name: 'vol', path: '/data' }] }],
-    [
-      'network.rules',
-      { network: { rules: { 'api.example.com': [{ transform: { headers: { a: 'b' } } }] } } },
-    ],
     ['network.egressProxy', { network: { egressProxy: { address: 'proxy.example.com:1080' } } }],
     ['network.maskRequestHost', { network: { maskRequestHost: '${PORT}-myhost.example.com' } }],
     ['network.httpsPorts', { network: { httpsPorts: [8443] } }],
@@ -52,11 +48,9 @@ describe('sandbox request fields aenv does not implement', () => {
   });
 
   it('refuses egress rules and proxies on a network update too', () => {
-    expect(refusal(() => refuseUnsupportedNetworkUpdateFields({ rules: { '*.example.com': [{}] } }))).toEqual(
-      {
-        status: 400,
-        message: expect.stringMatching(/^rules is not supported/),
-      },
+    // network.rules are served (docs/networking.md#credentials-at-the-edge): policy.ts validates them.
+    expect(refusal(() => refuseUnsupportedNetworkUpdateFields({ rules: { '*.example.com': [{}] } }))).toBe(
+      undefined,
     );
     expect(
       refusal(() => refuseUnsupportedNetworkUpdateFields({ egressProxy: { address: 'p.example.com:1' } })),

@@ -38,6 +38,8 @@ import { gitCommit, startNodeHost } from './node-host.js';
 import { runShutdown, shutdownSteps } from './shutdown.js';
 import { startTemplates } from './start-templates.js';
 import { startTools } from '../tools/start.js';
+import { loadOrCreateNodeCa } from '../network/egress/node-ca.js';
+import { resolveSecretsKey, SecretStore, secretMigrations } from '../secrets/secret-store.js';
 
 const MIGRATIONS = [
   ...[
@@ -47,7 +49,7 @@ const MIGRATIONS = [
     sandboxEventMigrations,
     webhookMigrations,
   ],
-  ...[idRangeMigrations, idempotencyMigrations, volumeMigrations],
+  ...[idRangeMigrations, idempotencyMigrations, volumeMigrations, secretMigrations],
 ].flat();
 
 /**
@@ -60,6 +62,8 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
   const store = new SandboxStore(db);
   const { apiKey, tokens } = startSecrets(config, { stored: store.loadAll().records, logger });
   dropSecretsFromEnvironment(); // read once: no host command started from here on inherits them
+  const egressCa = await loadOrCreateNodeCa({ homePath: config.home_path }); // network.rules, sandbox trust
+  const secretStore = new SecretStore(db, resolveSecretsKey(config.home_path)); // /secrets, filled in at egress
   const { identity, warnings } = resolveNodeIdentity(config.node_identity, {
     commit: await gitCommit(repoRoot),
   });
@@ -69,8 +73,12 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
   const core = { db, tokens, logger, registry, envdVersion, apiKey, nodeName };
   const tools = await startTools(config, logger);
   const images = await startImages(config, core);
-  const network = startNetwork(config, core);
-  const runtime = await createRuntime(config, { db, logger: logger.child({ component: 'runtime' }) });
+  const network = startNetwork(config, { ...core, egressCa, secretValue: (n) => secretStore.valueOf(n) });
+  const runtime = await createRuntime(config, {
+    db,
+    logger: logger.child({ component: 'runtime' }),
+    trustedCaPem: egressCa.certPem,
+  });
   const repository = await startSnapshotRepository(config, core);
   const volumes = await startVolumes(config, { db, disks: runtime.volumeDisks, apiKey, logger });
   const parts = {
@@ -148,6 +156,7 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
         observability: obs.observability,
         volumes,
         webhooks,
+        secrets: secretStore,
         ...(sharesPausedSandboxes(config)
           ? {
               drain: () => {

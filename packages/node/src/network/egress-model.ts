@@ -54,6 +54,9 @@ export interface EgressBase {
 /** Whether an allowOut entry is a domain pattern (parseNetworkPolicy keeps them beside the CIDRs). */
 export const isDomainEntry = (entry: string): boolean => !entry.includes('/') && !entry.includes(':');
 
+/** Whether the policy has `network.rules` (its proxy-port flows then go through the egress proxy). */
+export const hasRules = (policy: EgressPolicy): boolean => Object.keys(policy.rules ?? {}).length > 0;
+
 /** The domain patterns of allowOut (`example.com`, `*.example.com`). */
 export const domainPatterns = (policy: EgressPolicy): string[] => policy.allowOut.filter(isDomainEntry);
 

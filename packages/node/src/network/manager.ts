@@ -8,7 +8,15 @@ import { AddressPlan } from './addressing.js';
 import { BUILTIN_DENIED_CIDRS } from './builtin-denies.js';
 import { deleteFlows, flowOf, forgetAddresses, isRedirected, listFlowsFrom } from './conntrack.js';
 import { EgressService, type RedirectTarget } from './egress/index.js';
-import { domainPatterns, resolverAllowed, verdictFor, type EgressBase } from './egress-model.js';
+import type { NodeCa } from './egress/node-ca.js';
+import {
+  PROTO_TCP,
+  domainPatterns,
+  hasRules,
+  resolverAllowed,
+  verdictFor,
+  type EgressBase,
+} from './egress-model.js';
 import { parseCidr, parseIPv4, type Cidr } from '@aenv/config';
 import { NetworkMetrics } from './metrics.js';
 import { SlotNames } from './names.js';
@@ -79,6 +87,12 @@ export interface NetworkManagerOptions {
     proxyListenPort: number;
     dnsListenPort: number;
     resolvers: readonly string[];
+    /** `network.rules` interception: the node CA and the upstream trust store (absent: rules are refused). */
+    intercept?: {
+      ca: NodeCa;
+      upstreamCa: readonly string[];
+      secretValue?: (name: string) => string | undefined;
+    };
   };
 }
 
@@ -209,6 +223,7 @@ export class NetworkManager {
           deniedCidrs: [...this.deniedCidrs, ...this.plan.internalCidrs],
           logger: this.log,
           onVerdict: (kind, verdict) => this.metrics.egressDecisions.inc({ kind, verdict }),
+          ...(d.intercept ? { intercept: d.intercept } : {}),
         })
       : null;
   }
@@ -319,6 +334,8 @@ export class NetworkManager {
       throw new NetworkPolicyError(
         'domain entries in allowOut need domain egress, which this node has not enabled',
       );
+    if (hasRules(policy) && !this.egress?.intercepts)
+      throw new NetworkPolicyError('network.rules need the egress CA, which this node has not loaded');
     // Built before queueing so a malformed policy fails here and changes nothing.
     const script = slotPolicyScript(this.names, slot.index, policy, {
       dnsAllowed,
@@ -334,7 +351,15 @@ export class NetworkManager {
         entry.hasChain = true;
         entry.mayHaveFlows = true;
         const anyName = resolver !== null ? dnsAllowed : policy.allowInternetAccess !== false;
-        const cut = this.egress?.setPolicy(slot.index, this.sources(slot), policy, anyName) ?? 0;
+        const base = this.egressBase();
+        const admits = (address: string, port: number) => {
+          const daddr = parseIPv4(address);
+          return (
+            daddr !== null &&
+            verdictFor(base, policy, { daddr, protocol: PROTO_TCP, dport: port }) === 'accept'
+          );
+        };
+        const cut = this.egress?.setPolicy(slot.index, this.sources(slot), policy, anyName, admits) ?? 0;
         this.metrics.flowsCut.inc(cut);
         if (cut > 0)
           this.log.info({ index: slot.index, cut }, 'cut proxied connections the new policy denies');

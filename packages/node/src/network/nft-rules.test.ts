@@ -241,6 +241,22 @@ describe('redirectRules', () => {
     );
   });
 
+  it('with network.rules sends every proxy-port flow the address filter leaves open through the proxy', () => {
+    const rules = { 'api.test': [{ transform: { headers: { Authorization: 'x' } } }] };
+    // Internet on, no domains, nothing denied: still through the proxy (it intercepts the rules' names).
+    expect(redirectRules(policy({ rules }), target, base)).toEqual([
+      'meta l4proto { tcp, udp } th dport 53 redirect to :15053',
+      'ip daddr { 10.11.0.0/16 } return',
+      'ip daddr { 169.254.0.0/16 } return',
+      redirectAll,
+    ]);
+    // denyOut does not send the rest direct: the proxy judges by the same CIDR policy.
+    expect(redirectRules(policy({ rules, denyOut: ['203.0.113.0/24'] }), target, base).at(-1)).toBe(
+      redirectAll,
+    );
+    expect(redirectRules(policy({ rules: {} }), target, base)).toEqual([]);
+  });
+
   it('hooks the slot veth to its nat chain when there are rules', () => {
     const s = slotPolicyScript(names, 7, policy({ allowOut: ['a.test'], allowInternetAccess: false }), {
       dnsAllowed: false,

@@ -15,7 +15,15 @@
 //   postrouting (nat, prio srcnat-10): masquerade internal sources leaving through a non-sandbox interface
 //   deny: tcp reset / icmp admin-prohibited, so refused connections fail at once
 
-import { DNS_PORT, allowedCidrs, domainPatterns, slotRules, v4, type SlotRule } from './egress-model.js';
+import {
+  DNS_PORT,
+  allowedCidrs,
+  domainPatterns,
+  hasRules,
+  slotRules,
+  v4,
+  type SlotRule,
+} from './egress-model.js';
 import type { RedirectTarget } from './egress/index.js';
 import { collapseCidrs, formatCidr, parseIPv4, type Cidr } from '@aenv/config';
 import type { SlotNames } from './names.js';
@@ -199,13 +207,16 @@ export interface RedirectBase {
  * destinations outside denyOut (accepted there). Domain allows thereby beat denyOut, as E2B documents.
  */
 export function redirectRules(policy: EgressPolicy, target: RedirectTarget, base: RedirectBase): string[] {
-  if (domainPatterns(policy).length === 0) return [];
+  // A slot with `network.rules` sends every flow to the proxy ports through the proxy, which intercepts the
+  // rules' names and judges the others by name or, failing that, by this same CIDR policy (proxy.ts `admitted`).
+  const intercepts = hasRules(policy);
+  if (domainPatterns(policy).length === 0 && !intercepts) return [];
   const rules = [`meta l4proto { tcp, udp } th dport ${DNS_PORT} redirect to :${target.dnsPort}`];
   for (const cidrs of [base.internalCidrs, allowedCidrs(policy), base.deniedCidrs]) {
     const set = v4Set(cidrs);
     if (set) rules.push(`ip daddr ${set} return`);
   }
-  if (policy.allowInternetAccess !== false) {
+  if (policy.allowInternetAccess !== false && !intercepts) {
     const deny = v4Set(v4(policy.denyOut));
     // Internet on and nothing denied: every address is allowed, the proxy has nothing to add.
     if (!deny) return rules;

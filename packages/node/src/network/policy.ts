@@ -3,6 +3,7 @@
 import { DomainError, ErrorKind } from '@aenv/protocol';
 import { formatCidr, parseIpOrCidr } from '@aenv/config';
 import type { EgressPolicy } from './types.js';
+import { parseRules, RuleInputError } from './egress/header-rules.js';
 
 /** A policy the caller got wrong; the API answers it with this message. */
 export class NetworkPolicyError extends DomainError {
@@ -16,6 +17,8 @@ export interface NetworkPolicyInput {
   allowOut?: unknown;
   denyOut?: unknown;
   allowInternetAccess?: unknown;
+  /** `network.rules` (egress/header-rules.ts). */
+  rules?: unknown;
 }
 
 /** Most entries one list may hold: each becomes an nft set element or a pattern every proxied flow is matched against. */
@@ -64,7 +67,22 @@ export function parseNetworkPolicy(input: NetworkPolicyInput): EgressPolicy {
   ) {
     throw new NetworkPolicyError('allowInternetAccess must be a boolean');
   }
-  return { allowOut, denyOut, allowInternetAccess: allowInternetAccess ?? null };
+  const rules = parsePolicyRules(input.rules);
+  return {
+    allowOut,
+    denyOut,
+    allowInternetAccess: allowInternetAccess ?? null,
+    ...(Object.keys(rules).length > 0 ? { rules } : {}),
+  };
+}
+
+function parsePolicyRules(input: unknown): NonNullable<EgressPolicy['rules']> {
+  try {
+    return parseRules(input, normalizeDomainPattern);
+  } catch (e) {
+    if (e instanceof RuleInputError) throw new NetworkPolicyError(e.message);
+    throw e;
+  }
 }
 
 export const DEFAULT_EGRESS_POLICY: EgressPolicy = Object.freeze({

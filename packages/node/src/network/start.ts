@@ -3,6 +3,8 @@ import type { Registry } from 'prom-client';
 import type { Logger } from '../util/log.js';
 import type { Subsystem } from '../util/subsystem.js';
 import { NetworkManager } from './manager.js';
+import type { NodeCa } from './egress/node-ca.js';
+import { upstreamTrust } from './egress/trust-store.js';
 
 export type NetworkSection = Pick<
   AenvConfig,
@@ -12,7 +14,13 @@ export type NetworkSection = Pick<
 /** `[network]` and `[pool.network]`: the netns slots, their warm pool and the egress policy. */
 export function startNetwork(
   config: NetworkSection,
-  deps: { logger: Logger; registry: Registry },
+  deps: {
+    logger: Logger;
+    registry: Registry;
+    egressCa?: NodeCa;
+    /** A `/secrets` value by name, for `${e2b.secrets.<name>}` in rule headers. */
+    secretValue?: (name: string) => string | undefined;
+  },
 ): Subsystem & { network: NetworkManager } {
   const network = new NetworkManager({
     runtimePath: config.runtime_path,
@@ -26,6 +34,15 @@ export function startNetwork(
       proxyListenPort: config.network.egress.proxy_listen_port,
       dnsListenPort: config.network.egress.dns_listen_port,
       resolvers: config.network.egress.resolvers,
+      ...(deps.egressCa
+        ? {
+            intercept: {
+              ca: deps.egressCa,
+              upstreamCa: upstreamTrust(config.network.egress.upstream_ca_file),
+              ...(deps.secretValue ? { secretValue: deps.secretValue } : {}),
+            },
+          }
+        : {}),
     },
     nameserver: config.network.dns.nameserver,
     pool: {

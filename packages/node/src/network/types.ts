@@ -25,4 +25,9 @@ export interface EgressPolicy {
   denyOut: string[];
   /** true: allow, false: deny everything not in allowOut, null: not set (allow). */
   allowInternetAccess: boolean | null;
+  /** `network.rules`: keys lowercased (egress/header-rules.ts); absent or {}: no request is intercepted. */
+  rules?: NetworkRules;
 }
+
+/** E2B's `SandboxNetworkRule` lists by domain key, validated (header values are credentials: never logged). */
+export type NetworkRules = Record<string, { transform?: { headers?: Record<string, string> } }[]>;

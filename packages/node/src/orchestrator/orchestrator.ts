@@ -528,6 +528,7 @@ export class Orchestrator {
         allowOut: input.policy.allowOut,
         denyOut: input.policy.denyOut,
         allowInternetAccess: input.policy.allowInternetAccess,
+        ...(input.policy.rules ? { rules: input.policy.rules } : {}),
       },
       onTimeout: input.onTimeout,
       ...(input.autoPauseMemory === false ? { autoPauseMemory: false } : {}),
@@ -899,6 +900,7 @@ export class Orchestrator {
       allowOut: r.network.allowOut,
       denyOut: r.network.denyOut,
       allowInternetAccess: r.network.allowInternetAccess,
+      ...(r.network.rules ? { rules: r.network.rules } : {}),
     };
   }
 
@@ -1015,7 +1017,9 @@ export class Orchestrator {
         throw conflict(id, `sandbox network cannot be updated from ${r.state} state`);
       }
       await this.opts.backend.applyPolicy(r, policy);
-      r.network = { ...r.network, ...policy };
+      // `rules` is replaced like the rest: an update without it clears them.
+      const { rules: _old, ...kept } = r.network;
+      r.network = { ...kept, ...policy };
       this.opts.store.save(r);
     });
   }

@@ -1,5 +1,6 @@
 // The orchestrator's view of a sandbox: lifecycle state, what the API shows, and what the runtime needs to find it.
 import type { VolumeMountRecord } from '../volume/types.js';
+import type { NetworkRules } from '../network/types.js';
 
 export type SandboxState =
   'creating' | 'resuming' | 'running' | 'snapshotting' | 'forking' | 'pausing' | 'paused' | 'killing';
@@ -36,6 +37,8 @@ export interface SandboxNetworkSettings {
   denyOut: string[];
   /** true / false when the creator set it; null when not set. */
   allowInternetAccess: boolean | null;
+  /** `network.rules` (header values are credentials: API answers mask them, docs/networking.md). */
+  rules?: NetworkRules;
 }
 
 export interface SandboxResourcesView {

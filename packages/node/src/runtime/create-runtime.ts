@@ -11,6 +11,8 @@ export interface RuntimeDeps {
   /** Holds which sandbox owns which host uid/gid range (see docs/security.md, "uid isolation"). */
   db: StateDb;
   logger: Logger;
+  /** The node's egress CA (PEM), added to every sandbox's trust store at boot (docs/networking.md). */
+  trustedCaPem?: string;
 }
 
 /** A started driver and what the rest of the node takes from it. */

@@ -11,6 +11,8 @@ export const networkConfigSchema = z.object({
   allowPublicTraffic: z.boolean().optional(),
   allowOut: z.array(z.string()).optional(),
   denyOut: z.array(z.string()).optional(),
+  /** `SandboxNetworkRule` lists by domain: checked entry by entry by the node, which names the bad one. */
+  rules: z.unknown().optional(),
 });
 
 /** `NewSandbox` / `NewSandboxV2` (`POST /sandboxes`, `POST /v2/sandboxes`). */
@@ -81,6 +83,7 @@ export const networkUpdateSchema = z.object({
   allowOut: z.array(z.string()).optional(),
   denyOut: z.array(z.string()).optional(),
   allow_internet_access: z.boolean().optional(),
+  rules: z.unknown().optional(),
 });
 /** `POST /sandboxes/{id}/fork` (AgentENV). */
 export const forkSchema = z.object({

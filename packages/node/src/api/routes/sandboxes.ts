@@ -32,6 +32,7 @@ import { matchesMetadata, parseMetadataFilter } from '../metadata-filter.js';
 import { parseBody, parseRequiredBody } from '../parse-body.js';
 import { checkParams } from '../../extension/params.js';
 import type { VolumeService } from '../../volume/service.js';
+import { maskedRules } from '../../network/egress/header-rules.js';
 import {
   refuseUnsupportedCreateFields,
   refuseUnsupportedNetworkUpdateFields,
@@ -62,6 +63,7 @@ export interface SandboxRouteDeps {
     allowOut?: string[];
     denyOut?: string[];
     allowInternetAccess?: boolean;
+    rules?: unknown;
   }): EgressPolicy;
   /** First `[sandbox_proxy].domains` entry, advertised as `domain`. */
   domain?: string;
@@ -135,7 +137,8 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
 
   const detailView = (r: SandboxRecord): SandboxDetail => {
     const n = r.network;
-    const hasNetwork = !n.allowPublicTraffic || n.allowOut.length > 0 || n.denyOut.length > 0;
+    const rules = n.rules && Object.keys(n.rules).length > 0 ? n.rules : undefined;
+    const hasNetwork = !n.allowPublicTraffic || n.allowOut.length > 0 || n.denyOut.length > 0 || !!rules;
     return {
       ...listedView(r),
       ...(r.secure ? { envdAccessToken: tokens.envd(r.id) } : {}),
@@ -147,6 +150,8 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
               allowPublicTraffic: n.allowPublicTraffic,
               ...(n.allowOut.length ? { allowOut: n.allowOut } : {}),
               ...(n.denyOut.length ? { denyOut: n.denyOut } : {}),
+              // Header values are credentials: shown masked, never as given.
+              ...(rules ? { rules: maskedRules(rules) } : {}),
             },
           }
         : {}),
@@ -179,6 +184,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
       allowOut: req.network?.allowOut,
       denyOut: req.network?.denyOut,
       allowInternetAccess,
+      rules: req.network?.rules,
     });
     const onTimeout = req.lifecycle?.onTimeout ?? ((req.autoPause ?? defaults.autoPause) ? 'pause' : 'kill');
     const autoResume = req.autoResume?.enabled ?? req.lifecycle?.autoResume ?? false;
@@ -392,6 +398,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
       allowOut: body.allowOut,
       denyOut: body.denyOut,
       allowInternetAccess: body.allow_internet_access,
+      rules: body.rules,
     });
     await orch.updateNetwork(sandboxId(req.params.id), policy);
     return reply.code(204).send();

@@ -7,6 +7,9 @@ import type { Cidr } from '@aenv/config';
 import { domainPatterns } from '../egress-model.js';
 import type { EgressPolicy } from '../types.js';
 import { SandboxDnsServer } from './dns-server.js';
+import { compileRules } from './header-rules.js';
+import { Interceptor } from './intercept.js';
+import type { NodeCa } from './node-ca.js';
 import { EgressProxy } from './proxy.js';
 import { SlotRegistry } from './slot-registry.js';
 import { UpstreamResolver } from './upstream.js';
@@ -25,6 +28,12 @@ export interface EgressServiceOptions {
   logger: NetworkLogger;
   /** Counts verdicts (metrics.ts `aenv_network_egress_decisions_total`). */
   onVerdict?: (kind: 'connection' | 'dns', verdict: string) => void;
+  /** `network.rules` interception (intercept.ts): the node CA and the upstream trust store. Absent: rules are refused. */
+  intercept?: {
+    ca: NodeCa;
+    upstreamCa: readonly string[];
+    secretValue?: (name: string) => string | undefined;
+  };
 }
 
 /** Where the nat chain sends a slot's traffic: DNS to `dnsPort`, TCP to destination port p to `tcp[p]`. */
@@ -37,9 +46,11 @@ export class EgressService {
   private readonly registry = new SlotRegistry();
   private readonly proxy: EgressProxy;
   private readonly dns: SandboxDnsServer;
+  private readonly interceptor: Interceptor | undefined;
 
   constructor(opts: EgressServiceOptions) {
     const resolver = new UpstreamResolver({ servers: opts.resolvers, deniedCidrs: opts.deniedCidrs });
+    this.interceptor = opts.intercept && new Interceptor({ ...opts.intercept, logger: opts.logger });
     this.proxy = new EgressProxy({
       ports: opts.ports,
       listenPort: opts.listenPort,
@@ -47,6 +58,7 @@ export class EgressService {
       resolver,
       logger: opts.logger,
       onVerdict: (v) => opts.onVerdict?.('connection', v),
+      ...(this.interceptor ? { interceptor: this.interceptor } : {}),
     });
     this.dns = new SandboxDnsServer({
       listenPort: opts.dnsListenPort,
@@ -72,14 +84,28 @@ export class EgressService {
     return { dnsPort: this.dns.port, tcp: this.proxy.listenPorts };
   }
 
+  /** Whether `network.rules` can be served (the node CA is loaded). */
+  get intercepts(): boolean {
+    return this.interceptor !== undefined;
+  }
+
   /**
-   * The slot's policy from now on (`anyName`: its CIDR policy allows DNS to any name); cuts its proxied
-   * connections the policy no longer allows and returns how many.
+   * The slot's policy from now on (`anyName`: its CIDR policy allows DNS to any name; `admits`: whether it lets
+   * the slot reach an address, for names outside allowOut's domains); cuts its proxied connections the policy no
+   * longer allows and returns how many.
    */
-  setPolicy(index: number, sources: readonly string[], policy: EgressPolicy, anyName: boolean): number {
+  setPolicy(
+    index: number,
+    sources: readonly string[],
+    policy: EgressPolicy,
+    anyName: boolean,
+    admits?: (address: string, port: number) => boolean,
+  ): number {
     const patterns = domainPatterns(policy);
-    if (patterns.length === 0) this.registry.delete(index);
-    else this.registry.set(sources, { index, patterns, anyName });
+    const rules = compileRules(policy.rules);
+    if (patterns.length === 0 && rules === null) this.registry.delete(index);
+    else
+      this.registry.set(sources, { index, patterns, anyName, rules, ...(rules && admits ? { admits } : {}) });
     return this.proxy.recheck(index);
   }
 
@@ -95,5 +121,6 @@ export class EgressService {
 
   async stop(): Promise<void> {
     await Promise.all([this.proxy.stop(), this.dns.stop()]);
+    this.interceptor?.close();
   }
 }

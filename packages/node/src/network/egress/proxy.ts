@@ -6,8 +6,10 @@
 import { createServer, connect, type NetConnectOpts, type Server, type Socket } from 'node:net';
 import type { NetworkLogger } from '../manager.js';
 import { matchesDomain } from './domain-match.js';
+import { overridesFor } from './header-rules.js';
+import type { Interceptor } from './intercept.js';
 import { sniff } from './sniff.js';
-import type { SlotRegistry } from './slot-registry.js';
+import type { SlotEgress, SlotRegistry } from './slot-registry.js';
 import type { UpstreamResolver } from './upstream.js';
 
 export interface EgressProxyOptions {
@@ -23,6 +25,8 @@ export interface EgressProxyOptions {
   maxConnectionsPerSlot?: number;
   /** Counts each connection's verdict (metrics). */
   onVerdict?: (verdict: 'proxied' | 'refused') => void;
+  /** Serves connections to names with `network.rules` (intercept.ts); absent: rules are never applied. */
+  interceptor?: Interceptor;
 }
 
 /** Connections one slot may hold through the proxy (sniffing or spliced): a sandbox cannot exhaust the node. */
@@ -34,8 +38,22 @@ const STREAM_BUFFER_BYTES = 256 * 1024;
 interface Proxied {
   slot: number;
   name: string;
+  /** Where the name was resolved to (what a CIDR-admitted name is re-judged by). */
+  address: string;
+  port: number;
   client: Socket;
-  upstream: Socket;
+  /** Absent for an intercepted connection (its upstream requests end with the client). */
+  upstream?: Socket;
+  intercepted: boolean;
+}
+
+/**
+ * Whether `slot` may reach `name` (resolved to `address`, when known): by allowOut's domains, or, for a slot
+ * sent here for its rules, by its CIDR policy.
+ */
+function admitted(slot: SlotEgress, name: string, address?: string, port = 443): boolean {
+  if (matchesDomain(slot.patterns, name)) return true;
+  return address !== undefined && slot.admits !== undefined && slot.admits(address, port);
 }
 
 export class EgressProxy {
@@ -90,7 +108,10 @@ export class EgressProxy {
     let cut = 0;
     for (const c of this.open) {
       if (c.slot !== index) continue;
-      if (slot && matchesDomain(slot.patterns, c.name)) continue;
+      // A name that gained or lost rules is cut too: its next connection is intercepted or spliced as it now should.
+      const intercept =
+        this.opts.interceptor !== undefined && overridesFor(slot?.rules ?? null, c.name) !== null;
+      if (slot && admitted(slot, c.name, c.address, c.port) && intercept === c.intercepted) continue;
       this.cut(c);
       cut++;
     }
@@ -100,7 +121,7 @@ export class EgressProxy {
   private cut(c: Proxied): void {
     this.open.delete(c);
     c.client.destroy();
-    c.upstream.destroy();
+    c.upstream?.destroy();
   }
 
   private async handle(client: Socket, dport: number): Promise<void> {
@@ -143,11 +164,21 @@ export class EgressProxy {
     const http = sniffed.kind === 'http';
     // The policy may have changed while the client was sending its first bytes: judge by the current one.
     const slot = this.opts.registry.get(first.index);
-    if (!slot || !matchesDomain(slot.patterns, sniffed.name))
+    const byName = slot !== undefined && matchesDomain(slot.patterns, sniffed.name);
+    if (!slot || (!byName && !slot.admits))
       return refuse(`${sniffed.name} is not in the sandbox's allowOut`, http, sniffed.name);
     const target = await this.opts.resolver.resolve(sniffed.name);
     if (!target.ok) return refuse(target.reason, http, sniffed.name);
+    if (!admitted(slot, sniffed.name, target.address, dport))
+      return refuse(
+        `${sniffed.name} is not allowed by the sandbox's allowOut and denyOut`,
+        http,
+        sniffed.name,
+      );
     if (client.destroyed) return;
+    const interceptor = this.opts.interceptor;
+    if (interceptor && overridesFor(slot.rules ?? null, sniffed.name) !== null)
+      return this.intercept(interceptor, client, slot.index, sniffed, target.address, dport);
 
     // Node 20 passes highWaterMark to the socket's streams; @types/node types it only on createServer.
     const upstreamOpts: NetConnectOpts & { highWaterMark: number } = {
@@ -158,7 +189,15 @@ export class EgressProxy {
       highWaterMark: STREAM_BUFFER_BYTES,
     };
     const upstream = connect(upstreamOpts);
-    const c: Proxied = { slot: slot.index, name: sniffed.name, client, upstream };
+    const c: Proxied = {
+      slot: slot.index,
+      name: sniffed.name,
+      address: target.address,
+      port: dport,
+      client,
+      upstream,
+      intercepted: false,
+    };
     this.open.add(c);
     const timer = setTimeout(
       () => upstream.destroy(new Error('connect timeout')),
@@ -168,7 +207,7 @@ export class EgressProxy {
       clearTimeout(timer);
       // Re-judged at connect: a PUT between the check and here must not leave this connection open.
       const now = this.opts.registry.get(slot.index);
-      if (!now || !matchesDomain(now.patterns, c.name)) return this.cut(c);
+      if (!now || !admitted(now, c.name, c.address, c.port)) return this.cut(c);
       this.opts.onVerdict?.('proxied');
       log.debug({ slot: slot.index, name: c.name, address: target.address, dport }, 'egress proxied');
       client.pipe(upstream);
@@ -186,5 +225,32 @@ export class EgressProxy {
     });
     upstream.on('close', close);
     client.on('close', close);
+  }
+
+  /** Hands the connection to the interceptor; each of its requests is judged by the slot's policy then. */
+  private intercept(
+    interceptor: Interceptor,
+    client: Socket,
+    index: number,
+    sniffed: { kind: 'tls' | 'http'; name: string },
+    address: string,
+    port: number,
+  ): void {
+    const c: Proxied = { slot: index, name: sniffed.name, address, port, client, intercepted: true };
+    this.open.add(c);
+    client.on('close', () => this.open.delete(c));
+    this.opts.onVerdict?.('proxied');
+    this.opts.logger.debug({ slot: index, name: c.name, address, port }, 'egress intercepted');
+    const current = () => {
+      const now = this.opts.registry.get(index);
+      if (!now || !admitted(now, c.name, address, port)) return undefined;
+      return overridesFor(now.rules ?? null, c.name);
+    };
+    interceptor
+      .take(client, { name: c.name, address, port, tls: sniffed.kind === 'tls', current, slot: index })
+      .catch((err: unknown) => {
+        this.opts.logger.warn({ slot: index, name: c.name, err }, 'egress interception failed');
+        this.cut(c);
+      });
   }
 }

@@ -1,12 +1,21 @@
 // Which slot a redirected connection or DNS query comes from (by its source address, which the anti-spoof
 // rule in nft-rules.ts makes trustworthy), and what that slot's policy allows by name.
 
+import type { RuleMatcher } from './header-rules.js';
+
 export interface SlotEgress {
   index: number;
   /** allowOut's domain patterns. */
   patterns: readonly string[];
   /** The slot's CIDR policy lets it query the node's upstream resolvers for any name (egress-model `resolverAllowed`). */
   anyName: boolean;
+  /** `network.rules` compiled (header-rules.ts); null: nothing of this slot is intercepted. */
+  rules?: RuleMatcher | null;
+  /**
+   * Whether the slot's CIDR policy lets it reach `address` on `port` (egress-model `verdictFor`): a slot sent
+   * here for its rules alone may still reach names outside allowOut's domains that way.
+   */
+  admits?: (address: string, port: number) => boolean;
 }
 
 export class SlotRegistry {

@@ -33,6 +33,7 @@ import {
 import { writeBootId } from './boot-id.js';
 import { imagesForRange, USERNS_VIEW_PREFIX } from './criu-userns.js';
 import { rewriteHostnameFiles, writeEtcFiles } from './etc-files.js';
+import { writeTrustFiles } from './trust-files.js';
 import type { IdLayout } from './id-ranges.js';
 import {
   assertLayout,
@@ -137,6 +138,8 @@ export interface ContainerDriverOptions {
   /** Empty sandbox dirs kept ready so a create only renames one (default 2; 0 = none). */
   spareDirs?: number;
   logger?: Logger;
+  /** A CA certificate (PEM) added to the sandbox's CA bundles at every boot (trust-files.ts). */
+  trustedCaPem?: string;
 }
 
 /** A sandbox as the container driver hands it back: with its dir and overlay upper, as the host sees them. */
@@ -805,6 +808,14 @@ export class ContainerDriver implements RuntimeDriver {
       rootUid: spec.idRange.hostStart,
       lowerOwner: (id) => this.viewOfLayerId(id, spec.idRange),
     });
+    if (this.opts.trustedCaPem)
+      await writeTrustFiles({
+        upperDir: p.upper,
+        lowerDirs: spec.rootfs.layers,
+        caPem: this.opts.trustedCaPem,
+        rootUid: spec.idRange.hostStart,
+        lowerOwner: (id) => this.viewOfLayerId(id, spec.idRange),
+      });
     if (mount) {
       const fstab = this.fstabFor(spec, p);
       await writeFile(p.fstab, fstab.text);

@@ -33,6 +33,7 @@ export async function createContainerRuntime(config: AenvConfig, deps: RuntimeDe
     capNetRaw: config.runtime.cap_net_raw,
     noNewPrivileges: config.runtime.no_new_privileges,
     logger: deps.logger,
+    ...(deps.trustedCaPem ? { trustedCaPem: deps.trustedCaPem } : {}),
   });
   await driver.init();
   return {

@@ -1,0 +1,211 @@
+// The intercepted hop of `network.rules` (docs/networking.md#credentials-at-the-edge): a connection to a name
+// with rules is answered here instead of being spliced. TLS is terminated with a leaf the node CA signs for the
+// name (node-ca.ts); each HTTP/1.1 request on it (keep-alive, streamed bodies) gets the rule's headers and is
+// sent to the name as the node resolved it, over TLS verified against the host's trust store. The header values
+// are credentials: nothing here logs headers, and the sandbox only ever sees the response.
+
+import { Duplex } from 'node:stream';
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import https from 'node:https';
+import type { Socket } from 'node:net';
+import { TLSSocket } from 'node:tls';
+import type { NetworkLogger } from '../manager.js';
+import { normalizeHostName } from './domain-match.js';
+import { applyOverrides, type HeaderOverrides } from './header-rules.js';
+import type { NodeCa } from './node-ca.js';
+
+export interface InterceptorOptions {
+  ca: NodeCa;
+  /** PEM certificates the upstream's chain is verified against (the host's bundle and any configured extra). */
+  upstreamCa: readonly string[];
+  logger: NetworkLogger;
+  /** Longest wait for an upstream's response head. */
+  upstreamTimeoutMs?: number;
+  /** A `/secrets` value by name: fills `${e2b.secrets.<name>}` in rule headers (absent: such headers fail). */
+  secretValue?: (name: string) => string | undefined;
+}
+
+/** `${e2b.secrets.<name>}` in a rule's header value (the SDK's `Secret.fill`). */
+const SECRET_PLACEHOLDER = /\$\{e2b\.secrets\.([a-z0-9][a-z0-9_-]{0,127})\}/g;
+
+/** What a request on an intercepted connection gets now: its overrides, or `undefined` once no longer allowed. */
+export type CurrentRules = () => HeaderOverrides | null | undefined;
+
+interface Hop {
+  name: string;
+  address: string;
+  port: number;
+  tls: boolean;
+  current: CurrentRules;
+  slot: number;
+}
+
+/** Connection-scoped headers (RFC 9110 §7.6.1) and those each hop frames itself; never forwarded as received. */
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'transfer-encoding',
+  'te',
+  'trailer',
+  'upgrade',
+  'http2-settings',
+  // Answered here (node:http sends the 100 itself): the upstream gets the body without waiting.
+  'expect',
+]);
+
+/** Most upstream connections kept idle per destination for reuse. */
+const MAX_IDLE_PER_DESTINATION = 32;
+
+export class Interceptor {
+  private readonly server: http.Server;
+  private readonly hops = new WeakMap<object, Hop>();
+  private readonly httpAgent = new http.Agent({ keepAlive: true, maxFreeSockets: MAX_IDLE_PER_DESTINATION });
+  private readonly httpsAgent: https.Agent;
+
+  constructor(private readonly opts: InterceptorOptions) {
+    this.httpsAgent = new https.Agent({
+      keepAlive: true,
+      maxFreeSockets: MAX_IDLE_PER_DESTINATION,
+      ca: [...opts.upstreamCa],
+    });
+    // Never listens: connections are handed in by `take`. No request timeout: a long upload or stream is the
+    // sandbox's own business; idle keep-alive connections still end.
+    this.server = http.createServer({ requestTimeout: 0, keepAlive: true }, (req, res) =>
+      this.forward(req, res),
+    );
+    this.server.on('clientError', (_err, socket) => socket.destroy());
+    // Upgrades (WebSocket) are not transformed: refused rather than passed on without the rule.
+    this.server.on('upgrade', (_req, socket: Socket) => {
+      socket.end('HTTP/1.1 501 Not Implemented\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
+    });
+  }
+
+  /**
+   * Serves `client` (paused, its first bytes pushed back by sniff.ts) as the name's server. Resolves once the
+   * TLS handshake is set up; failures only end the connection.
+   */
+  async take(client: Socket, hop: Hop): Promise<void> {
+    // node:http and node:tls read a net.Socket through its handle and would miss the pushed-back bytes; a
+    // stream wrapper makes them read through the stream, where those bytes are.
+    const stream = Duplex.from({ readable: client, writable: client });
+    stream.on('error', () => client.destroy());
+    stream.on('close', () => client.destroy());
+    client.on('close', () => stream.destroy());
+    if (!hop.tls) {
+      this.hops.set(stream, hop);
+      this.server.emit('connection', stream);
+      return;
+    }
+    const secureContext = await this.opts.ca.contextFor(hop.name);
+    if (client.destroyed) return;
+    const tls = new TLSSocket(stream as unknown as Socket, {
+      isServer: true,
+      secureContext,
+      ALPNProtocols: ['http/1.1'],
+    });
+    tls.on('error', () => client.destroy());
+    tls.on('close', () => client.destroy());
+    this.hops.set(tls, hop);
+    this.server.emit('connection', tls);
+  }
+
+  close(): void {
+    this.server.close();
+    this.httpAgent.destroy();
+    this.httpsAgent.destroy();
+  }
+
+  /** The overrides with their secret placeholders filled in, or why they cannot be (an unknown secret). */
+  private fillSecrets(overrides: HeaderOverrides): HeaderOverrides | string {
+    const out: (readonly [string, string])[] = [];
+    for (const [name, value] of overrides) {
+      let missing: string | undefined;
+      const filled = value.replace(SECRET_PLACEHOLDER, (_m, secret: string) => {
+        let v: string | undefined;
+        try {
+          v = this.opts.secretValue?.(secret);
+        } catch (err) {
+          // A value that does not open (a damaged row): the request fails, the node does not.
+          this.opts.logger.warn({ secret, err: (err as Error).message }, 'egress secret cannot be read');
+        }
+        if (v === undefined) missing ??= secret;
+        return v ?? '';
+      });
+      if (missing !== undefined)
+        return `the rule's header ${name} names secret ${missing}, which does not exist or cannot be read`;
+      out.push([name, filled]);
+    }
+    return out;
+  }
+
+  private forward(req: IncomingMessage, res: ServerResponse): void {
+    const hop = this.hops.get(req.socket);
+    if (!hop) return void res.socket?.destroy();
+    const log = this.opts.logger;
+    const host = normalizeHostName((req.headers.host ?? '').replace(/:\d{1,5}$/, ''));
+    // The name checked (SNI or the first Host) is the one the rule is for and the upstream is: another Host on
+    // the same connection would be answered by that upstream with this name's credentials.
+    if (host !== hop.name) return answer(res, 421, `requests on this connection must be for ${hop.name}`);
+    // Origin form only: a server must take the authority of an absolute URI over the Host (RFC 9112 §3.2.2).
+    if (!req.url?.startsWith('/') && req.url !== '*')
+      return answer(res, 400, 'the request target must be a path (origin form)');
+    const overrides = hop.current();
+    if (overrides === undefined) {
+      res.shouldKeepAlive = false;
+      return answer(res, 403, `${hop.name} is no longer allowed`);
+    }
+    const filled = this.fillSecrets(overrides ?? []);
+    if (typeof filled === 'string') return answer(res, 502, filled);
+    const headers = applyOverrides(withoutHopByHop(req.rawHeaders), filled);
+    // Set explicitly: node:http would not frame a chunked body of a GET or DELETE on its own.
+    if (req.headers['transfer-encoding'] !== undefined) headers.push('Transfer-Encoding', 'chunked');
+    const upstream = (hop.tls ? https : http).request({
+      host: hop.address,
+      port: hop.port,
+      method: req.method,
+      path: req.url,
+      headers,
+      setHost: false,
+      agent: hop.tls ? this.httpsAgent : this.httpAgent,
+      ...(hop.tls ? { servername: hop.name } : {}),
+      timeout: this.opts.upstreamTimeoutMs ?? 60_000,
+    });
+    upstream.on('timeout', () => upstream.destroy(new Error('upstream timed out')));
+    upstream.on('response', (up) => {
+      upstream.setTimeout(0);
+      res.writeHead(up.statusCode ?? 502, up.statusMessage, withoutHopByHop(up.rawHeaders));
+      up.pipe(res);
+      up.on('error', () => res.destroy());
+    });
+    upstream.on('error', (err) => {
+      log.info({ slot: hop.slot, name: hop.name, err: err.message }, 'egress intercepted request failed');
+      if (!res.headersSent) answer(res, 502, `upstream ${hop.name} failed: ${err.message}`);
+      else res.destroy();
+    });
+    res.on('close', () => {
+      if (!res.writableFinished) upstream.destroy();
+    });
+    req.on('error', () => upstream.destroy());
+    req.pipe(upstream);
+    log.debug({ slot: hop.slot, name: hop.name, method: req.method }, 'egress request intercepted');
+  }
+}
+
+/** `raw` without hop-by-hop headers and those the Connection header names. */
+function withoutHopByHop(raw: readonly string[]): string[] {
+  const drop = new Set(HOP_BY_HOP);
+  for (let i = 0; i + 1 < raw.length; i += 2)
+    if ((raw[i] as string).toLowerCase() === 'connection')
+      for (const t of (raw[i + 1] as string).split(',')) drop.add(t.trim().toLowerCase());
+  const out: string[] = [];
+  for (let i = 0; i + 1 < raw.length; i += 2)
+    if (!drop.has((raw[i] as string).toLowerCase())) out.push(raw[i] as string, raw[i + 1] as string);
+  return out;
+}
+
+function answer(res: ServerResponse, status: number, reason: string): void {
+  const body = `aenv egress: ${reason}\n`;
+  res.writeHead(status, { 'content-type': 'text/plain', 'content-length': Buffer.byteLength(body) });
+  res.end(body);
+}
