@@ -69,7 +69,6 @@ describe('E2B API currency through the e2b SDK', () => {
         'network.rules',
         { network: { rules: { 'api.example.com': [{ transform: { headers: { 'x-k': 'v' } } }] } } },
       ],
-      ['network.egressProxy', { network: { egressProxy: { address: 'proxy.example.com:1080' } } }],
       ['network.maskRequestHost', { network: { maskRequestHost: '${PORT}-host.example.com' } }],
       ['network.httpsPorts', { network: { httpsPorts: [8443] } }],
       [

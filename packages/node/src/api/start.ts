@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import type { SandboxEventStore } from '../events/sandbox-events.js';
 import type { ImageService } from '../image/index.js';
 import type { NodeIdentity } from '../identity/index.js';
-import { parseNetworkPolicy } from '../network/index.js';
+import { egressProxyRefusedRanges, parseNetworkPolicy, refuseEgressProxyIn } from '../network/index.js';
 import type { HostMetricsSampler } from '../observability/host-metrics.js';
 import type { SandboxObservability } from '../observability/sandbox-observability.js';
 import type { Orchestrator } from '../orchestrator/orchestrator.js';
@@ -114,11 +114,15 @@ export function registerControlPlane(app: FastifyInstance, config: AenvConfig, d
     start: () => drain?.(),
     progress: () => orchestrator.drainProgress(),
   });
+  const proxyRanges = egressProxyRefusedRanges({
+    alwaysDeniedCidrs: config.network.egress.always_denied_cidrs,
+    internalCidrs: [config.network.internal.host_interaction_cidr, config.network.internal.veth_cidr],
+  });
   registerSandboxRoutes(app, {
     orchestrator,
     volumes: deps.volumes,
     tokens: deps.tokens,
-    parsePolicy: parseNetworkPolicy,
+    parsePolicy: (input) => refuseEgressProxyIn(parseNetworkPolicy(input), proxyRanges),
     ...(domain ? { domain } : {}),
     customExtensionConfigured: Boolean(config.custom_extension.url),
     cold: {

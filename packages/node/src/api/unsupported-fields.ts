@@ -24,7 +24,6 @@ function refuse(field: string, why: string): never {
 
 const NETWORK_FIELDS: [string, string][] = [
   ['rules', 'per-domain egress request transforms are not implemented'],
-  ['egressProxy', 'egress through a SOCKS5 proxy is not implemented'],
   ['maskRequestHost', 'rewriting the Host of proxied requests is not implemented'],
   ['httpsPorts', 'the proxy reaches sandbox ports over plain HTTP only'],
 ];

@@ -100,6 +100,7 @@ export function policyOf(r: SandboxRecord): EgressPolicy {
     allowOut: r.network.allowOut,
     denyOut: r.network.denyOut,
     allowInternetAccess: r.network.allowInternetAccess,
+    ...(r.network.egressProxy ? { egressProxy: r.network.egressProxy } : {}),
   };
 }
 

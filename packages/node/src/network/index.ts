@@ -9,6 +9,8 @@ export {
 } from './manager.js';
 export {
   parseNetworkPolicy,
+  egressProxyRefusedRanges,
+  refuseEgressProxyIn,
   NetworkPolicyError,
   DEFAULT_EGRESS_POLICY,
   MAX_POLICY_ENTRIES,

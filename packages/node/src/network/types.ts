@@ -25,4 +25,17 @@ export interface EgressPolicy {
   denyOut: string[];
   /** true: allow, false: deny everything not in allowOut, null: not set (allow). */
   allowInternetAccess: boolean | null;
+  /** The SOCKS5 upstream the sandbox's allowed TCP leaves through (absent: straight out). */
+  egressProxy?: EgressProxyConfig;
+}
+
+/** `network.egressProxy` after validation (policy.ts `parseEgressProxy`). */
+export interface EgressProxyConfig {
+  /** `host:port` as given (host: an IPv4 literal or a DNS name, lowercased). */
+  address: string;
+  host: string;
+  port: number;
+  /** RFC 1929 credentials, each 1-255 bytes; password only with a username. */
+  username?: string;
+  password?: string;
 }

@@ -528,6 +528,7 @@ export class Orchestrator {
         allowOut: input.policy.allowOut,
         denyOut: input.policy.denyOut,
         allowInternetAccess: input.policy.allowInternetAccess,
+        ...(input.policy.egressProxy ? { egressProxy: input.policy.egressProxy } : {}),
       },
       onTimeout: input.onTimeout,
       ...(input.autoPauseMemory === false ? { autoPauseMemory: false } : {}),
@@ -899,6 +900,7 @@ export class Orchestrator {
       allowOut: r.network.allowOut,
       denyOut: r.network.denyOut,
       allowInternetAccess: r.network.allowInternetAccess,
+      ...(r.network.egressProxy ? { egressProxy: r.network.egressProxy } : {}),
     };
   }
 
@@ -1015,7 +1017,9 @@ export class Orchestrator {
         throw conflict(id, `sandbox network cannot be updated from ${r.state} state`);
       }
       await this.opts.backend.applyPolicy(r, policy);
-      r.network = { ...r.network, ...policy };
+      // The update replaces the whole policy: an egressProxy it leaves out is gone.
+      const { egressProxy: _replaced, ...kept } = r.network;
+      r.network = { ...kept, ...policy };
       this.opts.store.save(r);
     });
   }

@@ -1,4 +1,5 @@
 // The orchestrator's view of a sandbox: lifecycle state, what the API shows, and what the runtime needs to find it.
+import type { EgressProxyConfig } from '../network/types.js';
 import type { VolumeMountRecord } from '../volume/types.js';
 
 export type SandboxState =
@@ -36,6 +37,8 @@ export interface SandboxNetworkSettings {
   denyOut: string[];
   /** true / false when the creator set it; null when not set. */
   allowInternetAccess: boolean | null;
+  /** The SOCKS5 upstream (its password too: the record is the node's, 0600; the API never shows it). */
+  egressProxy?: EgressProxyConfig;
 }
 
 export interface SandboxResourcesView {

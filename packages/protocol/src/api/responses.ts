@@ -42,7 +42,13 @@ export interface SandboxDetail extends ListedSandbox {
   envdAccessToken?: string;
   allowInternetAccess: boolean | null;
   domain?: string;
-  network?: { allowPublicTraffic: boolean; allowOut?: string[]; denyOut?: string[] };
+  network?: {
+    allowPublicTraffic: boolean;
+    allowOut?: string[];
+    denyOut?: string[];
+    /** `SandboxEgressProxyInfo`: never the password. */
+    egressProxy?: { address: string; username?: string };
+  };
   lifecycle: { autoResume: boolean; onTimeout: TimeoutAction };
   /** How a paused sandbox was paused (with or without its memory). */
   pauseKind?: string;

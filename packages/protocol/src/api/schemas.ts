@@ -11,6 +11,8 @@ export const networkConfigSchema = z.object({
   allowPublicTraffic: z.boolean().optional(),
   allowOut: z.array(z.string()).optional(),
   denyOut: z.array(z.string()).optional(),
+  /** `SandboxEgressProxyConfig`: checked field by field by the node (network/policy.ts), naming the field. */
+  egressProxy: z.unknown().optional(),
 });
 
 /** `NewSandbox` / `NewSandboxV2` (`POST /sandboxes`, `POST /v2/sandboxes`). */
@@ -81,6 +83,7 @@ export const networkUpdateSchema = z.object({
   allowOut: z.array(z.string()).optional(),
   denyOut: z.array(z.string()).optional(),
   allow_internet_access: z.boolean().optional(),
+  egressProxy: z.unknown().optional(),
 });
 /** `POST /sandboxes/{id}/fork` (AgentENV). */
 export const forkSchema = z.object({

@@ -62,6 +62,7 @@ export interface SandboxRouteDeps {
     allowOut?: string[];
     denyOut?: string[];
     allowInternetAccess?: boolean;
+    egressProxy?: unknown;
   }): EgressPolicy;
   /** First `[sandbox_proxy].domains` entry, advertised as `domain`. */
   domain?: string;
@@ -135,7 +136,8 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
 
   const detailView = (r: SandboxRecord): SandboxDetail => {
     const n = r.network;
-    const hasNetwork = !n.allowPublicTraffic || n.allowOut.length > 0 || n.denyOut.length > 0;
+    const hasNetwork =
+      !n.allowPublicTraffic || n.allowOut.length > 0 || n.denyOut.length > 0 || n.egressProxy !== undefined;
     return {
       ...listedView(r),
       ...(r.secure ? { envdAccessToken: tokens.envd(r.id) } : {}),
@@ -147,6 +149,15 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
               allowPublicTraffic: n.allowPublicTraffic,
               ...(n.allowOut.length ? { allowOut: n.allowOut } : {}),
               ...(n.denyOut.length ? { denyOut: n.denyOut } : {}),
+              // `SandboxEgressProxyInfo`: the password is never shown.
+              ...(n.egressProxy
+                ? {
+                    egressProxy: {
+                      address: n.egressProxy.address,
+                      ...(n.egressProxy.username !== undefined ? { username: n.egressProxy.username } : {}),
+                    },
+                  }
+                : {}),
             },
           }
         : {}),
@@ -179,6 +190,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
       allowOut: req.network?.allowOut,
       denyOut: req.network?.denyOut,
       allowInternetAccess,
+      egressProxy: req.network?.egressProxy,
     });
     const onTimeout = req.lifecycle?.onTimeout ?? ((req.autoPause ?? defaults.autoPause) ? 'pause' : 'kill');
     const autoResume = req.autoResume?.enabled ?? req.lifecycle?.autoResume ?? false;
@@ -386,6 +398,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
       allowOut: body.allowOut,
       denyOut: body.denyOut,
       allowInternetAccess: body.allow_internet_access,
+      egressProxy: body.egressProxy,
     });
     await orch.updateNetwork(sandboxId(req.params.id), policy);
     return reply.code(204).send();

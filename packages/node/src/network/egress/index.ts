@@ -9,12 +9,13 @@ import type { EgressPolicy } from '../types.js';
 import { SandboxDnsServer } from './dns-server.js';
 import { EgressProxy } from './proxy.js';
 import { SlotRegistry } from './slot-registry.js';
+import { SocksTunnel } from './tunnel.js';
 import { UpstreamResolver } from './upstream.js';
 
 export interface EgressServiceOptions {
   /** `[network.egress].proxy_ports`. */
   ports: readonly number[];
-  /** `[network.egress].proxy_listen_port` (0: ephemeral). */
+  /** `[network.egress].proxy_listen_port` (0: ephemeral); the SOCKS tunnel's listener takes the port after the proxy's. */
   listenPort: number;
   /** `[network.egress].dns_listen_port` (0: ephemeral). */
   dnsListenPort: number;
@@ -31,16 +32,27 @@ export interface EgressServiceOptions {
 export interface RedirectTarget {
   dnsPort: number;
   tcp: ReadonlyMap<number, number>;
+  /** Where the TCP a tunneled slot (egressProxy) may send by address goes (tunnel.ts); absent: no tunnel. */
+  tunnelPort?: number;
 }
 
 export class EgressService {
   private readonly registry = new SlotRegistry();
   private readonly proxy: EgressProxy;
   private readonly dns: SandboxDnsServer;
+  private readonly tunnel: SocksTunnel;
 
   constructor(opts: EgressServiceOptions) {
     const resolver = new UpstreamResolver({ servers: opts.resolvers, deniedCidrs: opts.deniedCidrs });
+    this.tunnel = new SocksTunnel({
+      listenPort: opts.listenPort === 0 ? 0 : opts.listenPort + opts.ports.length,
+      registry: this.registry,
+      resolver,
+      logger: opts.logger,
+      onVerdict: (v) => opts.onVerdict?.('connection', v),
+    });
     this.proxy = new EgressProxy({
+      tunnel: this.tunnel,
       ports: opts.ports,
       listenPort: opts.listenPort,
       registry: this.registry,
@@ -60,16 +72,17 @@ export class EgressService {
   async start(): Promise<RedirectTarget> {
     await this.proxy.start();
     try {
+      await this.tunnel.start();
       await this.dns.start();
     } catch (e) {
-      await this.proxy.stop();
+      await Promise.all([this.proxy.stop(), this.tunnel.stop()]);
       throw e;
     }
     return this.target;
   }
 
   get target(): RedirectTarget {
-    return { dnsPort: this.dns.port, tcp: this.proxy.listenPorts };
+    return { dnsPort: this.dns.port, tcp: this.proxy.listenPorts, tunnelPort: this.tunnel.port };
   }
 
   /**
@@ -78,22 +91,23 @@ export class EgressService {
    */
   setPolicy(index: number, sources: readonly string[], policy: EgressPolicy, anyName: boolean): number {
     const patterns = domainPatterns(policy);
-    if (patterns.length === 0) this.registry.delete(index);
-    else this.registry.set(sources, { index, patterns, anyName });
-    return this.proxy.recheck(index);
+    if (patterns.length === 0 && !policy.egressProxy) this.registry.delete(index);
+    else this.registry.set(sources, { index, patterns, anyName, policy });
+    return this.proxy.recheck(index) + this.tunnel.recheck(index);
   }
 
   /** The slot is gone: its proxied connections too. */
   forget(index: number): void {
     this.registry.delete(index);
     this.proxy.recheck(index);
+    this.tunnel.recheck(index);
   }
 
   get openConnections(): number {
-    return this.proxy.openConnections;
+    return this.proxy.openConnections + this.tunnel.openConnections;
   }
 
   async stop(): Promise<void> {
-    await Promise.all([this.proxy.stop(), this.dns.stop()]);
+    await Promise.all([this.proxy.stop(), this.tunnel.stop(), this.dns.stop()]);
   }
 }

@@ -8,6 +8,7 @@ import type { NetworkLogger } from '../manager.js';
 import { matchesDomain } from './domain-match.js';
 import { sniff } from './sniff.js';
 import type { SlotRegistry } from './slot-registry.js';
+import type { SocksTunnel } from './tunnel.js';
 import type { UpstreamResolver } from './upstream.js';
 
 export interface EgressProxyOptions {
@@ -23,6 +24,8 @@ export interface EgressProxyOptions {
   maxConnectionsPerSlot?: number;
   /** Counts each connection's verdict (metrics). */
   onVerdict?: (verdict: 'proxied' | 'refused') => void;
+  /** Carries the allowed connections of slots with an egressProxy (absent: none are). */
+  tunnel?: Pick<SocksTunnel, 'carry'>;
 }
 
 /** Connections one slot may hold through the proxy (sniffing or spliced): a sandbox cannot exhaust the node. */
@@ -90,7 +93,8 @@ export class EgressProxy {
     let cut = 0;
     for (const c of this.open) {
       if (c.slot !== index) continue;
-      if (slot && matchesDomain(slot.patterns, c.name)) continue;
+      // A slot that now has an egressProxy must not keep a direct connection.
+      if (slot && !slot.policy?.egressProxy && matchesDomain(slot.patterns, c.name)) continue;
       this.cut(c);
       cut++;
     }
@@ -145,6 +149,11 @@ export class EgressProxy {
     const slot = this.opts.registry.get(first.index);
     if (!slot || !matchesDomain(slot.patterns, sniffed.name))
       return refuse(`${sniffed.name} is not in the sandbox's allowOut`, http, sniffed.name);
+    // Tunneled slots: the SOCKS5 upstream resolves the name (tunnel.ts).
+    if (slot.policy?.egressProxy && this.opts.tunnel)
+      return this.opts.tunnel.carry({ slot, name: sniffed.name, port: dport, client }, (reason) =>
+        refuse(reason, http, sniffed.name),
+      );
     const target = await this.opts.resolver.resolve(sniffed.name);
     if (!target.ok) return refuse(target.reason, http, sniffed.name);
     if (client.destroyed) return;
@@ -168,7 +177,7 @@ export class EgressProxy {
       clearTimeout(timer);
       // Re-judged at connect: a PUT between the check and here must not leave this connection open.
       const now = this.opts.registry.get(slot.index);
-      if (!now || !matchesDomain(now.patterns, c.name)) return this.cut(c);
+      if (!now || now.policy?.egressProxy || !matchesDomain(now.patterns, c.name)) return this.cut(c);
       this.opts.onVerdict?.('proxied');
       log.debug({ slot: slot.index, name: c.name, address: target.address, dport }, 'egress proxied');
       client.pipe(upstream);

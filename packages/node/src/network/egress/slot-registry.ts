@@ -1,12 +1,16 @@
 // Which slot a redirected connection or DNS query comes from (by its source address, which the anti-spoof
 // rule in nft-rules.ts makes trustworthy), and what that slot's policy allows by name.
 
+import type { EgressPolicy } from '../types.js';
+
 export interface SlotEgress {
   index: number;
   /** allowOut's domain patterns. */
   patterns: readonly string[];
   /** The slot's CIDR policy lets it query the node's upstream resolvers for any name (egress-model `resolverAllowed`). */
   anyName: boolean;
+  /** The whole policy: a slot with an egressProxy is tunneled (tunnel.ts), by name and by address. */
+  policy?: EgressPolicy;
 }
 
 export class SlotRegistry {
