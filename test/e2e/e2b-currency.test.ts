@@ -69,8 +69,6 @@ describe('E2B API currency through the e2b SDK', () => {
         'network.rules',
         { network: { rules: { 'api.example.com': [{ transform: { headers: { 'x-k': 'v' } } }] } } },
       ],
-      ['network.maskRequestHost', { network: { maskRequestHost: '${PORT}-host.example.com' } }],
-      ['network.httpsPorts', { network: { httpsPorts: [8443] } }],
       [
         'iam',
         {

@@ -123,6 +123,7 @@ export function registerControlPlane(app: FastifyInstance, config: AenvConfig, d
     volumes: deps.volumes,
     tokens: deps.tokens,
     parsePolicy: (input) => refuseEgressProxyIn(parseNetworkPolicy(input), proxyRanges),
+    envdPort: config.tools.control_plane_port,
     ...(domain ? { domain } : {}),
     customExtensionConfigured: Boolean(config.custom_extension.url),
     cold: {

@@ -26,8 +26,6 @@ describe('sandbox request fields aenv does not implement', () => {
       'network.rules',
       { network: { rules: { 'api.example.com': [{ transform: { headers: { a: 'b' } } }] } } },
     ],
-    ['network.maskRequestHost', { network: { maskRequestHost: '${PORT}-myhost.example.com' } }],
-    ['network.httpsPorts', { network: { httpsPorts: [8443] } }],
   ])('refuses %s with a 400 that names it', (field, extra) => {
     const r = refusal(() => refuseUnsupportedCreateFields({ templateID: 'base', ...extra }));
     expect(r?.status).toBe(400);
@@ -63,6 +61,12 @@ describe('sandbox request fields aenv does not implement', () => {
     expect(refusal(() => refuseUnsupportedNetworkUpdateFields({ allowOut: ['1.1.1.1'], rules: {} }))).toBe(
       undefined,
     );
+    // Ingress settings are the create's.
+    for (const body of [{ httpsPorts: [8443] }, { maskRequestHost: '${PORT}-h.example.com' }])
+      expect(refusal(() => refuseUnsupportedNetworkUpdateFields(body))).toEqual({
+        status: 400,
+        message: expect.stringMatching(/^(httpsPorts|maskRequestHost) cannot be changed by a network update/),
+      });
   });
 
   it('refuses a filesystem-only snapshot, and takes the full one the SDKs ask for by default', () => {

@@ -24,9 +24,10 @@ function refuse(field: string, why: string): never {
 
 const NETWORK_FIELDS: [string, string][] = [
   ['rules', 'per-domain egress request transforms are not implemented'],
-  ['maskRequestHost', 'rewriting the Host of proxied requests is not implemented'],
-  ['httpsPorts', 'the proxy reaches sandbox ports over plain HTTP only'],
 ];
+
+/** Ingress settings are the create's (`SandboxNetworkUpdateConfig` has none): an update cannot change them. */
+const CREATE_ONLY_NETWORK_FIELDS = ['maskRequestHost', 'httpsPorts'];
 
 function refuseNetwork(network: unknown, prefix: string): void {
   if (!isObject(network)) return;
@@ -51,6 +52,14 @@ export function refuseUnsupportedCreateFields(body: unknown, opts: { volumes?: b
 /** `PUT /sandboxes/{id}/network`. */
 export function refuseUnsupportedNetworkUpdateFields(body: unknown): void {
   refuseNetwork(body, '');
+  if (!isObject(body)) return;
+  for (const field of CREATE_ONLY_NETWORK_FIELDS) {
+    if (given(body[field]))
+      throw new ApiError(
+        400,
+        `${field} cannot be changed by a network update; it is set when the sandbox is created`,
+      );
+  }
 }
 
 /** `POST /sandboxes/{id}/snapshots`: the Python SDK's `create_snapshot(mode="filesystem")` sends `memory: false`. */

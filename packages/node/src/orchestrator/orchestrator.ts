@@ -35,6 +35,9 @@ export interface CreateSandboxInput {
   metadata: Record<string, string>;
   envVars: Record<string, string>;
   allowPublicTraffic: boolean;
+  /** `network.httpsPorts` / `network.maskRequestHost` (api/ingress-settings.ts). */
+  httpsPorts?: number[];
+  maskRequestHost?: string;
   policy: EgressPolicy;
   /** Given with the create; absent: the template's (a snapshot's) params, if any. */
   customExtensionParams?: Record<string, unknown>;
@@ -525,6 +528,8 @@ export class Orchestrator {
       secure: input.secure,
       network: {
         allowPublicTraffic: input.allowPublicTraffic,
+        ...(input.httpsPorts ? { httpsPorts: input.httpsPorts } : {}),
+        ...(input.maskRequestHost !== undefined ? { maskRequestHost: input.maskRequestHost } : {}),
         allowOut: input.policy.allowOut,
         denyOut: input.policy.denyOut,
         allowInternetAccess: input.policy.allowInternetAccess,

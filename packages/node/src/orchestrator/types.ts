@@ -39,6 +39,9 @@ export interface SandboxNetworkSettings {
   allowInternetAccess: boolean | null;
   /** The SOCKS5 upstream (its password too: the record is the node's, 0600; the API never shows it). */
   egressProxy?: EgressProxyConfig;
+  /** Ingress (set at create): sandbox ports the proxy reaches over TLS, and the Host their services see. */
+  httpsPorts?: number[];
+  maskRequestHost?: string;
 }
 
 export interface SandboxResourcesView {

@@ -48,6 +48,8 @@ export interface SandboxDetail extends ListedSandbox {
     denyOut?: string[];
     /** `SandboxEgressProxyInfo`: never the password. */
     egressProxy?: { address: string; username?: string };
+    httpsPorts?: number[];
+    maskRequestHost?: string;
   };
   lifecycle: { autoResume: boolean; onTimeout: TimeoutAction };
   /** How a paused sandbox was paused (with or without its memory). */

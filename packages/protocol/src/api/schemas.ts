@@ -13,6 +13,9 @@ export const networkConfigSchema = z.object({
   denyOut: z.array(z.string()).optional(),
   /** `SandboxEgressProxyConfig`: checked field by field by the node (network/policy.ts), naming the field. */
   egressProxy: z.unknown().optional(),
+  /** Checked by the node (api/ingress-settings.ts), naming the entry. */
+  httpsPorts: z.unknown().optional(),
+  maskRequestHost: z.unknown().optional(),
 });
 
 /** `NewSandbox` / `NewSandboxV2` (`POST /sandboxes`, `POST /v2/sandboxes`). */

@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import {
+  ENVD_PORT,
   connectSchema,
   connectV2Schema,
   forkSchema,
@@ -27,6 +28,7 @@ import { parseColdRequest, type ColdDefaults, type ColdRequest } from '../cold-r
 import { apiState, type SandboxRecord } from '../../orchestrator/types.js';
 import type { EgressPolicy } from '../../network/types.js';
 import { ApiError, errorAnswer } from '../errors.js';
+import { parseIngressSettings } from '../ingress-settings.js';
 import { paginate, parseLimit } from '../pagination.js';
 import { matchesMetadata, parseMetadataFilter } from '../metadata-filter.js';
 import { parseBody, parseRequiredBody } from '../parse-body.js';
@@ -64,6 +66,8 @@ export interface SandboxRouteDeps {
     allowInternetAccess?: boolean;
     egressProxy?: unknown;
   }): EgressPolicy;
+  /** `[tools].control_plane_port`: envd's port, which `network.httpsPorts` may not list (default 49983). */
+  envdPort?: number;
   /** First `[sandbox_proxy].domains` entry, advertised as `domain`. */
   domain?: string;
   /** Whether a custom extension is configured (non-empty customExtensionParams need one). */
@@ -137,7 +141,12 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
   const detailView = (r: SandboxRecord): SandboxDetail => {
     const n = r.network;
     const hasNetwork =
-      !n.allowPublicTraffic || n.allowOut.length > 0 || n.denyOut.length > 0 || n.egressProxy !== undefined;
+      !n.allowPublicTraffic ||
+      n.allowOut.length > 0 ||
+      n.denyOut.length > 0 ||
+      n.egressProxy !== undefined ||
+      n.httpsPorts !== undefined ||
+      n.maskRequestHost !== undefined;
     return {
       ...listedView(r),
       ...(r.secure ? { envdAccessToken: tokens.envd(r.id) } : {}),
@@ -158,6 +167,8 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
                     },
                   }
                 : {}),
+              ...(n.httpsPorts ? { httpsPorts: n.httpsPorts } : {}),
+              ...(n.maskRequestHost !== undefined ? { maskRequestHost: n.maskRequestHost } : {}),
             },
           }
         : {}),
@@ -207,6 +218,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
       metadata: req.metadata ?? {},
       envVars: req.envVars ?? {},
       allowPublicTraffic: req.network?.allowPublicTraffic ?? true,
+      ...parseIngressSettings(req.network, deps.envdPort ?? ENVD_PORT),
       policy,
       ...(extensionParams ? { customExtensionParams: extensionParams } : {}),
     };
