@@ -455,5 +455,44 @@ describe('domain egress', () => {
       expect(await echo(tsb)).toEqual(ECHO_OK);
       expect(connectedTo(socks!.log())).toHaveLength(5);
     });
+
+    it('a live update that changes the proxy cuts what the old one carries; a fork keeps the new one', async () => {
+      const stream = await tsb.commands.run(
+        `${curl('-N -m 120 http://api.allowed.test/stream')} > /tmp/socks-stream.out`,
+        { background: true, timeoutMs: 0 },
+      );
+      await eventually(
+        async () => (await tsb.files.read('/tmp/socks-stream.out').catch(() => '')).includes('line 2'),
+        'the tunneled stream to flow',
+        100,
+        200,
+      );
+      expect(connectedTo(socks!.log())).toHaveLength(6);
+      const auth = { address: AUTH, username: SOCKS_USER, password: SOCKS_PASS };
+      await tsb.updateNetwork({ allowOut, ...CLOSED, egressProxy: auth });
+      const ended = await stream.wait().then(
+        (r) => r.exitCode,
+        (e: unknown) => (e instanceof CommandExitError ? e.exitCode : -1),
+      );
+      // curl's 28 would be its own limit: the connection stayed open.
+      expect(ended).not.toBe(28);
+      expect(ended).not.toBe(0);
+      const [child] = await tsb.fork({ count: 1, timeoutMs: 120_000 });
+      if (!(child instanceof Sandbox)) throw child;
+      try {
+        expect(await echo(child)).toEqual(ECHO_OK);
+        expect(connectedTo(socksAuth!.log())).toEqual([
+          `${ECHO}:2222`,
+          'api.allowed.test:80',
+          `${ECHO}:2222`,
+        ]);
+        expect((await server.api('GET', `/sandboxes/${child.sandboxId}`)).body.network.egressProxy).toEqual({
+          address: AUTH,
+          username: SOCKS_USER,
+        });
+      } finally {
+        await child.kill();
+      }
+    });
   });
 });
