@@ -44,6 +44,12 @@ interface Tunneled {
   upstream: Socket;
 }
 
+/**
+ * `conntrack` runs at once, node-wide: a sandbox opening connections by the thousand queues its own lookups
+ * instead of making the node spawn a process for each at the same time.
+ */
+export const MAX_LOOKUPS_IN_FLIGHT = 8;
+
 const routeOf = (p: EgressProxyConfig) => JSON.stringify([p.address, p.username ?? '', p.password ?? '']);
 
 export class SocksTunnel {
@@ -52,6 +58,8 @@ export class SocksTunnel {
   private readonly accepted = new Set<Socket>();
   private readonly perSlot = new Map<number, number>();
   private listening = 0;
+  private lookups = 0;
+  private readonly waiting: (() => void)[] = [];
 
   constructor(private readonly opts: SocksTunnelOptions) {}
 
@@ -162,7 +170,12 @@ export class SocksTunnel {
     };
     let dest: { address: string; port: number } | null;
     try {
-      dest = await (this.opts.originalDestination ?? originalDestination)(src, client.remotePort);
+      // A client gone while its lookup waited needs none.
+      dest = await this.limited(() =>
+        client.destroyed
+          ? Promise.resolve(null)
+          : (this.opts.originalDestination ?? originalDestination)(src, client.remotePort as number),
+      );
     } catch (e) {
       return refuse(`its destination could not be read: ${(e as Error).message}`);
     }
@@ -173,6 +186,18 @@ export class SocksTunnel {
       return refuse(`${dest.address}:${dest.port} is not allowed through the egress proxy`);
     if (client.destroyed) return;
     this.dial(now, { name: null, address: dest.address, port: dest.port, client }, refuse);
+  }
+
+  /** Runs `lookup` when fewer than MAX_LOOKUPS_IN_FLIGHT others run. */
+  private async limited<T>(lookup: () => Promise<T>): Promise<T> {
+    if (this.lookups >= MAX_LOOKUPS_IN_FLIGHT) await new Promise<void>((r) => this.waiting.push(r));
+    this.lookups++;
+    try {
+      return await lookup();
+    } finally {
+      this.lookups--;
+      this.waiting.shift()?.();
+    }
   }
 
   private dial(
