@@ -29,6 +29,7 @@ const RECORDS: Record<string, string> = {
   // Rebinding attempts: an allowed name pointing into always_denied_cidrs or at the host itself.
   'internal.test': '10.99.0.1',
   'host.test': HOST_WAN_IP,
+  'socks.test': '198.51.100.40',
 };
 const ALLOWED = ['api.allowed.test', '*.wild.test', 'echo.allowed.test', 'internal.test', 'host.test'];
 const CLOSED = { denyOut: ['0.0.0.0/0'] };
@@ -441,6 +442,15 @@ describe('domain egress', () => {
         ],
         [{ address: '127.0.0.1:1080' }, /^egressProxy\.address "127\.0\.0\.1:1080" is in a range/],
         [{ address: '169.254.169.254:80' }, /is in a range sandboxes may not reach/],
+        // A name is resolved as the node will dial it: it must resolve, and not only into denied ranges.
+        [
+          { address: 'nowhere.test:1080' },
+          /^egressProxy\.address "nowhere\.test:1080": nowhere\.test does not resolve/,
+        ],
+        [
+          { address: 'internal.test:1080' },
+          /^egressProxy\.address "internal\.test:1080": .*resolves only to addresses sandboxes may not reach/,
+        ],
       ];
       for (const [egressProxy, message] of cases) {
         const network = { allowOut, ...CLOSED, egressProxy };
@@ -454,6 +464,10 @@ describe('domain egress', () => {
       // A refused update left the policy (and the proxy) as it was.
       expect(await echo(tsb)).toEqual(ECHO_OK);
       expect(connectedTo(socks!.log())).toHaveLength(5);
+      // The same proxy by name.
+      await tsb.updateNetwork({ allowOut, ...CLOSED, egressProxy: { address: `socks.test:1080` } });
+      expect(await echo(tsb)).toEqual(ECHO_OK);
+      expect(connectedTo(socks!.log())).toHaveLength(6);
     });
 
     it('a live update that changes the proxy cuts what the old one carries; a fork keeps the new one', async () => {
@@ -467,7 +481,7 @@ describe('domain egress', () => {
         100,
         200,
       );
-      expect(connectedTo(socks!.log())).toHaveLength(6);
+      expect(connectedTo(socks!.log())).toHaveLength(7);
       const auth = { address: AUTH, username: SOCKS_USER, password: SOCKS_PASS };
       await tsb.updateNetwork({ allowOut, ...CLOSED, egressProxy: auth });
       const ended = await stream.wait().then(

@@ -11,8 +11,10 @@ export {
   parseNetworkPolicy,
   egressProxyRefusedRanges,
   refuseEgressProxyIn,
+  refuseUnresolvableEgressProxy,
   NetworkPolicyError,
   DEFAULT_EGRESS_POLICY,
   MAX_POLICY_ENTRIES,
   type NetworkPolicyInput,
 } from './policy.js';
+export { UpstreamResolver } from './egress/upstream.js';

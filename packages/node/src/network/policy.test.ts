@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { MAX_POLICY_ENTRIES, NetworkPolicyError, parseEgressProxy, parseNetworkPolicy } from './policy.js';
+import {
+  MAX_POLICY_ENTRIES,
+  NetworkPolicyError,
+  parseEgressProxy,
+  parseNetworkPolicy,
+  refuseUnresolvableEgressProxy,
+} from './policy.js';
 
 function rejection(input: Parameters<typeof parseNetworkPolicy>[0]): NetworkPolicyError {
   try {
@@ -199,5 +205,25 @@ describe('parseEgressProxy (network.egressProxy)', () => {
       'egressProxy.password is only valid together with egressProxy.username',
     );
     expect(bad({ address: 'p.test:1', type: 'socks4' })).toMatch(/^egressProxy\.type is not a field/);
+  });
+});
+
+describe('refuseUnresolvableEgressProxy', () => {
+  it('asks the resolver for a proxy name only, and refuses what it refuses', async () => {
+    const asked: string[] = [];
+    const resolve = async (name: string) => {
+      asked.push(name);
+      return name === 'ok.test'
+        ? { ok: true as const }
+        : { ok: false as const, reason: `${name} does not resolve` };
+    };
+    const withProxy = (address: string) => parseNetworkPolicy({ egressProxy: { address } });
+    await refuseUnresolvableEgressProxy(withProxy('ok.test:1080'), resolve);
+    await refuseUnresolvableEgressProxy(withProxy('198.51.100.7:1080'), resolve);
+    await refuseUnresolvableEgressProxy(parseNetworkPolicy({}), resolve);
+    await expect(refuseUnresolvableEgressProxy(withProxy('gone.test:1080'), resolve)).rejects.toThrow(
+      'egressProxy.address "gone.test:1080": gone.test does not resolve',
+    );
+    expect(asked).toEqual(['ok.test', 'gone.test']);
   });
 });

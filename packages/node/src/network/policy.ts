@@ -220,3 +220,19 @@ export function refuseEgressProxyIn(policy: EgressPolicy, ranges: readonly Cidr[
     );
   return policy;
 }
+
+/**
+ * Refuses (400) an egressProxy whose name does not resolve, or resolves only into `refused` addresses (those
+ * the resolver refuses: denied ranges and the host's own), before the sandbox exists or its policy changes.
+ * The name is resolved again at every dial (egress/socks.ts): this is the early answer, not the guard.
+ */
+export async function refuseUnresolvableEgressProxy(
+  policy: EgressPolicy,
+  resolve: (name: string) => Promise<{ ok: true } | { ok: false; reason: string }>,
+): Promise<void> {
+  const proxy = policy.egressProxy;
+  if (!proxy || parseIPv4(proxy.host) !== null) return;
+  const r = await resolve(proxy.host);
+  if (!r.ok)
+    throw new NetworkPolicyError(`egressProxy.address ${JSON.stringify(proxy.address)}: ${r.reason}`);
+}

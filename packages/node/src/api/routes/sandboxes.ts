@@ -66,6 +66,8 @@ export interface SandboxRouteDeps {
     allowInternetAccess?: boolean;
     egressProxy?: unknown;
   }): EgressPolicy;
+  /** Checks that need the network (an egressProxy name resolves where it may be dialled); throws a 400. */
+  checkPolicy?(policy: EgressPolicy): Promise<void>;
   /** `[tools].control_plane_port`: envd's port, which `network.httpsPorts` may not list (default 49983). */
   envdPort?: number;
   /** First `[sandbox_proxy].domains` entry, advertised as `domain`. */
@@ -252,6 +254,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
     const req = parseRequiredBody(newSandboxSchema, body, 'sandbox request');
     refuseUnsupportedCreateFields(body, { volumes: deps.volumes !== undefined });
     const input = createInput(req, req.allow_internet_access, defaults);
+    await deps.checkPolicy?.(input.policy);
     const requested = (body as { volumeMounts?: unknown }).volumeMounts;
     const r = await withVolumeMounts(requested, (resolve) =>
       orch.create({ templateId: req.templateID, ...input, ...resolve }),
@@ -268,6 +271,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
       volumes: deps.volumes !== undefined,
     });
     const input = createInput(body, body.allowInternetAccess, V1_CREATE);
+    await deps.checkPolicy?.(input.policy);
     const requested = (req.body as { volumeMounts?: unknown }).volumeMounts;
     // Checked before the image is pulled: a bad mount costs no pull.
     deps.volumes?.resolveMounts(requested);
@@ -412,6 +416,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
       allowInternetAccess: body.allow_internet_access,
       egressProxy: body.egressProxy,
     });
+    await deps.checkPolicy?.(policy);
     await orch.updateNetwork(sandboxId(req.params.id), policy);
     return reply.code(204).send();
   });
