@@ -439,6 +439,17 @@ describe('data-plane proxy and access tokens', () => {
         100,
         100,
       );
+      // WebSockets to an httpsPorts port go over TLS too.
+      const ws = new WebSocket(`ws://127.0.0.1:${server.port}/ws`, {
+        headers: { 'e2b-sandbox-id': sbx.sandboxId, 'e2b-sandbox-port': String(HTTPS_PORT) },
+      });
+      const echoed = new Promise<string>((resolve, reject) => {
+        ws.once('message', (m) => resolve(m.toString()));
+        ws.once('error', reject);
+      });
+      ws.once('open', () => ws.send('over-tls'));
+      expect(await echoed).toBe('echo:over-tls');
+      ws.close();
       const plain = (await (await proxyFetch(server, sbx.sandboxId, PORT, '/echo')).json()) as Echo;
       expect(plain.headers.host).toBe(`${PORT}-masked.example.test`);
       const info = await server.api('GET', `/sandboxes/${sbx.sandboxId}`);
