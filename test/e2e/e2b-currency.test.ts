@@ -65,9 +65,6 @@ describe('E2B API currency through the e2b SDK', () => {
 
   it('refuses, naming them, the fields it does not implement', async () => {
     const refusals: [string, SandboxOpts][] = [
-      ['network.egressProxy', { network: { egressProxy: { address: 'proxy.example.com:1080' } } }],
-      ['network.maskRequestHost', { network: { maskRequestHost: '${PORT}-host.example.com' } }],
-      ['network.httpsPorts', { network: { httpsPorts: [8443] } }],
       [
         'iam',
         {

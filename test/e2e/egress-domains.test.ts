@@ -1,6 +1,7 @@
 // Domain egress against a fake internet on this machine (documentation addresses only, in a namespace the test
 // makes; see fixtures/fake-internet.ts): allowOut domains through the node's egress proxy and resolver, a live
-// update cutting a proxied connection, and the API's refusals. docs/networking.md#domain-egress.
+// update cutting a proxied connection, and the API's refusals; and egress through a SOCKS5 upstream (microsocks,
+// run in the fake internet) with and without RFC 1929 credentials. docs/networking.md#domain-egress.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -14,6 +15,10 @@ import { HOST_WAN_IP, startFakeInternet, type FakeInternet } from './fixtures/fa
 const WEB = '198.51.100.30';
 const ECHO = '198.51.100.31';
 const DNS = '198.51.100.53';
+/** microsocks in the fake internet: port 1080 without credentials, 1081 with SOCKS_USER / SOCKS_PASS. */
+const SOCKS = '198.51.100.40';
+const SOCKS_USER = 'agent';
+const SOCKS_PASS = 'socks-pass-never-shown';
 const RECORDS: Record<string, string> = {
   'api.allowed.test': WEB,
   'other.test': WEB,
@@ -24,6 +29,7 @@ const RECORDS: Record<string, string> = {
   // Rebinding attempts: an allowed name pointing into always_denied_cidrs or at the host itself.
   'internal.test': '10.99.0.1',
   'host.test': HOST_WAN_IP,
+  'socks.test': '198.51.100.40',
 };
 const ALLOWED = ['api.allowed.test', '*.wild.test', 'echo.allowed.test', 'internal.test', 'host.test'];
 const CLOSED = { denyOut: ['0.0.0.0/0'] };
@@ -105,15 +111,38 @@ async function run(sbx: Sandbox, cmd: string): Promise<Run> {
 
 const curl = (args: string) => `curl -sS --cacert /tmp/ca.pem --connect-timeout 3 -m 8 ${args}`;
 
+/** A SOCKS5 server (microsocks) in the fake internet, its log (one line per connection it made) kept. */
+function startSocks(
+  netns: string,
+  dir: string,
+  port: number,
+  auth: boolean,
+): { proc: ChildProcess; log: () => string } {
+  // Its own /etc/hosts and resolv.conf (a private mount namespace): names resolve to the fake internet only.
+  const args = ['-i', SOCKS, '-p', String(port), ...(auth ? ['-u', SOCKS_USER, '-P', SOCKS_PASS] : [])];
+  const script = `mount --bind ${join(dir, 'hosts')} /etc/hosts && mount --bind ${join(dir, 'resolv.conf')} /etc/resolv.conf && exec microsocks ${args.join(' ')}`;
+  const proc = spawn('nsenter', [`--net=${netns}`, 'unshare', '--mount', 'sh', '-c', script], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let log = '';
+  proc.stdout!.on('data', (b: Buffer) => (log += b.toString()));
+  proc.stderr!.on('data', (b: Buffer) => (log += b.toString()));
+  return { proc, log: () => log };
+}
+
 describe('domain egress', () => {
   let net: FakeInternet;
   let hosts: ChildProcess | undefined;
+  let socks: ReturnType<typeof startSocks> | undefined;
+  let socksAuth: ReturnType<typeof startSocks> | undefined;
   let dir: string;
   let sbx: Sandbox;
 
   // Registered before the node: runs after its teardown.
   afterAll(async () => {
     hosts?.kill('SIGKILL');
+    socks?.proc.kill('SIGKILL');
+    socksAuth?.proc.kill('SIGKILL');
     await net?.close();
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
@@ -125,10 +154,23 @@ describe('domain egress', () => {
     dir = mkdtempSync(join(tmpdir(), 'aenv-e2e-egress-'));
     const certs = makeCerts(dir);
     net = await startFakeInternet(server.cidrs);
-    for (const ip of [WEB, ECHO, DNS]) net.exec('ip', ['addr', 'add', `${ip}/32`, 'dev', 'wan0']);
+    for (const ip of [WEB, ECHO, DNS, SOCKS]) net.exec('ip', ['addr', 'add', `${ip}/32`, 'dev', 'wan0']);
     // Nothing leaves the machine: the proxy's own upstream connections (from the host) and sandbox traffic
     // both reach these addresses through the fake internet's veth.
-    for (const ip of [WEB, ECHO, DNS]) expect(sh('ip', ['route', 'get', ip])).toMatch(/ dev efw\d+ /);
+    for (const ip of [WEB, ECHO, DNS, SOCKS]) expect(sh('ip', ['route', 'get', ip])).toMatch(/ dev efw\d+ /);
+    writeFileSync(
+      join(dir, 'hosts'),
+      Object.entries(RECORDS)
+        .map(([name, ip]) => `${ip} ${name}\n`)
+        .join(''),
+    );
+    writeFileSync(join(dir, 'resolv.conf'), `nameserver ${DNS}\n`);
+    socks = startSocks(net.netns, dir, 1080, false);
+    socksAuth = startSocks(net.netns, dir, 1081, true);
+    await eventually(() => {
+      const listening = net.exec('ss', ['-ltn']);
+      return listening.includes(`${SOCKS}:1080`) && listening.includes(`${SOCKS}:1081`);
+    }, 'the SOCKS servers to listen');
     hosts = spawn(
       'nsenter',
       [
@@ -287,5 +329,184 @@ describe('domain egress', () => {
     }
     // A refused update left the policy as it was.
     expect((await run(sbx, curl('https://api.allowed.test/'))).exit).toBe(0);
+  });
+
+  describe('through a SOCKS5 egressProxy', () => {
+    const NOAUTH = `${SOCKS}:1080`;
+    const AUTH = `${SOCKS}:1081`;
+    // A name (its address is not in allowOut: it goes by name) and an address (the raw echo host).
+    const allowOut = ['api.allowed.test', ECHO];
+    const connectedTo = (log: string) => [...log.matchAll(/connected to (\S+?:\d+)/g)].map((m) => m[1]);
+    const echo = (sb: Sandbox) =>
+      run(sb, `timeout 5 bash -c 'exec 3<>/dev/tcp/${ECHO}/2222; echo hello-echo >&3; head -n1 <&3'`);
+    const web = (sb: Sandbox) => run(sb, curl('http://api.allowed.test/'));
+    const WEB_OK = { exit: 0, out: 'web:host=api.allowed.test' };
+    const ECHO_OK = { exit: 0, out: 'hello-echo\n' };
+    let tsb: Sandbox;
+
+    beforeAll(async () => {
+      tsb = await Sandbox.create({
+        timeoutMs: 300_000,
+        network: { allowOut, ...CLOSED, egressProxy: { address: NOAUTH } },
+      });
+      await tsb.files.write('/tmp/ca.pem', readFileSync(join(dir, 'ca.pem'), 'utf8'));
+    });
+    afterAll(async () => {
+      await tsb?.kill();
+    });
+
+    it('tunnels allowed TCP through it: domains by name, CIDRs by address; denied flows never reach it', async () => {
+      const info = await server.api('GET', `/sandboxes/${tsb.sandboxId}`);
+      expect(info.body.network.egressProxy).toEqual({ address: NOAUTH });
+      expect(await web(tsb)).toEqual(WEB_OK);
+      expect(await run(tsb, curl('https://api.allowed.test/'))).toEqual({
+        exit: 0,
+        out: 'tls:sni=api.allowed.test',
+      });
+      // An allowOut address: asked for by IP, on whatever port and protocol the sandbox uses.
+      expect(await echo(tsb)).toEqual(ECHO_OK);
+      expect(connectedTo(socks!.log())).toEqual([
+        'api.allowed.test:80',
+        'api.allowed.test:443',
+        `${ECHO}:2222`,
+      ]);
+      // Not allowed: another name, a bare address outside allowOut, raw TCP to one: refused by the node.
+      expect((await run(tsb, curl(`--resolve other.test:80:${WEB} http://other.test/`))).out).toMatch(
+        /^aenv egress: other\.test is not in the sandbox's allowOut/,
+      );
+      expect((await run(tsb, curl(`http://${WEB}/`))).out).toMatch(/^aenv egress:/);
+      expect((await run(tsb, curl(`--connect-timeout 2 http://${WEB}:8080/`))).exit).not.toBe(0);
+      expect(connectedTo(socks!.log())).toHaveLength(3);
+    });
+
+    it('authenticates with RFC 1929 credentials, never shows the password, and fails with wrong ones', async () => {
+      await tsb.updateNetwork({
+        allowOut,
+        ...CLOSED,
+        egressProxy: { address: AUTH, username: SOCKS_USER, password: SOCKS_PASS },
+      });
+      expect(await echo(tsb)).toEqual(ECHO_OK);
+      expect(await web(tsb)).toEqual(WEB_OK);
+      expect(connectedTo(socksAuth!.log())).toEqual([`${ECHO}:2222`, 'api.allowed.test:80']);
+      const info = await server.api('GET', `/sandboxes/${tsb.sandboxId}`);
+      expect(info.body.network.egressProxy).toEqual({ address: AUTH, username: SOCKS_USER });
+      expect(JSON.stringify(info.body)).not.toContain(SOCKS_PASS);
+      expect((await tsb.getInfo()).network?.egressProxy).toEqual({ address: AUTH, username: SOCKS_USER });
+
+      await tsb.updateNetwork({
+        allowOut,
+        ...CLOSED,
+        egressProxy: { address: AUTH, username: SOCKS_USER, password: 'wrong' },
+      });
+      expect((await echo(tsb)).out).not.toContain('hello-echo');
+      expect((await web(tsb)).out).toMatch(
+        /^aenv egress: the egress proxy did not connect api\.allowed\.test:80/,
+      );
+      expect(connectedTo(socksAuth!.log())).toHaveLength(2);
+    });
+
+    it('an update without egressProxy sends traffic out directly; pause and resume keep the proxy', async () => {
+      await tsb.updateNetwork({ allowOut, ...CLOSED });
+      expect(await echo(tsb)).toEqual(ECHO_OK);
+      expect(await web(tsb)).toEqual(WEB_OK);
+      expect(
+        (await server.api('GET', `/sandboxes/${tsb.sandboxId}`)).body.network.egressProxy,
+      ).toBeUndefined();
+      expect(connectedTo(socks!.log()).length + connectedTo(socksAuth!.log()).length).toBe(5);
+
+      await tsb.updateNetwork({ allowOut, ...CLOSED, egressProxy: { address: NOAUTH } });
+      expect(await tsb.pause()).toBe(true);
+      const resumed = await Sandbox.connect(tsb.sandboxId);
+      expect(await echo(resumed)).toEqual(ECHO_OK);
+      expect(connectedTo(socks!.log())).toHaveLength(4);
+    });
+
+    it('refuses a malformed egressProxy or one in a denied range, naming the field', async () => {
+      const cases: [unknown, RegExp][] = [
+        ['198.51.100.40:1080', /^egressProxy must be an object/],
+        [{ address: SOCKS }, /^egressProxy\.address "198\.51\.100\.40" has no port/],
+        [{ address: `${SOCKS}:0` }, /egressProxy\.address .* has a port outside 1-65535/],
+        [{ address: `${SOCKS}:65536` }, /egressProxy\.address .* has a port outside 1-65535/],
+        [{ address: 1080 }, /^egressProxy\.address must be a string/],
+        [{ address: NOAUTH, username: 'u'.repeat(256) }, /^egressProxy\.username must be 1 to 255 bytes/],
+        [
+          { address: NOAUTH, username: 'u', password: 'p'.repeat(256) },
+          /^egressProxy\.password must be 1 to 255/,
+        ],
+        [{ address: NOAUTH, username: ['u'] }, /^egressProxy\.username must be a string/],
+        [{ address: NOAUTH, type: 'socks4' }, /^egressProxy\.type is not a field/],
+        // The node dials the proxy for the sandbox: the ranges no sandbox may reach are refused for it too.
+        [
+          { address: '10.99.0.1:1080' },
+          /^egressProxy\.address "10\.99\.0\.1:1080" is in a range sandboxes may not reach/,
+        ],
+        [{ address: '127.0.0.1:1080' }, /^egressProxy\.address "127\.0\.0\.1:1080" is in a range/],
+        [{ address: '169.254.169.254:80' }, /is in a range sandboxes may not reach/],
+        // A name is resolved as the node will dial it: it must resolve, and not only into denied ranges.
+        [
+          { address: 'nowhere.test:1080' },
+          /^egressProxy\.address "nowhere\.test:1080": nowhere\.test does not resolve/,
+        ],
+        [
+          { address: 'internal.test:1080' },
+          /^egressProxy\.address "internal\.test:1080": .*resolves only to addresses sandboxes may not reach/,
+        ],
+      ];
+      for (const [egressProxy, message] of cases) {
+        const network = { allowOut, ...CLOSED, egressProxy };
+        const create = await server.api('POST', '/sandboxes', { templateID: 'base', network });
+        expect(create.status, JSON.stringify(egressProxy)).toBe(400);
+        expect(create.body).toEqual({ code: 400, message: expect.stringMatching(message) });
+        const put = await server.api('PUT', `/sandboxes/${tsb.sandboxId}/network`, network);
+        expect(put.status, JSON.stringify(egressProxy)).toBe(400);
+        expect(put.body).toEqual({ code: 400, message: expect.stringMatching(message) });
+      }
+      // A refused update left the policy (and the proxy) as it was.
+      expect(await echo(tsb)).toEqual(ECHO_OK);
+      expect(connectedTo(socks!.log())).toHaveLength(5);
+      // The same proxy by name.
+      await tsb.updateNetwork({ allowOut, ...CLOSED, egressProxy: { address: `socks.test:1080` } });
+      expect(await echo(tsb)).toEqual(ECHO_OK);
+      expect(connectedTo(socks!.log())).toHaveLength(6);
+    });
+
+    it('a live update that changes the proxy cuts what the old one carries; a fork keeps the new one', async () => {
+      const stream = await tsb.commands.run(
+        `${curl('-N -m 120 http://api.allowed.test/stream')} > /tmp/socks-stream.out`,
+        { background: true, timeoutMs: 0 },
+      );
+      await eventually(
+        async () => (await tsb.files.read('/tmp/socks-stream.out').catch(() => '')).includes('line 2'),
+        'the tunneled stream to flow',
+        100,
+        200,
+      );
+      expect(connectedTo(socks!.log())).toHaveLength(7);
+      const auth = { address: AUTH, username: SOCKS_USER, password: SOCKS_PASS };
+      await tsb.updateNetwork({ allowOut, ...CLOSED, egressProxy: auth });
+      const ended = await stream.wait().then(
+        (r) => r.exitCode,
+        (e: unknown) => (e instanceof CommandExitError ? e.exitCode : -1),
+      );
+      // curl's 28 would be its own limit: the connection stayed open.
+      expect(ended).not.toBe(28);
+      expect(ended).not.toBe(0);
+      const [child] = await tsb.fork({ count: 1, timeoutMs: 120_000 });
+      if (!(child instanceof Sandbox)) throw child;
+      try {
+        expect(await echo(child)).toEqual(ECHO_OK);
+        expect(connectedTo(socksAuth!.log())).toEqual([
+          `${ECHO}:2222`,
+          'api.allowed.test:80',
+          `${ECHO}:2222`,
+        ]);
+        expect((await server.api('GET', `/sandboxes/${child.sandboxId}`)).body.network.egressProxy).toEqual({
+          address: AUTH,
+          username: SOCKS_USER,
+        });
+      } finally {
+        await child.kill();
+      }
+    });
   });
 });

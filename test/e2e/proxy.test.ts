@@ -1,7 +1,10 @@
 // The data-plane proxy and sandbox access tokens: secure sandboxes (envd token, signed file URLs), private
-// ingress (traffic token), routing forms, streaming both ways, WebSockets and the proxy's own error answers.
+// ingress (traffic token), routing forms, streaming both ways, WebSockets and the proxy's own error answers;
+// `network.httpsPorts` (a self-signed HTTPS service) and `network.maskRequestHost`.
+import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { get as httpGet } from 'node:http';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -61,7 +64,10 @@ const rpcList = (server: TestServer, id: string, headers: Record<string, string>
   });
 
 describe('data-plane proxy and access tokens', () => {
-  const { server } = describeNode({ name: 'proxy', toml: `[sandbox_proxy]\ndomains = ["${DOMAIN}"]\n` });
+  const { server, track } = describeNode({
+    name: 'proxy',
+    toml: `[sandbox_proxy]\ndomains = ["${DOMAIN}"]\n`,
+  });
   let open: Sandbox;
 
   beforeAll(async () => {
@@ -353,6 +359,142 @@ describe('data-plane proxy and access tokens', () => {
       const health = await proxyFetch(server, victim.sandboxId, ENVD_PORT, '/health');
       expect(health.status).toBe(502);
       expect(await victim.isRunning()).toBe(false);
+    });
+  });
+
+  describe('httpsPorts and maskRequestHost', () => {
+    const HTTPS_PORT = 8443;
+    const MASK = '${PORT}-masked.example.test';
+
+    /** A self-signed certificate (made on the host: the base image has no openssl). */
+    function selfSigned(): { cert: string; key: string } {
+      const dir = mkdtempSync(join(tmpdir(), 'aenv-e2e-https-'));
+      try {
+        execFileSync(
+          'openssl',
+          [
+            'req',
+            '-x509',
+            '-newkey',
+            'ec',
+            '-pkeyopt',
+            'ec_paramgen_curve:P-256',
+            '-nodes',
+            '-days',
+            '2',
+            '-subj',
+            '/CN=sandbox-service',
+            '-keyout',
+            join(dir, 'key.pem'),
+            '-out',
+            join(dir, 'cert.pem'),
+          ],
+          { stdio: 'pipe' },
+        );
+        return {
+          cert: readFileSync(join(dir, 'cert.pem'), 'utf8'),
+          key: readFileSync(join(dir, 'key.pem'), 'utf8'),
+        };
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    }
+
+    /** Whether the sandbox's service on HTTPS_PORT completes a TLS handshake (checked from inside). */
+    const listensTls = (sbx: Sandbox) =>
+      sbx.commands
+        .run(
+          `python3 -c "import ssl,socket; ssl._create_unverified_context().wrap_socket(socket.create_connection(('127.0.0.1',${HTTPS_PORT}))).close()"`,
+        )
+        .then(
+          () => true,
+          () => false,
+        );
+
+    it('reaches a self-signed HTTPS service on an httpsPorts port, and its services see the masked Host', async () => {
+      const sbx = track(
+        await Sandbox.create({
+          timeoutMs: 120_000,
+          network: { httpsPorts: [HTTPS_PORT], maskRequestHost: MASK },
+        }),
+      );
+      const { cert, key } = selfSigned();
+      await sbx.files.write('/tmp/cert.pem', cert);
+      await sbx.files.write('/tmp/key.pem', key);
+      await sbx.files.write('/tmp/upstream.py', UPSTREAM);
+      await sbx.commands.run(`python3 /tmp/upstream.py ${HTTPS_PORT} /tmp/cert.pem /tmp/key.pem`, {
+        background: true,
+        timeoutMs: 0,
+      });
+      await sbx.commands.run(`python3 /tmp/upstream.py ${PORT}`, { background: true, timeoutMs: 0 });
+      await eventually(() => listensTls(sbx), 'the HTTPS service to listen', 100, 100);
+      const https = await proxyFetch(server, sbx.sandboxId, HTTPS_PORT, '/echo?tls=1');
+      expect(https.status).toBe(200);
+      const seen = (await https.json()) as Echo;
+      expect(seen.path).toBe('/echo?tls=1');
+      expect(seen.headers.host).toBe(`${HTTPS_PORT}-masked.example.test`);
+      await eventually(
+        async () => (await proxyFetch(server, sbx.sandboxId, PORT, '/echo')).status === 200,
+        'the HTTP service to listen',
+        100,
+        100,
+      );
+      // WebSockets to an httpsPorts port go over TLS too.
+      const ws = new WebSocket(`ws://127.0.0.1:${server.port}/ws`, {
+        headers: { 'e2b-sandbox-id': sbx.sandboxId, 'e2b-sandbox-port': String(HTTPS_PORT) },
+      });
+      const echoed = new Promise<string>((resolve, reject) => {
+        ws.once('message', (m) => resolve(m.toString()));
+        ws.once('error', reject);
+      });
+      ws.once('open', () => ws.send('over-tls'));
+      expect(await echoed).toBe('echo:over-tls');
+      ws.close();
+      const plain = (await (await proxyFetch(server, sbx.sandboxId, PORT, '/echo')).json()) as Echo;
+      expect(plain.headers.host).toBe(`${PORT}-masked.example.test`);
+      const info = await server.api('GET', `/sandboxes/${sbx.sandboxId}`);
+      expect(info.body.network).toMatchObject({ httpsPorts: [HTTPS_PORT], maskRequestHost: MASK });
+
+      // Without httpsPorts the proxy speaks plain HTTP to the same TLS service, which cannot answer it.
+      const other = track(await Sandbox.create({ timeoutMs: 120_000 }));
+      await other.files.write('/tmp/cert.pem', cert);
+      await other.files.write('/tmp/key.pem', key);
+      await other.files.write('/tmp/upstream.py', UPSTREAM);
+      await other.commands.run(`python3 /tmp/upstream.py ${HTTPS_PORT} /tmp/cert.pem /tmp/key.pem`, {
+        background: true,
+        timeoutMs: 0,
+      });
+      await eventually(() => listensTls(other), 'the second HTTPS service to listen', 100, 100);
+      expect((await proxyFetch(server, other.sandboxId, HTTPS_PORT, '/echo')).status).not.toBe(200);
+    });
+
+    it('refuses bad httpsPorts and maskRequestHost, naming the entry, and any change by a network update', async () => {
+      const cases: [object, RegExp][] = [
+        [{ httpsPorts: [ENVD_PORT] }, /^network\.httpsPorts\[0\]: the envd port \(49983\) cannot be listed/],
+        [{ httpsPorts: [443, 0] }, /^network\.httpsPorts\[1\] must be a port number 1-65535, got 0/],
+        [{ httpsPorts: [65536] }, /^network\.httpsPorts\[0\] must be a port number/],
+        [{ httpsPorts: ['8443'] }, /^network\.httpsPorts\[0\] must be a port number 1-65535, got "8443"/],
+        [{ httpsPorts: [1.5] }, /^network\.httpsPorts\[0\] must be a port number/],
+        [{ httpsPorts: 8443 }, /^network\.httpsPorts must be an array/],
+        [
+          { httpsPorts: Array.from({ length: 65 }, (_, i) => 1000 + i) },
+          /^network\.httpsPorts has 65 entries/,
+        ],
+        [{ maskRequestHost: 7 }, /^network\.maskRequestHost must be a string/],
+        [{ maskRequestHost: 'a.test\r\nx-evil: 1' }, /^network\.maskRequestHost ".*" is not a host name/],
+        [{ maskRequestHost: 'a b.test' }, /^network\.maskRequestHost ".*" is not a host name/],
+        [{ maskRequestHost: 'h'.repeat(256) }, /^network\.maskRequestHost is longer than 255/],
+      ];
+      for (const [network, message] of cases) {
+        const r = await server.api('POST', '/sandboxes', { templateID: 'base', network });
+        expect(r.status, JSON.stringify(network)).toBe(400);
+        expect(r.body).toEqual({ code: 400, message: expect.stringMatching(message) });
+      }
+      const put = await server.api('PUT', `/sandboxes/${open.sandboxId}/network`, { httpsPorts: [8443] });
+      expect(put.body).toEqual({
+        code: 400,
+        message: 'httpsPorts cannot be changed by a network update; it is set when the sandbox is created',
+      });
     });
   });
 });

@@ -664,8 +664,8 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
       proxy_listen_port: int({
         default: 0,
         min: 0,
-        max: 65534,
-        doc: 'First of the two host ports the egress proxy listens on (HTTP from port 80, TLS from port 443, in that order); 0: ephemeral ports. Only redirected sandbox traffic reaches them.',
+        max: 65533,
+        doc: 'First of the three host ports the egress proxy listens on (HTTP from port 80, TLS from port 443, then the SOCKS tunnel of sandboxes with an egressProxy, in that order); 0: ephemeral ports. Only redirected sandbox traffic reaches them.',
       }),
       dns_listen_port: int({
         default: 0,

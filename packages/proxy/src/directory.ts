@@ -9,6 +9,10 @@ export interface ProxyTarget {
   secure: boolean;
   allowPublicTraffic: boolean;
   autoResume: boolean;
+  /** `network.httpsPorts`: sandbox ports reached over TLS, certificates not verified. */
+  httpsPorts?: readonly number[];
+  /** `network.maskRequestHost`: the Host the sandbox's services see (`${PORT}`: the port). */
+  maskRequestHost?: string;
   /** Present while the sandbox is running on this node. */
   upstream?: { host: string; instanceId: string };
 }

@@ -90,6 +90,9 @@ export function upstreamRequestHeaders(
   return out;
 }
 
+/** The Host a request to `port` carries upstream under a sandbox's `maskRequestHost` (`${PORT}`: the port). */
+export const maskedHost = (mask: string, port: number): string => mask.split('${PORT}').join(String(port));
+
 /** The sandbox's response headers as sent to the client. */
 export function downstreamResponseHeaders(headers: HeaderBag): Record<string, string | string[]> {
   return endToEnd(headers);

@@ -13,6 +13,7 @@ export { FramingError, requestFraming, type BodyFraming } from './framing.js';
 export {
   downstreamResponseHeaders,
   endToEnd,
+  maskedHost,
   PROXY_HEADERS,
   upstreamRequestHeaders,
   type UpstreamHeaderOptions,

@@ -7,7 +7,7 @@ import type { DataPlane } from './data-plane.js';
 import { classify, RoutingError, type DataPlaneRoute } from './routing.js';
 import { AutoResumeTimeout, type ProxyTarget, type SandboxDirectory } from './directory.js';
 import { FramingError, requestFraming, type BodyFraming } from './framing.js';
-import { downstreamResponseHeaders, upstreamRequestHeaders } from './headers.js';
+import { downstreamResponseHeaders, maskedHost, upstreamRequestHeaders } from './headers.js';
 import { envdUrl, SignedUrlBudgetExceeded } from './signed-urls.js';
 
 export interface SandboxProxyOptions {
@@ -299,12 +299,21 @@ export class SandboxProxy implements DataPlane {
     const headers = upstreamRequestHeaders(req.headers, {
       platformApiKey: this.opts.platformApiKey,
       ...(r.accessToken !== undefined ? { validatedAccessToken: r.accessToken } : {}),
-      upstreamHost: `${r.target.upstream!.host}:${r.route.port}`,
+      upstreamHost:
+        r.target.maskRequestHost !== undefined
+          ? maskedHost(r.target.maskRequestHost, r.route.port)
+          : `${r.target.upstream!.host}:${r.route.port}`,
       method: req.method ?? 'GET',
       upstreamPath: r.route.upstreamPath,
     });
     if (r.framing.length !== undefined) headers['content-length'] = String(r.framing.length);
     return headers;
+  }
+
+  /** `https://` for the sandbox's httpsPorts (the agent does not verify their certificates), else `http://`. */
+  private origin(r: Routed): string {
+    const tls = r.route.port !== this.opts.envdPort && r.target.httpsPorts?.includes(r.route.port);
+    return `${tls ? 'https' : 'http'}://${r.target.upstream!.host}:${r.route.port}`;
   }
 
   private instance(instanceId: string): Instance {
@@ -316,7 +325,9 @@ export class SandboxProxy implements DataPlane {
           // Streams (process output, watches, SSE) may stay silent for long; the proxy times only the headers.
           headersTimeout: 0,
           bodyTimeout: 0,
-          connect: { timeout: this.connectTimeoutMs },
+          // httpsPorts: TLS to the sandbox's own service, whose (often self-signed) certificate is not
+          // verified, as E2B documents; the hop stays on the host's veth.
+          connect: { timeout: this.connectTimeoutMs, rejectUnauthorized: false },
         }),
         open: new Set(),
       };
@@ -431,7 +442,7 @@ export class SandboxProxy implements DataPlane {
     };
     inst.agent.dispatch(
       {
-        origin: `http://${upstream.host}:${r.route.port}`,
+        origin: this.origin(r),
         path: r.route.upstreamPath,
         method: req.method ?? 'GET',
         headers: this.upstreamHeaders(req, r),
@@ -542,7 +553,7 @@ export class SandboxProxy implements DataPlane {
     };
     inst.agent.dispatch(
       {
-        origin: `http://${upstream.host}:${r.route.port}`,
+        origin: this.origin(r),
         path: r.route.upstreamPath,
         method: 'GET',
         headers: this.upstreamHeaders(req, r),

@@ -64,7 +64,6 @@ describe('POST /sandboxes-cold body', () => {
     expect(refusal({ image: 'i', attachedDrives: [drive] })).toMatch(/^attachedDrives is not supported/);
     expect(refusal({ image: 'i', extraBootArgs: 'quiet' })).toMatch(/^extraBootArgs is not supported/);
     expect(refusal({ image: 'i', mcp: { x: 1 } })).toMatch(/^mcp is not supported/);
-    expect(refusal({ image: 'i', network: { maskRequestHost: 'h' } })).toMatch(/^network\.maskRequestHost/);
     expect(refusal({ image: 'i', attachedDrives: [], extraBootArgs: '' })).toBeUndefined();
   });
 

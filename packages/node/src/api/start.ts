@@ -3,7 +3,13 @@ import type { FastifyInstance } from 'fastify';
 import type { SandboxEventStore } from '../events/sandbox-events.js';
 import type { ImageService } from '../image/index.js';
 import type { NodeIdentity } from '../identity/index.js';
-import { parseNetworkPolicy } from '../network/index.js';
+import {
+  UpstreamResolver,
+  egressProxyRefusedRanges,
+  parseNetworkPolicy,
+  refuseEgressProxyIn,
+  refuseUnresolvableEgressProxy,
+} from '../network/index.js';
 import type { HostMetricsSampler } from '../observability/host-metrics.js';
 import type { SandboxObservability } from '../observability/sandbox-observability.js';
 import type { Orchestrator } from '../orchestrator/orchestrator.js';
@@ -118,11 +124,22 @@ export function registerControlPlane(app: FastifyInstance, config: AenvConfig, d
     start: () => drain?.(),
     progress: () => orchestrator.drainProgress(),
   });
+  const proxyRanges = egressProxyRefusedRanges({
+    alwaysDeniedCidrs: config.network.egress.always_denied_cidrs,
+    internalCidrs: [config.network.internal.host_interaction_cidr, config.network.internal.veth_cidr],
+  });
+  // The same resolvers and refused ranges the egress proxy dials with (network/egress/socks.ts).
+  const proxyNames = new UpstreamResolver({
+    servers: config.network.egress.resolvers,
+    deniedCidrs: proxyRanges,
+  });
   registerSandboxRoutes(app, {
     orchestrator,
     volumes: deps.volumes,
     tokens: deps.tokens,
-    parsePolicy: parseNetworkPolicy,
+    parsePolicy: (input) => refuseEgressProxyIn(parseNetworkPolicy(input), proxyRanges),
+    checkPolicy: (policy) => refuseUnresolvableEgressProxy(policy, (name) => proxyNames.resolve(name)),
+    envdPort: config.tools.control_plane_port,
     ...(domain ? { domain } : {}),
     customExtensionConfigured: Boolean(config.custom_extension.url),
     cold: {

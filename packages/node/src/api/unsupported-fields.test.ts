@@ -22,9 +22,6 @@ describe('sandbox request fields aenv does not implement', () => {
     ['iam', { iam: { tokens: { aws: { audience: 'sts.amazonaws.com', tokenType: 'JWT-SVID' } } } }],
     ['iam', { iam: 'yes' }],
     ['volumeMounts', { volumeMounts: [{ name: 'vol', path: '/data' }] }],
-    ['network.egressProxy', { network: { egressProxy: { address: 'proxy.example.com:1080' } } }],
-    ['network.maskRequestHost', { network: { maskRequestHost: '${PORT}-myhost.example.com' } }],
-    ['network.httpsPorts', { network: { httpsPorts: [8443] } }],
   ])('refuses %s with a 400 that names it', (field, extra) => {
     const r = refusal(() => refuseUnsupportedCreateFields({ templateID: 'base', ...extra }));
     expect(r?.status).toBe(400);
@@ -47,17 +44,23 @@ describe('sandbox request fields aenv does not implement', () => {
     }
   });
 
-  it('refuses egress rules and proxies on a network update too', () => {
+  it('takes egress rules and proxies on a network update (the policy parser checks them), not ingress settings', () => {
     // network.rules are served (docs/networking.md#credentials-at-the-edge): policy.ts validates them.
     expect(refusal(() => refuseUnsupportedNetworkUpdateFields({ rules: { '*.example.com': [{}] } }))).toBe(
       undefined,
     );
     expect(
       refusal(() => refuseUnsupportedNetworkUpdateFields({ egressProxy: { address: 'p.example.com:1' } })),
-    ).toMatchObject({ status: 400, message: expect.stringMatching(/^egressProxy is not supported/) });
+    ).toBeUndefined();
     expect(refusal(() => refuseUnsupportedNetworkUpdateFields({ allowOut: ['1.1.1.1'], rules: {} }))).toBe(
       undefined,
     );
+    // Ingress settings are the create's.
+    for (const body of [{ httpsPorts: [8443] }, { maskRequestHost: '${PORT}-h.example.com' }])
+      expect(refusal(() => refuseUnsupportedNetworkUpdateFields(body))).toEqual({
+        status: 400,
+        message: expect.stringMatching(/^(httpsPorts|maskRequestHost) cannot be changed by a network update/),
+      });
   });
 
   it('refuses a filesystem-only snapshot, and takes the full one the SDKs ask for by default', () => {

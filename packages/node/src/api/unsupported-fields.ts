@@ -22,18 +22,8 @@ function refuse(field: string, why: string): never {
   throw new ApiError(400, `${field} is not supported by this server (${why}); leave it out`);
 }
 
-const NETWORK_FIELDS: [string, string][] = [
-  ['egressProxy', 'egress through a SOCKS5 proxy is not implemented'],
-  ['maskRequestHost', 'rewriting the Host of proxied requests is not implemented'],
-  ['httpsPorts', 'the proxy reaches sandbox ports over plain HTTP only'],
-];
-
-function refuseNetwork(network: unknown, prefix: string): void {
-  if (!isObject(network)) return;
-  for (const [field, why] of NETWORK_FIELDS) {
-    if (given(network[field])) refuse(`${prefix}${field}`, why);
-  }
-}
+/** Ingress settings are the create's (`SandboxNetworkUpdateConfig` has none): an update cannot change them. */
+const CREATE_ONLY_NETWORK_FIELDS = ['maskRequestHost', 'httpsPorts'];
 
 /**
  * `POST /sandboxes`, `POST /v2/sandboxes`, `POST /sandboxes-cold`: refuses what the body asks for and aenv cannot do. `volumes`: the
@@ -45,12 +35,18 @@ export function refuseUnsupportedCreateFields(body: unknown, opts: { volumes?: b
   if (isObject(body.iam) ? given(body.iam.tokens) : given(body.iam))
     refuse('iam', 'workload identity tokens are not implemented');
   if (!opts.volumes && given(body.volumeMounts)) refuse('volumeMounts', 'this node has no volumes');
-  refuseNetwork(body.network, 'network.');
 }
 
 /** `PUT /sandboxes/{id}/network`. */
 export function refuseUnsupportedNetworkUpdateFields(body: unknown): void {
-  refuseNetwork(body, '');
+  if (!isObject(body)) return;
+  for (const field of CREATE_ONLY_NETWORK_FIELDS) {
+    if (given(body[field]))
+      throw new ApiError(
+        400,
+        `${field} cannot be changed by a network update; it is set when the sandbox is created`,
+      );
+  }
 }
 
 /** `POST /sandboxes/{id}/snapshots`: the Python SDK's `create_snapshot(mode="filesystem")` sends `memory: false`. */

@@ -101,6 +101,7 @@ export function policyOf(r: SandboxRecord): EgressPolicy {
     denyOut: r.network.denyOut,
     allowInternetAccess: r.network.allowInternetAccess,
     ...(r.network.rules ? { rules: r.network.rules } : {}),
+    ...(r.network.egressProxy ? { egressProxy: r.network.egressProxy } : {}),
   };
 }
 

@@ -139,3 +139,24 @@ export async function forgetAddresses(addresses: readonly string[]): Promise<voi
   });
   await runCommands(lines.join(''));
 }
+
+/**
+ * Where the sandbox's TCP connection from `src`:`sport`, redirected to the egress proxy's tunnel port, was
+ * going: the original direction of its conntrack entry (the nat redirect rewrote the destination, and Node
+ * offers no SO_ORIGINAL_DST). Null when there is no such redirected entry.
+ */
+export async function originalDestination(
+  src: string,
+  sport: number,
+): Promise<{ address: string; port: number } | null> {
+  if (parseIPv4(src) === null) return null;
+  if (!Number.isInteger(sport) || sport < 1 || sport > 65535) return null;
+  const r = await run('conntrack', ['-L', '-f', 'ipv4', '-p', 'tcp', '-s', src, '--sport', String(sport)], {
+    timeoutMs: 10_000,
+  });
+  const hits = parseConntrackList(r.stdout).filter(
+    (f) => f.protocol === PROTO_TCP && f.src === src && f.sport === sport && isRedirected(f),
+  );
+  const hit = hits.length === 1 ? hits[0] : undefined;
+  return hit?.dport !== undefined ? { address: hit.dst, port: hit.dport } : null;
+}

@@ -12,6 +12,10 @@
 // Domain entries of allowOut do not take part here: the nat chain (nft-rules.ts, `redirectRules`) sends the TCP
 // flows this order would deny to the egress proxy (egress/), which judges them by name, and DNS to the node's
 // resolver; neither reaches the forward path.
+//
+// A slot with an egressProxy (`tunneled`) has every TCP flow that step 5 would accept redirected to the egress
+// proxy too (which tunnels it through the SOCKS5 upstream, egress/tunnel.ts), so its own chain denies whatever
+// still reaches the forward path: nothing leaves such a sandbox except through its proxy.
 
 import { cidrContainsAddress, collapseCidrs, parseCidr, type Cidr } from '@aenv/config';
 import type { EgressPolicy } from './types.js';
@@ -74,8 +78,17 @@ export const v4 = (entries: readonly string[]): Cidr[] =>
 export const allowedCidrs = (policy: EgressPolicy): Cidr[] =>
   v4(policy.allowOut.filter((entry) => !isDomainEntry(entry)));
 
+/** Whether the slot's allowed TCP leaves through a SOCKS5 upstream (egress/tunnel.ts) rather than the kernel path. */
+export const tunneled = (policy: EgressPolicy): boolean => policy.egressProxy !== undefined;
+
 /** The slot's own chain for `policy` (step 5). It always ends in a verdict: nothing falls through. */
 export function slotRules(policy: EgressPolicy): SlotRule[] {
+  if (tunneled(policy)) return [{ verdict: 'deny' }];
+  return addressRules(policy);
+}
+
+/** Step 5 by address alone, as if the slot had no egressProxy: what a tunneled slot's proxy may carry. */
+export function addressRules(policy: EgressPolicy): SlotRule[] {
   const rules: SlotRule[] = [];
   const allow = allowedCidrs(policy);
   const deny = v4(policy.denyOut);
@@ -119,7 +132,12 @@ export function verdictFor(base: EgressBase, policy: EgressPolicy | null, flow: 
   }
   if (hit(base.deniedCidrs)) return 'deny';
   if (policy === null) return 'deny';
-  for (const rule of slotRules(policy)) if (ruleMatches(rule, flow)) return rule.verdict;
+  return rulesVerdict(slotRules(policy), flow);
+}
+
+/** The first verdict of `rules` for `flow` (deny when none matches). */
+export function rulesVerdict(rules: readonly SlotRule[], flow: Flow): Verdict {
+  for (const rule of rules) if (ruleMatches(rule, flow)) return rule.verdict;
   return 'deny';
 }
 

@@ -9,8 +9,12 @@ export {
 } from './manager.js';
 export {
   parseNetworkPolicy,
+  egressProxyRefusedRanges,
+  refuseEgressProxyIn,
+  refuseUnresolvableEgressProxy,
   NetworkPolicyError,
   DEFAULT_EGRESS_POLICY,
   MAX_POLICY_ENTRIES,
   type NetworkPolicyInput,
 } from './policy.js';
+export { UpstreamResolver } from './egress/upstream.js';

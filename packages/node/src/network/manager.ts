@@ -43,7 +43,7 @@ import {
 import { DEFAULT_RESOLV_CONF_PATHS, resolveSandboxNameserver } from './resolv.js';
 import type { EgressPolicy, NetworkSlot } from './types.js';
 import { RefillTarget } from './watermark.js';
-import { NetworkPolicyError } from './policy.js';
+import { NetworkPolicyError, refuseEgressProxyIn } from './policy.js';
 import type { Logger } from '../util/log.js';
 
 /** The part of the node's logger this module uses. */
@@ -336,6 +336,7 @@ export class NetworkManager {
       );
     if (hasRules(policy) && !this.egress?.intercepts)
       throw new NetworkPolicyError('network.rules need the egress CA, which this node has not loaded');
+    if (policy.egressProxy) this.checkEgressProxy(policy);
     // Built before queueing so a malformed policy fails here and changes nothing.
     const script = slotPolicyScript(this.names, slot.index, policy, {
       dnsAllowed,
@@ -371,6 +372,13 @@ export class NetworkManager {
       // A slot that never had a policy was denied everything: it has no connections to cut.
       if (replacing) await this.cutDisallowedFlows(slot, policy);
     });
+  }
+
+  /** An egressProxy needs the egress service; its address gets the API's check again (policy.ts). */
+  private checkEgressProxy(policy: EgressPolicy): void {
+    if (!this.egress)
+      throw new NetworkPolicyError('egressProxy needs domain egress, which this node has not enabled');
+    refuseEgressProxyIn(policy, [...this.plan.internalCidrs, ...this.deniedCidrs]);
   }
 
   /** Deletes the conntrack entries of the slot's own connections that `policy` does not allow. */

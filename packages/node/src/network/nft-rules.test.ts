@@ -225,8 +225,8 @@ describe('redirectRules', () => {
     ).toEqual([
       'meta l4proto { tcp, udp } th dport 53 redirect to :15053',
       'ip daddr { 10.11.0.0/16 } return',
-      'ip daddr { 198.51.100.7/32 } return',
       'ip daddr { 169.254.0.0/16 } return',
+      'ip daddr { 198.51.100.7/32 } return',
       redirectAll,
     ]);
   });
@@ -255,6 +255,63 @@ describe('redirectRules', () => {
       redirectAll,
     );
     expect(redirectRules(policy({ rules: {} }), target, base)).toEqual([]);
+  });
+
+  describe('with an egressProxy (tunneled)', () => {
+    const tunnel = { ...target, tunnelPort: 15090 };
+    const egressProxy = { address: 'p.test:1080', host: 'p.test', port: 1080 };
+    const toTunnel = 'meta l4proto tcp redirect to :15090';
+
+    it('sends the TCP the address policy allows to the tunnel, never internal or denied destinations', () => {
+      expect(
+        redirectRules(
+          policy({ allowOut: ['a.test', '198.51.100.7/32'], allowInternetAccess: false, egressProxy }),
+          tunnel,
+          base,
+        ),
+      ).toEqual([
+        'meta l4proto { tcp, udp } th dport 53 redirect to :15053',
+        'ip daddr { 10.11.0.0/16 } return',
+        'ip daddr { 169.254.0.0/16 } return',
+        `ip daddr { 198.51.100.7/32 } ${toTunnel}`,
+        redirectAll,
+      ]);
+    });
+
+    it('tunnels everything outside denyOut with internet on, and all TCP with nothing denied', () => {
+      expect(
+        redirectRules(
+          policy({ allowOut: ['a.test'], denyOut: ['192.0.2.0/24'], egressProxy }),
+          tunnel,
+          base,
+        ).slice(-2),
+      ).toEqual([`ip daddr != { 192.0.2.0/24 } ${toTunnel}`, redirectAll]);
+      // No domains: DNS is left to the filter (the node's nameserver), and there is no domain redirect.
+      expect(redirectRules(policy({ egressProxy }), tunnel, base)).toEqual([
+        'meta l4proto { tcp, udp } th dport 53 return',
+        'ip daddr { 10.11.0.0/16 } return',
+        'ip daddr { 169.254.0.0/16 } return',
+        toTunnel,
+      ]);
+    });
+
+    it('denies in the slot chain whatever is not redirected (UDP, ICMP, denied TCP)', () => {
+      const s = slotPolicyScript(names, 4, policy({ egressProxy }), {
+        dnsAllowed: true,
+        redirect: tunnel,
+        base,
+      });
+      expect(rulesOf(s, 'slot4')).toEqual(['goto deny']);
+      expect(rulesOf(s, 'redir4').at(-1)).toBe(toTunnel);
+      expect(s).not.toContain('p.test');
+    });
+
+    it('opens the tunnel port to redirected sandbox flows only', () => {
+      const shared = sharedTableScript({ ...spec, redirect: tunnel });
+      expect(rulesOf(shared, 'sandbox_input')).toContain(
+        'ct status dnat meta l4proto { tcp, udp } th dport { 15053, 15080, 15081, 15090 } accept',
+      );
+    });
   });
 
   it('hooks the slot veth to its nat chain when there are rules', () => {

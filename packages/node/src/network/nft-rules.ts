@@ -21,6 +21,7 @@ import {
   domainPatterns,
   hasRules,
   slotRules,
+  tunneled,
   v4,
   type SlotRule,
 } from './egress-model.js';
@@ -205,24 +206,39 @@ export interface RedirectBase {
  * a proxy port goes to the egress proxy unless the filter would decide it by address anyway: internal and
  * always-denied destinations (denied there), allowOut CIDRs (accepted there), and, with internet access on,
  * destinations outside denyOut (accepted there). Domain allows thereby beat denyOut, as E2B documents.
+ * A tunneled slot (egressProxy) sends the TCP the filter would accept by address to the egress proxy's tunnel
+ * port instead, so it leaves through the SOCKS5 upstream (egress/tunnel.ts); its DNS stays as it was.
  */
 export function redirectRules(policy: EgressPolicy, target: RedirectTarget, base: RedirectBase): string[] {
   // A slot with `network.rules` sends every flow to the proxy ports through the proxy, which intercepts the
   // rules' names and judges the others by name or, failing that, by this same CIDR policy (proxy.ts `admitted`).
+  // (rules and egressProxy are not combined: policy.ts refuses it.)
   const intercepts = hasRules(policy);
-  if (domainPatterns(policy).length === 0 && !intercepts) return [];
-  const rules = [`meta l4proto { tcp, udp } th dport ${DNS_PORT} redirect to :${target.dnsPort}`];
-  for (const cidrs of [base.internalCidrs, allowedCidrs(policy), base.deniedCidrs]) {
+  const domains = domainPatterns(policy).length > 0;
+  const tunnel = tunneled(policy) && target.tunnelPort !== undefined ? target.tunnelPort : null;
+  if (!domains && !intercepts && tunnel === null) return [];
+  const rules = [
+    domains || intercepts
+      ? `meta l4proto { tcp, udp } th dport ${DNS_PORT} redirect to :${target.dnsPort}`
+      : `meta l4proto { tcp, udp } th dport ${DNS_PORT} return`,
+  ];
+  const byAddress = tunnel !== null ? `meta l4proto tcp redirect to :${tunnel}` : 'return';
+  for (const cidrs of [base.internalCidrs, base.deniedCidrs]) {
     const set = v4Set(cidrs);
     if (set) rules.push(`ip daddr ${set} return`);
   }
+  const allowed = v4Set(allowedCidrs(policy));
+  if (allowed) rules.push(`ip daddr ${allowed} ${byAddress}`);
   if (policy.allowInternetAccess !== false && !intercepts) {
     const deny = v4Set(v4(policy.denyOut));
     // Internet on and nothing denied: every address is allowed, the proxy has nothing to add.
-    if (!deny) return rules;
-    rules.push(`ip daddr != ${deny} return`);
+    if (!deny) {
+      if (tunnel !== null) rules.push(byAddress);
+      return rules;
+    }
+    rules.push(`ip daddr != ${deny} ${byAddress}`);
   }
-  if (target.tcp.size > 0) {
+  if ((domains || intercepts) && target.tcp.size > 0) {
     const ports = [...target.tcp.keys()].join(', ');
     const map = [...target.tcp].map(([from, to]) => `${from} : ${to}`).join(', ');
     rules.push(`tcp dport { ${ports} } redirect to : tcp dport map { ${map} }`);
@@ -231,7 +247,8 @@ export function redirectRules(policy: EgressPolicy, target: RedirectTarget, base
 }
 
 function redirectPorts(target: RedirectTarget): string {
-  return `{ ${[target.dnsPort, ...target.tcp.values()].join(', ')} }`;
+  const tunnel = target.tunnelPort !== undefined ? [target.tunnelPort] : [];
+  return `{ ${[target.dnsPort, ...target.tcp.values(), ...tunnel].join(', ')} }`;
 }
 
 function renderSlotRule(rule: SlotRule): string {

@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { MAX_POLICY_ENTRIES, NetworkPolicyError, parseNetworkPolicy } from './policy.js';
+import {
+  MAX_POLICY_ENTRIES,
+  NetworkPolicyError,
+  parseEgressProxy,
+  parseNetworkPolicy,
+  refuseUnresolvableEgressProxy,
+} from './policy.js';
 
 function rejection(input: Parameters<typeof parseNetworkPolicy>[0]): NetworkPolicyError {
   try {
@@ -134,5 +140,90 @@ describe('parseNetworkPolicy', () => {
 
   it('rejects values of the wrong type', () => {
     expect(rejection({ allowOut: '192.0.2.1' }).message).toBe('allowOut must be an array of strings');
+  });
+});
+
+describe('parseEgressProxy (network.egressProxy)', () => {
+  it('takes host:port with optional RFC 1929 credentials; null or absent is none', () => {
+    expect(parseEgressProxy(undefined)).toBeNull();
+    expect(parseEgressProxy(null)).toBeNull();
+    expect(parseEgressProxy({ address: 'Proxy.Example.COM:1080' })).toEqual({
+      address: 'proxy.example.com:1080',
+      host: 'proxy.example.com',
+      port: 1080,
+    });
+    expect(parseEgressProxy({ address: '198.51.100.7:65535', username: 'u', password: 'p' })).toEqual({
+      address: '198.51.100.7:65535',
+      host: '198.51.100.7',
+      port: 65535,
+      username: 'u',
+      password: 'p',
+    });
+    expect(parseEgressProxy({ address: 'p.test:1', username: 'é'.repeat(127) })?.username).toHaveLength(127);
+  });
+
+  it('travels in the parsed policy, and only when given', () => {
+    expect(parseNetworkPolicy({ egressProxy: { address: 'p.test:1080' } }).egressProxy).toMatchObject({
+      host: 'p.test',
+    });
+    expect('egressProxy' in parseNetworkPolicy({ egressProxy: null })).toBe(false);
+  });
+
+  it('refuses bad input, naming the field', () => {
+    const bad = (value: unknown) => rejection({ egressProxy: value }).message;
+    expect(bad('p.test:1080')).toBe('egressProxy must be an object with an address');
+    expect(bad([])).toBe('egressProxy must be an object with an address');
+    expect(bad({})).toBe('egressProxy.address must be a string "host:port"');
+    expect(bad({ address: 1080 })).toBe('egressProxy.address must be a string "host:port"');
+    expect(bad({ address: 'p.test' })).toMatch(/^egressProxy\.address "p\.test" has no port/);
+    expect(bad({ address: 'p.test:' })).toMatch(/has no valid port/);
+    expect(bad({ address: 'p.test:0' })).toMatch(/has a port outside 1-65535/);
+    expect(bad({ address: 'p.test:65536' })).toMatch(/has a port outside 1-65535/);
+    expect(bad({ address: 'p.test:123456' })).toMatch(/has no valid port/);
+    expect(bad({ address: 'p.test:+80' })).toMatch(/has no valid port/);
+    expect(bad({ address: ':1080' })).toMatch(/has no valid host name or IPv4 address/);
+    expect(bad({ address: 'a b:1080' })).toMatch(/has no valid host name/);
+    expect(bad({ address: '300.1.1.1:1080' })).toMatch(/has no valid host name or IPv4 address/);
+    expect(bad({ address: '[2001:db8::1]:1080' })).toMatch(/IPv6/);
+    expect(bad({ address: '2001:db8::1:1080' })).toMatch(/IPv6/);
+    expect(bad({ address: 'p.test:1', username: 7 })).toBe('egressProxy.username must be a string');
+    expect(bad({ address: 'p.test:1', username: '' })).toMatch(
+      /^egressProxy\.username must be 1 to 255 bytes/,
+    );
+    expect(bad({ address: 'p.test:1', username: 'u'.repeat(256) })).toMatch(
+      /^egressProxy\.username must be 1 to 255 bytes \(RFC 1929\), got 256/,
+    );
+    // Bytes, not characters: 128 two-byte characters are 256 bytes.
+    expect(bad({ address: 'p.test:1', username: 'é'.repeat(128) })).toMatch(/got 256/);
+    expect(bad({ address: 'p.test:1', username: 'u', password: 'p'.repeat(256) })).toMatch(
+      /^egressProxy\.password must be 1 to 255 bytes/,
+    );
+    expect(bad({ address: 'p.test:1', username: 'u', password: {} })).toBe(
+      'egressProxy.password must be a string',
+    );
+    expect(bad({ address: 'p.test:1', password: 'p' })).toBe(
+      'egressProxy.password is only valid together with egressProxy.username',
+    );
+    expect(bad({ address: 'p.test:1', type: 'socks4' })).toMatch(/^egressProxy\.type is not a field/);
+  });
+});
+
+describe('refuseUnresolvableEgressProxy', () => {
+  it('asks the resolver for a proxy name only, and refuses what it refuses', async () => {
+    const asked: string[] = [];
+    const resolve = async (name: string) => {
+      asked.push(name);
+      return name === 'ok.test'
+        ? { ok: true as const }
+        : { ok: false as const, reason: `${name} does not resolve` };
+    };
+    const withProxy = (address: string) => parseNetworkPolicy({ egressProxy: { address } });
+    await refuseUnresolvableEgressProxy(withProxy('ok.test:1080'), resolve);
+    await refuseUnresolvableEgressProxy(withProxy('198.51.100.7:1080'), resolve);
+    await refuseUnresolvableEgressProxy(parseNetworkPolicy({}), resolve);
+    await expect(refuseUnresolvableEgressProxy(withProxy('gone.test:1080'), resolve)).rejects.toThrow(
+      'egressProxy.address "gone.test:1080": gone.test does not resolve',
+    );
+    expect(asked).toEqual(['ok.test', 'gone.test']);
   });
 });

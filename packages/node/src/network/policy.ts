@@ -1,8 +1,16 @@
 // Validation of a sandbox's egress policy as the API receives it (docs/networking.md).
 
 import { DomainError, ErrorKind } from '@aenv/protocol';
-import { formatCidr, parseIpOrCidr } from '@aenv/config';
-import type { EgressPolicy } from './types.js';
+import {
+  cidrContainsAddress,
+  formatCidr,
+  parseCidr,
+  parseIPv4,
+  parseIpOrCidr,
+  type Cidr,
+} from '@aenv/config';
+import { BUILTIN_DENIED_CIDRS } from './builtin-denies.js';
+import type { EgressPolicy, EgressProxyConfig } from './types.js';
 import { parseRules, RuleInputError } from './egress/header-rules.js';
 
 /** A policy the caller got wrong; the API answers it with this message. */
@@ -19,6 +27,7 @@ export interface NetworkPolicyInput {
   allowInternetAccess?: unknown;
   /** `network.rules` (egress/header-rules.ts). */
   rules?: unknown;
+  egressProxy?: unknown;
 }
 
 /** Most entries one list may hold: each becomes an nft set element or a pattern every proxied flow is matched against. */
@@ -68,11 +77,17 @@ export function parseNetworkPolicy(input: NetworkPolicyInput): EgressPolicy {
     throw new NetworkPolicyError('allowInternetAccess must be a boolean');
   }
   const rules = parsePolicyRules(input.rules);
+  const egressProxy = parseEgressProxy(input.egressProxy);
+  if (egressProxy && Object.keys(rules).length > 0)
+    throw new NetworkPolicyError(
+      'rules and egressProxy cannot be combined yet: intercepted requests do not go through a SOCKS5 upstream',
+    );
   return {
     allowOut,
     denyOut,
     allowInternetAccess: allowInternetAccess ?? null,
     ...(Object.keys(rules).length > 0 ? { rules } : {}),
+    ...(egressProxy ? { egressProxy } : {}),
   };
 }
 
@@ -83,6 +98,72 @@ function parsePolicyRules(input: unknown): NonNullable<EgressPolicy['rules']> {
     if (e instanceof RuleInputError) throw new NetworkPolicyError(e.message);
     throw e;
   }
+}
+
+/** RFC 1929: ULEN and PLEN are one byte each, and at least 1. */
+const MAX_SOCKS_CREDENTIAL_BYTES = 255;
+const EGRESS_PROXY_FIELDS = new Set(['address', 'username', 'password']);
+
+/**
+ * `network.egressProxy` (`SandboxEgressProxyConfig`): `{address: "host:port", username?, password?}`; null or
+ * absent: none. The host is an IPv4 literal or a DNS name (IPv6 is refused: sandboxes and the node's egress are
+ * IPv4-only, docs/differences.md). Whether the address may be dialled at all is the node's to judge
+ * (manager.ts, egress/socks.ts): here only its shape.
+ */
+export function parseEgressProxy(value: unknown): EgressProxyConfig | null {
+  if (value === undefined || value === null) return null;
+  if (typeof value !== 'object' || Array.isArray(value))
+    throw new NetworkPolicyError('egressProxy must be an object with an address');
+  const fields = value as Record<string, unknown>;
+  for (const key of Object.keys(fields)) {
+    if (!EGRESS_PROXY_FIELDS.has(key))
+      throw new NetworkPolicyError(
+        `egressProxy.${key} is not a field of egressProxy (address, username, password)`,
+      );
+  }
+  const { address, username, password } = fields;
+  if (typeof address !== 'string')
+    throw new NetworkPolicyError('egressProxy.address must be a string "host:port"');
+  const { host, port } = splitProxyAddress(address);
+  const credential = (v: unknown, field: string): string | undefined => {
+    if (v === undefined || v === null) return undefined;
+    if (typeof v !== 'string') throw new NetworkPolicyError(`egressProxy.${field} must be a string`);
+    const bytes = Buffer.byteLength(v, 'utf8');
+    if (bytes < 1 || bytes > MAX_SOCKS_CREDENTIAL_BYTES)
+      throw new NetworkPolicyError(
+        `egressProxy.${field} must be 1 to ${MAX_SOCKS_CREDENTIAL_BYTES} bytes (RFC 1929), got ${bytes}`,
+      );
+    return v;
+  };
+  const user = credential(username, 'username');
+  const pass = credential(password, 'password');
+  if (pass !== undefined && user === undefined)
+    throw new NetworkPolicyError('egressProxy.password is only valid together with egressProxy.username');
+  return {
+    address: `${host}:${port}`,
+    host,
+    port,
+    ...(user !== undefined ? { username: user } : {}),
+    ...(pass !== undefined ? { password: pass } : {}),
+  };
+}
+
+function splitProxyAddress(address: string): { host: string; port: number } {
+  const bad = (why: string) =>
+    new NetworkPolicyError(`egressProxy.address ${JSON.stringify(address)} ${why}`);
+  if (address.startsWith('[')) throw bad('is an IPv6 address; only IPv4 and DNS names are supported');
+  const colon = address.lastIndexOf(':');
+  if (colon < 0) throw bad('has no port (expected "host:port")');
+  const hostText = address.slice(0, colon);
+  const portText = address.slice(colon + 1);
+  if (!/^\d{1,5}$/.test(portText)) throw bad('has no valid port (expected "host:port")');
+  const port = Number(portText);
+  if (port < 1 || port > 65535) throw bad('has a port outside 1-65535');
+  if (parseIPv4(hostText) !== null) return { host: hostText, port };
+  if (hostText.includes(':')) throw bad('is an IPv6 address; only IPv4 and DNS names are supported');
+  const host = normalizeDnsName(hostText);
+  if (host === null || /^[\d.]+$/.test(host)) throw bad('has no valid host name or IPv4 address');
+  return { host, port };
 }
 
 export const DEFAULT_EGRESS_POLICY: EgressPolicy = Object.freeze({
@@ -132,4 +213,44 @@ function normalizeDnsName(text: string): string | null {
 
 function pushUnique(list: string[], value: string): void {
   if (!list.includes(value)) list.push(value);
+}
+
+/**
+ * The ranges an egressProxy address may not be in: the node dials the proxy for the sandbox, so it gets a
+ * sandbox destination's limits (built-in denies, `always_denied_cidrs`, the internal CIDRs). An operator whose
+ * proxy sits in a private range takes that range out of always_denied_cidrs (docs/security.md).
+ */
+export function egressProxyRefusedRanges(config: {
+  alwaysDeniedCidrs: readonly string[];
+  internalCidrs: readonly string[];
+}): Cidr[] {
+  const parsed = [...config.alwaysDeniedCidrs, ...config.internalCidrs].map((t) => parseCidr(t.trim()));
+  return [...BUILTIN_DENIED_CIDRS, ...parsed.filter((c): c is Cidr => c !== null && c.family === 4)];
+}
+
+/** Refuses (400) an egressProxy given as an IPv4 literal in `ranges`; a name is checked at every dial. */
+export function refuseEgressProxyIn(policy: EgressPolicy, ranges: readonly Cidr[]): EgressPolicy {
+  const proxy = policy.egressProxy;
+  const v = proxy ? parseIPv4(proxy.host) : null;
+  if (proxy && v !== null && ranges.some((c) => cidrContainsAddress(c, { family: 4, value: v })))
+    throw new NetworkPolicyError(
+      `egressProxy.address ${JSON.stringify(proxy.address)} is in a range sandboxes may not reach (internal or always_denied_cidrs)`,
+    );
+  return policy;
+}
+
+/**
+ * Refuses (400) an egressProxy whose name does not resolve, or resolves only into `refused` addresses (those
+ * the resolver refuses: denied ranges and the host's own), before the sandbox exists or its policy changes.
+ * The name is resolved again at every dial (egress/socks.ts): this is the early answer, not the guard.
+ */
+export async function refuseUnresolvableEgressProxy(
+  policy: EgressPolicy,
+  resolve: (name: string) => Promise<{ ok: true } | { ok: false; reason: string }>,
+): Promise<void> {
+  const proxy = policy.egressProxy;
+  if (!proxy || parseIPv4(proxy.host) !== null) return;
+  const r = await resolve(proxy.host);
+  if (!r.ok)
+    throw new NetworkPolicyError(`egressProxy.address ${JSON.stringify(proxy.address)}: ${r.reason}`);
 }

@@ -27,6 +27,19 @@ export interface EgressPolicy {
   allowInternetAccess: boolean | null;
   /** `network.rules`: keys lowercased (egress/header-rules.ts); absent or {}: no request is intercepted. */
   rules?: NetworkRules;
+  /** The SOCKS5 upstream the sandbox's allowed TCP leaves through (absent: straight out). */
+  egressProxy?: EgressProxyConfig;
+}
+
+/** `network.egressProxy` after validation (policy.ts `parseEgressProxy`). */
+export interface EgressProxyConfig {
+  /** `host:port` as given (host: an IPv4 literal or a DNS name, lowercased). */
+  address: string;
+  host: string;
+  port: number;
+  /** RFC 1929 credentials, each 1-255 bytes; password only with a username. */
+  username?: string;
+  password?: string;
 }
 
 /** E2B's `SandboxNetworkRule` lists by domain key, validated (header values are credentials: never logged). */

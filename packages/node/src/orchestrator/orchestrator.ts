@@ -35,6 +35,9 @@ export interface CreateSandboxInput {
   metadata: Record<string, string>;
   envVars: Record<string, string>;
   allowPublicTraffic: boolean;
+  /** `network.httpsPorts` / `network.maskRequestHost` (api/ingress-settings.ts). */
+  httpsPorts?: number[];
+  maskRequestHost?: string;
   policy: EgressPolicy;
   /** Given with the create; absent: the template's (a snapshot's) params, if any. */
   customExtensionParams?: Record<string, unknown>;
@@ -525,10 +528,13 @@ export class Orchestrator {
       secure: input.secure,
       network: {
         allowPublicTraffic: input.allowPublicTraffic,
+        ...(input.httpsPorts ? { httpsPorts: input.httpsPorts } : {}),
+        ...(input.maskRequestHost !== undefined ? { maskRequestHost: input.maskRequestHost } : {}),
         allowOut: input.policy.allowOut,
         denyOut: input.policy.denyOut,
         allowInternetAccess: input.policy.allowInternetAccess,
         ...(input.policy.rules ? { rules: input.policy.rules } : {}),
+        ...(input.policy.egressProxy ? { egressProxy: input.policy.egressProxy } : {}),
       },
       onTimeout: input.onTimeout,
       ...(input.autoPauseMemory === false ? { autoPauseMemory: false } : {}),
@@ -901,6 +907,7 @@ export class Orchestrator {
       denyOut: r.network.denyOut,
       allowInternetAccess: r.network.allowInternetAccess,
       ...(r.network.rules ? { rules: r.network.rules } : {}),
+      ...(r.network.egressProxy ? { egressProxy: r.network.egressProxy } : {}),
     };
   }
 
@@ -1017,8 +1024,8 @@ export class Orchestrator {
         throw conflict(id, `sandbox network cannot be updated from ${r.state} state`);
       }
       await this.opts.backend.applyPolicy(r, policy);
-      // `rules` is replaced like the rest: an update without it clears them.
-      const { rules: _old, ...kept } = r.network;
+      // The update replaces the whole policy: rules or an egressProxy it leaves out are gone.
+      const { rules: _old, egressProxy: _replaced, ...kept } = r.network;
       r.network = { ...kept, ...policy };
       this.opts.store.save(r);
     });

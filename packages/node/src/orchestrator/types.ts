@@ -1,6 +1,6 @@
 // The orchestrator's view of a sandbox: lifecycle state, what the API shows, and what the runtime needs to find it.
+import type { EgressProxyConfig, NetworkRules } from '../network/types.js';
 import type { VolumeMountRecord } from '../volume/types.js';
-import type { NetworkRules } from '../network/types.js';
 
 export type SandboxState =
   'creating' | 'resuming' | 'running' | 'snapshotting' | 'forking' | 'pausing' | 'paused' | 'killing';
@@ -39,6 +39,11 @@ export interface SandboxNetworkSettings {
   allowInternetAccess: boolean | null;
   /** `network.rules` (header values are credentials: API answers mask them, docs/networking.md). */
   rules?: NetworkRules;
+  /** The SOCKS5 upstream (its password too: the record is the node's, 0600; the API never shows it). */
+  egressProxy?: EgressProxyConfig;
+  /** Ingress (set at create): sandbox ports the proxy reaches over TLS, and the Host their services see. */
+  httpsPorts?: number[];
+  maskRequestHost?: string;
 }
 
 export interface SandboxResourcesView {

@@ -17,6 +17,8 @@ function target(r: SandboxRecord): ProxyTarget {
     secure: r.secure,
     allowPublicTraffic: r.network.allowPublicTraffic,
     autoResume: autoResumable(r),
+    ...(r.network.httpsPorts ? { httpsPorts: r.network.httpsPorts } : {}),
+    ...(r.network.maskRequestHost !== undefined ? { maskRequestHost: r.network.maskRequestHost } : {}),
     ...(r.runtime
       ? { upstream: { host: r.runtime.hostInteractionIp, instanceId: r.runtime.instanceId } }
       : {}),

@@ -48,6 +48,10 @@ export interface SandboxDetail extends ListedSandbox {
     denyOut?: string[];
     /** `SandboxNetworkRuleInfo` lists by domain; aenv masks the header values. */
     rules?: Record<string, { transform?: { headers?: Record<string, string> } }[]>;
+    /** `SandboxEgressProxyInfo`: never the password. */
+    egressProxy?: { address: string; username?: string };
+    httpsPorts?: number[];
+    maskRequestHost?: string;
   };
   lifecycle: { autoResume: boolean; onTimeout: TimeoutAction };
   /** How a paused sandbox was paused (with or without its memory). */

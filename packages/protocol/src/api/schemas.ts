@@ -13,6 +13,11 @@ export const networkConfigSchema = z.object({
   denyOut: z.array(z.string()).optional(),
   /** `SandboxNetworkRule` lists by domain: checked entry by entry by the node, which names the bad one. */
   rules: z.unknown().optional(),
+  /** `SandboxEgressProxyConfig`: checked field by field by the node (network/policy.ts), naming the field. */
+  egressProxy: z.unknown().optional(),
+  /** Checked by the node (api/ingress-settings.ts), naming the entry. */
+  httpsPorts: z.unknown().optional(),
+  maskRequestHost: z.unknown().optional(),
 });
 
 /** `NewSandbox` / `NewSandboxV2` (`POST /sandboxes`, `POST /v2/sandboxes`). */
@@ -84,6 +89,7 @@ export const networkUpdateSchema = z.object({
   denyOut: z.array(z.string()).optional(),
   allow_internet_access: z.boolean().optional(),
   rules: z.unknown().optional(),
+  egressProxy: z.unknown().optional(),
 });
 /** `POST /sandboxes/{id}/fork` (AgentENV). */
 export const forkSchema = z.object({

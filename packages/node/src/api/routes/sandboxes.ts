@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import {
+  ENVD_PORT,
   connectSchema,
   connectV2Schema,
   forkSchema,
@@ -27,6 +28,7 @@ import { parseColdRequest, type ColdDefaults, type ColdRequest } from '../cold-r
 import { apiState, type SandboxRecord } from '../../orchestrator/types.js';
 import type { EgressPolicy } from '../../network/types.js';
 import { ApiError, errorAnswer } from '../errors.js';
+import { parseIngressSettings } from '../ingress-settings.js';
 import { paginate, parseLimit } from '../pagination.js';
 import { matchesMetadata, parseMetadataFilter } from '../metadata-filter.js';
 import { parseBody, parseRequiredBody } from '../parse-body.js';
@@ -64,7 +66,12 @@ export interface SandboxRouteDeps {
     denyOut?: string[];
     allowInternetAccess?: boolean;
     rules?: unknown;
+    egressProxy?: unknown;
   }): EgressPolicy;
+  /** Checks that need the network (an egressProxy name resolves where it may be dialled); throws a 400. */
+  checkPolicy?(policy: EgressPolicy): Promise<void>;
+  /** `[tools].control_plane_port`: envd's port, which `network.httpsPorts` may not list (default 49983). */
+  envdPort?: number;
   /** First `[sandbox_proxy].domains` entry, advertised as `domain`. */
   domain?: string;
   /** Whether a custom extension is configured (non-empty customExtensionParams need one). */
@@ -138,7 +145,14 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
   const detailView = (r: SandboxRecord): SandboxDetail => {
     const n = r.network;
     const rules = n.rules && Object.keys(n.rules).length > 0 ? n.rules : undefined;
-    const hasNetwork = !n.allowPublicTraffic || n.allowOut.length > 0 || n.denyOut.length > 0 || !!rules;
+    const hasNetwork =
+      !n.allowPublicTraffic ||
+      n.allowOut.length > 0 ||
+      n.denyOut.length > 0 ||
+      !!rules ||
+      n.egressProxy !== undefined ||
+      n.httpsPorts !== undefined ||
+      n.maskRequestHost !== undefined;
     return {
       ...listedView(r),
       ...(r.secure ? { envdAccessToken: tokens.envd(r.id) } : {}),
@@ -152,6 +166,17 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
               ...(n.denyOut.length ? { denyOut: n.denyOut } : {}),
               // Header values are credentials: shown masked, never as given.
               ...(rules ? { rules: maskedRules(rules) } : {}),
+              // `SandboxEgressProxyInfo`: the password is never shown.
+              ...(n.egressProxy
+                ? {
+                    egressProxy: {
+                      address: n.egressProxy.address,
+                      ...(n.egressProxy.username !== undefined ? { username: n.egressProxy.username } : {}),
+                    },
+                  }
+                : {}),
+              ...(n.httpsPorts ? { httpsPorts: n.httpsPorts } : {}),
+              ...(n.maskRequestHost !== undefined ? { maskRequestHost: n.maskRequestHost } : {}),
             },
           }
         : {}),
@@ -185,6 +210,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
       denyOut: req.network?.denyOut,
       allowInternetAccess,
       rules: req.network?.rules,
+      egressProxy: req.network?.egressProxy,
     });
     const onTimeout = req.lifecycle?.onTimeout ?? ((req.autoPause ?? defaults.autoPause) ? 'pause' : 'kill');
     const autoResume = req.autoResume?.enabled ?? req.lifecycle?.autoResume ?? false;
@@ -201,6 +227,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
       metadata: req.metadata ?? {},
       envVars: req.envVars ?? {},
       allowPublicTraffic: req.network?.allowPublicTraffic ?? true,
+      ...parseIngressSettings(req.network, deps.envdPort ?? ENVD_PORT),
       policy,
       ...(extensionParams ? { customExtensionParams: extensionParams } : {}),
     };
@@ -234,6 +261,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
     const req = parseRequiredBody(newSandboxSchema, body, 'sandbox request');
     refuseUnsupportedCreateFields(body, { volumes: deps.volumes !== undefined });
     const input = createInput(req, req.allow_internet_access, defaults);
+    await deps.checkPolicy?.(input.policy);
     const requested = (body as { volumeMounts?: unknown }).volumeMounts;
     const r = await withVolumeMounts(requested, (resolve) =>
       orch.create({ templateId: req.templateID, ...input, ...resolve }),
@@ -250,6 +278,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
       volumes: deps.volumes !== undefined,
     });
     const input = createInput(body, body.allowInternetAccess, V1_CREATE);
+    await deps.checkPolicy?.(input.policy);
     const requested = (req.body as { volumeMounts?: unknown }).volumeMounts;
     // Checked before the image is pulled: a bad mount costs no pull.
     deps.volumes?.resolveMounts(requested);
@@ -399,7 +428,9 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
       denyOut: body.denyOut,
       allowInternetAccess: body.allow_internet_access,
       rules: body.rules,
+      egressProxy: body.egressProxy,
     });
+    await deps.checkPolicy?.(policy);
     await orch.updateNetwork(sandboxId(req.params.id), policy);
     return reply.code(204).send();
   });

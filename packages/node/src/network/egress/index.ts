@@ -12,12 +12,13 @@ import { Interceptor } from './intercept.js';
 import type { NodeCa } from './node-ca.js';
 import { EgressProxy } from './proxy.js';
 import { SlotRegistry } from './slot-registry.js';
+import { SocksTunnel } from './tunnel.js';
 import { UpstreamResolver } from './upstream.js';
 
 export interface EgressServiceOptions {
   /** `[network.egress].proxy_ports`. */
   ports: readonly number[];
-  /** `[network.egress].proxy_listen_port` (0: ephemeral). */
+  /** `[network.egress].proxy_listen_port` (0: ephemeral); the SOCKS tunnel's listener takes the port after the proxy's. */
   listenPort: number;
   /** `[network.egress].dns_listen_port` (0: ephemeral). */
   dnsListenPort: number;
@@ -40,6 +41,8 @@ export interface EgressServiceOptions {
 export interface RedirectTarget {
   dnsPort: number;
   tcp: ReadonlyMap<number, number>;
+  /** Where the TCP a tunneled slot (egressProxy) may send by address goes (tunnel.ts); absent: no tunnel. */
+  tunnelPort?: number;
 }
 
 export class EgressService {
@@ -47,11 +50,20 @@ export class EgressService {
   private readonly proxy: EgressProxy;
   private readonly dns: SandboxDnsServer;
   private readonly interceptor: Interceptor | undefined;
+  private readonly tunnel: SocksTunnel;
 
   constructor(opts: EgressServiceOptions) {
     const resolver = new UpstreamResolver({ servers: opts.resolvers, deniedCidrs: opts.deniedCidrs });
     this.interceptor = opts.intercept && new Interceptor({ ...opts.intercept, logger: opts.logger });
+    this.tunnel = new SocksTunnel({
+      listenPort: opts.listenPort === 0 ? 0 : opts.listenPort + opts.ports.length,
+      registry: this.registry,
+      resolver,
+      logger: opts.logger,
+      onVerdict: (v) => opts.onVerdict?.('connection', v),
+    });
     this.proxy = new EgressProxy({
+      tunnel: this.tunnel,
       ports: opts.ports,
       listenPort: opts.listenPort,
       registry: this.registry,
@@ -72,16 +84,17 @@ export class EgressService {
   async start(): Promise<RedirectTarget> {
     await this.proxy.start();
     try {
+      await this.tunnel.start();
       await this.dns.start();
     } catch (e) {
-      await this.proxy.stop();
+      await Promise.all([this.proxy.stop(), this.tunnel.stop()]);
       throw e;
     }
     return this.target;
   }
 
   get target(): RedirectTarget {
-    return { dnsPort: this.dns.port, tcp: this.proxy.listenPorts };
+    return { dnsPort: this.dns.port, tcp: this.proxy.listenPorts, tunnelPort: this.tunnel.port };
   }
 
   /** Whether `network.rules` can be served (the node CA is loaded). */
@@ -103,24 +116,32 @@ export class EgressService {
   ): number {
     const patterns = domainPatterns(policy);
     const rules = compileRules(policy.rules);
-    if (patterns.length === 0 && rules === null) this.registry.delete(index);
+    if (patterns.length === 0 && rules === null && !policy.egressProxy) this.registry.delete(index);
     else
-      this.registry.set(sources, { index, patterns, anyName, rules, ...(rules && admits ? { admits } : {}) });
-    return this.proxy.recheck(index);
+      this.registry.set(sources, {
+        index,
+        patterns,
+        anyName,
+        rules,
+        policy,
+        ...(rules && admits ? { admits } : {}),
+      });
+    return this.proxy.recheck(index) + this.tunnel.recheck(index);
   }
 
   /** The slot is gone: its proxied connections too. */
   forget(index: number): void {
     this.registry.delete(index);
     this.proxy.recheck(index);
+    this.tunnel.recheck(index);
   }
 
   get openConnections(): number {
-    return this.proxy.openConnections;
+    return this.proxy.openConnections + this.tunnel.openConnections;
   }
 
   async stop(): Promise<void> {
-    await Promise.all([this.proxy.stop(), this.dns.stop()]);
+    await Promise.all([this.proxy.stop(), this.tunnel.stop(), this.dns.stop()]);
     this.interceptor?.close();
   }
 }

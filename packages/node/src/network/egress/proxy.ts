@@ -10,6 +10,7 @@ import { overridesFor } from './header-rules.js';
 import type { Interceptor } from './intercept.js';
 import { sniff } from './sniff.js';
 import type { SlotEgress, SlotRegistry } from './slot-registry.js';
+import type { SocksTunnel } from './tunnel.js';
 import type { UpstreamResolver } from './upstream.js';
 
 export interface EgressProxyOptions {
@@ -27,6 +28,8 @@ export interface EgressProxyOptions {
   onVerdict?: (verdict: 'proxied' | 'refused') => void;
   /** Serves connections to names with `network.rules` (intercept.ts); absent: rules are never applied. */
   interceptor?: Interceptor;
+  /** Carries the allowed connections of slots with an egressProxy (absent: none are). */
+  tunnel?: Pick<SocksTunnel, 'carry'>;
 }
 
 /** Connections one slot may hold through the proxy (sniffing or spliced): a sandbox cannot exhaust the node. */
@@ -109,9 +112,16 @@ export class EgressProxy {
     for (const c of this.open) {
       if (c.slot !== index) continue;
       // A name that gained or lost rules is cut too: its next connection is intercepted or spliced as it now should.
+      // A slot that now has an egressProxy must not keep a direct connection.
       const intercept =
         this.opts.interceptor !== undefined && overridesFor(slot?.rules ?? null, c.name) !== null;
-      if (slot && admitted(slot, c.name, c.address, c.port) && intercept === c.intercepted) continue;
+      if (
+        slot &&
+        !slot.policy?.egressProxy &&
+        admitted(slot, c.name, c.address, c.port) &&
+        intercept === c.intercepted
+      )
+        continue;
       this.cut(c);
       cut++;
     }
@@ -167,6 +177,11 @@ export class EgressProxy {
     const byName = slot !== undefined && matchesDomain(slot.patterns, sniffed.name);
     if (!slot || (!byName && !slot.admits))
       return refuse(`${sniffed.name} is not in the sandbox's allowOut`, http, sniffed.name);
+    // Tunneled slots: the SOCKS5 upstream resolves the name (tunnel.ts).
+    if (slot.policy?.egressProxy && this.opts.tunnel)
+      return this.opts.tunnel.carry({ slot, name: sniffed.name, port: dport, client }, (reason) =>
+        refuse(reason, http, sniffed.name),
+      );
     const target = await this.opts.resolver.resolve(sniffed.name);
     if (!target.ok) return refuse(target.reason, http, sniffed.name);
     if (!admitted(slot, sniffed.name, target.address, dport))
@@ -207,7 +222,7 @@ export class EgressProxy {
       clearTimeout(timer);
       // Re-judged at connect: a PUT between the check and here must not leave this connection open.
       const now = this.opts.registry.get(slot.index);
-      if (!now || !admitted(now, c.name, c.address, c.port)) return this.cut(c);
+      if (!now || now.policy?.egressProxy || !admitted(now, c.name, c.address, c.port)) return this.cut(c);
       this.opts.onVerdict?.('proxied');
       log.debug({ slot: slot.index, name: c.name, address: target.address, dport }, 'egress proxied');
       client.pipe(upstream);

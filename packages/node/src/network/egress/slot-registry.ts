@@ -2,6 +2,7 @@
 // rule in nft-rules.ts makes trustworthy), and what that slot's policy allows by name.
 
 import type { RuleMatcher } from './header-rules.js';
+import type { EgressPolicy } from '../types.js';
 
 export interface SlotEgress {
   index: number;
@@ -16,6 +17,8 @@ export interface SlotEgress {
    * here for its rules alone may still reach names outside allowOut's domains that way.
    */
   admits?: (address: string, port: number) => boolean;
+  /** The whole policy: a slot with an egressProxy is tunneled (tunnel.ts), by name and by address. */
+  policy?: EgressPolicy;
 }
 
 export class SlotRegistry {
