@@ -19,6 +19,16 @@ function rejection(input: Parameters<typeof parseNetworkPolicy>[0]): NetworkPoli
 }
 
 describe('parseNetworkPolicy', () => {
+  it('refuses network.rules together with an egressProxy, and takes each alone', () => {
+    const rules = { 'api.test': [{ transform: { headers: { Authorization: 'x' } } }] };
+    const egressProxy = { address: 'p.test:1080' };
+    expect(() => parseNetworkPolicy({ rules, egressProxy })).toThrow(
+      /^rules and egressProxy cannot be combined yet/,
+    );
+    expect(parseNetworkPolicy({ rules }).rules).toEqual(rules);
+    expect(parseNetworkPolicy({ egressProxy }).egressProxy).toMatchObject({ host: 'p.test', port: 1080 });
+  });
+
   it('turns addresses into host CIDRs and normalizes CIDRs', () => {
     const p = parseNetworkPolicy({
       allowOut: ['192.0.2.7', '2001:DB8:0:0::1', '198.51.100.77/24', '2001:db8:abcd::1/48', ' 203.0.113.9 '],
