@@ -132,7 +132,15 @@ export class SandboxPausing {
     return this.releases.idle();
   }
 
-  async resume(
+  resume(
+    record: SandboxRecord,
+    policy: EgressPolicy,
+    opts: { memory: boolean; beforeStart?: BeforeInstanceStart },
+  ): Promise<StartResult> {
+    return this.releases.resuming(record.id, () => this.resumeNow(record, policy, opts));
+  }
+
+  private async resumeNow(
     record: SandboxRecord,
     policy: EgressPolicy,
     opts: { memory: boolean; beforeStart?: BeforeInstanceStart },

@@ -25,12 +25,29 @@ describe('ResidentReleases', () => {
     expect(rel.freeContainerId('s1')).toBe('s1-r2');
     expect(rel.freeContainerId('s2')).toBe('s2');
     first.open();
-    await first.wait;
-    await new Promise((r) => setImmediate(r));
-    expect(rel.freeContainerId('s1')).toBe('s1');
     second.open();
     await rel.idle();
     expect(rel.busy('s1', 's1-r1')).toBe(false);
+    expect(rel.freeContainerId('s1')).toBe('s1');
+  });
+
+  it('a release waits for the resume of its sandbox in progress, and starts at once for a kill', async () => {
+    const rel = new ResidentReleases(logger);
+    const trail: string[] = [];
+    const resume = gate();
+    const resumed = rel.resuming('s1', async () => {
+      rel.start('s1', 's1', async () => {
+        trail.push('released');
+      });
+      await resume.wait;
+      trail.push('resumed');
+    });
+    // A kill would wait for the release: it does not wait for the start delay, but still for the resume.
+    const settled = rel.settled('s1').then(() => trail.push('settled'));
+    resume.open();
+    await resumed;
+    await settled;
+    expect(trail).toEqual(['resumed', 'released', 'settled']);
   });
 
   it('settled waits for every release of that sandbox only; a failed release settles too', async () => {
