@@ -35,7 +35,9 @@ describe('work a pause or a kill leaves to the background', () => {
     const resumed = await Sandbox.connect(id, { timeoutMs: 300_000 });
     expect(await resumed.files.read('kept.txt')).toBe('before the pause');
     expect((await resumed.commands.list()).map((p) => p.pid)).toContain(pid);
-    expect((await resumed.commands.run('echo ok')).stdout).toBe('ok\n');
+    expect((await resumed.commands.run('echo ok; hostname; cat /etc/hostname')).stdout).toBe(
+      `ok\n${id}\n${id}\n`,
+    );
   };
 
   it('a resume right after the pause is not held behind the release of the paused memory', async () => {

@@ -36,7 +36,7 @@ export async function launchSaved(
   const containerId = from.containerId ?? record.id;
   const launched = await ctx.factory.assemble({
     containerId,
-    ...(containerId !== record.id ? { rangeOwner: record.id } : {}),
+    ...(containerId !== record.id ? { rangeOwner: record.id, hostname: record.id } : {}),
     templateId: record.templateId,
     resources: record.resources,
     state,
