@@ -120,6 +120,8 @@ const LEAK_RETRY_MS = 10_000;
 async function faultTeardownDelay(): Promise<void> {
   const ms = Number(process.env.AENV_FAULT_TEARDOWN_DELAY_MS ?? 0);
   if (Number.isFinite(ms) && ms > 0) await new Promise((r) => setTimeout(r, ms));
+  // Else after the current turn: the teardown's process spawns do not hold up the answer being written.
+  else await new Promise((r) => setImmediate(r));
 }
 
 /**
