@@ -3,7 +3,7 @@
 // driven by the e2b SDK / its HTTP API) and done raw with the host tools in the same run; the summary
 // table gives min / median / p95 and the ratio aenv median / raw median. See docs/benchmarks.md.
 //
-//   npm run bench -- [--only create,exec,memory,pause,template] [--n N] [--json out.json] [--keep] [--force]
+//   npm run bench -- [--only create,exec,memory,pause,template] [--n N] [--quick] [--json out.json] [--keep] [--force]
 //
 // Needs root. Traffic stays on loopback and in namespaces the run creates; everything it makes is removed
 // at the end (or by --cleanup after a crash / --keep).
@@ -168,7 +168,7 @@ const loadDuring = sampler.stop();
 const machine = machineInfo();
 const { table, notes } = report.table();
 console.log(
-  `\naenv benchmark — ${new Date(t0).toISOString()}, ${((Date.now() - t0) / 60000).toFixed(1)} min; HEAD ${commit} at the start, server dist built ${builtAt}`,
+  `\naenv benchmark${opts.quick ? ' (--quick)' : ''} — ${new Date(t0).toISOString()}, ${((Date.now() - t0) / 60000).toFixed(1)} min; HEAD ${commit} at the start, server dist built ${builtAt}`,
 );
 console.log(
   `machine: ${machine.cpus} × ${machine.cpuModel}, ${machine.memTotalMiB} MiB, kernel ${machine.kernel}, node ${machine.node}`,

@@ -1,10 +1,17 @@
 // Command-line options of `npm run bench` (scripts/bench/run.mjs). Every bad input is a clear error.
-import { cpus } from 'node:os';
+import { cpus, tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 /** End-to-end suites: each measures an operation through aenv and its raw twin in the same run. */
 export const E2E_SUITES = ['create', 'exec', 'memory', 'pause', 'template'];
 /** The existing component benchmarks, run as child processes when asked for. */
 export const COMPONENT_SUITES = ['runtime', 'network', 'image', 'envd'];
+
+/** Where `--quick` writes its JSON when no `--json` is given. */
+export const QUICK_JSON = join(tmpdir(), 'aenv-bench-quick.json');
+
+/** The sample counts of `--quick` (see USAGE). */
+export const QUICK_COUNTS = { createN: 5, execN: 15, crN: 2, templateN: 1, sandboxes: 10, settleSecs: 3 };
 
 export const USAGE = `usage: npm run bench -- [options]
 
@@ -20,6 +27,10 @@ export const USAGE = `usage: npm run bench -- [options]
   --sandboxes N       sandboxes running for the idle-memory measurement (default 50)
   --settle-secs S     idle time before memory is read (default 10)
   --json FILE         also write the results as JSON to FILE
+  --quick             every suite and row (each with its raw twin), fewer samples: create 5, exec 15,
+                      pause rounds 2, template 1, 10 sandboxes settled 3 s (under 3 minutes on the 2-core
+                      VM); writes JSON (to ${QUICK_JSON} unless --json says where). Counts
+                      given on their own (--n, --create-n, ...) still win
   --trace             also print where the time goes: the median of each phase the node reports for
                       every lifecycle route (its Server-Timing header; docs/benchmarks.md#phases)
   --keep              clean nothing up at the end (servers are killed, sandboxes and raw containers stay;
@@ -76,7 +87,7 @@ function parseSuites(text) {
  * @typedef {{
  *   suites: Set<string>, createN: number, execN: number, crN: number, templateN: number,
  *   sandboxes: number, settleSecs: number, json: string | null, keep: boolean, trace: boolean, cleanup: boolean,
- *   force: boolean, maxLoad: number, criuPath: string, help: boolean, n: number | null
+ *   force: boolean, maxLoad: number, criuPath: string, help: boolean, n: number | null, quick: boolean
  * }} BenchOptions
  */
 
@@ -100,6 +111,7 @@ export function parseOptions(argv, env = process.env) {
     maxLoad: defaultMaxLoad(),
     criuPath: env.AENV_CRIU_PATH || '/var/lib/aenv/deps/criu/current/bin/criu',
     help: false,
+    quick: false,
   };
   const explicit = new Set();
   for (let i = 0; i < argv.length; i++) {
@@ -138,6 +150,10 @@ export function parseOptions(argv, env = process.env) {
       }
       case '--settle-secs':
         o.settleSecs = nonNegativeNumber(name, value());
+        explicit.add('settleSecs');
+        break;
+      case '--quick':
+        o.quick = true;
         break;
       case '--json': {
         const v = value();
@@ -173,6 +189,10 @@ export function parseOptions(argv, env = process.env) {
       default:
         throw new Error(`unknown option "${arg}"`);
     }
+  }
+  if (o.quick) {
+    for (const [key, n] of Object.entries(QUICK_COUNTS)) if (!explicit.has(key)) o[key] = n;
+    o.json ??= QUICK_JSON;
   }
   if (o.n !== null) {
     // --n sets every sample count that was not given on its own.

@@ -122,11 +122,13 @@ export class ContainerBackend implements SandboxBackend {
         'the stored backend state of a sandbox cannot be read',
       );
     }
-    await phase('destroy', () => o.runtime.destroy(state?.containerId ?? record.id));
+    await phase('destroy', async () => {
+      await this.pausing.releasesSettled(record.id);
+      await o.runtime.destroy(state?.containerId ?? record.id);
+    });
     o.idRanges.release(record.id);
-    await phase('slot', () =>
-      releaseSlot(this.ctx, record.id, record.runtime?.slotIndex ?? state?.residentSlot),
-    );
+    // The slot's teardown goes on after the answer; the slot is not handed out again before it is clean.
+    releaseSlot(this.ctx, record.id, record.runtime?.slotIndex ?? state?.residentSlot);
     await this.sharing?.release(record.id).catch((err: unknown) => {
       this.ctx.log.warn({ err, sandboxId: record.id }, 'could not release the shared claim of a sandbox');
     });
@@ -182,9 +184,10 @@ export class ContainerBackend implements SandboxBackend {
     if (!this.sharing || !(await this.sharing.handedOver(record.id))) return false;
     const o = this.ctx.o;
     const state = stateIfAny(this.ctx, record);
+    await this.pausing.releasesSettled(record.id);
     await o.runtime.destroy(state?.containerId ?? record.id);
     o.idRanges.release(record.id);
-    await releaseSlot(this.ctx, record.id, record.runtime?.slotIndex ?? state?.residentSlot);
+    releaseSlot(this.ctx, record.id, record.runtime?.slotIndex ?? state?.residentSlot);
     await this.ctx.dirs.discardSettled(record.id);
     await this.ctx.dirs.discardPauseArtifacts(record.id);
     o.images.releaseLease(leaseHolder(record.id));
@@ -199,8 +202,9 @@ export class ContainerBackend implements SandboxBackend {
   }
 
   /** Waits for background deletions (shutdown, tests). */
-  whenIdle(): Promise<void> {
-    return this.ctx.dirs.whenIdle();
+  async whenIdle(): Promise<void> {
+    await this.pausing.idle();
+    await this.ctx.dirs.whenIdle();
   }
 
   pause(

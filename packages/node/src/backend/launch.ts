@@ -20,6 +20,8 @@ export interface SavedState {
   currentToken?: string | undefined;
   /** A paused sandbox already holds its image lease, and keeps it if this resume fails. */
   leaseHeld?: boolean;
+  /** The runtime's id of the new container (default: the sandbox id); the uid range stays the sandbox's. */
+  containerId?: string;
 }
 
 export async function launchSaved(
@@ -31,8 +33,10 @@ export async function launchSaved(
   beforeStart?: BeforeInstanceStart,
 ): Promise<StartResult> {
   const o = ctx.o;
+  const containerId = from.containerId ?? record.id;
   const launched = await ctx.factory.assemble({
-    containerId: record.id,
+    containerId,
+    ...(containerId !== record.id ? { rangeOwner: record.id, hostname: record.id } : {}),
     templateId: record.templateId,
     resources: record.resources,
     state,
@@ -61,7 +65,7 @@ export async function launchSaved(
     binding: bindingOf(launched),
     backend: ctx.records.encodeState({
       ...launched.state,
-      containerId: undefined,
+      containerId: containerId === record.id ? undefined : containerId,
       resident: false,
       residentSlot: undefined,
     }),

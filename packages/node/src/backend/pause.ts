@@ -15,13 +15,18 @@ import { syncFilesystem } from './disk-archive.js';
 import { launchSaved } from './launch.js';
 import { availableMemoryRatio } from './memory-pressure.js';
 import type { PausedSharing } from './paused-sharing.js';
-import { phase } from '../util/phases.js';
+import { detached, phase } from '../util/phases.js';
+import { ResidentReleases } from './resident-releases.js';
 
 export class SandboxPausing {
+  private readonly releases: ResidentReleases;
+
   constructor(
     private readonly ctx: BackendContext,
     private readonly sharing: PausedSharing | undefined,
-  ) {}
+  ) {
+    this.releases = new ResidentReleases(ctx.log);
+  }
 
   async pause(
     record: SandboxRecord,
@@ -102,15 +107,40 @@ export class SandboxPausing {
     return availableMemoryRatio() < (this.ctx.o.memoryPressureRatio ?? 0.15);
   }
 
-  /** Drops the frozen processes and the slot of a paused sandbox; its artifacts stay. */
-  private async releaseMemory(record: SandboxRecord): Promise<void> {
+  /**
+   * Drops the frozen processes and the slot of a paused sandbox, in the background (resident-releases.ts); its
+   * artifacts stay. The record says at once that nothing is resident any more.
+   */
+  private releaseMemory(record: SandboxRecord): void {
     const state = stateOf(this.ctx, record);
-    await this.ctx.o.runtime.destroy(containerIdOf(this.ctx, record));
-    await releaseSlot(this.ctx, record.id, state.residentSlot ?? record.runtime?.slotIndex);
+    const cid = containerIdOf(this.ctx, record);
+    const slot = state.residentSlot ?? record.runtime?.slotIndex;
     setState(this.ctx, record, { ...state, resident: false, residentSlot: undefined, thawable: undefined });
+    this.releases.start(record.id, cid, async () => {
+      await this.ctx.o.runtime.destroy(cid);
+      releaseSlot(this.ctx, record.id, slot);
+    });
   }
 
-  async resume(
+  /** Resolves when no release of the sandbox's memory is in flight (a kill, a hand-over). */
+  releasesSettled(sandboxId: string): Promise<void> {
+    return this.releases.settled(sandboxId);
+  }
+
+  /** Resolves when no release is in flight (shutdown). */
+  idle(): Promise<void> {
+    return this.releases.idle();
+  }
+
+  resume(
+    record: SandboxRecord,
+    policy: EgressPolicy,
+    opts: { memory: boolean; beforeStart?: BeforeInstanceStart },
+  ): Promise<StartResult> {
+    return this.releases.resuming(record.id, () => this.resumeNow(record, policy, opts));
+  }
+
+  private async resumeNow(
     record: SandboxRecord,
     policy: EgressPolicy,
     opts: { memory: boolean; beforeStart?: BeforeInstanceStart },
@@ -122,7 +152,7 @@ export class SandboxPausing {
     // it elsewhere meanwhile (docs/cluster.md#sandbox-ownership).
     if (this.sharing) await phase('claim', () => this.sharing!.takeBack(record.id));
     if (state.resident && (!opts.memory || !state.thawable)) {
-      await phase('release-memory', () => this.releaseMemory(record));
+      this.releaseMemory(record);
       state = stateOf(this.ctx, record);
     }
     if (state.resident && state.residentSlot !== undefined) {
@@ -166,6 +196,8 @@ export class SandboxPausing {
         currentId: record.id,
         currentToken: record.secure ? o.envdToken(record.id) : undefined,
         leaseHeld: true,
+        // Not the one a release of its previous container still holds: the resume does not wait for it.
+        containerId: this.releases.freeContainerId(record.id),
       },
       opts.beforeStart,
     );
@@ -181,27 +213,21 @@ export class SandboxPausing {
       if (!state.resident || !r.paused) continue;
       const inGrace = state.thawable && now - Date.parse(r.paused.pausedAt) < this.ctx.o.residentPauseGraceMs;
       if (inGrace && !pressure) continue;
-      try {
-        await this.releaseMemory(r);
-        this.ctx.log.info({ sandboxId: r.id, pressure }, 'released the memory of a paused sandbox');
-      } catch (err) {
-        this.ctx.log.warn({ err, sandboxId: r.id }, 'could not release the memory of a paused sandbox');
-      }
+      this.releaseMemory(r);
     }
   }
 }
 
 /**
- * Gives a sandbox's slot back once its container is gone. A teardown that fails stays with the network
- * manager, which retries it: the sandbox no longer needs the slot, so its kill or resume goes on.
+ * Gives a sandbox's slot back once its container is gone, without waiting for the teardown. A teardown that
+ * fails stays with the network manager, which retries it: the sandbox no longer needs the slot.
  */
-export async function releaseSlot(
-  ctx: BackendContext,
-  sandboxId: string,
-  index: number | undefined,
-): Promise<void> {
+export function releaseSlot(ctx: BackendContext, sandboxId: string, index: number | undefined): void {
   if (index === undefined) return;
-  await ctx.o.network.releaseIndex(index).catch((err: unknown) => {
-    ctx.log.warn({ err, sandboxId, index }, 'network slot teardown failed; the network manager retries it');
-  });
+  // In the background (docs/benchmarks.md): the slot is not handed out again before it is clean.
+  detached(() =>
+    ctx.o.network.releaseInBackground(index, (err: unknown) => {
+      ctx.log.warn({ err, sandboxId, index }, 'network slot teardown failed; the network manager retries it');
+    }),
+  );
 }

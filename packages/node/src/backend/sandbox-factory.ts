@@ -46,6 +46,8 @@ export interface AssemblyPlan {
   containerId: string;
   /** Who holds the uid range (default: the container id). A resume finds its range still held and keeps it. */
   rangeOwner?: string;
+  /** The sandbox's hostname (default: the container id; a sandbox resumed as `<id>-rN` keeps its id). */
+  hostname?: string;
   templateId: string;
   resources: SandboxResources;
   /** The sandbox's backend state when it is known (saved state), or the image to pull while the slot is set up. */
@@ -329,7 +331,7 @@ export class SandboxFactory {
     const r = plan.resources;
     return {
       id,
-      hostname: id,
+      hostname: plan.hostname ?? id,
       idRange,
       rootfs: state.rootfs,
       resources: {

@@ -128,6 +128,17 @@ const TEARDOWN_CONCURRENCY = 4;
 const LEAK_RETRY_MS = 10_000;
 
 /**
+ * Fault injection for tests: `AENV_FAULT_TEARDOWN_DELAY_MS` holds every background slot teardown back this long,
+ * which makes "the answer came before the teardown" (and a crash in between) deterministic. Unset: no delay.
+ */
+async function faultTeardownDelay(): Promise<void> {
+  const ms = Number(process.env.AENV_FAULT_TEARDOWN_DELAY_MS ?? 0);
+  if (Number.isFinite(ms) && ms > 0) await new Promise((r) => setTimeout(r, ms));
+  // Else after the current turn: the teardown's process spawns do not hold up the answer being written.
+  else await new Promise((r) => setImmediate(r));
+}
+
+/**
  * Fault injection for tests: `AENV_FAULT_POLICY_DELAY_MS` holds the first policy installation of every slot back
  * this long, which widens any window in which a sandbox would run before its policy is in place. Unset in
  * production: no delay.
@@ -149,6 +160,8 @@ export class NetworkManager {
   private readonly slots = new Map<number, SlotEntry>();
   private readonly readyQueue: number[] = [];
   private readonly creations = new Set<Promise<unknown>>();
+  /** Teardowns started by releaseInBackground; shutdown waits for them. */
+  private readonly teardowns = new Set<Promise<void>>();
   private ctx: PlumbingContext;
   private dnsServer: string | null = null;
   private readonly egress: EgressService | null;
@@ -446,6 +459,19 @@ export class NetworkManager {
     throw new Error(`network slot ${index} is ${entry.state} in the warm pool, not owned by a sandbox`);
   }
 
+  /**
+   * releaseIndex without waiting for the teardown. Until it is clean the slot stays in the manager's table
+   * (`releasing`), so its index is never handed to another sandbox; shutdown waits for it, a failed one is retried
+   * as a leaked slot, and one cut short by a crash is removed by the next init's sweep (no sandbox keeps it).
+   */
+  releaseInBackground(index: number, onError: (err: unknown) => void): void {
+    const work = faultTeardownDelay()
+      .then(() => this.releaseIndex(index))
+      .catch(onError);
+    this.teardowns.add(work);
+    void work.finally(() => this.teardowns.delete(work));
+  }
+
   /** The slot with this index, adopted at init/reconcile or acquired earlier. */
   attach(index: number): NetworkSlot {
     const entry = this.slots.get(index);
@@ -475,6 +501,7 @@ export class NetworkManager {
       this.lifecycle = 'stopped';
       return;
     }
+    await Promise.allSettled([...this.teardowns]);
     this.lifecycle = 'stopping';
     if (this.retryTimer) clearTimeout(this.retryTimer);
     if (this.leakRetryTimer) clearTimeout(this.leakRetryTimer);
