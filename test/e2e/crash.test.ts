@@ -137,6 +137,31 @@ describe('restart and crash safety', () => {
     });
   }
 
+  it('a crash at resume:recorded (the resume stored, its restore not run) leaves the sandbox paused or running, never lost', async () => {
+    await start();
+    const sbx = await Sandbox.create({ timeoutMs: 600_000 });
+    const w = await startWorkload(node(), sbx);
+    const counterBefore = (await readWorkload(sbx, w)).counter;
+    expect(await sbx.pause()).toBe(true);
+    await node().stop();
+    // Restarted, the pause is no longer resident: the resume is a restore from the pause's artifacts.
+    await start({ AENV_FAULT_CRASH_AT: 'resume:recorded' });
+    const answer = await node()
+      .api('POST', `/sandboxes/${sbx.sandboxId}/connect`, { timeout: 600 })
+      .then((r) => `answered ${r.status}`)
+      .catch(() => 'no answer');
+    expect(answer).toBe('no answer');
+    await node().crash();
+
+    await start();
+    const after = await node().api('GET', `/sandboxes/${sbx.sandboxId}`);
+    expect(after.status).toBe(200);
+    expect(after.body).toMatchObject({ state: 'paused', pauseKind: 'memory' });
+    expect(await strayHostObjects(node())).toEqual([]);
+    const resumed = await Sandbox.connect(sbx.sandboxId);
+    await expectWorkloadKept(resumed, w, counterBefore);
+  });
+
   it('kill -9 of the server: the paused sandbox resumes, the running one is re-adopted, a killed one leaves nothing', async () => {
     await start();
     const running = await Sandbox.create({ timeoutMs: 600_000 });

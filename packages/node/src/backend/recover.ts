@@ -55,7 +55,8 @@ export class SandboxRecovery {
         keepSlots.push(r.runtime.slotIndex);
         keepIds.push(state?.containerId ?? r.id);
         outcomes.set(r.id, { kind: 'running', binding: { ...r.runtime, instanceId: randomUUID() } });
-      } else if (r.state === 'pausing' && artifactsComplete) {
+      } else if ((r.state === 'pausing' || r.state === 'resuming') && artifactsComplete) {
+        // A pause that completed, or a resume the crash cut short before its sandbox ran: still paused.
         outcomes.set(r.id, await this.recoveredPause(r, true));
       } else {
         outcomes.set(r.id, { kind: 'gone' });

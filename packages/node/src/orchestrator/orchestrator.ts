@@ -819,6 +819,7 @@ export class Orchestrator {
     this.assertOpen();
     this.assertNotDraining();
     this.setState(r, 'resuming');
+    crashPoint('resume:recorded');
     const hooks = this.startHooks(r, 'resume');
     try {
       const started = await this.timed('resume', () =>
