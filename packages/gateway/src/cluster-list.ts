@@ -32,19 +32,21 @@ export interface ListQuery {
   cursor: PageCursor | undefined;
 }
 
-/** Reads `limit` and `nextToken`; throws ListError(400) for a non-integer limit or a malformed token. */
-export function parseListQuery(search: string): ListQuery {
+/**
+ * Splits a list query into what every node is sent (the rest, without `limit` and `nextToken`), the limit read by
+ * `readLimit` (given the raw value when there is one) and the page cursor; throws ListError(400) for a malformed
+ * token.
+ */
+export function splitPageQuery<L>(
+  search: string,
+  readLimit: (raw: string) => L,
+): { nodeQuery: string; limit: L | undefined; cursor: PageCursor | undefined } {
   const params = new URLSearchParams(search);
   const rawLimit = params.get('limit');
   const rawToken = params.get('nextToken');
   params.delete('limit');
   params.delete('nextToken');
-  let limit: number | undefined;
-  if (rawLimit !== null && rawLimit !== '') {
-    if (!/^[+-]?\d{1,15}$/.test(rawLimit))
-      throw new ListError(400, `invalid limit "${rawLimit}": must be an integer`);
-    limit = Math.max(0, Number(rawLimit));
-  }
+  const limit = rawLimit !== null && rawLimit !== '' ? readLimit(rawLimit) : undefined;
   let cursor: PageCursor | undefined;
   if (rawToken !== null && rawToken !== '') {
     try {
@@ -56,6 +58,14 @@ export function parseListQuery(search: string): ListQuery {
   }
   const q = params.toString();
   return { nodeQuery: q ? `?${q}` : '', limit, cursor };
+}
+
+/** Reads `limit` and `nextToken`; throws ListError(400) for a non-integer limit or a malformed token. */
+export function parseListQuery(search: string): ListQuery {
+  return splitPageQuery(search, (raw) => {
+    if (!/^[+-]?\d{1,15}$/.test(raw)) throw new ListError(400, `invalid limit "${raw}": must be an integer`);
+    return Math.max(0, Number(raw));
+  });
 }
 
 /** Validates one node's answer: a JSON array of objects with a string sandboxID and startedAt. */

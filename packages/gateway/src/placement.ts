@@ -8,6 +8,7 @@ import {
   ScheduleRequestHintSchema,
   type ScheduleRequestHint,
 } from '@aenv/protocol';
+import { jsonObjectOf } from './json-body.js';
 
 /** Largest create body the gateway reads for its hint (and forwards from memory). */
 export const MAX_HINT_BODY_BYTES = 64 * 1024;
@@ -23,14 +24,7 @@ const nonNegativeInt = (v: unknown, max: number): number =>
   typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= max ? v : 0;
 
 export function placementHint(body: Buffer, cold: boolean): ScheduleRequestHint {
-  let doc: Record<string, unknown> = {};
-  try {
-    const parsed: unknown = JSON.parse(body.toString('utf8'));
-    if (parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed))
-      doc = parsed as Record<string, unknown>;
-  } catch {
-    // not JSON: no hint
-  }
+  const doc = jsonObjectOf(body) ?? {};
   const metadata = stringMap(doc.metadata);
   if (!cold)
     return create(ScheduleRequestHintSchema, {

@@ -3,15 +3,9 @@
 // call goes to. A template (or snapshot) lives on the node that built it unless the nodes share a repository;
 // the gateway finds its holders by asking the nodes (template-locator.ts).
 import { createHash } from 'node:crypto';
-import {
-  decodePageToken,
-  encodePageToken,
-  isCanonicalUuid,
-  PageTokenError,
-  timestampNs,
-  type PageCursor,
-} from '@aenv/protocol';
-import { ListError } from './cluster-list.js';
+import { encodePageToken, isCanonicalUuid, timestampNs, type PageCursor } from '@aenv/protocol';
+import { ListError, splitPageQuery } from './cluster-list.js';
+import { jsonObjectOf } from './json-body.js';
 
 export type TemplateOp =
   /** `GET /templates`: every node's list, merged. */
@@ -160,29 +154,12 @@ export interface RecordPageQuery {
 
 /** `limit` (1..100) and `nextToken` as one node checks them; the rest of the query goes to every node. */
 export function parseRecordPageQuery(search: string): RecordPageQuery {
-  const params = new URLSearchParams(search);
-  const rawLimit = params.get('limit');
-  const rawToken = params.get('nextToken');
-  params.delete('limit');
-  params.delete('nextToken');
-  let limit: number | undefined;
-  if (rawLimit !== null && rawLimit !== '') {
-    const n = /^\d+$/.test(rawLimit) ? Number(rawLimit) : NaN;
+  return splitPageQuery(search, (raw) => {
+    const n = /^\d+$/.test(raw) ? Number(raw) : NaN;
     if (!Number.isInteger(n) || n < 1 || n > 100)
-      throw new ListError(400, `invalid limit "${rawLimit}": must be an integer between 1 and 100`);
-    limit = n;
-  }
-  let cursor: PageCursor | undefined;
-  if (rawToken !== null && rawToken !== '') {
-    try {
-      cursor = decodePageToken(rawToken);
-    } catch (e) {
-      if (e instanceof PageTokenError) throw new ListError(400, e.message);
-      throw e;
-    }
-  }
-  const q = params.toString();
-  return { nodeQuery: q ? `?${q}` : '', limit, cursor };
+      throw new ListError(400, `invalid limit "${raw}": must be an integer between 1 and 100`);
+    return n;
+  });
 }
 
 /** The page of merged records after the cursor; a token only when more follow (as one node pages). */
@@ -216,28 +193,18 @@ export function uploadTokenProblem(search: string, nowMs: number): string | unde
 
 /** The template a `POST|DELETE /templates/tags` body names (`target` "name:tag", or `name`), if readable. */
 export function tagsBodyName(body: Buffer): string | undefined {
-  let doc: unknown;
-  try {
-    doc = JSON.parse(body.toString('utf8'));
-  } catch {
-    return undefined;
-  }
-  if (doc === null || typeof doc !== 'object') return undefined;
-  const { target, name } = doc as { target?: unknown; name?: unknown };
+  const doc = jsonObjectOf(body);
+  if (!doc) return undefined;
+  const { target, name } = doc;
   const ref = typeof target === 'string' ? target : typeof name === 'string' ? name : undefined;
   return ref === undefined ? undefined : lookupName(ref);
 }
 
 /** The name a `POST /v3/templates` body builds (`name`, or the deprecated `alias`; `:tag` dropped). */
 export function buildBodyName(body: Buffer): string | undefined {
-  let doc: unknown;
-  try {
-    doc = JSON.parse(body.toString('utf8'));
-  } catch {
-    return undefined;
-  }
-  if (doc === null || typeof doc !== 'object') return undefined;
-  const { name, alias } = doc as { name?: unknown; alias?: unknown };
+  const doc = jsonObjectOf(body);
+  if (!doc) return undefined;
+  const { name, alias } = doc;
   const full = typeof name === 'string' ? name : typeof alias === 'string' ? alias : undefined;
   if (full === undefined) return undefined;
   const bare = full.trim();
@@ -247,13 +214,6 @@ export function buildBodyName(body: Buffer): string | undefined {
 
 /** The template a create's body launches (`templateID`), as a lookup name; undefined when there is none. */
 export function createBodyTemplate(body: Buffer): string | undefined {
-  let doc: unknown;
-  try {
-    doc = JSON.parse(body.toString('utf8'));
-  } catch {
-    return undefined;
-  }
-  if (doc === null || typeof doc !== 'object' || Array.isArray(doc)) return undefined;
-  const ref = (doc as { templateID?: unknown }).templateID;
+  const ref = jsonObjectOf(body)?.templateID;
   return typeof ref === 'string' && ref !== '' ? lookupName(ref) : undefined;
 }

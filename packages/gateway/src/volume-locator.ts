@@ -7,6 +7,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { volumeContentTokenMatches, type Node } from '@aenv/protocol';
 import { ListError } from './cluster-list.js';
+import { jsonObjectOf } from './json-body.js';
 import { askAll, type Asked } from './node-fanout.js';
 import type { SchedulerCalls } from './scheduler-calls.js';
 import {
@@ -128,12 +129,7 @@ export class VolumeLocator {
    * at the same instant through different nodes can both succeed (then mounting that name is a 409 naming both).
    */
   private async refuseTakenName(body: Buffer): Promise<void> {
-    let name: unknown;
-    try {
-      name = (JSON.parse(body.toString('utf8')) as { name?: unknown } | null)?.name;
-    } catch {
-      return; // the node gives the client its 400
-    }
+    const name = jsonObjectOf(body)?.name;
     if (typeof name !== 'string') return;
     for (const a of await this.askAll('/volumes')) {
       if ('unreachable' in a || a.status !== 200) continue;

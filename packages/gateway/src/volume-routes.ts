@@ -2,6 +2,7 @@
 // pure decisions about them — where a create naming `volumeMounts` must go, how node lists merge. A volume
 // lives on the node that created it; the gateway finds that node by asking the nodes (volume-locator.ts).
 import { isSandboxId } from '@aenv/protocol';
+import { jsonObjectOf } from './json-body.js';
 
 export type VolumeOp =
   /** `GET /volumes`: every node's list, merged. */
@@ -69,14 +70,7 @@ export function mergeVolumeLists(lists: readonly ListedVolume[][]): ListedVolume
  * the field is malformed (the node it is then placed on gives the client its 400, as one node does).
  */
 export function mountedVolumeNames(body: Buffer): string[] | undefined {
-  let doc: unknown;
-  try {
-    doc = JSON.parse(body.toString('utf8'));
-  } catch {
-    return undefined;
-  }
-  if (doc === null || typeof doc !== 'object' || Array.isArray(doc)) return undefined;
-  const mounts = (doc as { volumeMounts?: unknown }).volumeMounts;
+  const mounts = jsonObjectOf(body)?.volumeMounts;
   if (!Array.isArray(mounts) || mounts.length === 0) return undefined;
   const names: string[] = [];
   for (const m of mounts) {
