@@ -45,6 +45,8 @@ const port = await harness.freePort();
 const sched = await startSchedulerProcess({
   scheduler: { nodes: [{ id: NAME, endpoint: `http://127.0.0.1:${port}` }] },
 });
+// The parents must stay searchable by the sandbox uid range (the node refuses to start otherwise).
+mkdirSync(`/var/lib/aenv-e2e/${NAME}`, { recursive: true, mode: 0o711 });
 mkdirSync(`/var/lib/aenv-e2e/${NAME}/secrets`, { recursive: true, mode: 0o700 });
 writeFileSync(`/var/lib/aenv-e2e/${NAME}/secrets/api-key`, `${KEY}\n`, { mode: 0o600 });
 const node = await harness.startServer(
