@@ -1,5 +1,5 @@
 import { chmod, chown, lstat, mkdir, readFile, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
-import { basename, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { run } from '../../../util/exec.js';
 import type {
   CheckpointOptions,
@@ -432,6 +432,8 @@ export class ContainerDriver implements RuntimeDriver {
     await mkdir(join(this.opts.runtimePath, 'runc'), { recursive: true, mode: 0o700 });
     await mkdir(join(this.opts.runtimePath, 'criu-work'), { recursive: true, mode: 0o700 });
     await writeCriuConfig(this.criuConfigPath);
+    // Before the volume is mounted: a start refused for a 0700 parent must not leave the mount behind.
+    await assertSearchable('sandbox dir', dirname(this.sandboxesDir));
     await this.cow.init();
     await this.enforceSandboxDirModes();
     await assertSearchable('sandbox dir', this.sandboxesDir);
