@@ -69,6 +69,8 @@ const via = {
   node: { apiUrl: node.url, sandboxUrl: node.url, apiKey: KEY, debug: false },
   gateway: { apiUrl: gw.url, sandboxUrl: gw.url, apiKey: KEY, debug: false },
 };
+/** @type {{place: number[], record: number[]}} */
+const phases = { place: [], record: [] };
 const samples = {
   create: { node: [], gateway: [] },
   exec: { node: [], gateway: [] },
@@ -90,6 +92,26 @@ try {
       );
       for (const s of made) await s.kill();
     }
+  // The gateway's own phases of a create, from the Server-Timing it adds to the node's.
+  for (let i = 0; i < CREATES; i++) {
+    const answer = await globalThis.fetch(`${gw.url}/sandboxes`, {
+      method: 'POST',
+      headers: { 'x-api-key': KEY, 'content-type': 'application/json' },
+      body: JSON.stringify({ templateID: 'base', timeout: 120 }),
+    });
+    const made = /** @type {{sandboxID: string}} */ (await answer.json());
+    for (const [name, key] of [
+      ['gateway-place', 'place'],
+      ['gateway-record', 'record'],
+    ]) {
+      const m = new RegExp(`${name};dur=([0-9.]+)`).exec(answer.headers.get('server-timing') ?? '');
+      if (m) phases[key].push(Number(m[1]));
+    }
+    await globalThis.fetch(`${gw.url}/sandboxes/${made.sandboxID}`, {
+      method: 'DELETE',
+      headers: { 'x-api-key': KEY },
+    });
+  }
   const sbx = await Sandbox.create({ ...via.node, timeoutMs: 300_000 });
   await sbx.files.write('/tmp/bench.txt', 'x'.repeat(4096));
   const handles = {
@@ -113,7 +135,10 @@ const rows = Object.entries(samples).map(([op, s]) => {
   const g = stats(s.gateway);
   return { op, node: n, gateway: g, addedMedianMs: g.median - n.median };
 });
-if (asJson) process.stdout.write(JSON.stringify(rows, null, 2) + '\n');
+const gatewayPhases = Object.fromEntries(
+  Object.entries(phases).map(([k, v]) => [k, v.length > 0 ? stats(v) : undefined]),
+);
+if (asJson) process.stdout.write(JSON.stringify({ rows, gatewayPhases }, null, 2) + '\n');
 else {
   const f = (x) => x.toFixed(2);
   console.log('gateway overhead (ms): node min/median/p95 | gateway min/median/p95 | added median');
@@ -122,4 +147,9 @@ else {
       `${r.op.padEnd(7)} n=${r.node.n}  ${f(r.node.min)}/${f(r.node.median)}/${f(r.node.p95)} | ` +
         `${f(r.gateway.min)}/${f(r.gateway.median)}/${f(r.gateway.p95)} | ${f(r.addedMedianMs)}`,
     );
+  for (const [k, st] of Object.entries(gatewayPhases))
+    if (st)
+      console.log(
+        `create, gateway ${k} (Server-Timing) n=${st.n}  ${f(st.min)}/${f(st.median)}/${f(st.p95)}`,
+      );
 }

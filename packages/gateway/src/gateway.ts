@@ -31,6 +31,7 @@ import { isNotFound, schedulerErrorAnswer } from './scheduler-errors.js';
 import { VolumeLocator } from './volume-locator.js';
 import { TemplateLocator } from './template-locator.js';
 import { clusterSandboxMetrics } from './cluster-metrics.js';
+import { appendServerTiming } from './server-timing.js';
 
 export interface GatewayDeps {
   config: GatewaySection;
@@ -292,6 +293,7 @@ export class Gateway {
       case 'sandbox':
         return this.sandboxCall(r, req, res);
       case 'create': {
+        const started = performance.now();
         const body = await readBody(req, MAX_HINT_BODY_BYTES);
         const schedule = () => this.deps.scheduler.schedule(placementHint(body, r.cold));
         // A create mounting volumes goes to their node (docs/cluster.md#volumes-in-a-cluster); one launching a
@@ -300,7 +302,8 @@ export class Gateway {
           (await this.volumes.nodeForMounts(body)) ??
           (r.cold ? undefined : await this.templates.nodeForCreate(body, schedule)) ??
           (await schedule());
-        return this.forward(req, res, r, node, req.url ?? '/', { body, record: 'created' });
+        const placeMs = performance.now() - started;
+        return this.forward(req, res, r, node, req.url ?? '/', { body, record: 'created', placeMs });
       }
       case 'volume':
         return this.volumes.serve(r.op, req, res);
@@ -413,7 +416,13 @@ export class Gateway {
     r: Route,
     node: Node,
     path: string,
-    opts: { body?: Buffer; record?: 'created' | { sandboxId: string }; unbounded?: boolean } = {},
+    opts: {
+      body?: Buffer;
+      record?: 'created' | { sandboxId: string };
+      unbounded?: boolean;
+      /** Time spent choosing the node (reported in Server-Timing with the recording's). */
+      placeMs?: number;
+    } = {},
   ): Promise<void> {
     const headers = this.upstreamHeaders(req, r, node, opts.body?.length);
     if (this.deps.config.debugMode) res.setHeader('x-agentenv-node-id', node.nodeId);
@@ -432,7 +441,14 @@ export class Gateway {
             ? {
                 buffer: {
                   maxBytes: this.deps.config.forwardResponseSize,
-                  onAnswer: (a: BufferedAnswer) => this.recordCreated(a, node, opts.record!),
+                  onAnswer: async (a: BufferedAnswer) => {
+                    const recording = performance.now();
+                    await this.recordCreated(a, node, opts.record!);
+                    appendServerTiming(a.headers, {
+                      ...(opts.placeMs === undefined ? {} : { 'gateway-place': opts.placeMs }),
+                      'gateway-record': performance.now() - recording,
+                    });
+                  },
                 },
               }
             : {}),
