@@ -7,7 +7,7 @@ import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox } from 'e2b';
-import { eventually, hostObjects, storeDir } from './harness.js';
+import { eventually, hostObjects, storeDir, strayHostObjects } from './harness.js';
 import { describeNode } from './fixture.js';
 
 const SYSCTL = '/proc/sys/vm/unprivileged_userfaultfd';
@@ -130,6 +130,22 @@ describe('lazy restore from disk', () => {
         !readdirSync(criuWork()).some((id) => id.startsWith(sbx.sandboxId))
       );
     }, `the host objects of ${sbx.sandboxId} to be gone`);
+  });
+
+  it('a server crash while pages are fetched: the daemon finishes on its own, the memory is intact after the restart', async () => {
+    const sbx = await holding();
+    await pauseToDisk(sbx);
+    await sbx.connect();
+    await server.crash();
+    await eventually(
+      () => daemons().length === 0,
+      'the lazy-pages daemon to finish without its server',
+      600,
+      100,
+    );
+    await server.restart();
+    expect(await strayHostObjects(server)).toEqual([]);
+    await memoryIntact(sbx);
   });
 
   it('falls back to an eager restore, with a log line, when the kernel refuses userfaultfd', async () => {
