@@ -2,13 +2,22 @@
 // (driven with the e2b SDK or its HTTP API) and the same operation done raw, in the same run.
 // Entry point: scripts/bench/run.mjs (options, load check, table). This module holds the shared context:
 // the nodes (started on first use), the raw-twin lab, and their cleanup.
-import { MAIN_NODE, DISK_NODE, WARM_NODE, removeNode, startNode } from './lib/nodes.mjs';
+import {
+  MAIN_NODE,
+  DISK_NODE,
+  EAGER_NODE,
+  LAZY_NODE,
+  WARM_NODE,
+  removeNode,
+  startNode,
+} from './lib/nodes.mjs';
 import { RawLab, removeRawLeftovers } from './lib/raw.mjs';
 import { sandboxLayers, sandboxOciConfig } from './lib/sandbox-facts.mjs';
 import { createSuite } from './lib/suites/create.mjs';
 import { execSuite } from './lib/suites/exec.mjs';
 import { memorySuite } from './lib/suites/memory.mjs';
 import { pauseSuite } from './lib/suites/pause.mjs';
+import { resumeSuite } from './lib/suites/resume.mjs';
 import { templateSuite } from './lib/suites/template.mjs';
 import { Sandbox } from 'e2b';
 
@@ -18,21 +27,26 @@ export const SUITES = {
   memory: memorySuite,
   pause: pauseSuite,
   template: templateSuite,
+  resume: resumeSuite,
 };
 
 // The main node keeps paused sandboxes resident (resume = thaw); the disk node releases their memory at
 // once (resume = restore from the checkpoint on disk).
 const MAIN_TOML = '[orchestrator]\nresident_pause_grace_secs = 86400\n';
 const DISK_TOML = '[orchestrator]\nresident_pause_grace_secs = 0\n';
+// The resume suite's two nodes: like the disk node, with room for a 1 GB workload; one restores checkpoints
+// above 64 MiB lazily (docs/runtime.md#lazy-restore).
+const RESUME_TOML = `${DISK_TOML}[machine]\nmem_size_mib = 2048\n`;
+const LAZY_RUNTIME = ['lazy_restore_min_mib = 64'];
 
 /** Shared state of one benchmark run; nodes and the raw lab are made on first use. */
 export function createContext(opts, report, log) {
   const started = new Map();
   let lab = null;
-  const node = (name, toml, warm = 0) => {
+  const node = (name, toml, warm = 0, runtime = []) => {
     if (!started.has(name)) {
       log(`starting aenv node "${name}"`);
-      started.set(name, startNode(name, toml, warm));
+      started.set(name, startNode(name, toml, warm, runtime));
     }
     return started.get(name);
   };
@@ -43,6 +57,8 @@ export function createContext(opts, report, log) {
     shared: {},
     mainNode: () => node(MAIN_NODE, MAIN_TOML),
     diskNode: () => node(DISK_NODE, DISK_TOML),
+    eagerNode: () => node(EAGER_NODE, RESUME_TOML),
+    lazyNode: () => node(LAZY_NODE, RESUME_TOML, 0, LAZY_RUNTIME),
     /** Node with the warm sandbox pool (2 per template, the product default). */
     warmNode: () => node(WARM_NODE, '', 2),
     /** The raw twins' lab, set up from a live `base` sandbox's OCI config and overlay layers. */

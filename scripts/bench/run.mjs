@@ -43,7 +43,7 @@ if (process.getuid?.() !== 0) {
 }
 
 // Loaded after the cheap checks: these pull in tsx, the harness and the product modules.
-const { DISK_NODE, MAIN_NODE, WARM_NODE, isEmpty, nodeLeftovers, removeNode } =
+const { DISK_NODE, EAGER_NODE, LAZY_NODE, MAIN_NODE, WARM_NODE, isEmpty, nodeLeftovers, removeNode } =
   await import('./lib/nodes.mjs');
 const { rawLeftovers, removeRawLeftovers } = await import('./lib/raw.mjs');
 const { run } = await import('./lib/product.mjs');
@@ -53,6 +53,8 @@ async function leftovers() {
     [MAIN_NODE]: await nodeLeftovers(MAIN_NODE),
     [DISK_NODE]: await nodeLeftovers(DISK_NODE),
     [WARM_NODE]: await nodeLeftovers(WARM_NODE),
+    [EAGER_NODE]: await nodeLeftovers(EAGER_NODE),
+    [LAZY_NODE]: await nodeLeftovers(LAZY_NODE),
     raw: await rawLeftovers(),
   };
 }
@@ -70,6 +72,8 @@ if (opts.cleanup) {
   await removeNode(MAIN_NODE);
   await removeNode(DISK_NODE);
   await removeNode(WARM_NODE);
+  await removeNode(EAGER_NODE);
+  await removeNode(LAZY_NODE);
   await removeRawLeftovers();
   const left = await leftovers();
   if (allEmpty(left)) {
@@ -95,7 +99,7 @@ if (e2eWanted.length && !existsSync(cli)) {
   console.error(`bench: ${cli} is missing: build first (npx tsc -b && npm run -w @aenv/envd bundle)`);
   process.exit(2);
 }
-if (opts.suites.has('pause') && !existsSync(opts.criuPath)) {
+if ((opts.suites.has('pause') || opts.suites.has('resume')) && !existsSync(opts.criuPath)) {
   console.error(
     `bench: CRIU not found at ${opts.criuPath} (the pause suite's raw twins need it; see docs/install.md, or pass --criu)`,
   );
@@ -139,6 +143,7 @@ const counts = {
   memory: opts.sandboxes,
   pause: opts.crN,
   template: opts.templateN,
+  resume: opts.crN,
 };
 let left = {};
 try {

@@ -203,6 +203,13 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
         aenv: true,
         doc: 'CRIU binary; empty = <deps_path>/criu/current/bin/criu.',
       }),
+      lazy_restore_min_mib: int({
+        default: 0,
+        min: 0,
+        max: 1048576,
+        aenv: true,
+        doc: 'Restore a memory checkpoint holding more than this many MiB of pages lazily: the sandbox runs before its memory is read, a `criu lazy-pages` daemon serves pages on first touch and fetches the rest in the background. 0 = never (every restore reads all pages first). Needs vm.unprivileged_userfaultfd = 1 on the host, else it is logged and not used; a lazy restore that fails is logged and done eagerly (docs/runtime.md#lazy-restore).',
+      }),
       uid_map_host_start: int({
         default: 100000,
         min: 1,

@@ -317,6 +317,24 @@ const rules: { name: string; bad: string; message: string; good: string }[] = [
       'runtime.pids_limit = 600: must not exceed runtime.node_pids_limit (500), the budget of all sandboxes together',
     good: '[runtime]\nnode_pids_limit = 500\npids_limit = 400',
   },
+  {
+    name: 'lazy_restore_min_mib is a whole number >= 0',
+    bad: '[runtime]\nlazy_restore_min_mib = -1',
+    message: 'runtime.lazy_restore_min_mib = -1: must be >= 0',
+    good: '[runtime]\nlazy_restore_min_mib = 0',
+  },
+  {
+    name: 'lazy_restore_min_mib at most 1 TiB',
+    bad: '[runtime]\nlazy_restore_min_mib = 1048577',
+    message: 'runtime.lazy_restore_min_mib = 1048577: must be <= 1048576',
+    good: '[runtime]\nlazy_restore_min_mib = 1048576',
+  },
+  {
+    name: 'lazy_restore_min_mib is no string',
+    bad: '[runtime]\nlazy_restore_min_mib = "256"',
+    message: 'runtime.lazy_restore_min_mib = "256": expected an integer',
+    good: '[runtime]\nlazy_restore_min_mib = 256',
+  },
 ];
 
 describe('validation rules (docs/configuration.md and aenv)', () => {

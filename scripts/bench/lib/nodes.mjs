@@ -13,6 +13,9 @@ export const MAIN_NODE = 'bench';
 export const DISK_NODE = 'bdisk';
 /** A node with the warm sandbox pool on (the product default): creates take a pre-started sandbox. */
 export const WARM_NODE = 'bwarm';
+/** The resume suite's nodes: like DISK_NODE with 2 GiB sandboxes; the second restores lazily. */
+export const EAGER_NODE = 'breag';
+export const LAZY_NODE = 'blazy';
 
 /** Where the harness puts a node named `name` (test/e2e/harness.ts conventions). */
 export function nodePaths(name) {
@@ -46,10 +49,13 @@ async function assertCidrsFree(name) {
   }
 }
 
-/** Starts a node; `toml` is appended to the harness config; `warm` = `[pool].warm_sandboxes` (default 0). */
-export async function startNode(name, toml = '', warm = 0) {
+/**
+ * Starts a node; `toml` is appended to the harness config; `warm` = `[pool].warm_sandboxes` (default 0);
+ * `runtime` = lines for the harness's own `[runtime]` table.
+ */
+export async function startNode(name, toml = '', warm = 0, runtime = []) {
   await assertCidrsFree(name);
-  const server = await harness.startServer({ name, toml, warm });
+  const server = await harness.startServer({ name, toml, warm, runtime });
   nameOrigin(server.url, name);
   return {
     name,

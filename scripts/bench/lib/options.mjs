@@ -3,7 +3,9 @@ import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 /** End-to-end suites: each measures an operation through aenv and its raw twin in the same run. */
-export const E2E_SUITES = ['create', 'exec', 'memory', 'pause', 'template'];
+export const E2E_SUITES = ['create', 'exec', 'memory', 'pause', 'template', 'resume'];
+/** What runs without --only (and the `e2e` group): `resume` holds 1 GB sandboxes, so it is asked for by name. */
+export const DEFAULT_E2E_SUITES = E2E_SUITES.filter((s) => s !== 'resume');
 /** The existing component benchmarks, run as child processes when asked for. */
 export const COMPONENT_SUITES = ['runtime', 'network', 'image', 'envd'];
 
@@ -15,14 +17,16 @@ export const QUICK_COUNTS = { createN: 5, execN: 15, crN: 2, templateN: 1, sandb
 
 export const USAGE = `usage: npm run bench -- [options]
 
-  --only LIST         comma-separated suites (default: ${E2E_SUITES.join(',')})
-                      end to end: ${E2E_SUITES.join(', ')}
+  --only LIST         comma-separated suites (default: ${DEFAULT_E2E_SUITES.join(',')})
+                      end to end: ${E2E_SUITES.join(', ')} (resume: eager vs lazy resume from
+                      disk of 256 MB / 1 GB sandboxes, only when named or with all)
                       components: ${COMPONENT_SUITES.join(', ')} (the per-module benchmarks)
                       groups: e2e (the default set), components, all
   --n N               samples per measured operation in every suite (overrides the defaults below)
   --create-n N        create -> usable samples (default 20)
   --exec-n N          exec round trip samples (default 50)
-  --cr-n N            pause / resume / snapshot / fork rounds per sandbox kind (default 5)
+  --cr-n N            pause / resume / snapshot / fork rounds per sandbox kind (default 5; also the
+                      resume suite's rounds)
   --template-n N      template builds and creates from the template (default 3)
   --sandboxes N       sandboxes running for the idle-memory measurement (default 50)
   --settle-secs S     idle time before memory is read (default 10)
@@ -70,7 +74,7 @@ function parseSuites(text) {
     const s = raw.trim();
     if (!s) continue;
     if (s === 'all') [...E2E_SUITES, ...COMPONENT_SUITES].forEach((x) => out.add(x));
-    else if (s === 'e2e') E2E_SUITES.forEach((x) => out.add(x));
+    else if (s === 'e2e') DEFAULT_E2E_SUITES.forEach((x) => out.add(x));
     else if (s === 'components') COMPONENT_SUITES.forEach((x) => out.add(x));
     else if (E2E_SUITES.includes(s) || COMPONENT_SUITES.includes(s)) out.add(s);
     else {
@@ -95,7 +99,7 @@ function parseSuites(text) {
 export function parseOptions(argv, env = process.env) {
   /** @type {BenchOptions} */
   const o = {
-    suites: new Set(E2E_SUITES),
+    suites: new Set(DEFAULT_E2E_SUITES),
     n: null,
     createN: 20,
     execN: 50,

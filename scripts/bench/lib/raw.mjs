@@ -3,6 +3,7 @@
 // OCI config (only per-instance fields changed), and `runc checkpoint|restore` with the same CRIU, CRIU
 // config and environment the runtime driver uses. Everything lives under fixed names so a crashed run can
 // be cleaned up later (see removeRawLeftovers).
+import { spawn } from 'node:child_process';
 import { constants, existsSync, openSync, readdirSync, readFileSync } from 'node:fs';
 import { chmod, chown, mkdir, rm, rmdir, writeFile } from 'node:fs/promises';
 import { Socket } from 'node:net';
@@ -143,7 +144,12 @@ export class RawLab {
    * Makes a bundle: upper/work owned by the mapped root (optionally seeded from another upper, for a fork),
    * the overlay over the image layers, a sysfs from inside the netns, and config.json.
    */
-  async createBundle(id, netns, args, /** @type {{ seedUpper?: string }} */ { seedUpper } = {}) {
+  async createBundle(
+    id,
+    netns,
+    args,
+    /** @type {{ seedUpper?: string, memoryMb?: number }} */ { seedUpper, memoryMb } = {},
+  ) {
     const dir = join(RAW_BASE, 'sb', id);
     const b = {
       id,
@@ -171,7 +177,17 @@ export class RawLab {
       'sysfs',
       b.sys,
     ]);
-    await writeFile(join(dir, 'config.json'), JSON.stringify(this.configFor(id, b, args)));
+    const config = this.configFor(id, b, args);
+    // A memory limit of its own (the template's is the live sandbox's): the resume suite's 1 GB workload.
+    if (memoryMb) {
+      const memory = config.linux.resources?.memory ?? {};
+      const limit = memoryMb * 1024 * 1024;
+      config.linux.resources = {
+        ...config.linux.resources,
+        memory: { ...memory, limit, ...(memory.swap !== undefined ? { swap: limit } : {}) },
+      };
+    }
+    await writeFile(join(dir, 'config.json'), JSON.stringify(config));
     return b;
   }
 
@@ -254,6 +270,73 @@ export class RawLab {
       ['restore', '--detach', '--bundle', b.dir, '--image-path', img, '--work-path', work, b.id],
       { detached: true },
     );
+  }
+
+  /**
+   * `runc restore --lazy-pages` with its `criu lazy-pages` daemon (docs/runtime.md#lazy-restore). Resolves
+   * when runc returns, with `allIn`: resolves when the daemon has copied every page and exited.
+   */
+  async restoreLazy(b, img) {
+    const work = `${img}.lwork-${b.id}`;
+    await rm(work, { recursive: true, force: true });
+    await mkdir(work, { recursive: true, mode: 0o700 });
+    const daemon = spawn(
+      this.criuPath,
+      ['lazy-pages', '--images-dir', img, '--work-dir', work, '-o', 'lazy-pages.log'],
+      { stdio: 'ignore' },
+    );
+    const allIn = new Promise(
+      /** @param {(v?: unknown) => void} resolve */ (resolve, reject) => {
+        daemon.on('error', reject);
+        daemon.on('exit', (code) =>
+          code === 0
+            ? resolve()
+            : reject(new Error(`criu lazy-pages exited with ${code}: ${tail(join(work, 'lazy-pages.log'))}`)),
+        );
+      },
+    );
+    allIn.catch(() => {});
+    for (let i = 0; !existsSync(join(work, 'lazy-pages.socket')); i++) {
+      if (i > 2000) throw new Error('criu lazy-pages made no socket within 10 s');
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    await this.criuRunc(
+      b,
+      [
+        'restore',
+        '--lazy-pages',
+        '--detach',
+        '--bundle',
+        b.dir,
+        '--image-path',
+        img,
+        '--work-path',
+        work,
+        b.id,
+      ],
+      { detached: true },
+    ).catch((e) => {
+      daemon.kill('SIGKILL');
+      throw e;
+    });
+    return { allIn };
+  }
+
+  /** The raw container's first command: /bin/true in all its namespaces, as its root. */
+  async firstCommand(b) {
+    const pid = JSON.parse((await sh('runc', ['--root', this.runcRoot, 'state', b.id])).stdout).pid;
+    await sh('nsenter', [
+      '-t',
+      String(pid),
+      '-U',
+      '-m',
+      '-p',
+      '-i',
+      '-u',
+      '-n',
+      '--preserve-credentials',
+      '/bin/true',
+    ]);
   }
 
   async pause(b) {

@@ -32,6 +32,13 @@ import {
 } from './criu.js';
 import { writeBootId } from './boot-id.js';
 import { imagesForRange, USERNS_VIEW_PREFIX } from './criu-userns.js';
+import {
+  checkpointPageBytes,
+  lazyRestoreUnavailable,
+  startLazyPages,
+  stopLazyPages,
+  waitLazyPages,
+} from './lazy-pages.js';
 import { rewriteHostnameFiles, writeEtcFiles } from './etc-files.js';
 import { writeTrustFiles } from './trust-files.js';
 import type { IdLayout } from './id-ranges.js';
@@ -77,6 +84,8 @@ export const DEFAULT_INOTIFY_WATCHES = 65536;
 // 4.2: CRIU 4.1 fails to dump any TCP socket on recent kernels (getsockopt SO_PASSCRED -> EOPNOTSUPP).
 const MIN_CRIU_VERSION = '4.2';
 const MAX_DUMP_ATTEMPTS = 3;
+/** How long a dump waits for a lazy restore of the same container to fetch its last pages. */
+const LAZY_SETTLE_TIMEOUT_MS = 120_000;
 // compel loses a race with a signal (SIGCHLD of a child that exited as the dump began) while curing a task.
 const TRANSIENT_DUMP_ERROR_RE = /is in unexpected state|Task stopped with/;
 
@@ -137,6 +146,11 @@ export interface ContainerDriverOptions {
   criuHardwareBreakpoints?: boolean;
   /** Empty sandbox dirs kept ready so a create only renames one (default 2; 0 = none). */
   spareDirs?: number;
+  /**
+   * `[runtime].lazy_restore_min_mib`: restore checkpoints holding more memory pages than this lazily (see
+   * lazy-pages.ts). 0 or absent: every restore reads all pages before the sandbox runs.
+   */
+  lazyRestoreMinMib?: number;
   logger?: Logger;
   /** A CA certificate (PEM) added to the sandbox's CA bundles at every boot (trust-files.ts). */
   trustedCaPem?: string;
@@ -281,6 +295,8 @@ export class ContainerDriver implements RuntimeDriver {
   private trash: Trash | null = null;
   readonly idLayout: IdLayout;
   private idmapHelper: string | null = null;
+  /** Restores of checkpoints with more page bytes than this are lazy; 0: none (off, or the host cannot). */
+  private lazyMinBytes = 0;
 
   constructor(readonly opts: ContainerDriverOptions) {
     assertHostPath('homePath', opts.homePath);
@@ -459,6 +475,12 @@ export class ContainerDriver implements RuntimeDriver {
         this.log.warn(
           `CRIU ${this.criuVersionValue} is older than ${MIN_CRIU_VERSION}: on recent kernels it cannot dump TCP sockets (envd), so checkpoints fail`,
         );
+      }
+      const lazyMib = this.opts.lazyRestoreMinMib ?? 0;
+      if (this.criuVersionValue && lazyMib > 0) {
+        const why = await lazyRestoreUnavailable();
+        if (why) this.log.warn(`runtime.lazy_restore_min_mib = ${lazyMib} is not used: ${why}`);
+        else this.lazyMinBytes = lazyMib * 1024 * 1024;
       }
       if (this.criuVersionValue) {
         await primeKerndatCache(this.opts.criuPath).then(
@@ -964,6 +986,7 @@ export class ContainerDriver implements RuntimeDriver {
   /** Removes every trace of a sandbox: container, processes, cgroups, mounts, dir. Idempotent. */
   private async teardown(id: string): Promise<void> {
     const p = this.paths(id);
+    await stopLazyPages(this.criuWorkDir(id, 'restore'));
     await this.runc.forceDelete(id);
     await this.cg().remove(id);
     await unmountTree(p.dir);
@@ -1027,6 +1050,11 @@ export class ContainerDriver implements RuntimeDriver {
       const config = JSON.parse(await readFile(p.config, 'utf8')) as OciConfigView;
       const netnsPath = config.linux.namespaces.find((n) => n.type === 'network')?.path;
       if (!netnsPath) throw new RuntimeError('Internal', `sandbox ${id} has no netns path in its config`);
+      try {
+        await waitLazyPages(this.criuWorkDir(id, 'restore'), LAZY_SETTLE_TIMEOUT_MS);
+      } catch (e) {
+        throw new RuntimeError('CheckpointFailed', describe(e), { cause: e });
+      }
       const work = this.criuWorkDir(id, 'dump');
       await rm(work, { recursive: true, force: true });
       await mkdir(work, { recursive: true });
@@ -1192,19 +1220,12 @@ export class ContainerDriver implements RuntimeDriver {
         }
         await this.mountAndConfigure(spec, p, opts.tools, !reuseMounts);
         const work = this.criuWorkDir(spec.id, 'restore');
+        await stopLazyPages(work);
         await rm(work, { recursive: true, force: true });
         await mkdir(work, { recursive: true });
         await opts.startAfter;
         try {
-          await this.runc.restore(
-            spec.id,
-            p.bundle,
-            spec.netnsPath,
-            nsImages ?? imagesDir,
-            work,
-            p.pidFile,
-            p.runcLog,
-          );
+          await this.restoreContainer(spec, p, nsImages ?? imagesDir, work);
         } catch (e) {
           const criu = await criuLogErrors(join(work, 'restore.log'));
           throw new RuntimeError(
@@ -1232,9 +1253,44 @@ export class ContainerDriver implements RuntimeDriver {
     });
   }
 
+  /**
+   * `runc restore`, lazily when the checkpoint holds more pages than runtime.lazy_restore_min_mib: then a
+   * `criu lazy-pages` daemon serves the memory and keeps fetching it after the sandbox runs. A lazy restore
+   * that fails is logged and done again eagerly.
+   */
+  private async restoreContainer(
+    spec: SandboxSpec,
+    p: SandboxPaths,
+    images: string,
+    work: string,
+  ): Promise<void> {
+    const restore = (lazy: boolean) =>
+      this.runc.restore(spec.id, p.bundle, spec.netnsPath, images, work, p.pidFile, p.runcLog, lazy);
+    if (this.lazyMinBytes > 0 && (await checkpointPageBytes(images)) > this.lazyMinBytes) {
+      try {
+        await startLazyPages(this.opts.criuPath as string, images, work);
+        await restore(true);
+        return;
+      } catch (e) {
+        const criu = await criuLogErrors(join(work, 'restore.log'));
+        this.log.warn(
+          { id: spec.id, err: criu || describe(e), log: join(work, 'restore.log') },
+          'lazy restore failed; restoring eagerly',
+        );
+        await stopLazyPages(work);
+        await this.runc.forceDelete(spec.id);
+        await this.cg().remove(spec.id);
+        await rm(work, { recursive: true, force: true });
+        await mkdir(work, { recursive: true });
+      }
+    }
+    await restore(false);
+  }
+
   /** A failed in-place restore keeps the disk (the sandbox stays restorable); a failed fork leaves nothing. */
   private async rollbackRestore(id: string, inPlace: boolean): Promise<void> {
     try {
+      await stopLazyPages(this.criuWorkDir(id, 'restore'));
       if (!inPlace) return await this.teardown(id);
       await this.runc.forceDelete(id);
       await this.cg().remove(id);
@@ -1378,8 +1434,10 @@ export class ContainerDriver implements RuntimeDriver {
       report.dirs.push(e.name);
     }
     for (const name of await readdir(join(this.opts.runtimePath, 'criu-work')).catch(() => [] as string[])) {
-      if (!keep.has(name))
-        await rm(join(this.opts.runtimePath, 'criu-work', name), { recursive: true, force: true });
+      if (keep.has(name)) continue;
+      // A lazy restore's daemon of a sandbox that is gone (a crash between restore and kill).
+      await stopLazyPages(this.criuWorkDir(name, 'restore'));
+      await rm(join(this.opts.runtimePath, 'criu-work', name), { recursive: true, force: true });
     }
     return report;
   }

@@ -32,6 +32,7 @@ export async function createContainerRuntime(config: AenvConfig, deps: RuntimeDe
     nestedContainers: config.runtime.nested_containers,
     capNetRaw: config.runtime.cap_net_raw,
     noNewPrivileges: config.runtime.no_new_privileges,
+    lazyRestoreMinMib: config.runtime.lazy_restore_min_mib,
     logger: deps.logger,
     ...(deps.trustedCaPem ? { trustedCaPem: deps.trustedCaPem } : {}),
   });

@@ -131,11 +131,13 @@ export class Runc {
     workDir: string,
     pidFile: string,
     logFile: string,
+    lazyPages = false,
   ): Promise<void> {
     const [cmd, args] = this.inNetns(netnsPath, [
       ...this.base(logFile),
       ...this.criuArgs(),
       'restore',
+      ...(lazyPages ? ['--lazy-pages'] : []),
       '--detach',
       '--bundle',
       bundle,
