@@ -65,13 +65,17 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
   const store = new SandboxStore(db);
   const { apiKey, tokens } = startSecrets(config, { stored: store.loadAll().records, logger });
   dropSecretsFromEnvironment(); // read once: no host command started from here on inherits them
-  const egressCa = await loadOrCreateNodeCa({ homePath: config.home_path }); // network.rules, sandbox trust
   const secretsKey = resolveSecretsKey({
     homePath: config.home_path,
     explicitKey: config.sandbox.secrets_encryption_key,
     schedulerEndpoint: config.cluster.scheduler_endpoint,
   });
   for (const w of secretsKey.warnings) logger.warn(w);
+  // network.rules, sandbox trust: the cluster's CA when the secrets key is the cluster's (sandboxes move).
+  const egressCa = await loadOrCreateNodeCa({
+    homePath: config.home_path,
+    ...(secretsKey.source === 'config' ? { clusterKey: secretsKey.key } : {}),
+  });
   const secretStore = new SecretStore(db, secretsKey.key); // /secrets, filled in at egress
   let secrets: Secrets = localSecrets(secretStore); // the shared repository's copy once it is open
   const { identity, warnings } = resolveNodeIdentity(config.node_identity, {
