@@ -258,7 +258,7 @@ describe('/secrets through aenv gateway and sandboxes that move', () => {
     expect((await gw('DELETE', `/secrets/${secretId}`, undefined, '')).status).toBe(401);
     for (const [method, path] of [
       ['GET', '/secrets/..%2Fsandboxes'],
-      ['DELETE', '/secrets/%2e%2e'],
+      ['DELETE', '/secrets/name.with.dots'],
       ['POST', `/secrets/${'a'.repeat(129)}`],
       ['GET', '/secrets/sec_nothex'],
     ] as const) {
