@@ -2,7 +2,7 @@
 # Writes the secrets the Kustomize base reads (base/secrets/*, mode 0600), keeping any that exist:
 # the control-plane API key, the sandbox access-token seed, the snapshot record signing secret and the
 # /secrets encryption key. Every node (and, for the API key, gateway) of one cluster must use the same
-# ones (docs/cluster.md#secrets).
+# ones (docs/cluster.md#secrets-that-must-be-shared).
 # Usage: deploy/k8s/generate-secrets.sh [DIR]   (default: the base's secrets/ directory)
 set -euo pipefail
 
