@@ -87,6 +87,25 @@ const authorizationSeen = async (sbx: Sandbox, url: string) => {
   return (JSON.parse(r.out) as { authorization: string | null }).authorization;
 };
 
+/** Creates its TLS context (reading the trust store) at once, then waits for /tmp/go to make one request. */
+const HELD_CLIENT = `
+import json, os, ssl, time, urllib.request
+ctx = ssl.create_default_context()
+open('/tmp/held-ready', 'w').close()
+for _ in range(6000):
+    if os.path.exists('/tmp/go'):
+        break
+    time.sleep(0.1)
+try:
+    body = urllib.request.urlopen('https://api.allowed.test/headers', context=ctx, timeout=8).read()
+    out = json.loads(body)['authorization']
+except Exception as e:
+    out = 'ERR ' + repr(e)
+with open('/tmp/held-out.tmp', 'w') as f:
+    f.write(out)
+os.rename('/tmp/held-out.tmp', '/tmp/held-out')
+`;
+
 const dir = mkdtempSync(join(tmpdir(), 'aenv-e2e-csec-'));
 const certs = makeCerts(dir);
 
@@ -289,6 +308,17 @@ describe('/secrets through aenv gateway and sandboxes that move', () => {
     });
     expect(await authorizationSeen(sbx, 'http://api.allowed.test/headers')).toBe(`Bearer ${V2}`);
     expect(await authorizationSeen(sbx, 'https://api.allowed.test/headers')).toBe(`Bearer ${V2}`);
+    // A process that loaded the trust store on A and makes its request after the move, from memory: what a
+    // node-local CA would break (a new process reads the bundle B rewrote at the restore).
+    await sbx.files.write('/tmp/held.py', HELD_CLIENT);
+    const held = await sbx.commands.run('exec python3 /tmp/held.py', { background: true });
+    await held.disconnect(); // no stream may stay open to envd across the pause
+    await eventually(
+      async () => (await run(sbx, 'cat /tmp/held-ready')).exit === 0,
+      'the held client',
+      100,
+      100,
+    );
 
     const copied = () =>
       a
@@ -314,6 +344,19 @@ describe('/secrets through aenv gateway and sandboxes that move', () => {
     // HTTPS: B's leaf for the name chains to the CA the sandbox trusted on A (one CA for the cluster).
     expect(await authorizationSeen(sbx, 'https://api.allowed.test/headers')).toBe(`Bearer ${V2}`);
     expect((await run(sbx, curl('http://other.allowed.test/headers'))).exit).not.toBe(0);
+    await sbx.files.write('/tmp/go', '');
+    let heldSaw = '';
+    await eventually(
+      async () => {
+        const r = await run(sbx, 'cat /tmp/held-out');
+        heldSaw = r.out;
+        return r.exit === 0 && r.out !== '';
+      },
+      'the held client to answer',
+      150,
+      100,
+    );
+    expect(heldSaw).toBe(`Bearer ${V2}`);
 
     // A rotation through the gateway reaches the next request (retried until the scheduler no longer offers A).
     await eventually(
