@@ -174,16 +174,18 @@ managed_secret() {
 }
 
 secrets_file() {
-  local key seed signing
+  local key seed signing secrets_key
   key=$(managed_secret api-key || true)
   seed=$(managed_secret sandbox-access-token-hash-seed || true)
   signing=$(managed_secret snapshot-record-signing-key || true)
+  secrets_key=$(managed_secret secrets-key || true)
   cat <<EOF
 # Shared secrets of this aenv installation, read by systemd for the units (mode 0600, root).
-# A cluster of several hosts needs the same three values on every node and gateway: copy this file.
+# A cluster of several hosts needs the same values on every node and gateway: copy this file.
 AENV_API_KEY=${key:-e2b_$(hex32)}
 AENV_SANDBOX_ACCESS_TOKEN_HASH_SEED=${seed:-$(hex32)}
 AENV_SNAPSHOT_RECORD_SIGNING_SECRET=${signing:-$(hex32)}
+AENV_SECRETS_ENCRYPTION_KEY=${secrets_key:-$(hex32)}
 EOF
 }
 

@@ -60,6 +60,11 @@ up() {
   local seed_file=$STATE/sandbox-access-token-hash-seed seed
   [ -f "$seed_file" ] || (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$seed_file" && echo >>"$seed_file")
   seed=$(head -n1 "$seed_file")
+  # And one /secrets key, so a secret made on one node opens on every other (docs/cluster.md#secrets-that-must-be-shared).
+  local secrets_key_file=$STATE/secrets-key secrets_key
+  [ -f "$secrets_key_file" ] ||
+    (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$secrets_key_file" && echo >>"$secrets_key_file")
+  secrets_key=$(head -n1 "$secrets_key_file")
 
   local nodes_json="" i id
   for i in $(seq 1 "$NODES"); do
@@ -91,7 +96,8 @@ EOF
     mkdir -p -m 0700 "$home/secrets"
     # One key for the cluster: each node's managed key file holds it.
     (umask 077 && printf '%s\n' "$key" >"$home/secrets/api-key" &&
-      printf '%s\n' "$seed" >"$home/secrets/sandbox-access-token-hash-seed")
+      printf '%s\n' "$seed" >"$home/secrets/sandbox-access-token-hash-seed" &&
+      printf '%s\n' "$secrets_key" >"$home/secrets/secrets-key")
     (umask 077 && cat >"$home/config.toml" <<EOF
 home_path = "$home"
 runtime_path = "$run"

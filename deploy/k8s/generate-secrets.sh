@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Writes the secrets the Kustomize base reads (base/secrets/*, mode 0600), keeping any that exist:
-# the control-plane API key, the sandbox access-token seed and the snapshot record signing secret.
-# Every node and gateway of one cluster must use the same three (docs/cluster.md#secrets).
+# the control-plane API key, the sandbox access-token seed, the snapshot record signing secret and the
+# /secrets encryption key. Every node (and, for the API key, gateway) of one cluster must use the same
+# ones (docs/cluster.md#secrets-that-must-be-shared).
 # Usage: deploy/k8s/generate-secrets.sh [DIR]   (default: the base's secrets/ directory)
 set -euo pipefail
 
@@ -25,3 +26,4 @@ write_once() {
 write_once api-key "e2b_$(hex32)"
 write_once sandbox-access-token-hash-seed "$(hex32)"
 write_once snapshot-record-signing-secret "$(hex32)"
+write_once secrets-encryption-key "$(hex32)"

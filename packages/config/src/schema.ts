@@ -756,7 +756,7 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
     poll_ms: int({ default: 3, min: 1, doc: 'envd readiness polling interval in milliseconds.' }),
   }),
 
-  sandbox: section('Sandbox access tokens.', {
+  sandbox: section('Sandbox access tokens and the /secrets key.', {
     access_token_hash_seed: str({
       env: 'AENV_SANDBOX_ACCESS_TOKEN_HASH_SEED',
       envBlankIsValue: true,
@@ -764,6 +764,14 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
       secret: true,
       example: 'replace-with-a-long-random-secret',
       doc: 'Secret the envd and traffic tokens are derived from; unset = a managed seed under $AENV_HOME/secrets.',
+    }),
+    secrets_encryption_key: str({
+      env: 'AENV_SECRETS_ENCRYPTION_KEY',
+      envBlankIsValue: true,
+      commented: true,
+      secret: true,
+      example: 'replace-with-64-hex-digits-the-same-on-every-node',
+      doc: 'AES-256 key (64 hex digits) /secrets values are sealed with; every node of a cluster needs the same value. Unset = a managed key under $AENV_HOME/secrets (one node only).',
     }),
   }),
 

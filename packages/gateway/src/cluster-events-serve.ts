@@ -11,10 +11,10 @@ import {
   type EventsRoute,
 } from './cluster-events.js';
 
-/** A webhook body is small (a URL, a name, a secret, event types); the node's own limit is far above it. */
+/** A webhook or secret body is small (a URL, a name, a value, metadata); the node's own limit is far above it. */
 export const MAX_WEBHOOK_BODY_BYTES = 64 * 1024;
 
-async function readBody(req: IncomingMessage): Promise<Buffer> {
+export async function readBody(req: IncomingMessage): Promise<Buffer> {
   const framing = requestFraming(req);
   if (!framing.hasBody) return Buffer.alloc(0);
   const tooLarge = () => new ListError(413, `request body larger than ${MAX_WEBHOOK_BODY_BYTES} bytes`);
@@ -29,7 +29,7 @@ async function readBody(req: IncomingMessage): Promise<Buffer> {
   return Buffer.concat(chunks);
 }
 
-function send(res: ServerResponse, status: number, body: string, contentType?: string): void {
+export function send(res: ServerResponse, status: number, body: string, contentType?: string): void {
   res
     .writeHead(status, {
       ...(contentType ? { 'content-type': contentType } : {}),

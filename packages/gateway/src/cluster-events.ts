@@ -99,11 +99,25 @@ function readHeaders(req: IncomingMessage): Record<string, string | string[]> {
 }
 
 /** A webhook create/update/delete: to one node, then a sync on every other (best effort: they also copy every 2 s). */
-export async function webhookWrite(
+export function webhookWrite(
   ctx: EventsContext,
   req: IncomingMessage,
   url: string,
   body: Buffer,
+): Promise<Answer> {
+  return writeThenSync(ctx, req, url, body, '/events/webhooks');
+}
+
+/**
+ * A write of something the nodes keep in the shared repository (webhooks, secrets): to one node, then a read of
+ * `syncPath` on every other, which copies the repository into that node (best effort: they also copy every 2 s).
+ */
+export async function writeThenSync(
+  ctx: EventsContext,
+  req: IncomingMessage,
+  url: string,
+  body: Buffer,
+  syncPath: string,
 ): Promise<Answer> {
   const target = await ctx.pick();
   const a = await ask(ctx, target, req.method ?? 'POST', url, forwardedHeaders(req, body.length), body);
@@ -111,7 +125,7 @@ export async function webhookWrite(
     // The write is done: a failure here only leaves a node to its own timer.
     const others = (await ctx.nodes().catch(() => [])).filter((n) => n.nodeId !== target.nodeId);
     await Promise.all(
-      others.map((n) => ask(ctx, n, 'GET', '/events/webhooks', readHeaders(req)).catch(() => undefined)),
+      others.map((n) => ask(ctx, n, 'GET', syncPath, readHeaders(req)).catch(() => undefined)),
     );
   }
   return a;

@@ -22,6 +22,8 @@ import type { GatewaySection } from '@aenv/scheduler';
 import { createdSandboxIds } from './assignments.js';
 import { ListError, mergePages, nodeItems, parseListQuery, type ListedSandbox } from './cluster-list.js';
 import { clusterEvents } from './cluster-events-serve.js';
+import type { EventsContext } from './cluster-events.js';
+import { secretWrite } from './secret-routes.js';
 import type { GatewayMetrics } from './metrics.js';
 import { nodeView } from './nodes-view.js';
 import { MAX_HINT_BODY_BYTES, placementHint } from './placement.js';
@@ -323,22 +325,27 @@ export class Gateway {
           ),
         );
       case 'events':
-        return clusterEvents(
-          {
-            nodes: () => this.deps.scheduler.listNodes(),
-            pick: () => this.deps.scheduler.schedule(undefined),
-            agent: this.agent,
-            timeoutMs: this.deps.config.requestTimeoutMs,
-          },
-          r.events,
-          req,
-          res,
-        );
+        return clusterEvents(this.eventsContext(), r.events, req, res);
+      case 'secrets': {
+        if (r.write) return secretWrite(this.eventsContext(), req, res);
+        const node = await this.deps.scheduler.schedule(undefined);
+        return this.forward(req, res, r, node, req.url ?? '/');
+      }
       case 'any': {
         const node = await this.deps.scheduler.schedule(undefined);
         return this.forward(req, res, r, node, req.url ?? '/');
       }
     }
+  }
+
+  /** What the calls that span the nodes (events, secrets) need. */
+  private eventsContext(): EventsContext {
+    return {
+      nodes: () => this.deps.scheduler.listNodes(),
+      pick: () => this.deps.scheduler.schedule(undefined),
+      agent: this.agent,
+      timeoutMs: this.deps.config.requestTimeoutMs,
+    };
   }
 
   /**

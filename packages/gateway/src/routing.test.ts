@@ -142,6 +142,37 @@ describe('gateway routing (docs/cluster.md#how-the-gateway-routes)', () => {
     });
   });
 
+  it('routes /secrets reads and writes, refuses bad ids before any node, and always asks for the API key', () => {
+    const id = `sec_${'0a'.repeat(12)}`;
+    expect(r('GET', '/secrets?limit=5')).toEqual({ kind: 'secrets', write: false });
+    expect(r('POST', '/secrets')).toEqual({ kind: 'secrets', write: true });
+    expect(r('GET', `/secrets/${id}`)).toEqual({ kind: 'secrets', write: false });
+    expect(r('GET', '/secrets/Upstream-Key_1')).toEqual({ kind: 'secrets', write: false });
+    expect(r('POST', `/secrets/${id}`)).toEqual({ kind: 'secrets', write: true });
+    expect(r('DELETE', '/secrets/name')).toEqual({ kind: 'secrets', write: true });
+    // Routing headers do not make a /secrets call sandbox traffic.
+    expect(r('POST', '/secrets', sdk)).toEqual({ kind: 'secrets', write: true });
+    for (const bad of [
+      '/secrets/..%2Fsandboxes',
+      '/secrets/%2e%2e',
+      '/secrets/a%20b',
+      '/secrets/%ZZ',
+      `/secrets/${'a'.repeat(129)}`,
+      '/secrets/-lead',
+      `/secrets/SEC_${'0a'.repeat(12)}x`,
+    ]) {
+      const got = r('DELETE', bad);
+      expect(got, bad).toMatchObject({ kind: 'reject', status: 400, dataPlane: false });
+      expect(needsApiKey(got), bad).toBe(true);
+    }
+    expect(r('DELETE', '/secrets/%2e%2e')).toMatchObject({ message: 'invalid secret id or name ".."' });
+    for (const got of [r('GET', '/secrets'), r('POST', '/secrets'), r('DELETE', `/secrets/${id}`)])
+      expect(needsApiKey(got)).toBe(true);
+    // Methods the node does not serve there go on as any other call (the node answers 404).
+    expect(r('PUT', '/secrets/x')).toEqual({ kind: 'any' });
+    expect(r('GET', '/secrets/x/y')).toEqual({ kind: 'any' });
+  });
+
   it('asks for the API key everywhere but sandbox traffic, /health and /metrics', () => {
     expect(needsApiKey(r('GET', '/health'))).toBe(false);
     expect(needsApiKey(r('GET', '/metrics'))).toBe(false);

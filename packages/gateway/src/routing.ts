@@ -4,6 +4,7 @@ import { parseProxyHost, RoutingError } from '@aenv/proxy';
 import { volumeRoute, type VolumeOp } from './volume-routes.js';
 import { eventsRoute, type EventsRoute } from './cluster-events.js';
 import { templateRoute, type TemplateOp } from './template-routes.js';
+import { secretsRoute } from './secret-routes.js';
 
 export type Route =
   /** `/health` not routed to a sandbox: answered 204 by the gateway. */
@@ -30,6 +31,8 @@ export type Route =
   | { kind: 'sandbox-metrics' }
   /** Webhook writes, delivery history and stats, lifecycle events: across the nodes (cluster-events.ts). */
   | { kind: 'events'; events: EventsRoute }
+  /** `/secrets…`: reads to a node Schedule picks, writes there and then copied by every node (secret-routes.ts). */
+  | { kind: 'secrets'; write: boolean }
   /** Any other control-plane call: to a node Schedule picks. */
   | { kind: 'any' };
 
@@ -113,6 +116,7 @@ const CONTROL_PREFIXES = [
   '/events',
   '/volumes',
   '/volumecontent',
+  '/secrets',
 ];
 
 function isControlPath(path: string): boolean {
@@ -184,6 +188,8 @@ export function route(method: string, url: string, headers: Headers, domains: re
   }
   const events = eventsRoute(method, path);
   if (events) return { kind: 'events', events };
+  const secrets = secretsRoute(method, path);
+  if (secrets) return secrets;
   return { kind: 'any' };
 }
 

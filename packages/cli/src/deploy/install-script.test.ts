@@ -166,10 +166,12 @@ describe('scripts/install.sh', () => {
       'AENV_API_KEY',
       'AENV_SANDBOX_ACCESS_TOKEN_HASH_SEED',
       'AENV_SNAPSHOT_RECORD_SIGNING_SECRET',
+      'AENV_SECRETS_ENCRYPTION_KEY',
     ]);
     expect(secrets.AENV_API_KEY).toMatch(/^e2b_[0-9a-f]{64}$/);
     expect(secrets.AENV_SANDBOX_ACCESS_TOKEN_HASH_SEED).toBe(seed);
     expect(secrets.AENV_SNAPSHOT_RECORD_SIGNING_SECRET).toMatch(/^[0-9a-f]{64}$/);
+    expect(secrets.AENV_SECRETS_ENCRYPTION_KEY).toMatch(/^[0-9a-f]{64}$/);
 
     // The node config and the environment it runs with load without a warning.
     const node = loadConfig({ configPath: join(dirs.etc, 'aenv', 'node.toml'), env: { ...secrets } });

@@ -460,6 +460,16 @@ describe('deploy/k8s wiring', () => {
       valueFrom: { fieldRef: { fieldPath: 'metadata.name' } },
     });
     expect(c.args).toEqual(['server', '--config', '/etc/aenv/node.toml']);
+    // The secrets every node of the cluster must share (docs/cluster.md#secrets-that-must-be-shared).
+    for (const [name, key] of [
+      ['AENV_SANDBOX_ACCESS_TOKEN_HASH_SEED', 'sandbox-access-token-hash-seed'],
+      ['AENV_SNAPSHOT_RECORD_SIGNING_SECRET', 'snapshot-record-signing-secret'],
+      ['AENV_SECRETS_ENCRYPTION_KEY', 'secrets-encryption-key'],
+    ])
+      expect(c.env).toContainEqual({
+        name,
+        valueFrom: { secretKeyRef: { name: expect.stringMatching(/^agentenv-runtime-secrets/), key } },
+      });
     expect(c.volumeMounts).toContainEqual(
       expect.objectContaining({ mountPath: '/run/secrets', readOnly: true }),
     );
@@ -520,16 +530,19 @@ describe('deploy/k8s wiring', () => {
     const run = () => spawnSync(join(K8S, 'generate-secrets.sh'), [dir], { encoding: 'utf8' });
     expect(run().status).toBe(0);
     const read = (f: string) => readFileSync(join(dir, f), 'utf8');
-    const first = ['api-key', 'sandbox-access-token-hash-seed', 'snapshot-record-signing-secret'].map(read);
+    const files = [
+      'api-key',
+      'sandbox-access-token-hash-seed',
+      'snapshot-record-signing-secret',
+      'secrets-encryption-key',
+    ];
+    const first = files.map(read);
     expect(first[0]).toMatch(/^e2b_[0-9a-f]{64}$/);
-    expect(first[1]).toMatch(/^[0-9a-f]{64}$/);
-    expect(first[2]).toMatch(/^[0-9a-f]{64}$/);
-    expect(new Set(first).size).toBe(3);
-    expect(statSync(join(dir, 'api-key')).mode & 0o777).toBe(0o600);
+    for (const hex of first.slice(1)) expect(hex).toMatch(/^[0-9a-f]{64}$/);
+    expect(new Set(first).size).toBe(4);
+    for (const f of files) expect(statSync(join(dir, f)).mode & 0o777).toBe(0o600);
     expect(run().stdout).toMatch(/kept/);
-    expect(['api-key', 'sandbox-access-token-hash-seed', 'snapshot-record-signing-secret'].map(read)).toEqual(
-      first,
-    );
+    expect(files.map(read)).toEqual(first);
   });
 
   it('no secret value is committed: the generators read files git ignores', () => {

@@ -33,7 +33,7 @@ import { registerNodeDrainRoute } from './routes/node-drain.js';
 import { registerVolumeRoutes } from './routes/volumes.js';
 import { registerWebhookRoutes } from './routes/webhooks.js';
 import { registerSecretRoutes } from './routes/secrets.js';
-import type { SecretStore } from '../secrets/secret-store.js';
+import type { Secrets } from '../secrets/secrets-api.js';
 import type { startWebhooks } from '../events/webhooks.js';
 import type { VolumeService } from '../volume/index.js';
 import { registerSandboxRoutes } from './routes/sandboxes.js';
@@ -85,7 +85,7 @@ export interface ControlPlaneDeps {
   /** `POST /nodes/{id}/drain`: undefined when the node has no shared repository to drain into. */
   drain?: () => void;
   /** `/secrets`: absent, the routes are not registered (404). */
-  secrets?: SecretStore;
+  secrets?: Secrets;
 }
 
 /** Every control-plane route of the node, with its hooks, on the front door's Fastify app. */

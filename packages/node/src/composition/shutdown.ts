@@ -17,6 +17,7 @@ export interface StartedNode {
   observability: { close(): Promise<void> };
   orchestrator: { close(): Promise<void> };
   webhooks?: { stop(): Promise<void> };
+  secrets?: { stop(): void };
   extension?: { drain(): Promise<void> };
   backend: { close(): Promise<void> };
   network: { close(): Promise<void> };
@@ -38,6 +39,7 @@ export function shutdownSteps(n: StartedNode): ShutdownStep[] {
     { name: 'orchestrator: pause sandboxes', run: () => n.orchestrator.close() },
     // After the pauses, whose events it queued; what is not delivered stays in the outbox for the next start.
     !!n.webhooks && { name: 'webhook deliveries', run: () => n.webhooks!.stop() },
+    !!n.secrets && { name: 'secrets copy', run: () => n.secrets!.stop() },
     !!n.reporter && { name: 'scheduler report: unregister', run: () => n.reporter!.close() },
     !!n.extension && { name: 'custom extension: pending hooks', run: () => n.extension!.drain() },
     { name: 'backend', run: () => n.backend.close() },

@@ -39,7 +39,10 @@ import { runShutdown, shutdownSteps } from './shutdown.js';
 import { startTemplates } from './start-templates.js';
 import { startTools } from '../tools/start.js';
 import { loadOrCreateNodeCa } from '../network/egress/node-ca.js';
-import { resolveSecretsKey, SecretStore, secretMigrations } from '../secrets/secret-store.js';
+import { SecretStore, secretMigrations } from '../secrets/secret-store.js';
+import { resolveSecretsKey } from '../secrets/secrets-key.js';
+import { localSecrets, type Secrets } from '../secrets/secrets-api.js';
+import { SharedSecrets } from './shared-secrets.js';
 
 const MIGRATIONS = [
   ...[
@@ -62,8 +65,19 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
   const store = new SandboxStore(db);
   const { apiKey, tokens } = startSecrets(config, { stored: store.loadAll().records, logger });
   dropSecretsFromEnvironment(); // read once: no host command started from here on inherits them
-  const egressCa = await loadOrCreateNodeCa({ homePath: config.home_path }); // network.rules, sandbox trust
-  const secretStore = new SecretStore(db, resolveSecretsKey(config.home_path)); // /secrets, filled in at egress
+  const secretsKey = resolveSecretsKey({
+    homePath: config.home_path,
+    explicitKey: config.sandbox.secrets_encryption_key,
+    schedulerEndpoint: config.cluster.scheduler_endpoint,
+  });
+  for (const w of secretsKey.warnings) logger.warn(w);
+  // network.rules, sandbox trust: the cluster's CA when the secrets key is the cluster's (sandboxes move).
+  const egressCa = await loadOrCreateNodeCa({
+    homePath: config.home_path,
+    ...(secretsKey.source === 'config' ? { clusterKey: secretsKey.key } : {}),
+  });
+  const secretStore = new SecretStore(db, secretsKey.key); // /secrets, filled in at egress
+  let secrets: Secrets = localSecrets(secretStore); // the shared repository's copy once it is open
   const { identity, warnings } = resolveNodeIdentity(config.node_identity, {
     commit: await gitCommit(repoRoot),
   });
@@ -73,13 +87,15 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
   const core = { db, tokens, logger, registry, envdVersion, apiKey, nodeName };
   const tools = await startTools(config, logger);
   const images = await startImages(config, core);
-  const network = startNetwork(config, { ...core, egressCa, secretValue: (n) => secretStore.valueOf(n) });
+  const network = startNetwork(config, { ...core, egressCa, secretValue: (n) => secrets.valueOf(n) });
   const runtime = await createRuntime(config, {
     db,
     logger: logger.child({ component: 'runtime' }),
     trustedCaPem: egressCa.certPem,
   });
   const repository = await startSnapshotRepository(config, core);
+  if (sharesPausedSandboxes(config))
+    secrets = new SharedSecrets(secretStore, repository.repository, logger.child({ component: 'secrets' }));
   const volumes = await startVolumes(config, { db, disks: runtime.volumeDisks, apiKey, logger });
   const parts = {
     ...core,
@@ -156,7 +172,7 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
         observability: obs.observability,
         volumes,
         webhooks,
-        secrets: secretStore,
+        secrets,
         ...(sharesPausedSandboxes(config)
           ? {
               drain: () => {
@@ -170,6 +186,7 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
   logger.info({ addr: config.api_addr, node: identity.nodeId }, 'aenv server listening');
   orch.startEviction();
   webhooks.start();
+  secrets.start();
   images.images.start();
   late.reporter = startSchedulerReport(config, { identity, orchestrator: orch, host: hostMetrics, logger });
   const steps = shutdownSteps({
@@ -179,6 +196,7 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
     observability: obs,
     orchestrator,
     webhooks,
+    secrets,
     ...(extension ? { extension } : {}),
     backend,
     network,

@@ -3,7 +3,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { openStateDb } from '../state/db.js';
-import { resolveSecretsKey, SecretStore, secretMigrations } from './secret-store.js';
+import { SecretStore, secretMigrations } from './secret-store.js';
+import { resolveSecretsKey as resolve } from './secrets-key.js';
+
+const resolveSecretsKey = (homePath: string) => resolve({ homePath }).key;
 
 const root = mkdtempSync(join(tmpdir(), 'aenv-secret-store-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -13,7 +16,10 @@ function open() {
   mkdirSync(home);
   const path = join(home, 'state.db');
   const db = openStateDb(path, secretMigrations);
-  return { home, path, db, store: new SecretStore(db, resolveSecretsKey(home)) };
+  // A second apart: the list is in creation order (ties go by the random id).
+  let t = Date.parse('2026-01-01T00:00:00.000Z');
+  const clock = () => new Date((t += 1000));
+  return { home, path, db, store: new SecretStore(db, resolveSecretsKey(home), clock) };
 }
 
 describe('secret store', () => {
@@ -43,7 +49,7 @@ describe('secret store', () => {
     expect(store.valueOf('a')).toBe('v2');
     expect(store.update('a', 'v3', { k: 'v' })!.metadata).toEqual({ k: 'v' });
     for (const name of ['b', 'c']) store.create(name, 'x', {});
-    const first = store.list(2, 0);
+    const first = store.list(2);
     expect(first.items.map((s) => s.name)).toEqual(['a', 'b']);
     expect(store.list(2, first.next!).items.map((s) => s.name)).toEqual(['c']);
     expect(store.list(2, first.next!).next).toBeUndefined();

@@ -1,12 +1,11 @@
 // The `/secrets` API's store (E2B's project secrets, docs/networking.md#secrets): values sealed with AES-256-GCM
-// under the node's secrets key ($AENV_HOME/secrets/secrets-key, 0600, created on the first start), bound to the
-// secret's id and version, in the state database. Values leave it only through `valueOf`, which the egress
-// proxy calls to fill `${e2b.secrets.<name>}` in a rule's header; no API answer carries one.
+// under the secrets key (./secrets-key.ts: the same on every node of a cluster), bound to the secret's id and
+// version, in the state database. Values leave it only through `valueOf`, which the egress proxy calls to fill
+// `${e2b.secrets.<name>}` in a rule's header; no API answer carries one. In a cluster the rows are a copy of the
+// shared repository's sealed records (`upsertShared`), kept by composition/shared-secrets.ts.
 
 import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
-import { join } from 'node:path';
 import type { Migration, StateDb } from '../state/db.js';
-import { createManagedSecret, readManagedSecret, SecretError } from './managed-secret.js';
 
 export const secretMigrations: Migration[] = [
   {
@@ -23,7 +22,29 @@ export const secretMigrations: Migration[] = [
         updated_at TEXT NOT NULL
       )`),
   },
+  {
+    // 1 = a copy of a record in the shared repository; 0 = made while this node shared none (published later).
+    id: 'secrets-0002-shared',
+    up: (db) => db.exec(`ALTER TABLE secrets ADD COLUMN shared INTEGER NOT NULL DEFAULT 0`),
+  },
 ];
+
+/** A secret as it is stored: the value only sealed. What the shared repository holds too. */
+export interface SealedSecret {
+  id: string;
+  name: string;
+  version: number;
+  sealed: string;
+  metadata: Record<string, string>;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** Where a page of the list ends: secrets are listed by creation time, then id (the same on every node). */
+export interface SecretCursor {
+  createdAt: string;
+  id: string;
+}
 
 /** E2B's `Secret`: metadata only. */
 export interface SecretInfo {
@@ -44,6 +65,7 @@ interface Row {
   metadata: string;
   created_at: string;
   updated_at: string;
+  shared: number;
 }
 
 const toInfo = (r: Row): SecretInfo => ({
@@ -55,23 +77,24 @@ const toInfo = (r: Row): SecretInfo => ({
   updatedAt: r.updated_at,
 });
 
-const KEY_FILE = 'secrets-key';
-const KEY_HEX = /^[0-9a-f]{64}$/;
+const toSealed = (r: Row): SealedSecret => ({
+  id: r.id,
+  name: r.name,
+  version: r.version,
+  sealed: r.sealed,
+  metadata: JSON.parse(r.metadata) as Record<string, string>,
+  createdAt: r.created_at,
+  updatedAt: r.updated_at,
+});
 
-/** The node's key for secret values, created on the first start (kept like the other managed secrets). */
-export function resolveSecretsKey(homePath: string, expectedUid?: number): Buffer {
-  const path = join(homePath, 'secrets', KEY_FILE);
-  const opts = { expectedUid };
-  const text =
-    readManagedSecret(path, 65, opts) ??
-    createManagedSecret(path, `${randomBytes(32).toString('hex')}\n`, 65, opts).contents;
-  const hex = text.trim();
-  if (!KEY_HEX.test(hex))
-    throw new SecretError(
-      `managed secrets key ${path} must hold exactly 64 lowercase hexadecimal characters`,
-    );
-  return Buffer.from(hex, 'hex');
-}
+export const secretInfoOf = (s: SealedSecret): SecretInfo => ({
+  secretID: s.id,
+  name: s.name,
+  currentVersion: s.version,
+  metadata: s.metadata,
+  createdAt: s.createdAt,
+  updatedAt: s.updatedAt,
+});
 
 export class SecretStore {
   constructor(
@@ -99,15 +122,23 @@ export class SecretStore {
     return r ? toInfo(r) : undefined;
   }
 
-  /** A page in creation order, after the secret with sequence `after`; `next` when there are more. */
-  list(limit: number, after: number): { items: SecretInfo[]; next?: number } {
-    const rows = this.db
-      .prepare('SELECT * FROM secrets WHERE seq > ? ORDER BY seq LIMIT ?')
-      .all(after, limit + 1) as Row[];
+  /** A page in creation order, after `after`; `next` when there are more. */
+  list(limit: number, after?: SecretCursor): { items: SecretInfo[]; next?: SecretCursor } {
+    const rows = (
+      after
+        ? this.db
+            .prepare(
+              `SELECT * FROM secrets WHERE created_at > ? OR (created_at = ? AND id > ?)
+               ORDER BY created_at, id LIMIT ?`,
+            )
+            .all(after.createdAt, after.createdAt, after.id, limit + 1)
+        : this.db.prepare('SELECT * FROM secrets ORDER BY created_at, id LIMIT ?').all(limit + 1)
+    ) as Row[];
     const page = rows.slice(0, limit);
+    const last = page[page.length - 1];
     return {
       items: page.map(toInfo),
-      ...(rows.length > limit ? { next: page[page.length - 1]!.seq } : {}),
+      ...(rows.length > limit && last ? { next: { createdAt: last.created_at, id: last.id } } : {}),
     };
   }
 
@@ -143,6 +174,65 @@ export class SecretStore {
   valueOf(name: string): string | undefined {
     const r = this.db.prepare('SELECT * FROM secrets WHERE name = ?').get(name) as Row | undefined;
     return r ? this.open(r.sealed, r.id, r.version) : undefined;
+  }
+
+  /** A new secret's record (version 1), sealed; nothing stored. */
+  newRecord(name: string, value: string, metadata: Record<string, string>): SealedSecret {
+    const id = `sec_${randomBytes(12).toString('hex')}`;
+    const at = this.now().toISOString();
+    return { id, name, version: 1, sealed: this.seal(value, id, 1), metadata, createdAt: at, updatedAt: at };
+  }
+
+  /** `current` with `value` as its next version, sealed; metadata replaced when given. Nothing stored. */
+  nextVersion(current: SealedSecret, value: string, metadata?: Record<string, string>): SealedSecret {
+    const version = current.version + 1;
+    return {
+      ...current,
+      version,
+      sealed: this.seal(value, current.id, version),
+      metadata: metadata ?? current.metadata,
+      updatedAt: this.now().toISOString(),
+    };
+  }
+
+  /** The stored record by id or name. */
+  sealedOf(ref: string): SealedSecret | undefined {
+    const r = this.row(ref);
+    return r ? toSealed(r) : undefined;
+  }
+
+  /** Stores a copy of a shared record; a local row holding its name under another id (deleted elsewhere) goes. */
+  upsertShared(s: SealedSecret): void {
+    this.db.transaction(() => {
+      this.db.prepare('DELETE FROM secrets WHERE name = ? AND id != ?').run(s.name, s.id);
+      this.db
+        .prepare(
+          `INSERT INTO secrets (id, name, version, sealed, metadata, created_at, updated_at, shared)
+           VALUES (?, ?, ?, ?, ?, ?, ?, 1)
+           ON CONFLICT(id) DO UPDATE SET name = excluded.name, version = excluded.version, sealed = excluded.sealed,
+             metadata = excluded.metadata, created_at = excluded.created_at, updated_at = excluded.updated_at,
+             shared = 1`,
+        )
+        .run(s.id, s.name, s.version, s.sealed, JSON.stringify(s.metadata), s.createdAt, s.updatedAt);
+    })();
+  }
+
+  /** Secrets made while this node shared no repository. */
+  unshared(): SealedSecret[] {
+    return (this.db.prepare('SELECT * FROM secrets WHERE shared = 0 ORDER BY seq').all() as Row[]).map(
+      toSealed,
+    );
+  }
+
+  sharedIds(): string[] {
+    return (this.db.prepare('SELECT id FROM secrets WHERE shared = 1').all() as { id: string }[]).map(
+      (r) => r.id,
+    );
+  }
+
+  /** Drops the local row of `id` (gone from the repository). */
+  remove(id: string): void {
+    this.db.prepare('DELETE FROM secrets WHERE id = ?').run(id);
   }
 
   private row(ref: string): Row | undefined {

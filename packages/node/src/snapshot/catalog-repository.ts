@@ -44,10 +44,19 @@ import {
   type ClaimExpectation,
   type SandboxClaim,
 } from './sandbox-claim.js';
+import {
+  SECRET_ID,
+  sharedSecretSchema,
+  type SharedSecret,
+  type SharedSecretCreate,
+  type SharedSecrets,
+} from './shared-secret.js';
 import { sharedWebhookSchema, type SharedWebhook, type SharedWebhooks } from './shared-webhook.js';
 
 /** One lock for all webhook documents: a create counts them, so creates on two nodes must not interleave. */
 const WEBHOOKS_LOCK: LockName = { kind: 'record', id: 'webhooks' };
+/** Likewise for secrets: a create checks the name and counts them. */
+const SECRETS_LOCK: LockName = { kind: 'record', id: 'secrets' };
 
 export interface CatalogOptions {
   store: RepositoryStorage;
@@ -564,6 +573,73 @@ export class CatalogRepository implements SnapshotRepository {
     });
   }
 
+  async readSecrets(): Promise<SharedSecrets> {
+    await this.ready();
+    const out: SharedSecrets = { secrets: [], unreadable: [] };
+    for (const [name, text] of await this.store.readAllDocs('secrets')) {
+      try {
+        const s = this.decode(sharedSecretSchema, 'secrets', name, text, `secret ${name}`);
+        if (s.id !== name) throw untrusted(`secret document ${name} holds id ${s.id}`);
+        out.secrets.push(s);
+      } catch (err) {
+        this.log.warn({ id: name, err: errMessage(err) }, 'unreadable secret in the repository');
+        out.unreadable.push(name);
+      }
+    }
+    return out;
+  }
+
+  async createSecret(secret: SharedSecret, max: number): Promise<SharedSecretCreate> {
+    requireSecretId(secret.id);
+    const parsed = sharedSecretSchema.safeParse(secret);
+    if (!parsed.success) throw invalidRequest(`invalid secret: ${parsed.error.message}`);
+    const s = parsed.data;
+    await this.ready();
+    return this.withLocks([[SECRETS_LOCK, 'exclusive']], async (held) => {
+      const { secrets, unreadable } = await this.readSecrets();
+      if (secrets.some((x) => x.name === s.name || x.id === s.id) || unreadable.includes(s.id))
+        return 'name-taken';
+      if (secrets.length + unreadable.length >= max) return 'full';
+      held[0]!.assertHeld();
+      const wrote = await this.store.writeDoc('secrets', s.id, this.encode('secrets', s.id, s), {
+        ifAbsent: true,
+      });
+      return wrote ? 'created' : 'name-taken';
+    });
+  }
+
+  async updateSecret(
+    id: string,
+    mutate: (s: SharedSecret) => SharedSecret,
+  ): Promise<SharedSecret | undefined> {
+    requireSecretId(id);
+    await this.ready();
+    return this.withLocks([[SECRETS_LOCK, 'exclusive']], async (held) => {
+      const text = await this.store.readDoc('secrets', id);
+      if (text === undefined) return undefined;
+      const current = this.decode(sharedSecretSchema, 'secrets', id, text, `secret ${id}`);
+      const next = sharedSecretSchema.parse({
+        ...mutate(current),
+        id: current.id,
+        name: current.name,
+        createdAt: current.createdAt,
+      });
+      held[0]!.assertHeld();
+      await this.store.writeDoc('secrets', id, this.encode('secrets', id, next));
+      return next;
+    });
+  }
+
+  async deleteSecret(id: string): Promise<boolean> {
+    requireSecretId(id);
+    await this.ready();
+    return this.withLocks([[SECRETS_LOCK, 'exclusive']], async () => {
+      if ((await this.store.readDoc('secrets', id)) === undefined) return false;
+      await this.store.deleteDoc('secrets', id);
+      return true;
+    });
+  }
+
   async close(): Promise<void> {
     await this.store.close();
   }
@@ -832,6 +908,12 @@ function requireClaimName(sandboxId: string): string {
 function requireWebhookId(id: string): void {
   if (typeof id !== 'string' || !isUuid(id) || id !== id.toLowerCase())
     throw invalidRequest(`invalid webhook id ${JSON.stringify(String(id).slice(0, 100))}`);
+}
+
+/** A secret id is `sec_` + 24 hex (the node makes it); anything else never names a document. */
+function requireSecretId(id: string): void {
+  if (typeof id !== 'string' || !SECRET_ID.test(id))
+    throw invalidRequest(`invalid secret id ${JSON.stringify(String(id).slice(0, 100))}`);
 }
 
 function serialize(value: unknown): string {

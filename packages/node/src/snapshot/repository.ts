@@ -7,6 +7,7 @@ import type {
   SnapshotRecord,
 } from './record.js';
 import type { ClaimExpectation, SandboxClaim } from './sandbox-claim.js';
+import type { SharedSecret, SharedSecretCreate, SharedSecrets } from './shared-secret.js';
 import type { SharedWebhook, SharedWebhooks } from './shared-webhook.js';
 
 /** A file on this node to be stored in the repository. */
@@ -119,5 +120,13 @@ export interface SnapshotRepository {
   updateWebhook(id: string, mutate: (w: SharedWebhook) => SharedWebhook): Promise<SharedWebhook | undefined>;
   /** false when there was nothing to delete. */
   deleteWebhook(id: string): Promise<boolean>;
+  /** The cluster's `/secrets`, values sealed (docs/networking.md#secrets-in-a-cluster). */
+  readSecrets(): Promise<SharedSecrets>;
+  /** Stores a new secret unless its name is taken or `max` exist already (nothing written then). */
+  createSecret(secret: SharedSecret, max: number): Promise<SharedSecretCreate>;
+  /** Replaces a secret under the secrets lock (id, name and createdAt kept); undefined when it does not exist. */
+  updateSecret(id: string, mutate: (s: SharedSecret) => SharedSecret): Promise<SharedSecret | undefined>;
+  /** false when there was nothing to delete. */
+  deleteSecret(id: string): Promise<boolean>;
   close(): Promise<void>;
 }

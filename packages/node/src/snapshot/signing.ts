@@ -8,7 +8,7 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 import { RepositoryError } from './errors.js';
 
 /** The signed documents (aliases are bound through the `alias` field of the record they name). */
-export type SignedNamespace = 'records' | 'commits' | 'claims' | 'webhooks';
+export type SignedNamespace = 'records' | 'commits' | 'claims' | 'webhooks' | 'secrets';
 
 const FIELD = 'signature';
 const ALG = 'hmac-sha256';

@@ -5,7 +5,7 @@
  */
 
 /** Small JSON documents of the catalog. */
-export type DocNamespace = 'records' | 'aliases' | 'commits' | 'claims' | 'webhooks';
+export type DocNamespace = 'records' | 'aliases' | 'commits' | 'claims' | 'webhooks' | 'secrets';
 
 /** Where a blob lives: layers are shared and content-addressed; artifacts belong to one record. */
 export type BlobLocation =

@@ -5,7 +5,8 @@ import { z } from 'zod';
 import { ApiError } from '../errors.js';
 import { parseRequiredBody } from '../parse-body.js';
 import { MAX_HEADER_VALUE_BYTES } from '../../network/egress/header-rules.js';
-import type { SecretStore } from '../../secrets/secret-store.js';
+import type { SecretCursor } from '../../secrets/secret-store.js';
+import type { Secrets } from '../../secrets/secrets-api.js';
 
 /** Lowercased names; `sec_` is reserved for ids. Dots are left out: the placeholder ends at the closing brace. */
 const NAME = /^[a-z0-9][a-z0-9_-]{0,127}$/;
@@ -72,53 +73,56 @@ function limitOf(q: Record<string, unknown>): number {
   return n;
 }
 
-function afterOf(q: Record<string, unknown>): number {
+/** The token names the last secret of a page (creation time and id), so it means the same on every node. */
+const CURSOR = /^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) (sec_[0-9a-f]{24})$/;
+const tokenOf = (c: SecretCursor) => Buffer.from(`${c.createdAt} ${c.id}`).toString('base64url');
+
+function afterOf(q: Record<string, unknown>): SecretCursor | undefined {
   const v = q.nextToken;
-  if (v === undefined || v === '') return 0;
+  if (v === undefined || v === '') return undefined;
   const decoded =
-    typeof v === 'string' && /^[A-Za-z0-9_-]{1,16}$/.test(v) ? Buffer.from(v, 'base64url').toString() : '';
-  if (!/^\d{1,12}$/.test(decoded))
-    throw new ApiError(400, 'invalid nextToken: pass the X-Next-Token of an earlier answer');
-  return Number(decoded);
+    typeof v === 'string' && /^[A-Za-z0-9_-]{1,80}$/.test(v) ? Buffer.from(v, 'base64url').toString() : '';
+  const m = CURSOR.exec(decoded);
+  if (!m) throw new ApiError(400, 'invalid nextToken: pass the X-Next-Token of an earlier answer');
+  return { createdAt: m[1]!, id: m[2]! };
 }
 
-export function registerSecretRoutes(app: FastifyInstance, d: { secrets: SecretStore }): void {
-  const find = (ref: string) => {
-    const s = d.secrets.get(ref);
+export function registerSecretRoutes(app: FastifyInstance, d: { secrets: Secrets }): void {
+  const find = async (ref: string) => {
+    const s = await d.secrets.get(ref);
     if (!s) throw new ApiError(404, `secret ${ref.slice(0, 140)} not found`);
     return s;
   };
 
   app.get('/secrets', async (req, reply) => {
     const q = req.query as Record<string, unknown>;
-    const page = d.secrets.list(limitOf(q), afterOf(q));
-    if (page.next !== undefined)
-      void reply.header('x-next-token', Buffer.from(String(page.next)).toString('base64url'));
+    const page = await d.secrets.list(limitOf(q), afterOf(q));
+    if (page.next !== undefined) void reply.header('x-next-token', tokenOf(page.next));
     return page.items;
   });
 
   app.post('/secrets', async (req, reply) => {
     const b = parseRequiredBody(NewSecret, req.body, 'secret');
     const name = checkName(b.name);
-    if (d.secrets.count() >= MAX_SECRETS)
+    const s = await d.secrets.create(name, b.value, b.metadata ?? {}, MAX_SECRETS);
+    if (s === 'full')
       throw new ApiError(400, `invalid secret: there are ${MAX_SECRETS} secrets already; delete one first`);
-    const s = d.secrets.create(name, b.value, b.metadata ?? {});
-    if (!s) throw new ApiError(409, `secret ${name} already exists`);
+    if (s === 'exists') throw new ApiError(409, `secret ${name} already exists`);
     return reply.code(201).send(s);
   });
 
   app.get<{ Params: { id: string } }>('/secrets/:id', async (req) => find(req.params.id));
 
   app.post<{ Params: { id: string } }>('/secrets/:id', async (req) => {
-    find(req.params.id);
+    await find(req.params.id);
     const b = parseRequiredBody(SecretUpdate, req.body, 'secret update');
-    const s = d.secrets.update(req.params.id, b.value, b.metadata);
+    const s = await d.secrets.update(req.params.id, b.value, b.metadata);
     if (!s) throw new ApiError(404, `secret ${req.params.id.slice(0, 140)} not found`);
     return s;
   });
 
   app.delete<{ Params: { id: string } }>('/secrets/:id', async (req, reply) => {
-    if (!d.secrets.delete(req.params.id))
+    if (!(await d.secrets.delete(req.params.id)))
       throw new ApiError(404, `secret ${req.params.id.slice(0, 140)} not found`);
     return reply.code(204).send();
   });

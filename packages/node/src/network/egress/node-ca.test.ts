@@ -1,5 +1,5 @@
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { X509Certificate } from 'node:crypto';
+import { randomBytes, X509Certificate } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -73,6 +73,29 @@ describe('node egress CA', () => {
     expect(await ca.contextFor('b.test')).not.toBe(a);
     now += 7 * 24 * 3600 * 1000;
     expect(await ca.contextFor('a.test')).not.toBe(a);
+  });
+
+  it('with the cluster secrets key: the same CA on every node, so a moved sandbox trusts the new node leaves', async () => {
+    const key = randomBytes(32);
+    const [h1, h2] = [home(), home()];
+    const onA = await loadOrCreateNodeCa({ homePath: h1, clusterKey: key });
+    const onB = await loadOrCreateNodeCa({ homePath: h2, clusterKey: key });
+    // Nothing on disk: the key is the secret.
+    expect(() => statSync(join(h1, 'secrets'))).toThrow();
+    const [ca, cb] = [new X509Certificate(onA.certPem), new X509Certificate(onB.certPem)];
+    expect(cb.subject).toBe(ca.subject);
+    expect(cb.serialNumber).toBe(ca.serialNumber);
+    expect(cb.publicKey.export({ format: 'jwk' })).toEqual(ca.publicKey.export({ format: 'jwk' }));
+    expect(ca.ca).toBe(true);
+    expect(ca.subject).toMatch(/aenv egress CA cluster [0-9a-f]{8}/);
+    // B's leaf verifies against the certificate A installed in the sandbox, and the other way round.
+    expect(await handshake(onB, 'api.example.test', 'api.example.test', onA.certPem)).toBe('ok');
+    expect(await handshake(onA, 'api.example.test', 'api.example.test', onB.certPem)).toBe('ok');
+    // Another cluster key, another CA; and a node-local CA does not vouch for the cluster's leaves.
+    const other = await loadOrCreateNodeCa({ homePath: home(), clusterKey: randomBytes(32) });
+    await expect(handshake(onB, 'api.example.test', 'api.example.test', other.certPem)).rejects.toThrow();
+    const local = await loadOrCreateNodeCa({ homePath: h1 });
+    await expect(handshake(onB, 'api.example.test', 'api.example.test', local.certPem)).rejects.toThrow();
   });
 
   it('refuses a managed file that is not a key and its own certificate', async () => {

@@ -1,9 +1,19 @@
 // The node's egress CA (docs/networking.md#credentials-at-the-edge): sandboxes trust it (installed into their
 // trust store at boot), and the egress proxy presents leaf certificates it signs for the names it intercepts.
 // Key and certificate live together in one managed secret ($AENV_HOME/secrets/egress-ca, 0600), created on the
-// first start and kept across restarts, so sandboxes that trusted it before a restart still do.
+// first start and kept across restarts, so sandboxes that trusted it before a restart still do. In a cluster
+// (the secrets key set for every node) the CA is derived from that key instead: every node has the same CA key
+// and name, so a sandbox that moves to another node still trusts the leaves it presents.
 
-import { createPrivateKey, randomBytes, webcrypto, X509Certificate as NodeX509 } from 'node:crypto';
+import {
+  createECDH,
+  createHash,
+  createPrivateKey,
+  hkdfSync,
+  randomBytes,
+  webcrypto,
+  X509Certificate as NodeX509,
+} from 'node:crypto';
 import { createSecureContext, type SecureContext } from 'node:tls';
 import { join } from 'node:path';
 // @peculiar/x509's dependency injection needs the Reflect metadata API loaded first.
@@ -39,17 +49,23 @@ export interface LoadNodeCaOptions {
   homePath: string;
   expectedUid?: number;
   now?: () => number;
+  /**
+   * The cluster's secrets key (`AENV_SECRETS_ENCRYPTION_KEY`): the CA is derived from it (the same on every
+   * node) and no file is read or written.
+   */
+  clusterKey?: Buffer;
 }
 
-/** Reads the node's CA, creating it on the first start. */
+/** Reads the node's CA, creating it on the first start; or derives the cluster's from `clusterKey`. */
 export async function loadOrCreateNodeCa(opts: LoadNodeCaOptions): Promise<NodeCa> {
   const path = join(opts.homePath, 'secrets', MANAGED_FILE);
   const managed = { expectedUid: opts.expectedUid };
   const now = opts.now ?? Date.now;
-  const stored =
-    readManagedSecret(path, FILE_MAX_BYTES, managed) ??
-    createManagedSecret(path, await newCaFile(now()), FILE_MAX_BYTES, managed).contents;
-  const { keyPem, certPem } = splitCaFile(stored, path);
+  const stored = opts.clusterKey
+    ? await clusterCaFile(opts.clusterKey)
+    : (readManagedSecret(path, FILE_MAX_BYTES, managed) ??
+      createManagedSecret(path, await newCaFile(now()), FILE_MAX_BYTES, managed).contents);
+  const { keyPem, certPem } = splitCaFile(stored, opts.clusterKey ? 'derived from the secrets key' : path);
   const signingKey = await crypto.subtle.importKey(
     'pkcs8',
     createPrivateKey(keyPem).export({ type: 'pkcs8', format: 'der' }),
@@ -62,11 +78,61 @@ export async function loadOrCreateNodeCa(opts: LoadNodeCaOptions): Promise<NodeC
 
 async function newCaFile(now: number): Promise<string> {
   const keys = (await crypto.subtle.generateKey(ALG, true, ['sign', 'verify'])) as CryptoKeyPair;
-  const cert = await x509.X509CertificateGenerator.createSelfSigned({
+  return caFile(keys, {
     serialNumber: serial(),
     name: `CN=aenv egress CA ${randomBytes(4).toString('hex')}, O=aenv`,
     notBefore: new Date(now - DAY_MS),
     notAfter: new Date(now + CA_DAYS * DAY_MS),
+  });
+}
+
+/** P-256's group order. */
+const P256_N = BigInt('0xffffffff00000000ffffffffffffffffbce6faada7179e84f3b9cac2fc632551');
+/** Fixed validity of the cluster CA: every node makes the same one, whenever it starts. */
+const CLUSTER_CA_FROM = new Date('2025-01-01T00:00:00Z');
+const CLUSTER_CA_UNTIL = new Date('2045-01-01T00:00:00Z');
+
+/**
+ * The cluster CA: its key, serial and name derived from the secrets key (HKDF, its own label), so every node
+ * presents leaves that chain to the CA a sandbox trusted on any other. Only the self-signature differs between
+ * nodes (ECDSA is randomized); a trust anchor is matched by name and key, never by that signature.
+ */
+async function clusterCaFile(clusterKey: Buffer): Promise<string> {
+  const okm = Buffer.from(hkdfSync('sha256', clusterKey, 'aenv', 'aenv egress CA v1', 64));
+  const d = (BigInt(`0x${okm.subarray(0, 48).toString('hex')}`) % (P256_N - 1n)) + 1n;
+  const dBytes = Buffer.from(d.toString(16).padStart(64, '0'), 'hex');
+  const ecdh = createECDH('prime256v1');
+  ecdh.setPrivateKey(dBytes);
+  const point = ecdh.getPublicKey(); // 0x04 || x || y
+  const jwk = {
+    kty: 'EC',
+    crv: 'P-256',
+    x: point.subarray(1, 33).toString('base64url'),
+    y: point.subarray(33, 65).toString('base64url'),
+  };
+  const keys = {
+    privateKey: await crypto.subtle.importKey('jwk', { ...jwk, d: dBytes.toString('base64url') }, ALG, true, [
+      'sign',
+    ]),
+    publicKey: await crypto.subtle.importKey('jwk', jwk, ALG, true, ['verify']),
+  } as CryptoKeyPair;
+  const serialBytes = Buffer.from(okm.subarray(48, 64));
+  serialBytes[0] = (serialBytes[0] as number) & 0x7f;
+  const id = createHash('sha256').update(point).digest('hex').slice(0, 8);
+  return caFile(keys, {
+    serialNumber: serialBytes.toString('hex'),
+    name: `CN=aenv egress CA cluster ${id}, O=aenv`,
+    notBefore: CLUSTER_CA_FROM,
+    notAfter: CLUSTER_CA_UNTIL,
+  });
+}
+
+async function caFile(
+  keys: CryptoKeyPair,
+  c: { serialNumber: string; name: string; notBefore: Date; notAfter: Date },
+): Promise<string> {
+  const cert = await x509.X509CertificateGenerator.createSelfSigned({
+    ...c,
     signingAlgorithm: ALG,
     keys,
     extensions: [

@@ -42,6 +42,7 @@ const LOCK_STRIPES = 256;
  *   catalog/aliases/<alias>        JSON string of the id
  *   catalog/claims/<sandbox>.json  owner of a sandbox that can move between nodes (sandbox-claim.ts)
  *   catalog/webhooks/<id>.json     a webhook every node of the repository delivers to (shared-webhook.ts)
+ *   catalog/secrets/<id>.json      a /secrets secret, its value sealed (shared-secret.ts)
  *   snapshots/<id>/commit          commit marker (the committed data), written last
  *   snapshots/<id>/artifacts/<n>   per-record artifacts
  *   layers/sha256/<hex>            content-addressed layers
@@ -75,6 +76,7 @@ export class PosixStorage implements RepositoryStorage {
       'catalog/aliases',
       'catalog/claims',
       'catalog/webhooks',
+      'catalog/secrets',
       'snapshots',
       'layers/sha256',
       'locks/records',
@@ -141,7 +143,7 @@ export class PosixStorage implements RepositoryStorage {
         .map((f) => f.slice(0, -5));
     }
     if (ns === 'aliases') return readdir(join(this.root, 'catalog/aliases'));
-    if (ns === 'claims' || ns === 'webhooks') {
+    if (ns === 'claims' || ns === 'webhooks' || ns === 'secrets') {
       return (await readdir(join(this.root, `catalog/${ns}`)))
         .filter((f) => f.endsWith('.json'))
         .map((f) => f.slice(0, -5));
@@ -262,7 +264,8 @@ export class PosixStorage implements RepositoryStorage {
   private docPath(ns: DocNamespace, name: string): string {
     if (ns === 'records') return join(this.root, 'catalog/records', `${name}.json`);
     if (ns === 'aliases') return join(this.root, 'catalog/aliases', name);
-    if (ns === 'claims' || ns === 'webhooks') return join(this.root, `catalog/${ns}`, `${name}.json`);
+    if (ns === 'claims' || ns === 'webhooks' || ns === 'secrets')
+      return join(this.root, `catalog/${ns}`, `${name}.json`);
     return join(this.root, 'snapshots', name, 'commit');
   }
 

@@ -553,6 +553,44 @@ export function defineRepositoryContract(
       await expectError(repo.createWebhook({ ...def(9), url: '' }, 1000), 'InvalidRequest', 400);
     });
 
+    it('secrets: names unique and a cluster-wide limit among racing repositories, update, delete, ids checked', async () => {
+      const def = (n: number, name = `s${n}`) => ({
+        id: `sec_${String(n).padStart(24, '0')}`,
+        name,
+        version: 1,
+        sealed: `aXY.dGFn.Ym9keQ${n}`,
+        metadata: { n: String(n) },
+        createdAt: new Date().toISOString(),
+        updatedAt: new Date().toISOString(),
+      });
+      const before = (await repo.readSecrets()).secrets.length;
+      const handles = [0, 1, 2, 3].map(() => open());
+      // Two racing creates of one name: one wins. Then the limit holds among the rest.
+      const same = await Promise.all([1, 2].map((n, i) => handles[i]!.createSecret(def(n, 'same'), 1000)));
+      expect(same.sort()).toEqual(['created', 'name-taken']);
+      const made = await Promise.all(handles.map((h, i) => h.createSecret(def(i + 10), before + 3)));
+      expect(made.filter((m) => m === 'created')).toHaveLength(2);
+      expect(made.filter((m) => m === 'full')).toHaveLength(2);
+      const mine = (await repo.readSecrets()).secrets.filter((x) => /^s\d+$|^same$/.test(x.name));
+      expect(mine).toHaveLength(3);
+      const s = mine.find((x) => x.name !== 'same')!;
+      const next = await repo.updateSecret(s.id, (cur) => ({
+        ...cur,
+        version: 2,
+        sealed: 'bmV3.dGFn.dmFs',
+        name: 'renamed',
+        id: 'sec_x',
+      }));
+      expect(next).toMatchObject({ id: s.id, name: s.name, version: 2, sealed: 'bmV3.dGFn.dmFs' });
+      expect((await handles[0]!.readSecrets()).secrets.find((x) => x.id === s.id)?.version).toBe(2);
+      for (const x of mine) expect(await repo.deleteSecret(x.id)).toBe(true);
+      expect(await repo.deleteSecret(s.id)).toBe(false);
+      expect(await repo.updateSecret(s.id, (cur) => cur)).toBeUndefined();
+      for (const bad of ['../records/x', 'sec_', s.id.toUpperCase(), 'name'])
+        await expectError(repo.deleteSecret(bad), 'InvalidRequest', 400);
+      await expectError(repo.createSecret({ ...def(9), sealed: 'plain text' }, 1000), 'InvalidRequest', 400);
+    });
+
     for (const mode of ['create', 'bind'] as const) {
       it(`two processes publishing the same alias at once (${mode}): exactly one wins`, async () => {
         const name = alias(`race-${mode}`);
