@@ -24,6 +24,8 @@ export interface TestServerOptions {
   listenHost?: string;
   /** `[pool].warm_sandboxes` (default 0 here). */
   warm?: number;
+  /** Other `[pool]` keys, over the test defaults (`low_watermark = 1`, `high_watermark = 4`). */
+  pool?: Record<string, number>;
 }
 
 export interface ApiAnswer {
@@ -125,11 +127,14 @@ export async function startServer(opts: TestServerOptions, port?: number): Promi
       `host_interaction_cidr = "${cidrs.hi}"`,
       `veth_cidr = "${cidrs.veth}"`,
       `[pool]`,
-      `low_watermark = 1`,
-      `high_watermark = 4`,
-      // Adopted warm sandboxes run under another container id; tests that look at host objects by sandbox id
-      // start nodes without them (warm-pool.test.ts covers the pool).
-      `warm_sandboxes = ${opts.warm ?? 0}`,
+      ...Object.entries({
+        low_watermark: 1,
+        high_watermark: 4,
+        // Adopted warm sandboxes run under another container id; tests that look at host objects by sandbox
+        // id start nodes without them (warm-pool*.test.ts cover the pool).
+        warm_sandboxes: opts.warm ?? 0,
+        ...opts.pool,
+      }).map(([k, v]) => `${k} = ${v}`),
       `[runtime]`,
       `cow_volume_size_gb = 16`,
       ...(opts.runtime ?? []),
