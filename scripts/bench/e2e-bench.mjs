@@ -5,7 +5,7 @@
 import { MAIN_NODE, DISK_NODE, WARM_NODE, removeNode, startNode } from './lib/nodes.mjs';
 import { RawLab, removeRawLeftovers } from './lib/raw.mjs';
 import { sandboxLayers, sandboxOciConfig } from './lib/sandbox-facts.mjs';
-import { createSuite } from './lib/suites/create.mjs';
+import { BURST_CREATES, createSuite } from './lib/suites/create.mjs';
 import { execSuite } from './lib/suites/exec.mjs';
 import { memorySuite } from './lib/suites/memory.mjs';
 import { pauseSuite } from './lib/suites/pause.mjs';
@@ -29,10 +29,11 @@ const DISK_TOML = '[orchestrator]\nresident_pause_grace_secs = 0\n';
 export function createContext(opts, report, log) {
   const started = new Map();
   let lab = null;
-  const node = (name, toml, warm = 0) => {
+  /** @param {string} name @param {string} toml @param {number} [warm] @param {Record<string, number>} [pool] */
+  const node = (name, toml, warm = 0, pool = undefined) => {
     if (!started.has(name)) {
       log(`starting aenv node "${name}"`);
-      started.set(name, startNode(name, toml, warm));
+      started.set(name, startNode(name, toml, warm, pool));
     }
     return started.get(name);
   };
@@ -43,8 +44,15 @@ export function createContext(opts, report, log) {
     shared: {},
     mainNode: () => node(MAIN_NODE, MAIN_TOML),
     diskNode: () => node(DISK_NODE, DISK_TOML),
-    /** Node with the warm sandbox pool (2 per template, the product default). */
-    warmNode: () => node(WARM_NODE, '', 2),
+    /**
+     * Node with the warm sandbox pool as the product ships it (2 per template, growing with demand up to 64);
+     * creates in progress allowed up to BURST_CREATES, so a burst of that many is not answered 429.
+     */
+    warmNode: () =>
+      node(WARM_NODE, `[limits]\nmax_concurrent_creates = ${BURST_CREATES}\n`, 2, {
+        low_watermark: 2,
+        high_watermark: 64,
+      }),
     /** The raw twins' lab, set up from a live `base` sandbox's OCI config and overlay layers. */
     rawLab() {
       lab ??= (async () => {

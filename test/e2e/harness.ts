@@ -485,6 +485,15 @@ export async function strayHostObjects(server: TestServer, poolMax = 4): Promise
   return stray;
 }
 
+/** Pre-started sandboxes (ready or booting) of the node's warm pool, from its GET /metrics. */
+export async function warmPoolSandboxes(server: Pick<TestServer, 'url'>): Promise<number> {
+  const text = await (await fetch(`${server.url}/metrics`)).text();
+  return text
+    .split('\n')
+    .filter((l) => l.startsWith('aenv_warm_pool_sandboxes{'))
+    .reduce((a, l) => a + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+}
+
 async function strayHostObjectsNow(server: TestServer, poolMax: number): Promise<string[]> {
   const listed = await server.api('GET', '/v2/sandboxes');
   if (listed.status !== 200) throw new Error(`GET /v2/sandboxes answered ${listed.status}`);
@@ -517,7 +526,11 @@ async function strayHostObjectsNow(server: TestServer, poolMax: number): Promise
   }
   for (const c of o.slotChains)
     if (!slots.has(c.slice('slot'.length))) stray.push(`nft chain ${c} without its netns`);
-  if (slots.size > live.size + poolMax)
-    stray.push(`${slots.size} slots for ${live.size} sandboxes (+ at most ${poolMax} spare)`);
+  // Each pre-started sandbox of the warm pool (ready or booting) holds a slot of its own.
+  const preStarted = await warmPoolSandboxes(server);
+  if (slots.size > live.size + preStarted + poolMax)
+    stray.push(
+      `${slots.size} slots for ${live.size} sandboxes and ${preStarted} pre-started (+ at most ${poolMax} spare)`,
+    );
   return stray;
 }

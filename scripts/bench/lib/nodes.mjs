@@ -46,10 +46,17 @@ async function assertCidrsFree(name) {
   }
 }
 
-/** Starts a node; `toml` is appended to the harness config; `warm` = `[pool].warm_sandboxes` (default 0). */
-export async function startNode(name, toml = '', warm = 0) {
+/**
+ * Starts a node; `toml` is appended to the harness config; `warm` = `[pool].warm_sandboxes` (default 0);
+ * `pool` = other `[pool]` keys over the harness's.
+ * @param {string} name
+ * @param {string} [toml]
+ * @param {number} [warm]
+ * @param {Record<string, number>} [pool]
+ */
+export async function startNode(name, toml = '', warm = 0, pool = undefined) {
   await assertCidrsFree(name);
-  const server = await harness.startServer({ name, toml, warm });
+  const server = await harness.startServer({ name, toml, warm, ...(pool ? { pool } : {}) });
   nameOrigin(server.url, name);
   return {
     name,
