@@ -13,7 +13,7 @@ import {
 } from './lib/nodes.mjs';
 import { RawLab, removeRawLeftovers } from './lib/raw.mjs';
 import { sandboxLayers, sandboxOciConfig } from './lib/sandbox-facts.mjs';
-import { createSuite } from './lib/suites/create.mjs';
+import { BURST_CREATES, createSuite } from './lib/suites/create.mjs';
 import { execSuite } from './lib/suites/exec.mjs';
 import { memorySuite } from './lib/suites/memory.mjs';
 import { pauseSuite } from './lib/suites/pause.mjs';
@@ -43,10 +43,14 @@ const LAZY_RUNTIME = ['lazy_restore_min_mib = 64'];
 export function createContext(opts, report, log) {
   const started = new Map();
   let lab = null;
-  const node = (name, toml, warm = 0, runtime = []) => {
+  /**
+   * @param {string} name @param {string} toml @param {number} [warm]
+   * @param {{runtime?: string[], pool?: Record<string, number>}} [extra]
+   */
+  const node = (name, toml, warm = 0, extra = {}) => {
     if (!started.has(name)) {
       log(`starting aenv node "${name}"`);
-      started.set(name, startNode(name, toml, warm, runtime));
+      started.set(name, startNode(name, toml, warm, extra));
     }
     return started.get(name);
   };
@@ -58,9 +62,15 @@ export function createContext(opts, report, log) {
     mainNode: () => node(MAIN_NODE, MAIN_TOML),
     diskNode: () => node(DISK_NODE, DISK_TOML),
     eagerNode: () => node(EAGER_NODE, RESUME_TOML),
-    lazyNode: () => node(LAZY_NODE, RESUME_TOML, 0, LAZY_RUNTIME),
-    /** Node with the warm sandbox pool (2 per template, the product default). */
-    warmNode: () => node(WARM_NODE, '', 2),
+    lazyNode: () => node(LAZY_NODE, RESUME_TOML, 0, { runtime: LAZY_RUNTIME }),
+    /**
+     * Node with the warm sandbox pool as the product ships it (2 per template, growing with demand up to 64);
+     * creates in progress allowed up to BURST_CREATES, so a burst of that many is not answered 429.
+     */
+    warmNode: () =>
+      node(WARM_NODE, `[limits]\nmax_concurrent_creates = ${BURST_CREATES}\n`, 2, {
+        pool: { low_watermark: 2, high_watermark: 64 },
+      }),
     /** The raw twins' lab, set up from a live `base` sandbox's OCI config and overlay layers. */
     rawLab() {
       lab ??= (async () => {

@@ -74,6 +74,8 @@ reference's name, type and meaning.
 
 - \`pool.low_watermark <= pool.high_watermark\` while any pool is in use (\`pool.network.maintenance_enabled\`,
   \`pool.block.enabled\`, \`pool.firecracker.enabled\`); \`pool.firecracker.fill_concurrency > 0\`.
+- \`pool.warm_sandboxes <= pool.high_watermark\` (it is the warm sandbox pool's low watermark; 0 disables the
+  pool); \`pool.sandbox_min_available_memory_ratio\` finite with \`0 <= ratio < 1\`.
 - \`image.cache.gc\`: both ratios finite with \`0 < ratio <= 1\`, and \`low_watermark_ratio <= high_watermark_ratio\`.
 - \`network.egress.always_denied_cidrs\`: every entry an IPv4 CIDR. \`network.internal\`: both IPv4 CIDRs,
   \`host_interaction_cidr\` with at least 32768 addresses, \`veth_cidr\` with at least 65536, pairwise

@@ -1129,13 +1129,36 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
 
   pool: section('Warm pools.', {
     low_watermark: int({ default: 2, min: 0, doc: 'Pools are prewarmed to this many idle items.' }),
-    high_watermark: int({ default: 64, min: 0, doc: 'Refill targets grow toward this many idle items.' }),
+    high_watermark: int({
+      default: 64,
+      min: 0,
+      doc: 'Refill targets grow toward this many idle items (the warm sandbox pool: per template).',
+    }),
     warm_sandboxes: int({
       default: 2,
       min: 0,
       max: 64,
       aenv: true,
-      doc: 'Pre-started sandboxes (envd running, not yet handed out) kept per image-based template in use, so a create only renames and /inits one; 0 disables.',
+      doc: "Warm sandbox pool's low watermark: pre-started sandboxes (envd running, not yet handed out) kept per image-based template in use, so a create only renames and /inits one; creates that drain it double the template's target up to high_watermark (must be <= it); 0 disables the pool.",
+    }),
+    sandbox_fill_concurrency: int({
+      default: 2,
+      min: 1,
+      max: 16,
+      aenv: true,
+      doc: 'Pre-started sandboxes booted at once while the warm sandbox pool refills (all templates together).',
+    }),
+    sandbox_idle_secs: int({
+      default: 300,
+      min: 1,
+      max: 86400,
+      aenv: true,
+      doc: "A template's warm sandbox target above warm_sandboxes halves after this many seconds without a create of it; the sandboxes beyond it are removed.",
+    }),
+    sandbox_min_available_memory_ratio: num({
+      default: 0.2,
+      aenv: true,
+      doc: 'The warm sandbox pool boots no sandbox while MemAvailable / MemTotal of the host is below this (0 <= ratio < 1).',
     }),
     network: poolComponent('Pre-created network namespace slots.', false),
     block: poolComponent('Warm ublk devices.', true),

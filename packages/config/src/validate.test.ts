@@ -45,6 +45,56 @@ const rules: { name: string; bad: string; message: string; good: string }[] = [
       '[pool.block]\nenabled = false\n[pool.firecracker]\nenabled = false',
   },
   {
+    name: 'warm sandbox pool: warm_sandboxes (its low watermark) <= high_watermark',
+    bad: '[pool]\nwarm_sandboxes = 8\nhigh_watermark = 4',
+    message:
+      "pool.warm_sandboxes = 8: must be <= pool.high_watermark (4): it is the warm sandbox pool's low watermark (0 disables the pool)",
+    good: '[pool]\nwarm_sandboxes = 4\nhigh_watermark = 4',
+  },
+  {
+    name: 'warm sandbox pool off: any high_watermark',
+    bad: '[pool]\nwarm_sandboxes = 1\nlow_watermark = 0\nhigh_watermark = 0',
+    message:
+      "pool.warm_sandboxes = 1: must be <= pool.high_watermark (0): it is the warm sandbox pool's low watermark (0 disables the pool)",
+    good: '[pool]\nwarm_sandboxes = 0\nlow_watermark = 0\nhigh_watermark = 0',
+  },
+  {
+    name: 'warm_sandboxes is not negative',
+    bad: '[pool]\nwarm_sandboxes = -1',
+    message: 'pool.warm_sandboxes = -1: must be >= 0',
+    good: '[pool]\nwarm_sandboxes = 0',
+  },
+  {
+    name: 'high_watermark is not negative',
+    bad: '[pool]\nhigh_watermark = -2',
+    message: 'pool.high_watermark = -2: must be >= 0',
+    good: '[pool]\nhigh_watermark = 2',
+  },
+  {
+    name: 'sandbox_fill_concurrency >= 1',
+    bad: '[pool]\nsandbox_fill_concurrency = 0',
+    message: 'pool.sandbox_fill_concurrency = 0: must be >= 1',
+    good: '[pool]\nsandbox_fill_concurrency = 1',
+  },
+  {
+    name: 'sandbox_idle_secs >= 1',
+    bad: '[pool]\nsandbox_idle_secs = 0',
+    message: 'pool.sandbox_idle_secs = 0: must be >= 1',
+    good: '[pool]\nsandbox_idle_secs = 1',
+  },
+  {
+    name: 'sandbox_min_available_memory_ratio < 1',
+    bad: '[pool]\nsandbox_min_available_memory_ratio = 1',
+    message: 'pool.sandbox_min_available_memory_ratio = 1: must be a finite number with 0 <= ratio < 1',
+    good: '[pool]\nsandbox_min_available_memory_ratio = 0',
+  },
+  {
+    name: 'sandbox_min_available_memory_ratio >= 0',
+    bad: '[pool]\nsandbox_min_available_memory_ratio = -0.1',
+    message: 'pool.sandbox_min_available_memory_ratio = -0.1: must be a finite number with 0 <= ratio < 1',
+    good: '[pool]\nsandbox_min_available_memory_ratio = 0.5',
+  },
+  {
     name: 'fill_concurrency > 0',
     bad: '[pool.firecracker]\nfill_concurrency = 0',
     message: 'pool.firecracker.fill_concurrency = 0: must be > 0',

@@ -34,6 +34,17 @@ export function validateConfig(
       `must be <= pool.high_watermark (${c.pool.high_watermark}) while ${pools.join(', ')} ${pools.length > 1 ? 'are' : 'is'} enabled`,
     );
   }
+  if (c.pool.warm_sandboxes > c.pool.high_watermark) {
+    bad(
+      'pool.warm_sandboxes',
+      c.pool.warm_sandboxes,
+      `must be <= pool.high_watermark (${c.pool.high_watermark}): it is the warm sandbox pool's low watermark (0 disables the pool)`,
+    );
+  }
+  const memRatio = c.pool.sandbox_min_available_memory_ratio;
+  if (!Number.isFinite(memRatio) || memRatio < 0 || memRatio >= 1) {
+    bad('pool.sandbox_min_available_memory_ratio', memRatio, 'must be a finite number with 0 <= ratio < 1');
+  }
   if (c.pool.firecracker.fill_concurrency <= 0) {
     bad('pool.firecracker.fill_concurrency', c.pool.firecracker.fill_concurrency, 'must be > 0');
   }

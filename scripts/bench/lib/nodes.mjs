@@ -51,11 +51,22 @@ async function assertCidrsFree(name) {
 
 /**
  * Starts a node; `toml` is appended to the harness config; `warm` = `[pool].warm_sandboxes` (default 0);
- * `runtime` = lines for the harness's own `[runtime]` table.
+ * `extra.runtime` = lines for the harness's own `[runtime]` table, `extra.pool` = other `[pool]` keys over the
+ * harness's.
+ * @param {string} name
+ * @param {string} [toml]
+ * @param {number} [warm]
+ * @param {{runtime?: string[], pool?: Record<string, number>}} [extra]
  */
-export async function startNode(name, toml = '', warm = 0, runtime = []) {
+export async function startNode(name, toml = '', warm = 0, extra = {}) {
   await assertCidrsFree(name);
-  const server = await harness.startServer({ name, toml, warm, runtime });
+  const server = await harness.startServer({
+    name,
+    toml,
+    warm,
+    ...(extra.runtime ? { runtime: extra.runtime } : {}),
+    ...(extra.pool ? { pool: extra.pool } : {}),
+  });
   nameOrigin(server.url, name);
   return {
     name,

@@ -6,8 +6,9 @@ import { fmt, ratio, summarize } from './stats.mjs';
 export const NOT_AVAILABLE = 'not available yet';
 
 /**
- * A target: `maxRatio` (aenv median / raw median), `maxMedian` or `maxMean` (absolute, in the row's unit).
- * @typedef {{ maxRatio?: number, maxMedian?: number, maxMean?: number, text: string }} Target
+ * A target: `maxRatio` (aenv median / raw median), `maxMedian` or `maxMean` (absolute, in the row's unit), or
+ * `minMedian` (a rate that must be reached).
+ * @typedef {{ maxRatio?: number, maxMedian?: number, maxMean?: number, minMedian?: number, text: string }} Target
  */
 
 export class Report {
@@ -143,6 +144,7 @@ function verdict(row) {
     return row.ratio === null ? null : row.ratio <= t.maxRatio ? 'meets' : 'misses';
   if (t.maxMedian !== undefined) return row.aenv.median <= t.maxMedian ? 'meets' : 'misses';
   if (t.maxMean !== undefined) return row.aenv.mean <= t.maxMean ? 'meets' : 'misses';
+  if (t.minMedian !== undefined) return row.aenv.median >= t.minMedian ? 'meets' : 'misses';
   return null;
 }
 

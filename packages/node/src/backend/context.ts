@@ -1,6 +1,7 @@
 // What every operation of the container backend shares: its options, the sandbox factory, the record codec, the
 // capture dirs, and the few small helpers over a sandbox record (its state, its container id, its /init body).
 import type { InitBody } from '@aenv/protocol';
+import type { Registry } from 'prom-client';
 import type { ImageService } from '../image/index.js';
 import type { SingleFlight } from '../image/single-flight.js';
 import type { NetworkManager } from '../network/index.js';
@@ -13,6 +14,22 @@ import type { Logger } from '../util/log.js';
 import type { CaptureDirs } from './capture-dirs.js';
 import type { BackendRecordCodec, BackendState } from './record-state.js';
 import type { AssembledSandbox, SandboxFactory } from './sandbox-factory.js';
+
+/** How the warm sandbox pool is sized (from `[pool]`). */
+export interface WarmPoolSizing {
+  /** `warm_sandboxes`: ready sandboxes per template in use without demand; 0 disables the pool. */
+  low: number;
+  /** `high_watermark`: the most a template's refill target grows to. */
+  high: number;
+  /** `sandbox_idle_secs` in ms: a target above `low` halves after this long without a create. */
+  quietMs: number;
+  /** `sandbox_fill_concurrency`: sandboxes booted at once while refilling. */
+  fillConcurrency: number;
+  /** `sandbox_min_available_memory_ratio`: no refill while MemAvailable / MemTotal is below it. */
+  minAvailableMemoryRatio: number;
+  /** Prometheus registry for the pool's metrics (none: not exported). */
+  registry?: Registry;
+}
 
 export interface ContainerBackendOptions {
   runtime: RuntimeDriver;
@@ -35,8 +52,8 @@ export interface ContainerBackendOptions {
   memoryPressureRatio?: number;
   /** Versions recorded with every capture (envd, tools, the runtime driver's host components, ...). */
   runtimeVersions: Record<string, string>;
-  /** Pre-started sandboxes kept per template in use (`[pool].warm_sandboxes`; 0 = none). */
-  warmSandboxes: number;
+  /** The warm sandbox pool (`[pool]`; docs/architecture.md, "Warm sandbox pool"). */
+  warmPool: WarmPoolSizing;
   /** Copy paused sandboxes into the repository (a shared one lets other nodes resume them). */
   sharePaused: boolean;
   /** `[node_identity].node_id`: whom the sandbox claims of a shared repository name (docs/cluster.md). */

@@ -10,7 +10,9 @@ import { bindingOf, initBody, leaseHolder, volumesOf, type BackendContext } from
 import { launchCapture } from './launch.js';
 import type { BackendState } from './record-state.js';
 import type { AssembledSandbox } from './sandbox-factory.js';
+import { availableMemoryRatio } from './memory-pressure.js';
 import { WarmPool } from './warm-pool.js';
+import { WarmPoolMetrics } from './warm-pool-metrics.js';
 import { phase } from '../util/phases.js';
 
 /** What a template boots from (image-based templates; captures restore instead). */
@@ -35,14 +37,41 @@ export class SandboxCreation {
   private readonly warm: WarmPool<BootSpec, AssembledSandbox>;
 
   constructor(private readonly ctx: BackendContext) {
+    const sizing = ctx.o.warmPool;
+    let metrics: WarmPoolMetrics | undefined;
     this.warm = new WarmPool({
-      size: ctx.o.warmSandboxes,
+      low: sizing.low,
+      high: sizing.high,
+      quietMs: sizing.quietMs,
+      fillConcurrency: sizing.fillConcurrency,
       maxTemplates: 4,
+      memoryOk: () => availableMemoryRatio() >= sizing.minAvailableMemoryRatio,
       // No policy: a pre-started sandbox is denied all traffic until it is handed out with its own.
       boot: (spec) => this.boot(`warm-${randomUUID()}`, spec, null),
       discard: (b) => ctx.factory.disassemble(b),
+      labelOf: (spec) => spec.templateId,
+      onCreate: (template, hit) => metrics?.onCreate(template, hit),
       logger: ctx.log,
     });
+    if (sizing.registry && this.warm.enabled) {
+      metrics = new WarmPoolMetrics(sizing.registry, {
+        stats: () => this.warm.stats(),
+        memoryBytes: () => this.pooledMemoryBytes(),
+      });
+    }
+  }
+
+  /** Memory charged to the ready sandboxes' cgroups (one gone meanwhile counts 0). */
+  private async pooledMemoryBytes(): Promise<number> {
+    const used = await Promise.all(
+      this.warm.readyValues().map((b) =>
+        this.ctx.o.runtime.stats(b.containerId).then(
+          (s) => s.memoryUsageBytes,
+          () => 0,
+        ),
+      ),
+    );
+    return used.reduce((a, b) => a + b, 0);
   }
 
   async start(
@@ -58,9 +87,11 @@ export class SandboxCreation {
     const boot = imageBoot(source, record.resources);
     if (!boot) return launchCapture(ctx, record, snapshot, policy, beforeStart);
     const key = warmKey(boot);
-    // A pre-started sandbox runs without volumes: one that mounts some is booted for itself.
-    const warm = source.cold || record.volumeMounts?.length ? undefined : this.warm.take(key);
-    if (!source.cold) this.warm.want(key, boot);
+    // A pre-started sandbox runs without volumes: one that mounts some is booted for itself (and keeps the
+    // template warm without counting as a hit or a miss).
+    const mountsVolumes = Boolean(record.volumeMounts?.length);
+    const warm = source.cold || mountsVolumes ? undefined : this.warm.take(key, boot);
+    if (!source.cold && mountsVolumes) this.warm.want(key, boot);
     if (warm) {
       // A failed start hook fails the create (it is not a reason to try another container).
       let handed: AssembledSandbox;

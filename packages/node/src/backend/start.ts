@@ -1,5 +1,6 @@
 import type { AenvConfig } from '@aenv/config';
 import { join } from 'node:path';
+import type { Registry } from 'prom-client';
 import type { ImageService } from '../image/index.js';
 import type { NetworkManager } from '../network/index.js';
 import type { Runtime, ToolsMount } from '../runtime/index.js';
@@ -34,6 +35,8 @@ export interface BackendDeps {
   nodeName: string;
   /** The host directory of a persistent volume (docs/volumes.md). */
   volumeDir: (volumeId: string) => string;
+  /** Where the warm pool's metrics are registered. */
+  registry?: Registry;
   logger: Logger;
 }
 
@@ -63,7 +66,14 @@ export function startBackend(
     repository: deps.repository,
     sharePaused: sharesPausedSandboxes(config),
     nodeId: deps.nodeName,
-    warmSandboxes: config.pool.warm_sandboxes,
+    warmPool: {
+      low: config.pool.warm_sandboxes,
+      high: config.pool.high_watermark,
+      quietMs: config.pool.sandbox_idle_secs * 1000,
+      fillConcurrency: config.pool.sandbox_fill_concurrency,
+      minAvailableMemoryRatio: config.pool.sandbox_min_available_memory_ratio,
+      registry: deps.registry,
+    },
     tools: deps.tools,
     toolsRoot: join(config.deps_path, 'tools'),
     residentPauseGraceMs: config.orchestrator.resident_pause_grace_secs * 1000,
