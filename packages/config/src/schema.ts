@@ -181,7 +181,7 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
         doc: 'Largest count of one fork request (the API accepts 1-100); at most max_concurrent_creates.',
       }),
       max_concurrent_creates: int({
-        default: 16,
+        default: 32,
         min: 1,
         aenv: true,
         doc: 'Sandbox creates and fork children in progress at once on this node; more get 429 (retry later).',
