@@ -33,7 +33,7 @@ export interface BackendDeps {
   /** `[node_identity].node_id`: whom the claims of shared sandboxes name (docs/cluster.md). */
   nodeName: string;
   /** The host directory of a persistent volume (docs/volumes.md). */
-  volumeDir: (volumeId: string) => string;
+  volumeDir: (volumeId: string) => Promise<string>;
   logger: Logger;
 }
 

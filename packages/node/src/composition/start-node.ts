@@ -80,7 +80,13 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
     trustedCaPem: egressCa.certPem,
   });
   const repository = await startSnapshotRepository(config, core);
-  const volumes = await startVolumes(config, { db, disks: runtime.volumeDisks, apiKey, logger });
+  const volumes = await startVolumes(config, {
+    db,
+    disks: runtime.volumeDisks,
+    apiKey,
+    nodeId: identity.nodeId,
+    logger,
+  });
   const parts = {
     ...core,
     tools,
@@ -89,7 +95,7 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
     network: network.network,
     repository: repository.repository,
   };
-  const backend = startBackend(config, { ...parts, volumeDir: (id) => volumes.dirOf(id) });
+  const backend = startBackend(config, { ...parts, volumeDir: (id) => volumes.mountDir(id) });
   const sandboxes = { ...parts, backend: backend.backend };
   const obs = startSandboxObservability(config, sandboxes);
   const catalog = new TemplateCatalog({
@@ -118,18 +124,19 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
     onInstanceStopped: (id) => late.frontDoor?.proxy.closeInstance(id),
     onLifecycle: (e) => {
       [events, obs.observability, late.reporter].forEach((l) => l?.onLifecycle(e));
+      volumes.noteSandboxesChanged(); // leases on a shared volume directory follow the sandboxes
       if (e.event === 'created' || e.event === 'forked') backend.backend.noteStarted(e.sandboxId);
     },
     observe: (operation, fn, stage) => metrics.observe(operation, fn, stage),
   });
   const orch = orchestrator.orchestrator;
   metrics.trackSandboxStates(() => orch.stateCounts());
-  volumes.setUsers((id) =>
-    orch
-      .all()
-      .filter((r) => r.volumeMounts?.some((m) => m.volumeId === id))
-      .map((r) => r.id),
-  );
+  volumes.setUsers(() => {
+    const users = new Map<string, string[]>();
+    for (const r of orch.all())
+      for (const m of r.volumeMounts ?? []) users.set(m.volumeId, [...(users.get(m.volumeId) ?? []), r.id]);
+    return users;
+  });
   const movedAway = await orch.dropMovedAway();
   if (movedAway > 0)
     logger.info({ sandboxes: movedAway }, 'dropped paused sandboxes that moved to other nodes');

@@ -45,7 +45,7 @@ export interface CreateSandboxInput {
    * The volumes to mount, given what the template (a snapshot) was taken with; throws when they cannot be
    * (docs/volumes.md). Absent: none.
    */
-  resolveVolumeMounts?: (needed: readonly VolumeMountRecord[]) => VolumeMountRecord[];
+  resolveVolumeMounts?: (needed: readonly VolumeMountRecord[]) => Promise<VolumeMountRecord[]>;
 }
 
 export interface LaunchableTemplate extends LaunchSource {
@@ -511,7 +511,7 @@ export class Orchestrator {
   ): Promise<SandboxRecord> {
     this.assertOpen();
     this.assertNotDraining();
-    const volumeMounts = input.resolveVolumeMounts?.(template.volumeMounts ?? []) ?? [];
+    const volumeMounts = (await input.resolveVolumeMounts?.(template.volumeMounts ?? [])) ?? [];
     const id = this.opts.newId();
     const now = new Date().toISOString();
     const record: SandboxRecord = {
