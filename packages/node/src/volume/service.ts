@@ -26,6 +26,9 @@ export interface VolumeAndToken {
   token: string;
 }
 
+/** How often a node with shared volumes looks for leases its sandboxes no longer need. */
+const LEASE_REFRESH_MS = 10_000;
+
 const notFound = (id: string) =>
   new DomainError(ErrorKind.NotFound, `volume ${JSON.stringify(id.slice(0, 80))} not found`);
 
@@ -39,6 +42,7 @@ export class VolumeService {
   /** Lease changes of a shared store, one at a time (a mount's lease must not be dropped under it). */
   private leaseChain: Promise<unknown> = Promise.resolve();
   private reconcileQueued = false;
+  private refreshTimer: NodeJS.Timeout | undefined;
 
   constructor(private readonly opts: VolumeServiceOptions) {}
 
@@ -157,6 +161,31 @@ export class VolumeService {
         this.opts.logger.warn({ err, volumeId: id }, 'volume lease of a sandbox of this node');
       });
     }
+  }
+
+  /**
+   * Shared store only: every LEASE_REFRESH_MS, `refresh` (this node's records brought up to date: paused
+   * sandboxes another node took over are dropped), then the leases reconciled. Stopped by {@link close}.
+   */
+  startLeaseRefresh(refresh: () => Promise<unknown>, intervalMs = LEASE_REFRESH_MS): void {
+    if (this.opts.store.kind === 'node' || this.refreshTimer) return;
+    let running = false;
+    this.refreshTimer = setInterval(() => {
+      if (running) return;
+      running = true;
+      refresh()
+        .then(() => this.reconcileLeases())
+        .catch((err: unknown) => this.opts.logger.warn({ err }, 'volume leases not refreshed'))
+        .finally(() => (running = false));
+    }, intervalMs);
+    this.refreshTimer.unref();
+  }
+
+  /** Stops the refresh and waits for lease changes under way (the leases themselves stay: records stay). */
+  async close(): Promise<void> {
+    clearInterval(this.refreshTimer);
+    this.refreshTimer = undefined;
+    await this.leaseChain;
   }
 
   /** A sandbox of this node came or went: leases follow, soon, one reconcile at a time. */
