@@ -127,8 +127,19 @@ export class VolumeService {
    */
   async mountDir(id: string): Promise<string> {
     if (this.opts.store.kind === 'node') return this.dirOf(id);
-    await this.leased(() => this.opts.store.lease(id, this.usersOf(id)));
-    return this.opts.store.dirOf(id);
+    const store = this.opts.store;
+    await this.leased(async () => {
+      try {
+        await store.lease(id, this.usersOf(id));
+      } catch (e) {
+        // Nothing else of this node needs the lease (no record, no other create holding it): it goes at once,
+        // not at the next reconcile, so that it does not refuse another node's delete meanwhile.
+        if (this.usersOf(id).length === 0 && (this.held.get(id) ?? 0) <= 1)
+          await store.unlease(id).catch(() => {});
+        throw e;
+      }
+    });
+    return store.dirOf(id);
   }
 
   private leased<T>(fn: () => Promise<T>): Promise<T> {
