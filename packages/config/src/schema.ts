@@ -789,7 +789,13 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
     storage: oneOf(['node', 'shared_dir'], {
       default: 'node',
       aenv: true,
-      doc: 'Where volumes live: "node" = on this node\'s CoW volume (node-affine in a cluster). "shared_dir" (a posix_fs-style shared directory) is not implemented yet and is refused.',
+      doc: 'Where volumes live: "node" = on this node\'s CoW volume (node-affine in a cluster); "shared_dir" = in volume.shared_dir, a directory every node of a cluster mounts (NFS in production): any node mounts any volume, max_size_mb is enforced only on content-API writes (docs/volumes.md).',
+    }),
+    shared_dir: path({
+      commented: true,
+      aenv: true,
+      example: '/mnt/aenv-volumes',
+      doc: 'The shared directory of storage = "shared_dir" (absolute; required then, refused otherwise): the same directory on every node, with the same runtime.uid_map_host_start.',
     }),
   }),
 

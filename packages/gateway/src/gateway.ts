@@ -301,7 +301,7 @@ export class Gateway {
         // A create mounting volumes goes to their node (docs/cluster.md#volumes-in-a-cluster); one launching a
         // template or snapshot that only some nodes hold, to one of those (#templates-and-snapshots-in-a-cluster).
         const node =
-          (await this.volumes.nodeForMounts(body)) ??
+          (await this.volumes.nodeForMounts(body, schedule)) ??
           (r.cold ? undefined : await this.templates.nodeForCreate(body, schedule)) ??
           (await schedule());
         const placeMs = performance.now() - started;

@@ -106,6 +106,45 @@ describe('the gateway’s volume calls against a real scheduler', () => {
     expect([...a.seen, ...b.seen].filter((s) => s === 'POST /volumes').length).toBe(before);
   });
 
+  it('treats one volume id on both nodes as one shared volume: listed once, mounted on either node', async () => {
+    const shared = '55555555-5555-4555-8555-555555555555';
+    a.volumes.push({ volumeID: shared, name: 'common' });
+    b.volumes.push({ volumeID: shared, name: 'common' });
+    try {
+      const listed = (await (await call('GET', '/volumes')).json()) as { volumeID: string }[];
+      expect(listed.filter((v) => v.volumeID === shared)).toHaveLength(1);
+      expect(['node-a', 'node-b']).toContain(await nodeOf(await call('GET', `/volumes/${shared}`)));
+      const bearer = { authorization: `Bearer ${volumeContentToken(KEY, shared)}` };
+      expect(['node-a', 'node-b']).toContain(
+        await nodeOf(await call('GET', `/volumecontent/${shared}/dir?path=/`, bearer)),
+      );
+      const mount = (names: string[]) =>
+        JSON.stringify({
+          templateID: 'base',
+          volumeMounts: names.map((name, i) => ({ name, path: `/m${i}` })),
+        });
+      // No 409: the scheduler's round robin spreads creates over both nodes.
+      const placed = new Set<string | undefined>();
+      for (let i = 0; i < 4; i++) {
+        const r = await call('POST', '/v2/sandboxes', { 'x-api-key': KEY }, mount(['common']));
+        expect(r.status).toBe(201);
+        placed.add(await nodeOf(r));
+      }
+      expect(placed).toEqual(new Set(['node-a', 'node-b']));
+      // With a volume only one node has, the shared one goes along to that node.
+      for (const [names, node] of [
+        [['common', 'alpha'], 'node-a'],
+        [['beta', 'common'], 'node-b'],
+      ] as const)
+        expect(
+          await nodeOf(await call('POST', '/v2/sandboxes', { 'x-api-key': KEY }, mount([...names]))),
+        ).toBe(node);
+    } finally {
+      a.volumes.pop();
+      b.volumes.pop();
+    }
+  });
+
   it('asks the nodes again when a remembered holder no longer has the volume', async () => {
     const moved = '33333333-3333-4333-8333-333333333333';
     a.volumes.push({ volumeID: moved, name: 'gamma' });

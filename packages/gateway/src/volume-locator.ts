@@ -1,7 +1,8 @@
 // The gateway's volume calls (docs/cluster.md#volumes-in-a-cluster). A volume lives on the node that created
-// it and never moves, so the gateway finds it by asking every node (`GET /volumes/{id}`, `GET /volumes`) and
-// keeps what it learnt about an id for a short while; names are looked up afresh for every create that mounts
-// them (a name can be deleted on one node and made again on another).
+// it and never moves — or on a directory several nodes share, and then any of them serves it — so the gateway
+// finds it by asking every node (`GET /volumes/{id}`, `GET /volumes`) and keeps what it learnt about an id for a
+// short while; names are looked up afresh for every create that mounts them (a name can be deleted on one node
+// and made again on another).
 import { performance } from 'node:perf_hooks';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
@@ -97,30 +98,34 @@ export class VolumeLocator {
   }
 
   /**
-   * The node a create whose body mounts volumes must go to: the one holding them all (undefined when the body
-   * mounts none). Different nodes, a name on several nodes: 409; an unknown name: 404; a holder that is draining
-   * or unhealthy: 503.
+   * The node a create whose body mounts volumes must go to (undefined when the body mounts none): the one holding
+   * them all, or — volumes on a directory several nodes share — the one Schedule picks among those holding them
+   * all. Different nodes, a name meaning different volumes on several nodes: 409; an unknown name: 404; holders
+   * all draining or unhealthy: 503.
    */
-  async nodeForMounts(body: Buffer): Promise<Node | undefined> {
+  async nodeForMounts(body: Buffer, schedule: () => Promise<Node>): Promise<Node | undefined> {
     const names = mountedVolumeNames(body);
     if (!names) return undefined;
     const asked = await this.askAll('/volumes');
-    const holders = new Map<string, Set<string>>();
+    const holders = new Map<string, Map<string, string>>();
     const unreachable: string[] = [];
     for (const a of asked) {
       const items = 'unreachable' in a || a.status !== 200 ? undefined : parseList(a.text);
       if (!items) unreachable.push(a.node.nodeId);
-      else holders.set(a.node.nodeId, new Set(items.map((v) => v.name)));
+      else holders.set(a.node.nodeId, new Map(items.map((v) => [v.name, v.volumeID])));
     }
     const placed = placeMounts(names, holders, unreachable);
     if (!placed.ok) throw new ListError(placed.status, placed.message);
-    const node = asked.find((a) => a.node.nodeId === placed.nodeId)!.node;
-    if (this.deps.scheduler.unfit(node))
+    const held = placed.nodeIds.map((id) => asked.find((a) => a.node.nodeId === id)!.node);
+    const fit = held.filter((n) => !this.deps.scheduler.unfit(n));
+    if (fit.length === 0)
       throw new ListError(
         503,
-        `node ${node.nodeId}, which holds the volumes of volumeMounts, is draining or unhealthy; try again later`,
+        `${held.length === 1 ? `node ${held[0]!.nodeId}, which holds` : `nodes ${held.map((n) => n.nodeId).join(', ')}, which hold`} the volumes of volumeMounts, ${held.length === 1 ? 'is' : 'are'} draining or unhealthy; try again later`,
       );
-    return node;
+    if (fit.length === 1) return fit[0];
+    const picked = await schedule();
+    return fit.find((n) => n.nodeId === picked.nodeId) ?? fit[0];
   }
 
   /**

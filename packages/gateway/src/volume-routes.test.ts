@@ -65,32 +65,58 @@ describe('volume routes through the gateway', () => {
       expect(mountedVolumeNames(body)).toBeUndefined();
   });
 
-  it('places mounts on the one node holding them, else says why', () => {
+  it('places mounts on the nodes holding them all, else says why', () => {
     const holders = new Map([
-      ['n1', new Set(['a', 'dup'])],
-      ['n2', new Set(['b', 'dup'])],
+      [
+        'n1',
+        new Map([
+          ['a', 'id-a'],
+          ['dup', 'id-dup1'],
+          ['shared', 'id-s'],
+          ['shared2', 'id-s2'],
+        ]),
+      ],
+      [
+        'n2',
+        new Map([
+          ['b', 'id-b'],
+          ['dup', 'id-dup2'],
+          ['shared', 'id-s'],
+        ]),
+      ],
+      ['n3', new Map([['shared', 'id-s']])],
     ]);
-    expect(placeMounts(['a'], holders, [])).toEqual({ ok: true, nodeId: 'n1' });
-    expect(placeMounts(['b', 'b'], holders, ['n3'])).toEqual({ ok: true, nodeId: 'n2' });
+    expect(placeMounts(['a'], holders, [])).toEqual({ ok: true, nodeIds: ['n1'] });
+    expect(placeMounts(['b', 'b'], holders, ['n4'])).toEqual({ ok: true, nodeIds: ['n2'] });
+    // One id on several nodes: one volume on a shared directory, any of them will do.
+    expect(placeMounts(['shared'], holders, [])).toEqual({ ok: true, nodeIds: ['n1', 'n2', 'n3'] });
+    expect(placeMounts(['shared', 'b'], holders, [])).toEqual({ ok: true, nodeIds: ['n2'] });
+    expect(placeMounts(['shared2', 'shared'], holders, [])).toEqual({ ok: true, nodeIds: ['n1'] });
     expect(placeMounts(['a', 'b'], holders, [])).toMatchObject({
       ok: false,
       status: 409,
       message: expect.stringMatching(/"a" on n1, "b" on n2.*one node/),
     });
+    expect(placeMounts(['shared2', 'b'], holders, [])).toMatchObject({
+      ok: false,
+      status: 409,
+      message: expect.stringMatching(/"shared2" on n1, "b" on n2/),
+    });
+    // One name, different volumes: the gateway cannot tell which is meant.
     expect(placeMounts(['dup'], holders, [])).toMatchObject({
       ok: false,
       status: 409,
-      message: expect.stringMatching(/several nodes \(n1, n2\)/),
+      message: expect.stringMatching(/several nodes \(n1, n2\) as different volumes/),
     });
     expect(placeMounts(['nope'], holders, [])).toEqual({
       ok: false,
       status: 404,
       message: 'volume "nope" not found',
     });
-    expect(placeMounts(['nope'], holders, ['n3'])).toMatchObject({
+    expect(placeMounts(['nope'], holders, ['n4'])).toMatchObject({
       ok: false,
       status: 502,
-      message: expect.stringMatching(/n3 unreachable/),
+      message: expect.stringMatching(/n4 unreachable/),
     });
   });
 

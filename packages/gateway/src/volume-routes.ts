@@ -1,6 +1,7 @@
 // Volumes through the gateway (docs/cluster.md#volumes-in-a-cluster): which requests are about volumes, and the
 // pure decisions about them — where a create naming `volumeMounts` must go, how node lists merge. A volume
-// lives on the node that created it; the gateway finds that node by asking the nodes (volume-locator.ts).
+// lives on the node that created it, or on a directory several nodes share (then each of them lists it, under one
+// id); the gateway finds its nodes by asking them (volume-locator.ts).
 import { isSandboxId } from '@aenv/protocol';
 import { jsonObjectOf } from './json-body.js';
 
@@ -56,7 +57,7 @@ export function volumeItems(doc: unknown): ListedVolume[] | undefined {
   return out;
 }
 
-/** Every node's volumes as one list: deduplicated by volumeID (first kept), sorted by name then id. */
+/** Every node's volumes as one list: deduplicated by volumeID (a shared volume, first kept), sorted by name then id. */
 export function mergeVolumeLists(lists: readonly ListedVolume[][]): ListedVolume[] {
   const seen = new Map<string, ListedVolume>();
   for (const l of lists) for (const v of l) if (!seen.has(v.volumeID)) seen.set(v.volumeID, v);
@@ -81,19 +82,22 @@ export function mountedVolumeNames(body: Buffer): string[] | undefined {
   return names;
 }
 
-/** Where a create mounting `names` goes: the one node holding them all, or why there is none. */
-export type MountPlacement = { ok: true; nodeId: string } | { ok: false; status: number; message: string };
+/** Where a create mounting `names` goes: the nodes holding them all (any of them will do), or why there is none. */
+export type MountPlacement = { ok: true; nodeIds: string[] } | { ok: false; status: number; message: string };
 
 /**
- * `holders`: for each node that answered, the names of its volumes. `unreachable`: nodes that did not answer
- * (a name not found may live there, so that is a 502, not a 404).
+ * `holders`: for each node that answered, its volumes' names and ids. `unreachable`: nodes that did not answer
+ * (a name not found may live there, so that is a 502, not a 404). One volume id on several nodes is one volume on
+ * a directory they share (`[volume].storage = "shared_dir"`): a create may go to any of them. One name with
+ * different ids on different nodes is two volumes the gateway cannot tell apart: 409.
  */
 export function placeMounts(
   names: readonly string[],
-  holders: ReadonlyMap<string, ReadonlySet<string>>,
+  holders: ReadonlyMap<string, ReadonlyMap<string, string>>,
   unreachable: readonly string[],
 ): MountPlacement {
-  const at = new Map<string, string>();
+  let candidates: Set<string> | undefined;
+  const at = new Map<string, string[]>();
   for (const name of names) {
     const nodes = [...holders].filter(([, vs]) => vs.has(name)).map(([id]) => id);
     if (nodes.length === 0) {
@@ -105,20 +109,21 @@ export function placeMounts(
         };
       return { ok: false, status: 404, message: `volume ${JSON.stringify(name)} not found` };
     }
-    if (nodes.length > 1)
+    const ids = new Set(nodes.map((n) => holders.get(n)!.get(name)!));
+    if (ids.size > 1)
       return {
         ok: false,
         status: 409,
-        message: `volume name ${JSON.stringify(name)} is held by several nodes (${nodes.sort().join(', ')}); delete one of them`,
+        message: `volume name ${JSON.stringify(name)} is held by several nodes (${nodes.sort().join(', ')}) as different volumes; delete one of them`,
       };
-    at.set(name, nodes[0]!);
+    at.set(name, nodes.sort());
+    candidates = new Set(candidates ? [...candidates].filter((n) => nodes.includes(n)) : nodes);
   }
-  const nodeIds = new Set(at.values());
-  if (nodeIds.size > 1)
+  if (!candidates || candidates.size === 0)
     return {
       ok: false,
       status: 409,
-      message: `volumeMounts: the volumes live on different nodes (${[...at].map(([n, id]) => `${JSON.stringify(n)} on ${id}`).join(', ')}); a sandbox can mount only volumes of one node`,
+      message: `volumeMounts: the volumes live on different nodes (${[...at].map(([n, ids]) => `${JSON.stringify(n)} on ${ids.join('+')}`).join(', ')}); a sandbox can mount only volumes of one node`,
     };
-  return { ok: true, nodeId: [...nodeIds][0]! };
+  return { ok: true, nodeIds: [...candidates].sort() };
 }

@@ -155,7 +155,7 @@ export class VolumeContentEndpoint implements DataPlane {
     const query = new URLSearchParams(q === -1 ? '' : rawUrl.slice(q + 1));
     const path = query.get('path');
     if (path === null) throw invalid('the path query parameter is required');
-    const files = new VolumeFiles(this.volumes.dirOf(volumeId), this.volumes.disks.ownerRange);
+    const files = new VolumeFiles(await this.volumes.dirOf(volumeId), this.volumes.store.ownerRange);
     const method = req.method ?? 'GET';
     const route = `${method} ${kind}`;
     switch (route) {
@@ -198,6 +198,10 @@ export class VolumeContentEndpoint implements DataPlane {
         const st = await files.writeFile(path, req, {
           ...ownership(query),
           force: boolParam(query, 'force'),
+          // No quota on a shared directory: the content API is where its size limit is kept (docs/volumes.md).
+          ...(this.volumes.store.kind === 'node'
+            ? {}
+            : { limitBytes: this.volumes.settings.maxSizeMB * 1024 * 1024 }),
         });
         return answer(res, 201, st);
       }

@@ -34,7 +34,7 @@ export interface WarmPoolSizing {
 export interface ContainerBackendOptions {
   runtime: RuntimeDriver;
   /** The host directory of a persistent volume (docs/volumes.md); absent: no sandbox mounts any. */
-  volumeDir?: (volumeId: string) => string;
+  volumeDir?: (volumeId: string) => Promise<string>;
   network: NetworkManager;
   images: ImageService;
   repository: SnapshotRepository;
@@ -103,13 +103,18 @@ export function containerIdOf(ctx: BackendContext, record: SandboxRecord): strin
   return stateIfAny(ctx, record)?.containerId ?? record.id;
 }
 
-/** The host directories and mount paths of the volumes the sandbox mounts (docs/volumes.md). */
-export function volumesOf(ctx: BackendContext, record: SandboxRecord): VolumeMountSpec[] {
+/**
+ * The host directories and mount paths of the volumes the sandbox mounts (docs/volumes.md), asked for right
+ * before the mount (on a shared volume directory, that writes this node's lease).
+ */
+export async function volumesOf(ctx: BackendContext, record: SandboxRecord): Promise<VolumeMountSpec[]> {
   const mounts = record.volumeMounts ?? [];
   const volumeDir = ctx.o.volumeDir;
   if (!mounts.length) return [];
   if (!volumeDir) throw new Error(`sandbox ${record.id} mounts volumes, and this backend has no volumes`);
-  return mounts.map((m) => ({ source: volumeDir(m.volumeId), destination: m.path }));
+  const out: VolumeMountSpec[] = [];
+  for (const m of mounts) out.push({ source: await volumeDir(m.volumeId), destination: m.path });
+  return out;
 }
 
 export function policyOf(r: SandboxRecord): EgressPolicy {

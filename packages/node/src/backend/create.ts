@@ -123,13 +123,14 @@ export class SandboxCreation {
    * A fresh boot on the template's image, in a slot with `policy` (null: none yet, the slot is denied
    * everything). Without `forRecord`, envd is left without /init (a warm sandbox is /init'ed when handed out).
    */
-  private boot(
+  private async boot(
     containerId: string,
     boot: BootSpec,
     policy: EgressPolicy | null,
     forRecord?: { beforeStart: BeforeInstanceStart | undefined; leaseHolder: string; record: SandboxRecord },
   ): Promise<AssembledSandbox> {
     const ctx = this.ctx;
+    const volumes = forRecord ? await volumesOf(ctx, forRecord.record) : [];
     const baseImage = boot.committed.baseImage!;
     const hook = forRecord?.beforeStart;
     return ctx.factory.assemble({
@@ -151,7 +152,7 @@ export class SandboxCreation {
       ...(hook ? { placement: { kind: 'fresh' as const, hook } } : {}),
       ...(forRecord
         ? {
-            volumes: volumesOf(ctx, forRecord.record),
+            volumes,
             leaseHolder: forRecord.leaseHolder,
             init: ({ extraEnv }) => ({
               body: initBody(ctx, forRecord.record, extraEnv),

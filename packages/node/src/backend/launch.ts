@@ -43,7 +43,7 @@ export async function launchSaved(
     policy,
     ...(beforeStart ? { placement: { kind: 'resume' as const, hook: beforeStart } } : {}),
     ...(from.leaseHeld ? {} : { leaseHolder: leaseHolder(record.id) }),
-    volumes: volumesOf(ctx, record),
+    volumes: await volumesOf(ctx, record),
     from: { disk: from.disk, ...(from.memory ? { memory: from.memory } : {}) },
     // envd keeps its token on the sandbox's disk (/run/agentenv), so a fresh boot on a saved disk finds the
     // same token a memory restore does: /init must prove it either way.

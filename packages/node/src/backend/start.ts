@@ -34,7 +34,7 @@ export interface BackendDeps {
   /** `[node_identity].node_id`: whom the claims of shared sandboxes name (docs/cluster.md). */
   nodeName: string;
   /** The host directory of a persistent volume (docs/volumes.md). */
-  volumeDir: (volumeId: string) => string;
+  volumeDir: (volumeId: string) => Promise<string>;
   /** Where the warm pool's metrics are registered. */
   registry?: Registry;
   logger: Logger;

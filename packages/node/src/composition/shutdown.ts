@@ -19,6 +19,7 @@ export interface StartedNode {
   webhooks?: { stop(): Promise<void> };
   secrets?: { stop(): void };
   extension?: { drain(): Promise<void> };
+  volumes?: { close(): Promise<void> };
   backend: { close(): Promise<void> };
   network: { close(): Promise<void> };
   runtime: { close(): Promise<void> };
@@ -42,6 +43,7 @@ export function shutdownSteps(n: StartedNode): ShutdownStep[] {
     !!n.secrets && { name: 'secrets copy', run: () => n.secrets!.stop() },
     !!n.reporter && { name: 'scheduler report: unregister', run: () => n.reporter!.close() },
     !!n.extension && { name: 'custom extension: pending hooks', run: () => n.extension!.drain() },
+    !!n.volumes && { name: 'volume leases', run: () => n.volumes!.close() },
     { name: 'backend', run: () => n.backend.close() },
     { name: 'front door', run: () => n.frontDoor.close() },
     { name: 'network', run: () => n.network.close() },

@@ -96,7 +96,13 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
   const repository = await startSnapshotRepository(config, core);
   if (sharesPausedSandboxes(config))
     secrets = new SharedSecrets(secretStore, repository.repository, logger.child({ component: 'secrets' }));
-  const volumes = await startVolumes(config, { db, disks: runtime.volumeDisks, apiKey, logger });
+  const volumes = await startVolumes(config, {
+    db,
+    disks: runtime.volumeDisks,
+    apiKey,
+    nodeId: identity.nodeId,
+    logger,
+  });
   const parts = {
     ...core,
     tools,
@@ -105,7 +111,7 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
     network: network.network,
     repository: repository.repository,
   };
-  const backend = startBackend(config, { ...parts, volumeDir: (id) => volumes.dirOf(id) });
+  const backend = startBackend(config, { ...parts, volumeDir: (id) => volumes.mountDir(id) });
   const sandboxes = { ...parts, backend: backend.backend };
   const obs = startSandboxObservability(config, sandboxes);
   const catalog = new TemplateCatalog({
@@ -134,18 +140,22 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
     onInstanceStopped: (id) => late.frontDoor?.proxy.closeInstance(id),
     onLifecycle: (e) => {
       [events, obs.observability, late.reporter].forEach((l) => l?.onLifecycle(e));
+      volumes.noteSandboxesChanged(); // leases on a shared volume directory follow the sandboxes
       if (e.event === 'created' || e.event === 'forked') backend.backend.noteStarted(e.sandboxId);
     },
     observe: (operation, fn, stage) => metrics.observe(operation, fn, stage),
   });
   const orch = orchestrator.orchestrator;
   metrics.trackSandboxStates(() => orch.stateCounts());
-  volumes.setUsers((id) =>
-    orch
-      .all()
-      .filter((r) => r.volumeMounts?.some((m) => m.volumeId === id))
-      .map((r) => r.id),
-  );
+  volumes.setUsers(() => {
+    const users = new Map<string, string[]>();
+    for (const r of orch.all())
+      for (const m of r.volumeMounts ?? []) users.set(m.volumeId, [...(users.get(m.volumeId) ?? []), r.id]);
+    return users;
+  });
+  // A paused sandbox another node took over leaves this node's copy (and its volume lease) until this node
+  // notices: with shared volumes it looks regularly, so a delete is not refused for a sandbox long gone.
+  volumes.startLeaseRefresh(() => orch.dropMovedAway((r) => (r.volumeMounts?.length ?? 0) > 0));
   const movedAway = await orch.dropMovedAway();
   if (movedAway > 0)
     logger.info({ sandboxes: movedAway }, 'dropped paused sandboxes that moved to other nodes');
@@ -198,6 +208,7 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
     webhooks,
     secrets,
     ...(extension ? { extension } : {}),
+    volumes,
     backend,
     network,
     runtime: runtime.driver,

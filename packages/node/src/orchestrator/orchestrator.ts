@@ -45,7 +45,7 @@ export interface CreateSandboxInput {
    * The volumes to mount, given what the template (a snapshot) was taken with; throws when they cannot be
    * (docs/volumes.md). Absent: none.
    */
-  resolveVolumeMounts?: (needed: readonly VolumeMountRecord[]) => VolumeMountRecord[];
+  resolveVolumeMounts?: (needed: readonly VolumeMountRecord[]) => Promise<VolumeMountRecord[]>;
 }
 
 export interface LaunchableTemplate extends LaunchSource {
@@ -511,7 +511,7 @@ export class Orchestrator {
   ): Promise<SandboxRecord> {
     this.assertOpen();
     this.assertNotDraining();
-    const volumeMounts = input.resolveVolumeMounts?.(template.volumeMounts ?? []) ?? [];
+    const volumeMounts = (await input.resolveVolumeMounts?.(template.volumeMounts ?? [])) ?? [];
     const id = this.opts.newId();
     const now = new Date().toISOString();
     const record: SandboxRecord = {
@@ -862,15 +862,16 @@ export class Orchestrator {
 
   /**
    * At startup, before the node reports its roster: paused sandboxes that another node took over while this one
-   * was away are dropped (docs/cluster.md#sandbox-ownership). Returns how many.
+   * was away are dropped (docs/cluster.md#sandbox-ownership). Returns how many. `only`: just those (a node
+   * with shared volumes asks again, now and then, about the paused sandboxes that mount one).
    */
-  async dropMovedAway(): Promise<number> {
+  async dropMovedAway(only: (r: SandboxRecord) => boolean = () => true): Promise<number> {
     const movedTo = this.opts.backend.movedTo;
     if (!movedTo) return 0;
     let dropped = 0;
     await Promise.all(
       [...this.sandboxes.values()]
-        .filter((r) => r.state === 'paused')
+        .filter((r) => r.state === 'paused' && only(r))
         .map(async (r) => {
           try {
             const owner = await movedTo.call(this.opts.backend, r.id);

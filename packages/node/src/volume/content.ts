@@ -42,6 +42,16 @@ export interface VolumeEntryStat {
 }
 
 /** Owner and mode a write or make-dir gives, as sandboxes see them. */
+/** A write's options besides ownership: `force` makes missing parents; `limitBytes` bounds the whole volume. */
+export interface WriteOptions extends Ownership {
+  force?: boolean;
+  /**
+   * Where no quota enforces the volume's size (a shared directory): the most bytes the volume may hold once this
+   * write is done, measured by walking the volume before it (so concurrent writers can each fit alone).
+   */
+  limitBytes?: number;
+}
+
 export interface Ownership {
   uid?: number;
   gid?: number;
@@ -52,6 +62,7 @@ const MAX_DEPTH = 16;
 const MAX_LIST = 10_000;
 const MAX_PATH = 4096;
 const OVERFLOW_ID = 65534;
+const USAGE_MAX_DEPTH = 256;
 
 const invalid = (m: string) => new DomainError(ErrorKind.InvalidArgument, m);
 const notFound = (p: string) => new DomainError(ErrorKind.NotFound, `path ${JSON.stringify(p)} not found`);
@@ -277,13 +288,10 @@ export class VolumeFiles {
    * Writes `body` to file `path` (replacing it, atomically: a reader sees the old or the whole new file), durably:
    * when it resolves, the data and the name are on disk. `force`: missing parent directories are made.
    */
-  async writeFile(
-    path: string,
-    body: Readable,
-    own: Ownership & { force?: boolean } = {},
-  ): Promise<VolumeEntryStat> {
+  async writeFile(path: string, body: Readable, own: WriteOptions = {}): Promise<VolumeEntryStat> {
     const parts = volumePathParts(path);
     if (parts.length === 0) throw invalid('the volume root is a directory');
+    const room = own.limitBytes === undefined ? Infinity : own.limitBytes - (await this.usedBytes());
     const uid = this.hostId(own.uid, 'uid');
     const gid = this.hostId(own.gid, 'gid');
     const mode = VolumeFiles.mode(own.mode, 0o644);
@@ -292,6 +300,8 @@ export class VolumeFiles {
     return this.withParent(path, async (dir, leaf, ps) => {
       const existing = await lstat(fdPath(dir.fd, leaf)).catch(() => undefined);
       if (existing?.isDirectory()) throw invalid(`path ${JSON.stringify(shown(ps))} is a directory`);
+      // The file replaced frees its blocks.
+      const allowed = room + (existing?.isFile() ? existing.blocks * 512 : 0);
       await sweepWriteLeftovers(dir);
       const tmp = `${WRITE_TMP_PREFIX}${randomBytes(8).toString('hex')}`;
       const tmpPath = fdPath(dir.fd, tmp);
@@ -300,8 +310,11 @@ export class VolumeFiles {
       );
       try {
         await fh.chown(uid, gid);
+        let written = 0;
         for await (const chunk of body) {
           const buf = typeof chunk === 'string' ? Buffer.from(chunk) : (chunk as Buffer);
+          written += buf.length;
+          if (written > allowed) throw Object.assign(new Error('volume full'), { code: 'EDQUOT' });
           for (let off = 0; off < buf.length;) off += (await fh.write(buf, off)).bytesWritten;
         }
         await fh.chmod(mode);
@@ -317,6 +330,38 @@ export class VolumeFiles {
       }
       return this.statIn(dir.fd, leaf, ps);
     });
+  }
+
+  /**
+   * Bytes the volume's entries take on disk (allocated blocks), walked without following any link, at most
+   * USAGE_MAX_DEPTH directories deep (one open fd per level; what is deeper is not counted).
+   */
+  async usedBytes(): Promise<number> {
+    let total = 0;
+    const walk = async (dir: FileHandle, depth: number): Promise<void> => {
+      for (const name of await readdir(fdPath(dir.fd))) {
+        const st = await lstat(fdPath(dir.fd, name)).catch(() => undefined); // removed meanwhile
+        if (!st) continue;
+        total += st.blocks * 512;
+        if (!st.isDirectory() || depth >= USAGE_MAX_DEPTH) continue;
+        const sub = await open(fdPath(dir.fd, name), C.O_RDONLY | C.O_DIRECTORY | C.O_NOFOLLOW).catch(
+          () => undefined,
+        );
+        if (!sub) continue;
+        try {
+          await walk(sub, depth + 1);
+        } finally {
+          await sub.close();
+        }
+      }
+    };
+    const root = await this.openRoot();
+    try {
+      await walk(root, 0);
+    } finally {
+      await root.close();
+    }
+    return total;
   }
 
   /** A stream of regular file `path` (a symlink, FIFO or device is refused). */

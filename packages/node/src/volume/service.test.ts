@@ -8,6 +8,7 @@ import { isDomainError } from '@aenv/protocol';
 import type { VolumeDisks } from '../runtime/driver.js';
 import { openStateDb, type StateDb } from '../state/db.js';
 import { volumeMigrations } from './catalog.js';
+import { NodeVolumeStore } from './node-store.js';
 import { VolumeService } from './service.js';
 
 const silent = { info() {}, warn() {}, error() {}, debug() {}, child: () => silent } as never;
@@ -36,8 +37,7 @@ describe('VolumeService', () => {
   let svc: VolumeService;
   const make = () =>
     new VolumeService({
-      db,
-      disks: dirDisks(join(dir, 'v')),
+      store: new NodeVolumeStore(db, dirDisks(join(dir, 'v')), silent),
       maxSizeMB: 64,
       maxVolumeCount: 2,
       tokenSecret: 'k'.repeat(40),
@@ -56,14 +56,14 @@ describe('VolumeService', () => {
 
   it('creates, finds, lists and deletes; a duplicate name is a conflict, an unknown id not found', async () => {
     const v = await svc.create('data');
-    expect(svc.get(v.volumeID)).toEqual(v);
-    expect(svc.list()).toEqual([{ volumeID: v.volumeID, name: 'data' }]);
+    expect(await svc.get(v.volumeID)).toEqual(v);
+    expect(await svc.list()).toEqual([{ volumeID: v.volumeID, name: 'data' }]);
     await expect(svc.create('data')).rejects.toSatisfy((e) => isDomainError(e, 'already_exists'));
     expect(svc.tokenMatches(v.volumeID, v.token)).toBe(true);
     expect(svc.tokenMatches(v.volumeID, v.token.slice(1))).toBe(false);
     expect(svc.tokenMatches(v.volumeID, svc.token('other'))).toBe(false);
     await svc.delete(v.volumeID);
-    expect(() => svc.get(v.volumeID)).toThrow(/not found/);
+    await expect(svc.get(v.volumeID)).rejects.toThrow(/not found/);
     await expect(svc.delete(v.volumeID)).rejects.toSatisfy((e) => isDomainError(e, 'not_found'));
     expect(readdirSync(join(dir, 'v'))).toEqual([]);
   });
@@ -71,10 +71,10 @@ describe('VolumeService', () => {
   it('refuses deletion while a sandbox mounts the volume or a create holds it', async () => {
     const v = await svc.create('busy');
     let users = ['sbx-1'];
-    svc.setUsers(() => users);
+    svc.setUsers(() => new Map([[v.volumeID, users]]));
     await expect(svc.delete(v.volumeID)).rejects.toSatisfy((e) => isDomainError(e, 'conflict'));
     users = [];
-    const release = svc.hold(svc.resolveMounts([{ name: 'busy', path: '/data' }]));
+    const release = svc.hold(await svc.resolveMounts([{ name: 'busy', path: '/data' }]));
     await expect(svc.delete(v.volumeID)).rejects.toSatisfy((e) => isDomainError(e, 'conflict'));
     release();
     release();
@@ -84,7 +84,7 @@ describe('VolumeService', () => {
   it('resolves mounts: count limit, overlap, unknown names; a snapshot needs its volumes', async () => {
     const a = await svc.create('a');
     await svc.create('b');
-    expect(svc.resolveMounts([{ name: 'a', path: '/x/' }])).toEqual([
+    expect(await svc.resolveMounts([{ name: 'a', path: '/x/' }])).toEqual([
       { volumeId: a.volumeID, name: 'a', path: '/x' },
     ]);
     const bad = [
@@ -105,13 +105,15 @@ describe('VolumeService', () => {
       [null],
       { name: 'a' },
     ];
-    for (const m of bad) expect(() => svc.resolveMounts(m), JSON.stringify(m)).toThrow();
+    for (const m of bad) await expect(svc.resolveMounts(m), JSON.stringify(m)).rejects.toThrow();
     const needed = [{ volumeId: a.volumeID, name: 'a', path: '/snap' }];
-    expect(svc.resolveMounts(undefined, needed)).toEqual(needed);
+    expect(await svc.resolveMounts(undefined, needed)).toEqual(needed);
     // The request's own mount at the same path wins.
-    expect(svc.resolveMounts([{ name: 'b', path: '/snap' }], needed).map((m) => m.name)).toEqual(['b']);
+    expect((await svc.resolveMounts([{ name: 'b', path: '/snap' }], needed)).map((m) => m.name)).toEqual([
+      'b',
+    ]);
     await svc.delete(a.volumeID);
-    expect(() => svc.resolveMounts(undefined, needed)).toThrow(/no longer exists/);
+    await expect(svc.resolveMounts(undefined, needed)).rejects.toThrow(/no longer exists/);
   });
 
   it('finishes a create or delete a crash interrupted and removes directories no row owns', async () => {
@@ -121,6 +123,6 @@ describe('VolumeService', () => {
     mkdirSync(join(dir, 'v', 'stray'));
     await make().init();
     expect(readdirSync(join(dir, 'v'))).toEqual([kept.volumeID]);
-    expect(svc.list().map((v) => v.name)).toEqual(['kept']);
+    expect((await svc.list()).map((v) => v.name)).toEqual(['kept']);
   });
 });

@@ -1,12 +1,11 @@
-// Volumes of a node: named directories on its CoW volume that outlive every sandbox and that any number of
-// sandboxes mount at once (docs/volumes.md). This owns the catalog, the directories and who may delete what.
+// Volumes of a node: named directories that outlive every sandbox and that any number of sandboxes mount at once
+// (docs/volumes.md), kept by a store (this node's CoW volume, or a directory the cluster shares). This decides who
+// may mount and delete what.
 import { randomUUID } from 'node:crypto';
 import { DomainError, ErrorKind, volumeContentToken, volumeContentTokenMatches } from '@aenv/protocol';
-import type { VolumeDisks } from '../runtime/driver.js';
-import type { StateDb } from '../state/db.js';
 import type { Logger } from '../util/log.js';
-import { VolumeCatalog } from './catalog.js';
 import { assertMountPath, assertVolumeName } from './names.js';
+import type { VolumeStore } from './store.js';
 import type { VolumeMountRecord, VolumeRow } from './types.js';
 
 export interface VolumeSettings {
@@ -15,8 +14,7 @@ export interface VolumeSettings {
 }
 
 export interface VolumeServiceOptions extends VolumeSettings {
-  db: StateDb;
-  disks: VolumeDisks;
+  store: VolumeStore;
   /** Derives each volume's content token (HMAC of the volume id): the node's API key. */
   tokenSecret: string;
   logger: Logger;
@@ -28,50 +26,53 @@ export interface VolumeAndToken {
   token: string;
 }
 
+/** How often a node with shared volumes looks for leases its sandboxes no longer need. */
+const LEASE_REFRESH_MS = 10_000;
+
 const notFound = (id: string) =>
   new DomainError(ErrorKind.NotFound, `volume ${JSON.stringify(id.slice(0, 80))} not found`);
 
+/** Which of this node's sandboxes (running or paused) mount each volume. */
+export type VolumeUsers = () => ReadonlyMap<string, readonly string[]>;
+
 export class VolumeService {
-  private readonly catalog: VolumeCatalog;
   /** Mounts being set up by a create that has no sandbox record yet (a delete must wait for them). */
   private readonly held = new Map<string, number>();
-  private mountedBy: (volumeId: string) => string[] = () => [];
+  private users: VolumeUsers = () => new Map();
+  /** Lease changes of a shared store, one at a time (a mount's lease must not be dropped under it). */
+  private leaseChain: Promise<unknown> = Promise.resolve();
+  private reconcileQueued = false;
+  private refreshTimer: NodeJS.Timeout | undefined;
 
-  constructor(private readonly opts: VolumeServiceOptions) {
-    this.catalog = new VolumeCatalog(opts.db);
-  }
+  constructor(private readonly opts: VolumeServiceOptions) {}
 
   get settings(): VolumeSettings {
     return { maxSizeMB: this.opts.maxSizeMB, maxVolumeCount: this.opts.maxVolumeCount };
   }
 
-  get disks(): VolumeDisks {
-    return this.opts.disks;
+  get store(): VolumeStore {
+    return this.opts.store;
   }
 
-  /** Who mounts a volume: the sandboxes (running or paused) whose records list it. */
-  setUsers(mountedBy: (volumeId: string) => string[]): void {
-    this.mountedBy = mountedBy;
+  /** Who mounts each volume: the sandboxes (running or paused) whose records list it. */
+  setUsers(users: VolumeUsers): void {
+    this.users = users;
+  }
+
+  private usersOf(id: string): readonly string[] {
+    return this.users().get(id) ?? [];
   }
 
   /** Finishes what a crash interrupted and removes directories no row owns. */
   async init(): Promise<void> {
-    if (!this.opts.disks.enforcesLimits) {
+    if (!this.opts.store.enforcesLimits) {
       this.opts.logger.warn(
-        'volume.max_size_mb is not enforced: the sandbox volume has no quotas (runtime.disk_limits = false, or a filesystem without them)',
+        this.opts.store.kind === 'shared_dir'
+          ? "volume.max_size_mb is enforced on content-API writes only: a shared directory has no aenv quotas (use the filer's)"
+          : 'volume.max_size_mb is not enforced: the sandbox volume has no quotas (runtime.disk_limits = false, or a filesystem without them)',
       );
     }
-    for (const u of this.catalog.unfinished()) {
-      await this.opts.disks.remove(u.id);
-      this.catalog.delete(u.id);
-      this.opts.logger.info({ volumeId: u.id, state: u.state }, 'removed a volume a crash left unfinished');
-    }
-    const known = this.catalog.allIds();
-    for (const id of await this.opts.disks.list()) {
-      if (known.has(id)) continue;
-      await this.opts.disks.remove(id);
-      this.opts.logger.info({ volumeId: id }, 'removed a volume directory no catalog row owns');
-    }
+    await this.opts.store.init();
   }
 
   token(id: string): string {
@@ -95,54 +96,143 @@ export class VolumeService {
       sizeMB: this.opts.maxSizeMB,
       createdAt: new Date().toISOString(),
     };
-    if (!this.catalog.insert(row))
-      throw new DomainError(ErrorKind.AlreadyExists, `a volume named ${JSON.stringify(n)} already exists`);
-    try {
-      await this.opts.disks.create(row.id, row.sizeMB);
-    } catch (e) {
-      await this.opts.disks.remove(row.id).catch(() => {});
-      this.catalog.delete(row.id);
-      throw e;
-    }
-    this.catalog.setState(row.id, 'ready');
+    await this.opts.store.create(row);
     this.opts.logger.info({ volumeId: row.id, name: n }, 'volume created');
     return this.withToken(row);
   }
 
-  list(): { volumeID: string; name: string }[] {
-    return this.catalog.list().map((v) => ({ volumeID: v.id, name: v.name }));
+  async list(): Promise<{ volumeID: string; name: string }[]> {
+    return (await this.opts.store.list()).map((v) => ({ volumeID: v.id, name: v.name }));
   }
 
-  find(id: string): VolumeRow | undefined {
-    return this.catalog.get(id);
+  async find(id: string): Promise<VolumeRow | undefined> {
+    return this.opts.store.get(id);
   }
 
-  get(id: string): VolumeAndToken {
-    const v = this.catalog.get(id);
+  async get(id: string): Promise<VolumeAndToken> {
+    const v = await this.opts.store.get(id);
     if (!v) throw notFound(id);
     return this.withToken(v);
   }
 
-  /** The volume's directory on the host; NotFound when it does not exist. */
-  dirOf(id: string): string {
-    if (!this.catalog.get(id)) throw notFound(id);
-    return this.opts.disks.dirOf(id);
+  /** The volume's directory on the host, for the content API; NotFound when it does not exist. */
+  async dirOf(id: string): Promise<string> {
+    if (!(await this.opts.store.get(id))) throw notFound(id);
+    return this.opts.store.dirOf(id);
   }
 
-  /** Refused (409) while a sandbox, running or paused, mounts it: they would lose their files. */
+  /**
+   * The directory a sandbox of this node is about to mount. On a shared directory this node's lease on it is
+   * written first (so no node deletes it under the mount); NotFound or Conflict when it is gone or being deleted.
+   */
+  async mountDir(id: string): Promise<string> {
+    if (this.opts.store.kind === 'node') return this.dirOf(id);
+    const store = this.opts.store;
+    await this.leased(async () => {
+      try {
+        await store.lease(id, this.usersOf(id));
+      } catch (e) {
+        // Nothing else of this node needs the lease (no record, no other create holding it): it goes at once,
+        // not at the next reconcile, so that it does not refuse another node's delete meanwhile.
+        if (this.usersOf(id).length === 0 && (this.held.get(id) ?? 0) <= 1)
+          await store.unlease(id).catch(() => {});
+        throw e;
+      }
+    });
+    return store.dirOf(id);
+  }
+
+  private leased<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.leaseChain.then(fn);
+    this.leaseChain = run.catch(() => {});
+    return run;
+  }
+
+  /**
+   * Brings this node's leases on a shared directory in line with its sandboxes: dropped for volumes none of them
+   * (nor a create in progress) mounts any more, written for those they do. Called at start, when sandboxes come
+   * and go ({@link noteSandboxesChanged}), and before a delete.
+   */
+  async reconcileLeases(): Promise<void> {
+    if (this.opts.store.kind === 'node') return;
+    await this.leased(() => this.reconcileNow());
+  }
+
+  private async reconcileNow(): Promise<void> {
+    const store = this.opts.store;
+    const users = this.users();
+    for (const id of await store.myLeases()) {
+      if ((users.get(id)?.length ?? 0) > 0 || (this.held.get(id) ?? 0) > 0) continue;
+      await store.unlease(id);
+    }
+    for (const [id, sandboxes] of users) {
+      if (sandboxes.length === 0) continue;
+      // A volume deleted meanwhile (it cannot be while leased) or one being deleted: the lease stays written.
+      await store.lease(id, sandboxes).catch((err: unknown) => {
+        this.opts.logger.warn({ err, volumeId: id }, 'volume lease of a sandbox of this node');
+      });
+    }
+  }
+
+  /**
+   * Shared store only: every LEASE_REFRESH_MS, `refresh` (this node's records brought up to date: paused
+   * sandboxes another node took over are dropped), then the leases reconciled. Stopped by {@link close}.
+   */
+  startLeaseRefresh(refresh: () => Promise<unknown>, intervalMs = LEASE_REFRESH_MS): void {
+    if (this.opts.store.kind === 'node' || this.refreshTimer) return;
+    let running = false;
+    this.refreshTimer = setInterval(() => {
+      if (running) return;
+      running = true;
+      refresh()
+        .then(() => this.reconcileLeases())
+        .catch((err: unknown) => this.opts.logger.warn({ err }, 'volume leases not refreshed'))
+        .finally(() => (running = false));
+    }, intervalMs);
+    this.refreshTimer.unref();
+  }
+
+  /** Stops the refresh and waits for lease changes under way (the leases themselves stay: records stay). */
+  async close(): Promise<void> {
+    clearInterval(this.refreshTimer);
+    this.refreshTimer = undefined;
+    await this.leaseChain;
+  }
+
+  /** A sandbox of this node came or went: leases follow, soon, one reconcile at a time. */
+  noteSandboxesChanged(): void {
+    if (this.opts.store.kind === 'node' || this.reconcileQueued) return;
+    this.reconcileQueued = true;
+    setImmediate(() => {
+      this.reconcileQueued = false;
+      this.reconcileLeases().catch((err: unknown) =>
+        this.opts.logger.warn({ err }, 'volume leases not reconciled'),
+      );
+    });
+  }
+
+  /** Refused (409) while a sandbox, running or paused, of any node mounts it: they would lose their files. */
   async delete(id: string): Promise<void> {
-    const v = this.catalog.get(id);
+    const v = await this.opts.store.get(id);
     if (!v) throw notFound(id);
-    const users = this.mountedBy(id);
-    if (users.length > 0 || (this.held.get(id) ?? 0) > 0) {
+    const outcome = await this.leased(async () => {
+      const users = this.usersOf(id);
+      if (users.length > 0 || (this.held.get(id) ?? 0) > 0) {
+        throw new DomainError(
+          ErrorKind.Conflict,
+          `volume ${JSON.stringify(v.name)} is mounted by ${users.length ? `sandbox ${users.slice(0, 5).join(', ')}` : 'a sandbox being created'}; kill those sandboxes first`,
+        );
+      }
+      await this.opts.store.unlease(id);
+      return this.opts.store.remove(id);
+    });
+    if (!outcome.deleted) {
+      const l = outcome.leases[0]!;
       throw new DomainError(
         ErrorKind.Conflict,
-        `volume ${JSON.stringify(v.name)} is mounted by ${users.length ? `sandbox ${users.slice(0, 5).join(', ')}` : 'a sandbox being created'}; kill those sandboxes first`,
+        `volume ${JSON.stringify(v.name)} is mounted by ${l.sandboxes.length ? `sandbox ${l.sandboxes.slice(0, 5).join(', ')}` : 'a sandbox'} on node ${l.node}${outcome.leases.length > 1 ? ` and on ${outcome.leases.length - 1} more node(s)` : ''}; kill those sandboxes first`,
       );
     }
-    this.catalog.setState(id, 'deleting');
-    await this.opts.disks.remove(id);
-    this.catalog.delete(id);
     this.opts.logger.info({ volumeId: id, name: v.name }, 'volume deleted');
   }
 
@@ -150,7 +240,10 @@ export class VolumeService {
    * The create request's `volumeMounts` (E2B `SandboxVolumeMount[]`) plus what the template (a snapshot) needs,
    * checked: volumes named exist, paths are allowed and do not overlap, at most `max_volume_count`.
    */
-  resolveMounts(requested: unknown, needed: readonly VolumeMountRecord[] = []): VolumeMountRecord[] {
+  async resolveMounts(
+    requested: unknown,
+    needed: readonly VolumeMountRecord[] = [],
+  ): Promise<VolumeMountRecord[]> {
     if (requested !== undefined && requested !== null && !Array.isArray(requested))
       throw new DomainError(ErrorKind.InvalidArgument, 'volumeMounts must be a list of {name, path}');
     const out: VolumeMountRecord[] = [];
@@ -160,14 +253,14 @@ export class VolumeService {
       const { name, path } = m as { name?: unknown; path?: unknown };
       const n = assertVolumeName(name);
       const p = assertMountPath(path, `volumeMounts[${i}].path`);
-      const v = this.catalog.byName(n);
+      const v = await this.opts.store.byName(n);
       if (!v) throw new DomainError(ErrorKind.NotFound, `volume ${JSON.stringify(n)} not found`);
       out.push({ volumeId: v.id, name: v.name, path: p });
     }
     // A snapshot's own mounts come back at the paths it had them, unless the request mounts something there.
     for (const m of needed) {
       if (out.some((o) => o.path === m.path)) continue;
-      if (!this.catalog.get(m.volumeId)) {
+      if (!(await this.opts.store.get(m.volumeId))) {
         throw new DomainError(
           ErrorKind.InvalidState,
           `this snapshot was taken with volume ${JSON.stringify(m.name)} mounted at ${m.path}, and that volume no longer exists; mount another volume at ${m.path} in volumeMounts`,

@@ -1,18 +1,34 @@
+import { isAbsolute } from 'node:path';
 import { ConfigError, type AenvConfig } from '@aenv/config';
 import type { VolumeSettings } from './service.js';
 
-/** `[volume]`, refusing what is not implemented (a shared directory for a cluster: docs/volumes.md). */
-export function volumeSettings(config: AenvConfig): VolumeSettings {
+export type VolumeStorage = { kind: 'node' } | { kind: 'shared_dir'; dir: string };
+
+/** `[volume]`, checked: a shared directory needs its path, and a path is refused where it would do nothing. */
+export function volumeSettings(config: AenvConfig): VolumeSettings & { storage: VolumeStorage } {
   const v = config.volume;
-  if (v.storage !== 'node') {
+  const settings = { maxSizeMB: v.max_size_mb, maxVolumeCount: v.max_volume_count };
+  const dir = v.shared_dir;
+  if (v.storage === 'node') {
+    if (dir !== undefined)
+      throw new ConfigError([
+        {
+          key: 'volume.shared_dir',
+          value: dir,
+          hasValue: true,
+          rule: 'is used only with volume.storage = "shared_dir" (volumes are on this node\'s CoW volume now): remove it or set storage = "shared_dir"',
+        },
+      ]);
+    return { ...settings, storage: { kind: 'node' } };
+  }
+  if (dir === undefined || dir.trim() === '' || !isAbsolute(dir) || dir.includes('\0'))
     throw new ConfigError([
       {
-        key: 'volume.storage',
-        value: v.storage,
-        hasValue: true,
-        rule: 'only "node" is implemented (volumes on this node\'s CoW volume; a sandbox mounting one runs on its node); a shared directory is not yet (docs/volumes.md)',
+        key: 'volume.shared_dir',
+        value: dir,
+        hasValue: dir !== undefined,
+        rule: 'volume.storage = "shared_dir" needs volume.shared_dir: the absolute path of the directory every node mounts (docs/volumes.md)',
       },
     ]);
-  }
-  return { maxSizeMB: v.max_size_mb, maxVolumeCount: v.max_volume_count };
+  return { ...settings, storage: { kind: 'shared_dir', dir } };
 }

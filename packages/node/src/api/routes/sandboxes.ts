@@ -246,8 +246,8 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
     let release = () => {};
     try {
       return await make({
-        resolveVolumeMounts: (needed) => {
-          const mounts = volumes.resolveMounts(requested, needed);
+        resolveVolumeMounts: async (needed) => {
+          const mounts = await volumes.resolveMounts(requested, needed);
           release = volumes.hold(mounts);
           return mounts;
         },
