@@ -144,7 +144,7 @@ export function registerControlPlane(app: FastifyInstance, config: AenvConfig, d
     customExtensionConfigured: Boolean(config.custom_extension.url),
     cold: {
       defaults: { cpuCount: defaults.cpuCount, memoryMB: defaults.memoryMB },
-      launchable: async (image, resources) => {
+      launchable: async (image, resources, drives) => {
         // The defaults too must fit the node's limits (the request's own values were checked on admission),
         // and so must the disk an image's size gives.
         admission.checkResources(resources, 'cold sandbox request');
@@ -157,6 +157,7 @@ export function registerControlPlane(app: FastifyInstance, config: AenvConfig, d
           },
           image,
           resources,
+          drives,
         );
         admission.checkResources(launchable.resources, 'cold sandbox request');
         return launchable;

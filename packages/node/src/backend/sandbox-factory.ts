@@ -18,6 +18,7 @@ import { failurePoint } from '../util/crash-point.js';
 import type { Logger } from '../util/log.js';
 import type { BackendState } from './record-state.js';
 import { phase } from '../util/phases.js';
+import { leaseDrives, releaseDriveLeases } from './drives.js';
 
 export interface SandboxFactoryOptions {
   runtime: RuntimeDriver;
@@ -168,8 +169,11 @@ export const ASSEMBLY_STEPS: readonly AssemblyStep[] = [
     async run(f, a) {
       const holder = a.plan.leaseHolder;
       if (!holder) return;
-      f.o.images.acquireLease(holder, need(a.state, 'the state').manifestDigest);
+      const state = need(a.state, 'the state');
+      f.o.images.acquireLease(holder, state.manifestDigest);
       a.undo(async () => f.o.images.releaseLease(holder));
+      leaseDrives(f.o.images, holder, state.rootfs.drives ?? []);
+      a.undo(async () => releaseDriveLeases(f.o.images, holder));
     },
   },
   {
@@ -310,7 +314,10 @@ export class SandboxFactory {
     await this.o.runtime.destroy(s.containerId).catch(() => {});
     this.o.idRanges.release(s.rangeOwner);
     await this.o.network.release(s.slot).catch(() => {});
-    if (s.leaseHolder) this.o.images.releaseLease(s.leaseHolder);
+    if (s.leaseHolder) {
+      this.o.images.releaseLease(s.leaseHolder);
+      releaseDriveLeases(this.o.images, s.leaseHolder);
+    }
   }
 
   /** The backend state of a fresh boot on `image` (its layers, the current tools, the init's env). */
