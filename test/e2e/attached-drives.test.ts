@@ -103,6 +103,27 @@ describe('attached drives', () => {
     await server.api('DELETE', `/templates/${snap.snapshotId}`);
   });
 
+  it("counts a writable drive's diskSizeMB into the sandbox's disk limit, which its writes share", async () => {
+    const r = await server.api('POST', '/sandboxes-cold', {
+      image: BASE,
+      diskSizeMB: 1024,
+      timeout: 120,
+      attachedDrives: [{ driveID: 'w', readOnly: false, diskSizeMB: 1024, source: { image: BUSYBOX } }],
+    });
+    expect(r.status, JSON.stringify(r.body)).toBe(201);
+    // The reference's diskSizeMB is the rootfs's: drives are left out of it.
+    expect((await server.api('GET', `/sandboxes/${r.body.sandboxID}`)).body.diskSizeMB).toBe(1024);
+    const sbx = await Sandbox.connect(r.body.sandboxID as string);
+    // More than the rootfs's 1024 MiB fits (the drive's 1024 MiB are added)...
+    const first = await sh(sbx, 'dd if=/dev/zero of=/mnt/w/a bs=1M count=1536 conv=fsync 2>&1; echo rc=$?');
+    expect(first.stdout).toContain('rc=0');
+    // ...but not more than both together.
+    const second = await sh(sbx, 'dd if=/dev/zero of=/mnt/w/b bs=1M count=1024 conv=fsync 2>&1; echo rc=$?');
+    expect(second.stdout).not.toContain('rc=0');
+    expect(second.stdout).toMatch(/quota|No space/i);
+    await sbx.kill();
+  });
+
   it('refuses a subPath the image does not have with a 400 and leaves nothing', async () => {
     const r = await server.api('POST', '/sandboxes-cold', {
       image: BASE,

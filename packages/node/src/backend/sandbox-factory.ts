@@ -336,6 +336,11 @@ export class SandboxFactory {
   spec(plan: AssemblyPlan, slot: NetworkSlot, state: BackendState, idRange: IdRange): SandboxSpec {
     const id = plan.containerId;
     const r = plan.resources;
+    // What writable drives may hold is written on the sandbox's disk too: one limit covers both.
+    const drivesMB = (state.rootfs.drives ?? []).reduce(
+      (sum, d) => sum + (d.readOnly ? 0 : (d.sizeMB ?? 0)),
+      0,
+    );
     return {
       id,
       hostname: plan.hostname ?? id,
@@ -345,7 +350,7 @@ export class SandboxFactory {
         cpuCount: r.cpuCount,
         memoryMB: r.memoryMB,
         pidsLimit: this.o.pidsLimit,
-        ...(r.diskSizeMB !== undefined ? { diskMB: r.diskSizeMB } : {}),
+        ...(r.diskSizeMB !== undefined ? { diskMB: r.diskSizeMB + drivesMB } : {}),
       },
       netnsPath: slot.netnsPath,
       nameservers: slot.dnsServer ? [slot.dnsServer] : [],

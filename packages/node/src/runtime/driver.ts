@@ -51,6 +51,8 @@ export interface DriveSpec {
   subPath?: string;
   /** Read-only: the image as it is. Writable: the sandbox's changes are kept on its disk. */
   readOnly: boolean;
+  /** Writable drives: what the sandbox may write on it, in MiB, added to its disk limit (`resources.diskMB`). */
+  sizeMB?: number;
 }
 
 /**

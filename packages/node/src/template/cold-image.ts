@@ -28,6 +28,7 @@ export interface ColdDriveRequest {
   readOnly: boolean;
   mountPath: string;
   subPath?: string;
+  diskSizeMB?: number;
   image: string;
 }
 
@@ -119,6 +120,8 @@ async function coldDrive(o: ColdImageOptions, d: ColdDriveRequest): Promise<Cold
     mountPath: d.mountPath,
     ...(d.subPath ? { subPath: d.subPath } : {}),
     readOnly: d.readOnly,
+    // As the rootfs: left out, the image's size.
+    ...(d.readOnly ? {} : { sizeMB: d.diskSizeMB ?? imageDiskSizeMB(image.layers) }),
   };
 }
 

@@ -18,6 +18,7 @@ describe('the container driver record codec', () => {
       mountPath: '/mnt/data',
       subPath: 'bin',
       readOnly: false,
+      sizeMB: 2048,
     };
     const layers = ['/l/1'];
     const stored = containerRecordCodec.encode({ layers, drives: [drive] });

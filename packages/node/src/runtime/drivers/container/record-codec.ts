@@ -11,6 +11,7 @@ const StoredDrive = z.object({
   mountPath: z.string().startsWith('/'),
   subPath: z.string().min(1).optional(),
   readOnly: z.boolean(),
+  sizeMB: z.number().int().positive().optional(),
 });
 
 const Stored = z.object({
@@ -38,7 +39,11 @@ export const containerRecordCodec: DriverRecordCodec = {
       layers: lowerDirs,
       ...(drives?.length
         ? {
-            drives: drives.map((d) => ({ ...d, ...(d.subPath === undefined ? {} : { subPath: d.subPath }) })),
+            drives: drives.map(({ subPath, sizeMB, ...d }) => ({
+              ...d,
+              ...(subPath === undefined ? {} : { subPath }),
+              ...(sizeMB === undefined ? {} : { sizeMB }),
+            })),
           }
         : {}),
     };
