@@ -88,6 +88,22 @@ describe('attachedDrives of POST /sandboxes-cold', () => {
     expect(
       refusal([drive({ driveID: 'a', mountPath: '/mnt/a/b' }), drive({ driveID: 'b', mountPath: '/mnt' })]),
     ).toMatch(/inside or above drive a's/);
+    // aenv: not at, inside or above a volumeMounts path.
+    const onVolume = (mountPath: string, volume: string) => {
+      try {
+        parseAttachedDrives([drive({ mountPath })], [volume]);
+        return undefined;
+      } catch (e) {
+        return (e as ApiError).message;
+      }
+    };
+    for (const [p, v] of [
+      ['/data', '/data'],
+      ['/data/x', '/data'],
+      ['/data', '/data/x'],
+    ])
+      expect(onVolume(p!, v!)).toMatch(/mountPath must not be at, inside or above volume mount path \/data/);
+    expect(onVolume('/data2', '/data')).toBeUndefined();
     // Siblings sharing a name prefix are not nested.
     expect(refusal([drive({ driveID: 'a' }), drive({ driveID: 'ab' })])).toBeUndefined();
     const many = Array.from({ length: MAX_ATTACHED_DRIVES + 1 }, (_, i) => drive({ driveID: `d${i}` }));

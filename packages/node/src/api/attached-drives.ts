@@ -48,8 +48,14 @@ function checkSubPath(what: string, s: string): void {
     throw bad("must be a normalized path (no '//', '.' or trailing '/')");
 }
 
-/** Checks `attachedDrives` and fills in the defaults; undefined or empty: no drives. */
-export function parseAttachedDrives(drives: NewColdSandbox['attachedDrives']): AttachedDriveRequest[] {
+/**
+ * Checks `attachedDrives` and fills in the defaults; undefined or empty: no drives. `volumePaths`: the request's
+ * `volumeMounts` paths, which a drive may not be at, inside or above (aenv).
+ */
+export function parseAttachedDrives(
+  drives: NewColdSandbox['attachedDrives'],
+  volumePaths: readonly string[] = [],
+): AttachedDriveRequest[] {
   if (!drives?.length) return [];
   if (drives.length > MAX_ATTACHED_DRIVES)
     throw new ApiError(400, `attachedDrives: at most ${MAX_ATTACHED_DRIVES} drives (got ${drives.length})`);
@@ -70,6 +76,12 @@ export function parseAttachedDrives(drives: NewColdSandbox['attachedDrives']): A
     // aenv: drives do not nest (a writable drive's state lies at its mount path on the sandbox's disk).
     if (clash)
       throw new ApiError(400, `${what}: mountPath must not be inside or above drive ${clash.driveID}'s`);
+    const volume = volumePaths.find((v) => under(mountPath, v) || under(v, mountPath));
+    if (volume !== undefined)
+      throw new ApiError(
+        400,
+        `${what}: mountPath must not be at, inside or above volume mount path ${volume}`,
+      );
     if (d.subPath !== undefined) checkSubPath(what, d.subPath);
     if (d.diskSizeMB !== undefined && (d.diskSizeMB < 1024 || d.diskSizeMB % 1024 !== 0))
       throw new ApiError(400, `${what}: diskSizeMB must be at least 1024 and divisible by 1024`);

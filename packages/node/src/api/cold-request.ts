@@ -35,7 +35,10 @@ export function parseColdRequest(
   if (memoryMB < 128) throw new ApiError(400, 'memoryMB must be at least 128');
   if (body.diskSizeMB !== undefined && (body.diskSizeMB < 1024 || body.diskSizeMB % 1024 !== 0))
     throw new ApiError(400, 'diskSizeMB must be at least 1024 and divisible by 1024');
-  const drives = parseAttachedDrives(body.attachedDrives);
+  const drives = parseAttachedDrives(
+    body.attachedDrives,
+    (body.volumeMounts ?? []).map((m) => m.path.replace(/\/+$/, '') || '/'),
+  );
   // A microVM appends them to its kernel command line; a container has no kernel of its own.
   if (body.extraBootArgs)
     throw new ApiError(
