@@ -185,6 +185,16 @@ describe('cold start from an image', () => {
         400,
         /^resolve attached drive d image .*not allowed/,
       ],
+      [
+        {
+          image: BUSYBOX,
+          attachedDrives: [
+            { driveID: 'w', readOnly: false, diskSizeMB: 1 << 30, source: { image: BUSYBOX } },
+          ],
+        },
+        400,
+        /with its writable attached drives.*max_disk_size_mb/,
+      ],
       [{ image: BUSYBOX, extraBootArgs: 'init=/bin/sh' }, 400, /^extraBootArgs is not supported/],
       [{ image: BUSYBOX, customExtensionParams: { a: 1 } }, 400, /no custom extension is configured/],
       [{ image: BUSYBOX, network: { allowOut: ['not a cidr'] } }, 400, /./],
