@@ -148,11 +148,6 @@ export class Interceptor {
     this.routes.clear();
   }
 
-  /** SOCKS5 routes with agents now (kept a while after their last intercepted connection). */
-  get socksRoutes(): number {
-    return this.routes.size;
-  }
-
   /** The agents `hop`'s requests use; a SOCKS5 route's are held until `client` closes. */
   private agentsFor(hop: Hop, client: Socket): Agents {
     const proxy = hop.via;

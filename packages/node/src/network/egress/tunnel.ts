@@ -1,7 +1,8 @@
 // The SOCKS5 side of the egress proxy: connections of slots with an egressProxy leave through it
 // (docs/networking.md, "SOCKS5 upstream"). Two ways in:
 //  - by name: the egress proxy (proxy.ts) sniffed an allowed domain and hands the client over (`carry`); the
-//    upstream is asked for the name (ATYP=domain: the proxy resolves it, as E2B documents);
+//    upstream is asked for the name (ATYP=domain: the proxy resolves it, as E2B documents), or, for a name only
+//    the CIDR policy admits (a slot with network.rules), for the address the node resolved and judged;
 //  - by address: the nat chain sends the TCP the slot's CIDR policy allows to this module's own listener; the
 //    destination the sandbox dialled is read back from conntrack, judged again, and asked for by IP.
 // Connections are re-judged on every policy change: a changed or removed proxy cuts them all.
