@@ -30,8 +30,13 @@ function tunnel(
   }
   const { socket, ready } = conn;
   ready.then(
-    // After the socks library's own resume of the socket (queued when the tunnel stood).
-    () => setImmediate(() => done(null, socket)),
+    () => {
+      // A pooled connection the upstream ends must close, so the agent drops it rather than reuse a dead
+      // half-open one (the tunnel is made half-open for the splicing path).
+      socket.allowHalfOpen = false;
+      // After the socks library's own resume of the socket (queued when the tunnel stood).
+      setImmediate(() => done(null, socket));
+    },
     (err: Error) => done(err),
   );
 }

@@ -3,6 +3,7 @@
 // table, and the loopback proxy address is let through the node's address checks (a test stands in for the
 // fake internet of test/e2e/egress-rules.test.ts, which runs the same path against microsocks).
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import http from 'node:http';
 import https from 'node:https';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -32,9 +33,9 @@ const listen = (server: Server): Promise<number> =>
  * SOCKS5 without authentication, CONNECT only: records `host:port` as asked (a name or an IPv4 address) and
  * connects to 127.0.0.1:port, where every test name lives.
  */
-function socksServer(asked: string[], open: Set<Socket>): Server {
+function socksServer(asked: string[], open: Map<Socket, string>): Server {
   return createServer((c) => {
-    open.add(c);
+    open.set(c, '');
     c.on('close', () => open.delete(c));
     c.on('error', () => undefined);
     let buf = Buffer.alloc(0);
@@ -58,6 +59,7 @@ function socksServer(asked: string[], open: Set<Socket>): Server {
       c.off('data', onData);
       c.pause();
       asked.push(`${host}:${port}`);
+      open.set(c, `${host}:${port}`);
       const up = connect(port, '127.0.0.1', () => {
         c.write(Buffer.from([5, 0, 0, 1, 127, 0, 0, 1, 0, 0]));
         if (rest.length > 0) up.write(rest);
@@ -88,13 +90,16 @@ describe('network.rules with an egressProxy', () => {
   const root = mkdtempSync(join(tmpdir(), 'aenv-socks-intercept-'));
   const registry = new SlotRegistry();
   const asked: string[] = [];
-  const socksConnections = new Set<Socket>();
+  /** Open SOCKS connections → what each was asked for. */
+  const socksConnections = new Map<Socket, string>();
   const socks = socksServer(asked, socksConnections);
   let socksPort: number;
   let nodeCa: NodeCa;
   let publicCa: NodeCa;
   let upstream: https.Server;
   let upstreamPort: number;
+  let plainUpstream: http.Server;
+  let plainPort: number;
   let interceptor: Interceptor;
   let tunnel: SocksTunnel;
   let proxy: EgressProxy;
@@ -119,6 +124,25 @@ describe('network.rules with an egressProxy', () => {
   };
   const rules = { 'api.test': [{ transform: { headers: { Authorization: SECRET } } }] };
   const allowOut = ['api.test', 'pass.test'];
+  /** One plain-HTTP request to api.test through the proxy on a new connection: the upstream's answer. */
+  const plainGet = () =>
+    new Promise<string>((resolve, reject) => {
+      const req = http.request(
+        {
+          host: '127.0.0.1',
+          port: proxy.listenPorts.get(plainPort),
+          headers: { host: 'api.test' },
+          agent: false,
+        },
+        (res) => {
+          let body = '';
+          res.on('data', (b: Buffer) => (body += b.toString()));
+          res.on('end', () => resolve(`${res.statusCode} ${body}`));
+        },
+      );
+      req.on('error', reject);
+      req.end();
+    });
   const viaProxy = (name: string, ca: string) => ({
     host: '127.0.0.1',
     port,
@@ -140,6 +164,8 @@ describe('network.rules with an egressProxy', () => {
       res.end(JSON.stringify({ host: req.headers.host, authorization: req.headers.authorization ?? null })),
     );
     upstreamPort = await listen(upstream);
+    plainUpstream = http.createServer((req, res) => res.end(req.headers.authorization ?? 'none'));
+    plainPort = await listen(plainUpstream);
     socksPort = await listen(socks);
     const resolver = new UpstreamResolver({ servers: [], deniedCidrs: [] });
     resolver.resolve = (name: string) =>
@@ -157,7 +183,7 @@ describe('network.rules with an egressProxy', () => {
     tunnel = new SocksTunnel({ listenPort: 0, registry, resolver, logger: log });
     await tunnel.start();
     proxy = new EgressProxy({
-      ports: [upstreamPort],
+      ports: [upstreamPort, plainPort],
       listenPort: 0,
       registry,
       resolver,
@@ -172,10 +198,12 @@ describe('network.rules with an egressProxy', () => {
     await proxy.stop();
     await tunnel.stop();
     interceptor.close();
-    for (const s of socksConnections) s.destroy();
+    for (const s of socksConnections.keys()) s.destroy();
     socks.close();
     upstream.closeAllConnections();
     upstream.close();
+    plainUpstream.closeAllConnections();
+    plainUpstream.close();
     rmSync(root, { recursive: true, force: true });
   });
 
@@ -247,5 +275,22 @@ describe('network.rules with an egressProxy', () => {
     });
     await expect(get(viaProxy('api.test', nodeCa.certPem))).rejects.toThrow();
     expect(asked.length).toBe(before + 1);
+  });
+
+  it('drops a pooled tunnel the upstream closed instead of sending the next request into it', async () => {
+    setPolicy({ allowOut, denyOut: ['0.0.0.0/0'], rules, egressProxy: egressProxy() });
+    const before = asked.length;
+    expect(await plainGet()).toBe(`200 ${SECRET}`);
+    expect(await plainGet()).toBe(`200 ${SECRET}`);
+    // Kept alive: the second request reused the first one's tunnel.
+    expect(asked.length).toBe(before + 1);
+    // The upstream server ends its idle connection; the SOCKS server passes the end on, and the node must close
+    // its side (it is no use any more) rather than keep it pooled half-open.
+    plainUpstream.closeIdleConnections();
+    const plainTunnels = () => [...socksConnections.values()].filter((d) => d.endsWith(`:${plainPort}`));
+    for (let i = 0; i < 200 && plainTunnels().length > 0; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(plainTunnels()).toEqual([]);
+    expect(await plainGet()).toBe(`200 ${SECRET}`);
+    expect(asked.length).toBe(before + 2);
   });
 });
