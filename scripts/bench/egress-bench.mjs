@@ -1,25 +1,29 @@
 #!/usr/bin/env node
 // Egress proxy benchmark (root): from inside a real network slot, HTTP to a host of a fake internet namespace
 // (documentation addresses, on this machine only) once directly (allowOut names its CIDR) and once through the
-// node's transparent egress proxy (allowOut names its domain), in the same run, interleaved:
+// node's transparent egress proxy (allowOut names its domain), in the same run, interleaved; and three more
+// paths through the proxy: tunneled through a SOCKS5 upstream (egressProxy; microsocks in the fake internet),
+// intercepted for a network.rules header (plain HTTP), and intercepted with the upstream hop through SOCKS5:
 //   - request round trip on a new connection (connect + one small GET; through the proxy this includes the
 //     sniff, the node's DNS lookup and the upstream connect), n runs;
-//   - throughput of one download of --mb MiB;
+//   - throughput of one download of --mb MiB (median of 3);
 //   - the proxy's memory for 1,000 open proxied connections (RSS and heap of this process, which runs it).
 // Everything it creates is named aebeg* / aebw* and removed at the end.
 //
 //   node --expose-gc scripts/bench/egress-bench.mjs [--n 200] [--mb 512] [--json]
 
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, URL } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { register } from 'tsx/esm/api';
 
 register();
 const { NetworkManager } = await import('../../packages/node/src/network/manager.ts');
 const { parseNetworkPolicy } = await import('../../packages/node/src/network/policy.ts');
+const { loadOrCreateNodeCa } = await import('../../packages/node/src/network/egress/node-ca.ts');
 
 const args = process.argv.slice(2);
 const opt = (name, dflt) => (args.includes(name) ? Number(args[args.indexOf(name) + 1]) || dflt : dflt);
@@ -31,6 +35,7 @@ const REPO = fileURLToPath(new URL('../..', import.meta.url));
 const HOST_WAN = '198.51.100.1';
 const WEB = '198.51.100.30';
 const DNS = '198.51.100.53';
+const SOCKS = '198.51.100.40';
 const NAME = 'bench.test';
 
 const sh = (cmd, argv, input) =>
@@ -110,9 +115,9 @@ try {
   sh(
     'nsenter',
     [`--net=${netns}`, 'ip', '-batch', '-'],
-    `addr add ${WEB}/24 dev wan0\naddr add ${DNS}/32 dev wan0\nlink set wan0 up\nlink set lo up\n`,
+    `addr add ${WEB}/24 dev wan0\naddr add ${DNS}/32 dev wan0\naddr add ${SOCKS}/32 dev wan0\nlink set wan0 up\nlink set lo up\n`,
   );
-  for (const ip of [WEB, DNS]) {
+  for (const ip of [WEB, DNS, SOCKS]) {
     if (!/ dev aebw0 /.test(sh('ip', ['route', 'get', ip])))
       throw new Error(`${ip} would not stay on this machine`);
   }
@@ -131,6 +136,26 @@ try {
     new Promise((resolve) => hosts.stdout.on('data', (b) => b.toString().includes('ready') && resolve()))
   );
 
+  // The SOCKS5 upstream, resolving names through its own hosts file (a private mount namespace).
+  await writeFile(join(scratch, 'hosts'), `${WEB} ${NAME}\n`);
+  const socks = spawn(
+    'nsenter',
+    [
+      `--net=${netns}`,
+      'unshare',
+      '--mount',
+      'sh',
+      '-c',
+      `mount --bind ${join(scratch, 'hosts')} /etc/hosts && exec microsocks -i ${SOCKS} -p 1080`,
+    ],
+    { stdio: 'ignore' },
+  );
+  children.push(socks);
+  for (let i = 0; i < 50 && !sh('nsenter', [`--net=${netns}`, 'ss', '-ltn']).includes(`${SOCKS}:1080`); i++)
+    await sleep(100);
+
+  await mkdir(join(scratch, 'home'), { mode: 0o700 });
+  const ca = await loadOrCreateNodeCa({ homePath: join(scratch, 'home') });
   nm = new NetworkManager({
     runtimePath: join(scratch, 'run'),
     internal: { hostInteractionCidr: '10.231.0.0/16', vethCidr: '10.232.0.0/16' },
@@ -139,39 +164,53 @@ try {
     pool: { lowWatermark: 0, highWatermark: 0, maintenanceEnabled: false, startupPrewarm: false },
     controlPlanePort: 49983,
     namePrefix: 'aebeg',
-    domainEgress: { proxyPorts: [80, 443], proxyListenPort: 0, dnsListenPort: 0, resolvers: [DNS] },
+    domainEgress: {
+      proxyPorts: [80, 443],
+      proxyListenPort: 0,
+      dnsListenPort: 0,
+      resolvers: [DNS],
+      intercept: { ca, upstreamCa: [] },
+    },
   });
   await nm.init();
-  const direct = await nm.acquire();
-  await nm.applyPolicy(direct, parseNetworkPolicy({ allowOut: [WEB], allowInternetAccess: false }));
-  const proxied = await nm.acquire();
-  await nm.applyPolicy(proxied, parseNetworkPolicy({ allowOut: [NAME], allowInternetAccess: false }));
-
-  // Warm both paths, then interleave rounds so both see the same load.
-  await inSlot(direct, ['rtt', WEB, NAME, '5']);
-  await inSlot(proxied, ['rtt', WEB, NAME, '5']);
-  /** @type {{ direct: number[]; proxied: number[] }} */
-  const rtt = { direct: [], proxied: [] };
-  const rounds = 4;
-  for (let r = 0; r < rounds; r++) {
-    rtt.direct.push(...(await inSlot(direct, ['rtt', WEB, NAME, String(N / rounds)])));
-    rtt.proxied.push(...(await inSlot(proxied, ['rtt', WEB, NAME, String(N / rounds)])));
+  const closed = { allowOut: [NAME], allowInternetAccess: false };
+  const rules = { [NAME]: [{ transform: { headers: { Authorization: 'Bearer bench' } } }] };
+  const egressProxy = { address: `${SOCKS}:1080` };
+  /** Path → the policy of its slot. */
+  const paths = {
+    direct: { allowOut: [WEB], allowInternetAccess: false },
+    'through the proxy': closed,
+    'tunneled through SOCKS5': { ...closed, egressProxy },
+    'intercepted (rules)': { ...closed, rules },
+    'intercepted, through SOCKS5': { ...closed, rules, egressProxy },
+  };
+  const slots = {};
+  for (const [path, policy] of Object.entries(paths)) {
+    slots[path] = await nm.acquire();
+    await nm.applyPolicy(slots[path], parseNetworkPolicy(policy));
   }
-  results['new connection + small GET, direct (ms)'] = summary(rtt.direct);
-  results['new connection + small GET, through the proxy (ms)'] = summary(rtt.proxied);
+  const proxied = slots['through the proxy'];
 
-  const mbps = { direct: [], proxied: [] };
+  // Warm every path, then interleave rounds so all see the same load.
+  for (const slot of Object.values(slots)) await inSlot(slot, ['rtt', WEB, NAME, '5']);
+  /** @type {Record<string, number[]>} */
+  const rtt = Object.fromEntries(Object.keys(paths).map((p) => [p, []]));
+  const rounds = 4;
+  for (let r = 0; r < rounds; r++)
+    for (const [path, slot] of Object.entries(slots))
+      rtt[path].push(...(await inSlot(slot, ['rtt', WEB, NAME, String(N / rounds)])));
+  for (const path of Object.keys(paths))
+    results[`new connection + small GET, ${path} (ms)`] = summary(rtt[path]);
+
+  /** @type {Record<string, number[]>} */
+  const mbps = Object.fromEntries(Object.keys(paths).map((p) => [p, []]));
   for (let r = 0; r < 3; r++) {
-    for (const [k, slot] of [
-      ['direct', direct],
-      ['proxied', proxied],
-    ]) {
+    for (const [path, slot] of Object.entries(slots)) {
       const got = await inSlot(slot, ['big', WEB, NAME, String(MB)]);
-      mbps[k].push(got.bytes / 2 ** 20 / (got.ms / 1000));
+      mbps[path].push(got.bytes / 2 ** 20 / (got.ms / 1000));
     }
   }
-  results[`download ${MB} MiB, direct (MiB/s)`] = summary(mbps.direct);
-  results[`download ${MB} MiB, through the proxy (MiB/s)`] = summary(mbps.proxied);
+  for (const path of Object.keys(paths)) results[`download ${MB} MiB, ${path} (MiB/s)`] = summary(mbps[path]);
 
   globalThis.gc?.();
   const before = process.memoryUsage();
@@ -196,8 +235,7 @@ try {
     gc: globalThis.gc !== undefined,
   };
   holder.stdin.end('x');
-  await nm.release(direct);
-  await nm.release(proxied);
+  for (const slot of Object.values(slots)) await nm.release(slot);
 } finally {
   for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
   await nm?.shutdown({ destroyAll: true }).catch((e) => console.error(`cleanup: ${e.message}`));
@@ -219,7 +257,7 @@ else {
   for (const [k, v] of Object.entries(results)) {
     const fmt = (x) => (typeof x === 'number' ? x.toFixed(3) : x);
     console.log(
-      `${k.padEnd(56)} ${Object.entries(v)
+      `${k.padEnd(62)} ${Object.entries(v)
         .map(([a, b]) => `${a}=${fmt(b)}`)
         .join('  ')}`,
     );

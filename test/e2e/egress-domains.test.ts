@@ -11,6 +11,7 @@ import { CommandExitError, Sandbox } from 'e2b';
 import { REPO, eventually } from './harness.js';
 import { describeNode } from './fixture.js';
 import { HOST_WAN_IP, startFakeInternet, type FakeInternet } from './fixtures/fake-internet.js';
+import { startSocks, writeNameFiles, type SocksServer } from './fixtures/socks-server.js';
 
 const WEB = '198.51.100.30';
 const ECHO = '198.51.100.31';
@@ -111,30 +112,11 @@ async function run(sbx: Sandbox, cmd: string): Promise<Run> {
 
 const curl = (args: string) => `curl -sS --cacert /tmp/ca.pem --connect-timeout 3 -m 8 ${args}`;
 
-/** A SOCKS5 server (microsocks) in the fake internet, its log (one line per connection it made) kept. */
-function startSocks(
-  netns: string,
-  dir: string,
-  port: number,
-  auth: boolean,
-): { proc: ChildProcess; log: () => string } {
-  // Its own /etc/hosts and resolv.conf (a private mount namespace): names resolve to the fake internet only.
-  const args = ['-i', SOCKS, '-p', String(port), ...(auth ? ['-u', SOCKS_USER, '-P', SOCKS_PASS] : [])];
-  const script = `mount --bind ${join(dir, 'hosts')} /etc/hosts && mount --bind ${join(dir, 'resolv.conf')} /etc/resolv.conf && exec microsocks ${args.join(' ')}`;
-  const proc = spawn('nsenter', [`--net=${netns}`, 'unshare', '--mount', 'sh', '-c', script], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let log = '';
-  proc.stdout!.on('data', (b: Buffer) => (log += b.toString()));
-  proc.stderr!.on('data', (b: Buffer) => (log += b.toString()));
-  return { proc, log: () => log };
-}
-
 describe('domain egress', () => {
   let net: FakeInternet;
   let hosts: ChildProcess | undefined;
-  let socks: ReturnType<typeof startSocks> | undefined;
-  let socksAuth: ReturnType<typeof startSocks> | undefined;
+  let socks: SocksServer | undefined;
+  let socksAuth: SocksServer | undefined;
   let dir: string;
   let sbx: Sandbox;
 
@@ -158,15 +140,15 @@ describe('domain egress', () => {
     // Nothing leaves the machine: the proxy's own upstream connections (from the host) and sandbox traffic
     // both reach these addresses through the fake internet's veth.
     for (const ip of [WEB, ECHO, DNS, SOCKS]) expect(sh('ip', ['route', 'get', ip])).toMatch(/ dev efw\d+ /);
-    writeFileSync(
-      join(dir, 'hosts'),
-      Object.entries(RECORDS)
-        .map(([name, ip]) => `${ip} ${name}\n`)
-        .join(''),
-    );
-    writeFileSync(join(dir, 'resolv.conf'), `nameserver ${DNS}\n`);
-    socks = startSocks(net.netns, dir, 1080, false);
-    socksAuth = startSocks(net.netns, dir, 1081, true);
+    writeNameFiles(dir, RECORDS, DNS);
+    socks = startSocks({ netns: net.netns, dir, ip: SOCKS, port: 1080 });
+    socksAuth = startSocks({
+      netns: net.netns,
+      dir,
+      ip: SOCKS,
+      port: 1081,
+      credentials: { user: SOCKS_USER, pass: SOCKS_PASS },
+    });
     await eventually(() => {
       const listening = net.exec('ss', ['-ltn']);
       return listening.includes(`${SOCKS}:1080`) && listening.includes(`${SOCKS}:1081`);

@@ -1,20 +1,24 @@
 // network.rules against a fake internet on this machine (documentation addresses only, in a namespace the test
 // makes; see fixtures/fake-internet.ts): the egress proxy injects a rule's header into HTTPS and HTTP requests
 // to its domain, which the sandbox never sees, passes other domains through untouched, follows live updates
-// and pause/resume, and refuses bad rules naming the entry. docs/networking.md#credentials-at-the-edge.
+// and pause/resume, and refuses bad rules naming the entry; with an egressProxy too, intercepted requests leave
+// through the SOCKS5 upstream (microsocks in the fake internet). docs/networking.md#credentials-at-the-edge.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CommandExitError, Sandbox, Secret } from 'e2b';
-import { REPO } from './harness.js';
+import { REPO, eventually } from './harness.js';
 import { describeNode } from './fixture.js';
-import { startFakeInternet, type FakeInternet } from './fixtures/fake-internet.js';
+import { HOST_WAN_IP, startFakeInternet, type FakeInternet } from './fixtures/fake-internet.js';
+import { startSocks, writeNameFiles, type SocksServer } from './fixtures/socks-server.js';
 
 const WEB = '198.51.100.30';
 const ECHO = '198.51.100.31';
 const DNS = '198.51.100.53';
+/** microsocks in the fake internet (the egressProxy part): 1080 without credentials, 1081 with them. */
+const SOCKS = '198.51.100.40';
 const RECORDS = { 'api.allowed.test': WEB, 'other.allowed.test': WEB };
 const SECRET = 'Bearer edge-s3cret-0f9d2c';
 const SECRET_PART = 'edge-s3cret-0f9d2c';
@@ -113,7 +117,7 @@ describe('network.rules: credentials injected at the edge', () => {
   });
   beforeAll(async () => {
     net = await startFakeInternet(server.cidrs);
-    for (const ip of [WEB, ECHO, DNS]) net.exec('ip', ['addr', 'add', `${ip}/32`, 'dev', 'wan0']);
+    for (const ip of [WEB, ECHO, DNS, SOCKS]) net.exec('ip', ['addr', 'add', `${ip}/32`, 'dev', 'wan0']);
     // Nothing leaves the machine: the proxy's upstream hop and sandbox traffic reach the fake internet's veth.
     for (const ip of [WEB, DNS]) expect(sh('ip', ['route', 'get', ip])).toMatch(/ dev efw\d+ /);
     hosts = spawn(
@@ -349,5 +353,138 @@ describe('network.rules: credentials injected at the edge', () => {
     }
     // A refused update left the rules as they were.
     expect((await seen(sbx, 'https://api.allowed.test/headers')).authorization).toBe(SECRET);
+  });
+
+  describe('with a SOCKS5 egressProxy as well', () => {
+    const creds = { user: 'agent', pass: 'socks-pass-never-shown' };
+    const AUTH = { address: `${SOCKS}:1081`, username: creds.user, password: creds.pass };
+    const PLAIN = { address: `${SOCKS}:1080` };
+    const both = (egressProxy: { address: string; username?: string; password?: string }) => ({
+      allowOut: ALLOWED,
+      ...CLOSED,
+      rules: RULES,
+      egressProxy,
+    });
+    /** The address the fake internet's web server saw the connection come from. */
+    const peer = async (sb: Sandbox, args: string) => (await run(sb, curl(args))).out;
+    let auth: SocksServer | undefined;
+    let plain: SocksServer | undefined;
+    let psb: Sandbox;
+
+    beforeAll(async () => {
+      writeNameFiles(dir, RECORDS, DNS);
+      // Bound to SOCKS for its outgoing connections: a server seeing that address was reached through it.
+      auth = startSocks({ netns: net.netns, dir, ip: SOCKS, port: 1081, credentials: creds, bind: SOCKS });
+      plain = startSocks({ netns: net.netns, dir, ip: SOCKS, port: 1080, bind: SOCKS });
+      await eventually(() => {
+        const listening = net.exec('ss', ['-ltn']);
+        return listening.includes(`${SOCKS}:1080`) && listening.includes(`${SOCKS}:1081`);
+      }, 'the SOCKS servers to listen');
+      psb = await Sandbox.create({ timeoutMs: 300_000, network: both(AUTH) });
+      await psb.files.write('/tmp/ca.pem', readFileSync(certs.ca, 'utf8'));
+    });
+    afterAll(async () => {
+      await psb?.kill();
+      auth?.proc.kill('SIGKILL');
+      plain?.proc.kill('SIGKILL');
+    });
+
+    it('injects the header into requests that leave through the SOCKS5 upstream; other names pass through it', async () => {
+      expect(await seen(psb, 'https://api.allowed.test/headers')).toEqual({
+        host: 'api.allowed.test',
+        authorization: SECRET,
+      });
+      expect((await seen(psb, 'http://api.allowed.test/headers')).authorization).toBe(SECRET);
+      // Not intercepted (the server's own certificate), and through the upstream as well.
+      expect(await seen(psb, '--cacert /tmp/ca.pem https://other.allowed.test/headers')).toEqual({
+        host: 'other.allowed.test',
+        authorization: null,
+      });
+      expect(await peer(psb, 'https://api.allowed.test/peer')).toBe(SOCKS);
+      expect(await peer(psb, '--cacert /tmp/ca.pem https://other.allowed.test/peer')).toBe(SOCKS);
+      // Asked for by name (the upstream resolves it); intercepted requests reuse their tunnel while it is open.
+      const dialled = new Set(auth!.connectedTo());
+      expect(dialled).toEqual(
+        new Set(['api.allowed.test:443', 'api.allowed.test:80', 'other.allowed.test:443']),
+      );
+      const inside = await run(psb, `env; ${curl('-v https://api.allowed.test/ 2>&1')}`);
+      expect(inside.out).toContain('tls:sni=api.allowed.test');
+      expect(inside.out).not.toContain(SECRET_PART);
+      const info = await server.api('GET', `/sandboxes/${psb.sandboxId}`);
+      expect(info.body.network).toMatchObject({
+        egressProxy: { address: AUTH.address, username: creds.user },
+        rules: { 'api.allowed.test': [{ transform: { headers: { Authorization: '***' } } }] },
+      });
+      expect(JSON.stringify(info.body)).not.toMatch(new RegExp(`${SECRET_PART}|${creds.pass}`));
+      expect(server.logs()).not.toContain(SECRET_PART);
+    });
+
+    it('never goes direct: credentials the upstream refuses fail intercepted and passed-through requests', async () => {
+      await psb.updateNetwork(both({ ...AUTH, password: 'wrong' }));
+      const refused = await run(psb, curl('-i https://api.allowed.test/headers'));
+      // The upstream's own refusal, not a failure of some other path.
+      expect(refused.out).toMatch(
+        /^HTTP\/1\.1 502[\s\S]*upstream api\.allowed\.test failed: Socks5 Authentication failed/,
+      );
+      expect(refused.out).not.toContain(SECRET_PART);
+      expect((await run(psb, curl('--cacert /tmp/ca.pem https://other.allowed.test/headers'))).exit).not.toBe(
+        0,
+      );
+    });
+
+    it('a live update moves between both, rules only and proxy only; a route change cuts an intercepted stream', async () => {
+      await psb.updateNetwork(both(AUTH));
+      const stream = await psb.commands.run(
+        `${curl('-N -m 120 http://api.allowed.test/stream')} > /tmp/s.out`,
+        {
+          background: true,
+          timeoutMs: 0,
+        },
+      );
+      await eventually(
+        async () => (await psb.files.read('/tmp/s.out').catch(() => '')).includes('line 2'),
+        'the intercepted stream to flow',
+        100,
+        200,
+      );
+      await psb.updateNetwork(both(PLAIN));
+      const ended = await stream.wait().then(
+        (r) => r.exitCode,
+        (e: unknown) => (e instanceof CommandExitError ? e.exitCode : -1),
+      );
+      // curl's 28 would be its own limit: the connection stayed open.
+      expect([0, 28]).not.toContain(ended);
+      expect((await seen(psb, 'https://api.allowed.test/headers')).authorization).toBe(SECRET);
+      expect(plain!.connectedTo()).toContain('api.allowed.test:443');
+      // Rules only: intercepted, dialled by the node itself.
+      await psb.updateNetwork({ allowOut: ALLOWED, ...CLOSED, rules: RULES });
+      expect((await seen(psb, 'https://api.allowed.test/headers')).authorization).toBe(SECRET);
+      expect(await peer(psb, 'https://api.allowed.test/peer')).toBe(HOST_WAN_IP);
+      // Proxy only: nothing intercepted, all through the upstream.
+      await psb.updateNetwork({ allowOut: ALLOWED, ...CLOSED, egressProxy: PLAIN });
+      expect(
+        (await seen(psb, '--cacert /tmp/ca.pem https://api.allowed.test/headers')).authorization,
+      ).toBeNull();
+      expect(await peer(psb, '--cacert /tmp/ca.pem https://api.allowed.test/peer')).toBe(SOCKS);
+      await psb.updateNetwork(both(PLAIN));
+      expect((await seen(psb, 'https://api.allowed.test/headers')).authorization).toBe(SECRET);
+      expect(await peer(psb, 'https://api.allowed.test/peer')).toBe(SOCKS);
+    });
+
+    it('with internet on, names are judged by address and other TCP is tunneled by address', async () => {
+      await psb.updateNetwork({ rules: RULES, egressProxy: PLAIN });
+      const before = plain!.connectedTo().length;
+      expect((await seen(psb, 'https://api.allowed.test/headers')).authorization).toBe(SECRET);
+      expect(await peer(psb, 'https://api.allowed.test/peer')).toBe(SOCKS);
+      const echo = await run(
+        psb,
+        `timeout 5 bash -c 'exec 3<>/dev/tcp/${ECHO}/2222; echo hello-echo >&3; head -n1 <&3'`,
+      );
+      expect(echo).toEqual({ exit: 0, out: 'hello-echo\n' });
+      // The rule's name went by the address the node resolved it to and judged; the raw TCP by the one dialled.
+      expect(plain!.connectedTo().slice(before)).toEqual(
+        expect.arrayContaining([`${WEB}:443`, `${ECHO}:2222`]),
+      );
+    });
   });
 });

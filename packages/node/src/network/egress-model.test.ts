@@ -3,6 +3,7 @@ import { BUILTIN_DENIED_CIDRS } from './builtin-denies.js';
 import {
   PROTO_TCP,
   PROTO_UDP,
+  addressVerdictFor,
   resolverAllowed,
   verdictFor,
   type EgressBase,
@@ -73,5 +74,22 @@ describe('verdictFor', () => {
 
   it('without a resolver, no DNS at all', () => {
     expect(verdictFor({ ...base, resolver: null }, open, udp('10.255.255.53', 53))).toBe('deny');
+  });
+
+  it('a tunneled slot denies everything in its own chain, but is still judged by address for its proxy', () => {
+    const egressProxy = { address: '198.51.100.40:1080' };
+    const p = parseNetworkPolicy({ denyOut: ['203.0.113.0/24'], egressProxy });
+    expect(verdictFor(base, p, tcp('198.51.100.10', 443))).toBe('deny');
+    expect(addressVerdictFor(base, p, tcp('198.51.100.10', 443))).toBe('accept');
+    expect(addressVerdictFor(base, p, tcp('203.0.113.9', 443))).toBe('deny');
+    expect(addressVerdictFor(base, p, tcp('10.11.0.5', 443))).toBe('deny');
+    expect(addressVerdictFor(base, p, tcp('169.254.169.254', 80))).toBe('deny');
+    const off = parseNetworkPolicy({ allowInternetAccess: false, allowOut: ['198.51.100.10'], egressProxy });
+    expect(addressVerdictFor(base, off, tcp('198.51.100.10', 443))).toBe('accept');
+    expect(addressVerdictFor(base, off, tcp('198.51.100.11', 443))).toBe('deny');
+    // Without a proxy both agree.
+    expect(addressVerdictFor(base, open, tcp('198.51.100.10'))).toBe(
+      verdictFor(base, open, tcp('198.51.100.10')),
+    );
   });
 });

@@ -118,6 +118,23 @@ export function resolverAllowed(policy: EgressPolicy, resolver: bigint): boolean
 
 /** The verdict the filter gives the first packet of `flow` from a slot with `policy` (null: none installed). */
 export function verdictFor(base: EgressBase, policy: EgressPolicy | null, flow: Flow): Verdict {
+  return judge(base, policy, flow, slotRules);
+}
+
+/**
+ * `verdictFor` by address alone, as if the slot had no egressProxy: whether its policy lets it reach the
+ * destination at all, through its SOCKS5 upstream or not (what the egress proxy admits a name's address by).
+ */
+export function addressVerdictFor(base: EgressBase, policy: EgressPolicy | null, flow: Flow): Verdict {
+  return judge(base, policy, flow, addressRules);
+}
+
+function judge(
+  base: EgressBase,
+  policy: EgressPolicy | null,
+  flow: Flow,
+  rulesOf: (policy: EgressPolicy) => SlotRule[],
+): Verdict {
   const hit = (cidrs: readonly Cidr[]) => cidrs.some((c) => inCidr(c, flow.daddr));
   if (hit(base.internalCidrs)) return 'deny';
   if (
@@ -132,7 +149,7 @@ export function verdictFor(base: EgressBase, policy: EgressPolicy | null, flow: 
   }
   if (hit(base.deniedCidrs)) return 'deny';
   if (policy === null) return 'deny';
-  return rulesVerdict(slotRules(policy), flow);
+  return rulesVerdict(rulesOf(policy), flow);
 }
 
 /** The first verdict of `rules` for `flow` (deny when none matches). */

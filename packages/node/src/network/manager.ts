@@ -14,6 +14,7 @@ import {
   domainPatterns,
   hasRules,
   resolverAllowed,
+  addressVerdictFor,
   verdictFor,
   type EgressBase,
 } from './egress-model.js';
@@ -370,7 +371,7 @@ export class NetworkManager {
           const daddr = parseIPv4(address);
           return (
             daddr !== null &&
-            verdictFor(base, policy, { daddr, protocol: PROTO_TCP, dport: port }) === 'accept'
+            addressVerdictFor(base, policy, { daddr, protocol: PROTO_TCP, dport: port }) === 'accept'
           );
         };
         const cut = this.egress?.setPolicy(slot.index, this.sources(slot), policy, anyName, admits) ?? 0;

@@ -295,6 +295,43 @@ describe('redirectRules', () => {
       ]);
     });
 
+    it('with network.rules too: proxy ports to the proxy first, then the rest the policy allows to the tunnel', () => {
+      const rules = { 'api.test': [{ transform: { headers: { Authorization: 'x' } } }] };
+      // Internet on, nothing denied: every proxy-port flow is intercepted or carried, all other TCP tunneled.
+      expect(redirectRules(policy({ rules, egressProxy }), tunnel, base)).toEqual([
+        'meta l4proto { tcp, udp } th dport 53 redirect to :15053',
+        'ip daddr { 10.11.0.0/16 } return',
+        'ip daddr { 169.254.0.0/16 } return',
+        redirectAll,
+        toTunnel,
+      ]);
+      expect(
+        redirectRules(
+          policy({ rules, egressProxy, allowOut: ['198.51.100.7/32'], denyOut: ['192.0.2.0/24'] }),
+          tunnel,
+          base,
+        ).slice(-3),
+      ).toEqual([
+        `ip daddr { 198.51.100.7/32 } ${toTunnel}`,
+        redirectAll,
+        `ip daddr != { 192.0.2.0/24 } ${toTunnel}`,
+      ]);
+      // Internet off: only allowOut's CIDRs by address; the proxy ports for names.
+      expect(
+        redirectRules(
+          policy({ rules, egressProxy, allowOut: ['a.test', '198.51.100.7/32'], allowInternetAccess: false }),
+          tunnel,
+          base,
+        ).slice(-2),
+      ).toEqual([`ip daddr { 198.51.100.7/32 } ${toTunnel}`, redirectAll]);
+      const s = slotPolicyScript(names, 4, policy({ rules, egressProxy }), {
+        dnsAllowed: true,
+        redirect: tunnel,
+        base,
+      });
+      expect(rulesOf(s, 'slot4')).toEqual(['goto deny']);
+    });
+
     it('denies in the slot chain whatever is not redirected (UDP, ICMP, denied TCP)', () => {
       const s = slotPolicyScript(names, 4, policy({ egressProxy }), {
         dnsAllowed: true,

@@ -212,7 +212,8 @@ export interface RedirectBase {
 export function redirectRules(policy: EgressPolicy, target: RedirectTarget, base: RedirectBase): string[] {
   // A slot with `network.rules` sends every flow to the proxy ports through the proxy, which intercepts the
   // rules' names and judges the others by name or, failing that, by this same CIDR policy (proxy.ts `admitted`).
-  // (rules and egressProxy are not combined: policy.ts refuses it.)
+  // With an egressProxy as well, what the proxy ports do not take and the CIDR policy allows goes to the tunnel
+  // after them, so the rules' names are intercepted and everything still leaves through the SOCKS5 upstream.
   const intercepts = hasRules(policy);
   const domains = domainPatterns(policy).length > 0;
   const tunnel = tunneled(policy) && target.tunnelPort !== undefined ? target.tunnelPort : null;
@@ -229,20 +230,25 @@ export function redirectRules(policy: EgressPolicy, target: RedirectTarget, base
   }
   const allowed = v4Set(allowedCidrs(policy));
   if (allowed) rules.push(`ip daddr ${allowed} ${byAddress}`);
-  if (policy.allowInternetAccess !== false && !intercepts) {
-    const deny = v4Set(v4(policy.denyOut));
+  const internet = policy.allowInternetAccess !== false;
+  const deny = v4Set(v4(policy.denyOut));
+  // With internet access on, the addresses outside denyOut (all, when it is empty) are allowed by address.
+  const rest = deny ? `ip daddr != ${deny} ${byAddress}` : byAddress;
+  if (internet && !intercepts) {
     // Internet on and nothing denied: every address is allowed, the proxy has nothing to add.
     if (!deny) {
       if (tunnel !== null) rules.push(byAddress);
       return rules;
     }
-    rules.push(`ip daddr != ${deny} ${byAddress}`);
+    rules.push(rest);
   }
   if ((domains || intercepts) && target.tcp.size > 0) {
     const ports = [...target.tcp.keys()].join(', ');
     const map = [...target.tcp].map(([from, to]) => `${from} : ${to}`).join(', ');
     rules.push(`tcp dport { ${ports} } redirect to : tcp dport map { ${map} }`);
   }
+  // Without a tunnel the filter accepts these itself (the slot chain); a tunneled slot's chain denies them.
+  if (internet && intercepts && tunnel !== null) rules.push(rest);
   return rules;
 }
 

@@ -19,12 +19,16 @@ function rejection(input: Parameters<typeof parseNetworkPolicy>[0]): NetworkPoli
 }
 
 describe('parseNetworkPolicy', () => {
-  it('refuses network.rules together with an egressProxy, and takes each alone', () => {
+  it('takes network.rules together with an egressProxy, and each alone', () => {
     const rules = { 'api.test': [{ transform: { headers: { Authorization: 'x' } } }] };
     const egressProxy = { address: 'p.test:1080' };
-    expect(() => parseNetworkPolicy({ rules, egressProxy })).toThrow(
-      /^rules and egressProxy cannot be combined yet/,
-    );
+    expect(parseNetworkPolicy({ rules, egressProxy })).toMatchObject({
+      rules,
+      egressProxy: { host: 'p.test', port: 1080 },
+    });
+    // Each part is still validated with the other present.
+    expect(() => parseNetworkPolicy({ rules: { '*': [] }, egressProxy })).toThrow(/rules\["\*"\]/);
+    expect(() => parseNetworkPolicy({ rules, egressProxy: { address: 'p.test' } })).toThrow(/has no port/);
     expect(parseNetworkPolicy({ rules }).rules).toEqual(rules);
     expect(parseNetworkPolicy({ egressProxy }).egressProxy).toMatchObject({ host: 'p.test', port: 1080 });
   });

@@ -78,10 +78,6 @@ export function parseNetworkPolicy(input: NetworkPolicyInput): EgressPolicy {
   }
   const rules = parsePolicyRules(input.rules);
   const egressProxy = parseEgressProxy(input.egressProxy);
-  if (egressProxy && Object.keys(rules).length > 0)
-    throw new NetworkPolicyError(
-      'rules and egressProxy cannot be combined yet: intercepted requests do not go through a SOCKS5 upstream',
-    );
   return {
     allowOut,
     denyOut,

@@ -12,6 +12,7 @@ import { Interceptor } from './intercept.js';
 import type { NodeCa } from './node-ca.js';
 import { EgressProxy } from './proxy.js';
 import { SlotRegistry } from './slot-registry.js';
+import { connectThroughSocks } from './socks.js';
 import { SocksTunnel } from './tunnel.js';
 import { UpstreamResolver } from './upstream.js';
 
@@ -37,6 +38,9 @@ export interface EgressServiceOptions {
   };
 }
 
+/** Longest wait for a SOCKS5 tunnel of an intercepted request (as tunnel.ts's default). */
+const SOCKS_CONNECT_TIMEOUT_MS = 10_000;
+
 /** Where the nat chain sends a slot's traffic: DNS to `dnsPort`, TCP to destination port p to `tcp[p]`. */
 export interface RedirectTarget {
   dnsPort: number;
@@ -54,7 +58,15 @@ export class EgressService {
 
   constructor(opts: EgressServiceOptions) {
     const resolver = new UpstreamResolver({ servers: opts.resolvers, deniedCidrs: opts.deniedCidrs });
-    this.interceptor = opts.intercept && new Interceptor({ ...opts.intercept, logger: opts.logger });
+    this.interceptor =
+      opts.intercept &&
+      new Interceptor({
+        ...opts.intercept,
+        logger: opts.logger,
+        // Intercepted requests of a slot with an egressProxy leave through it, checked as tunnel.ts's are.
+        dialSocks: (proxy, destination) =>
+          connectThroughSocks(proxy, destination, { resolver, timeoutMs: SOCKS_CONNECT_TIMEOUT_MS }),
+      });
     this.tunnel = new SocksTunnel({
       listenPort: opts.listenPort === 0 ? 0 : opts.listenPort + opts.ports.length,
       registry: this.registry,

@@ -1,8 +1,9 @@
 // The intercepted hop of `network.rules` (docs/networking.md#credentials-at-the-edge): a connection to a name
 // with rules is answered here instead of being spliced. TLS is terminated with a leaf the node CA signs for the
 // name (node-ca.ts); each HTTP/1.1 request on it (keep-alive, streamed bodies) gets the rule's headers and is
-// sent to the name as the node resolved it, over TLS verified against the host's trust store. The header values
-// are credentials: nothing here logs headers, and the sandbox only ever sees the response.
+// sent to the name as the node resolved it, over TLS verified against the host's trust store; for a sandbox with
+// an egressProxy, through a tunnel of its SOCKS5 upstream instead (socks-agent.ts). The header values are
+// credentials: nothing here logs headers, and the sandbox only ever sees the response.
 
 import { Duplex } from 'node:stream';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
@@ -13,6 +14,9 @@ import type { NetworkLogger } from '../manager.js';
 import { normalizeHostName } from './domain-match.js';
 import { applyOverrides, type HeaderOverrides } from './header-rules.js';
 import type { NodeCa } from './node-ca.js';
+import type { EgressProxyConfig } from '../types.js';
+import { SocksHttpAgent, SocksHttpsAgent, type SocksDialer } from './socks-agent.js';
+import { proxyRoute } from './socks.js';
 
 export interface InterceptorOptions {
   ca: NodeCa;
@@ -23,6 +27,8 @@ export interface InterceptorOptions {
   upstreamTimeoutMs?: number;
   /** A `/secrets` value by name: fills `${e2b.secrets.<name>}` in rule headers (absent: such headers fail). */
   secretValue?: (name: string) => string | undefined;
+  /** Opens tunnels through a sandbox's SOCKS5 upstream; absent: a hop `via` a proxy fails its requests (502). */
+  dialSocks?: SocksDialer;
 }
 
 /** `${e2b.secrets.<name>}` in a rule's header value (the SDK's `Secret.fill`). */
@@ -33,11 +39,25 @@ export type CurrentRules = () => HeaderOverrides | null | undefined;
 
 interface Hop {
   name: string;
+  /** Where requests go: the address the node resolved the name to, or the name itself for `via` to resolve. */
   address: string;
   port: number;
   tls: boolean;
   current: CurrentRules;
   slot: number;
+  /** The sandbox's SOCKS5 upstream: requests leave through it (absent: the upstream is dialled directly). */
+  via?: EgressProxyConfig;
+}
+
+interface Agents {
+  http: http.Agent;
+  https: https.Agent;
+}
+
+/** The agents of one SOCKS5 route and the intercepted connections using it. */
+interface Route extends Agents {
+  users: number;
+  idle?: NodeJS.Timeout;
 }
 
 /** Connection-scoped headers (RFC 9110 §7.6.1) and those each hop frames itself; never forwarded as received. */
@@ -57,18 +77,25 @@ const HOP_BY_HOP = new Set([
 /** Most upstream connections kept idle per destination for reuse. */
 const MAX_IDLE_PER_DESTINATION = 32;
 
+/** How long a SOCKS5 route's idle upstream connections are kept once no intercepted connection uses it. */
+const ROUTE_IDLE_MS = 30_000;
+
 export class Interceptor {
   private readonly server: http.Server;
-  private readonly hops = new WeakMap<object, Hop>();
-  private readonly httpAgent = new http.Agent({ keepAlive: true, maxFreeSockets: MAX_IDLE_PER_DESTINATION });
-  private readonly httpsAgent: https.Agent;
+  private readonly hops = new WeakMap<object, Hop & { agents: Agents }>();
+  private readonly direct: Agents;
+  /** Agents per SOCKS5 route (proxyRoute): pooled upstream connections never cross to another proxy or login. */
+  private readonly routes = new Map<string, Route>();
 
   constructor(private readonly opts: InterceptorOptions) {
-    this.httpsAgent = new https.Agent({
-      keepAlive: true,
-      maxFreeSockets: MAX_IDLE_PER_DESTINATION,
-      ca: [...opts.upstreamCa],
-    });
+    this.direct = {
+      http: new http.Agent({ keepAlive: true, maxFreeSockets: MAX_IDLE_PER_DESTINATION }),
+      https: new https.Agent({
+        keepAlive: true,
+        maxFreeSockets: MAX_IDLE_PER_DESTINATION,
+        ca: [...opts.upstreamCa],
+      }),
+    };
     // Never listens: connections are handed in by `take`. No request timeout: a long upload or stream is the
     // sandbox's own business; idle keep-alive connections still end.
     this.server = http.createServer({ requestTimeout: 0, keepAlive: true }, (req, res) =>
@@ -93,12 +120,13 @@ export class Interceptor {
     stream.on('close', () => client.destroy());
     client.on('close', () => stream.destroy());
     if (!hop.tls) {
-      this.hops.set(stream, hop);
+      this.hops.set(stream, { ...hop, agents: this.agentsFor(hop, client) });
       this.server.emit('connection', stream);
       return;
     }
     const secureContext = await this.opts.ca.contextFor(hop.name);
     if (client.destroyed) return;
+    const served = { ...hop, agents: this.agentsFor(hop, client) };
     const tls = new TLSSocket(stream as unknown as Socket, {
       isServer: true,
       secureContext,
@@ -106,14 +134,54 @@ export class Interceptor {
     });
     tls.on('error', () => client.destroy());
     tls.on('close', () => client.destroy());
-    this.hops.set(tls, hop);
+    this.hops.set(tls, served);
     this.server.emit('connection', tls);
   }
 
   close(): void {
     this.server.close();
-    this.httpAgent.destroy();
-    this.httpsAgent.destroy();
+    for (const a of [this.direct, ...this.routes.values()]) {
+      a.http.destroy();
+      a.https.destroy();
+    }
+    for (const r of this.routes.values()) clearTimeout(r.idle);
+    this.routes.clear();
+  }
+
+  /** The agents `hop`'s requests use; a SOCKS5 route's are held until `client` closes. */
+  private agentsFor(hop: Hop, client: Socket): Agents {
+    const proxy = hop.via;
+    if (!proxy) return this.direct;
+    const key = proxyRoute(proxy) as string;
+    let route = this.routes.get(key);
+    if (!route) {
+      const dial: SocksDialer =
+        this.opts.dialSocks ??
+        (() => {
+          throw new Error('no SOCKS5 upstream can be dialled');
+        });
+      const options = { keepAlive: true, maxFreeSockets: MAX_IDLE_PER_DESTINATION };
+      route = {
+        http: new SocksHttpAgent(dial, proxy, options),
+        https: new SocksHttpsAgent(dial, proxy, { ...options, ca: [...this.opts.upstreamCa] }),
+        users: 0,
+      };
+      this.routes.set(key, route);
+    }
+    const held = route;
+    clearTimeout(held.idle);
+    held.idle = undefined;
+    held.users++;
+    client.once('close', () => {
+      if (--held.users > 0) return;
+      held.idle = setTimeout(() => {
+        if (held.users > 0 || this.routes.get(key) !== held) return;
+        this.routes.delete(key);
+        held.http.destroy();
+        held.https.destroy();
+      }, ROUTE_IDLE_MS).unref();
+    });
+    return held;
   }
 
   /** The overrides with their secret placeholders filled in, or why they cannot be (an unknown secret). */
@@ -167,7 +235,7 @@ export class Interceptor {
       path: req.url,
       headers,
       setHost: false,
-      agent: hop.tls ? this.httpsAgent : this.httpAgent,
+      agent: hop.tls ? hop.agents.https : hop.agents.http,
       ...(hop.tls ? { servername: hop.name } : {}),
       timeout: this.opts.upstreamTimeoutMs ?? 60_000,
     });

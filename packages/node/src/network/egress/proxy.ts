@@ -12,6 +12,8 @@ import { sniff } from './sniff.js';
 import type { SlotEgress, SlotRegistry } from './slot-registry.js';
 import type { SocksTunnel } from './tunnel.js';
 import type { UpstreamResolver } from './upstream.js';
+import { proxyRoute } from './socks.js';
+import type { EgressProxyConfig } from '../types.js';
 
 export interface EgressProxyOptions {
   /** Destination ports whose redirected TCP comes here, one listener each. */
@@ -41,13 +43,15 @@ const STREAM_BUFFER_BYTES = 256 * 1024;
 interface Proxied {
   slot: number;
   name: string;
-  /** Where the name was resolved to (what a CIDR-admitted name is re-judged by). */
-  address: string;
+  /** Where the name was resolved to (what a CIDR-admitted name is re-judged by); absent: the upstream resolves it. */
+  address?: string;
   port: number;
   client: Socket;
   /** Absent for an intercepted connection (its upstream requests end with the client). */
   upstream?: Socket;
   intercepted: boolean;
+  /** The SOCKS5 upstream it leaves through (socks.ts proxyRoute); null: dialled directly. */
+  route: string | null;
 }
 
 /**
@@ -112,20 +116,23 @@ export class EgressProxy {
     for (const c of this.open) {
       if (c.slot !== index) continue;
       // A name that gained or lost rules is cut too: its next connection is intercepted or spliced as it now should.
-      // A slot that now has an egressProxy must not keep a direct connection.
-      const intercept =
-        this.opts.interceptor !== undefined && overridesFor(slot?.rules ?? null, c.name) !== null;
+      // A connection whose route changed (an egressProxy added, removed or replaced) must not stay on the old one.
       if (
         slot &&
-        !slot.policy?.egressProxy &&
+        proxyRoute(slot.policy?.egressProxy) === c.route &&
         admitted(slot, c.name, c.address, c.port) &&
-        intercept === c.intercepted
+        this.intercepts(slot, c.name) === c.intercepted
       )
         continue;
       this.cut(c);
       cut++;
     }
     return cut;
+  }
+
+  /** Whether connections of `slot` to `name` are served by the interceptor (the name has rules). */
+  private intercepts(slot: SlotEgress, name: string): boolean {
+    return this.opts.interceptor !== undefined && overridesFor(slot.rules ?? null, name) !== null;
   }
 
   private cut(c: Proxied): void {
@@ -172,28 +179,44 @@ export class EgressProxy {
     };
     if (sniffed.kind === 'refused') return refuse(sniffed.reason, sniffed.http);
     const http = sniffed.kind === 'http';
+    const name = sniffed.name;
     // The policy may have changed while the client was sending its first bytes: judge by the current one.
     const slot = this.opts.registry.get(first.index);
-    const byName = slot !== undefined && matchesDomain(slot.patterns, sniffed.name);
+    const byName = slot !== undefined && matchesDomain(slot.patterns, name);
     if (!slot || (!byName && !slot.admits))
-      return refuse(`${sniffed.name} is not in the sandbox's allowOut`, http, sniffed.name);
-    // Tunneled slots: the SOCKS5 upstream resolves the name (tunnel.ts).
-    if (slot.policy?.egressProxy && this.opts.tunnel)
-      return this.opts.tunnel.carry({ slot, name: sniffed.name, port: dport, client }, (reason) =>
-        refuse(reason, http, sniffed.name),
-      );
-    const target = await this.opts.resolver.resolve(sniffed.name);
-    if (!target.ok) return refuse(target.reason, http, sniffed.name);
-    if (!admitted(slot, sniffed.name, target.address, dport))
-      return refuse(
-        `${sniffed.name} is not allowed by the sandbox's allowOut and denyOut`,
-        http,
-        sniffed.name,
-      );
+      return refuse(`${name} is not in the sandbox's allowOut`, http, name);
+    const via = slot.policy?.egressProxy;
+    const tunnel = this.opts.tunnel;
+    if (via && !tunnel) return refuse('the egress proxy cannot be reached from this node', http, name);
+    // A tunneled slot's upstream resolves a name allowOut's domains allow (tunnel.ts); any other name is judged
+    // by the address the node resolves it to, and that address is what is dialled, through the upstream or not.
+    let address: string | undefined;
+    if (!(via && byName)) {
+      const target = await this.opts.resolver.resolve(name);
+      if (!target.ok) return refuse(target.reason, http, name);
+      if (!admitted(slot, name, target.address, dport))
+        return refuse(`${name} is not allowed by the sandbox's allowOut and denyOut`, http, name);
+      address = target.address;
+    }
     if (client.destroyed) return;
     const interceptor = this.opts.interceptor;
-    if (interceptor && overridesFor(slot.rules ?? null, sniffed.name) !== null)
-      return this.intercept(interceptor, client, slot.index, sniffed, target.address, dport);
+    if (interceptor && this.intercepts(slot, name))
+      return this.intercept(interceptor, client, slot.index, sniffed, { address, via }, dport);
+    if (via && tunnel)
+      return tunnel.carry(
+        {
+          slot,
+          name: address === undefined ? name : null,
+          ...(address !== undefined ? { address } : {}),
+          port: dport,
+          client,
+          // A name that gained rules is cut: its next connection is intercepted.
+          keep: (now) => !this.intercepts(now, name),
+        },
+        (reason) => refuse(reason, http, name),
+      );
+    if (address === undefined) return refuse('no address', http, name);
+    const target = { address };
 
     // Node 20 passes highWaterMark to the socket's streams; @types/node types it only on createServer.
     const upstreamOpts: NetConnectOpts & { highWaterMark: number } = {
@@ -206,12 +229,13 @@ export class EgressProxy {
     const upstream = connect(upstreamOpts);
     const c: Proxied = {
       slot: slot.index,
-      name: sniffed.name,
+      name,
       address: target.address,
       port: dport,
       client,
       upstream,
       intercepted: false,
+      route: null,
     };
     this.open.add(c);
     const timer = setTimeout(
@@ -242,27 +266,45 @@ export class EgressProxy {
     client.on('close', close);
   }
 
-  /** Hands the connection to the interceptor; each of its requests is judged by the slot's policy then. */
+  /**
+   * Hands the connection to the interceptor; each of its requests is judged by the slot's policy then. `to`:
+   * the address the node resolved the name to (absent: the SOCKS5 upstream `via` resolves the name).
+   */
   private intercept(
     interceptor: Interceptor,
     client: Socket,
     index: number,
     sniffed: { kind: 'tls' | 'http'; name: string },
-    address: string,
+    to: { address: string | undefined; via: EgressProxyConfig | undefined },
     port: number,
   ): void {
-    const c: Proxied = { slot: index, name: sniffed.name, address, port, client, intercepted: true };
+    const { address, via } = to;
+    const route = proxyRoute(via);
+    const c: Proxied = { slot: index, name: sniffed.name, port, client, intercepted: true, route };
+    if (address !== undefined) c.address = address;
     this.open.add(c);
     client.on('close', () => this.open.delete(c));
     this.opts.onVerdict?.('proxied');
-    this.opts.logger.debug({ slot: index, name: c.name, address, port }, 'egress intercepted');
+    this.opts.logger.debug(
+      { slot: index, name: c.name, address, port, proxy: via?.address },
+      'egress intercepted',
+    );
     const current = () => {
       const now = this.opts.registry.get(index);
-      if (!now || !admitted(now, c.name, address, port)) return undefined;
+      if (!now || proxyRoute(now.policy?.egressProxy) !== route || !admitted(now, c.name, address, port))
+        return undefined;
       return overridesFor(now.rules ?? null, c.name);
     };
     interceptor
-      .take(client, { name: c.name, address, port, tls: sniffed.kind === 'tls', current, slot: index })
+      .take(client, {
+        name: c.name,
+        address: address ?? c.name,
+        port,
+        tls: sniffed.kind === 'tls',
+        current,
+        slot: index,
+        ...(via ? { via } : {}),
+      })
       .catch((err: unknown) => {
         this.opts.logger.warn({ slot: index, name: c.name, err }, 'egress interception failed');
         this.cut(c);

@@ -25,6 +25,13 @@ export interface SocksConnection {
   ready: Promise<void>;
 }
 
+/**
+ * Which upstream a connection leaves through: the proxy's address and credentials (another of either in a new
+ * policy cuts what the old one carries), or null for none (dialled directly).
+ */
+export const proxyRoute = (p: EgressProxyConfig | undefined): string | null =>
+  p ? JSON.stringify([p.address, p.username ?? '', p.password ?? '']) : null;
+
 /** Where the proxy may be dialled: its IPv4 literal or its name's first address the node may reach. */
 async function proxyAddress(proxy: EgressProxyConfig, resolver: UpstreamResolver): Promise<string> {
   if (parseIPv4(proxy.host) !== null) {

@@ -1,7 +1,8 @@
 // The SOCKS5 side of the egress proxy: connections of slots with an egressProxy leave through it
 // (docs/networking.md, "SOCKS5 upstream"). Two ways in:
 //  - by name: the egress proxy (proxy.ts) sniffed an allowed domain and hands the client over (`carry`); the
-//    upstream is asked for the name (ATYP=domain: the proxy resolves it, as E2B documents);
+//    upstream is asked for the name (ATYP=domain: the proxy resolves it, as E2B documents), or, for a name only
+//    the CIDR policy admits (a slot with network.rules), for the address the node resolved and judged;
 //  - by address: the nat chain sends the TCP the slot's CIDR policy allows to this module's own listener; the
 //    destination the sandbox dialled is read back from conntrack, judged again, and asked for by IP.
 // Connections are re-judged on every policy change: a changed or removed proxy cuts them all.
@@ -11,11 +12,10 @@ import type { NetworkLogger } from '../manager.js';
 import { originalDestination } from '../conntrack.js';
 import { PROTO_TCP, addressRules, rulesVerdict } from '../egress-model.js';
 import { parseIPv4 } from '@aenv/config';
-import type { EgressProxyConfig } from '../types.js';
 import { matchesDomain } from './domain-match.js';
 import { MAX_CONNECTIONS_PER_SLOT } from './proxy.js';
 import type { SlotEgress, SlotRegistry } from './slot-registry.js';
-import { connectThroughSocks } from './socks.js';
+import { connectThroughSocks, proxyRoute } from './socks.js';
 import type { UpstreamResolver } from './upstream.js';
 
 export interface SocksTunnelOptions {
@@ -42,6 +42,8 @@ interface Tunneled {
   port: number;
   client: Socket;
   upstream: Socket;
+  /** Whether the policy still wants it carried as is, besides being allowed (the egress proxy's say). */
+  keep?: (slot: SlotEgress) => boolean;
 }
 
 /**
@@ -49,8 +51,6 @@ interface Tunneled {
  * instead of making the node spawn a process for each at the same time.
  */
 export const MAX_LOOKUPS_IN_FLIGHT = 8;
-
-const routeOf = (p: EgressProxyConfig) => JSON.stringify([p.address, p.username ?? '', p.password ?? '']);
 
 export class SocksTunnel {
   private server: Server | null = null;
@@ -113,19 +113,30 @@ export class SocksTunnel {
   }
 
   /**
-   * A connection the egress proxy judged by `name` (allowed) from a tunneled slot: dialled through the slot's
-   * proxy, then spliced. `refuse` answers the client when the tunnel cannot be made.
+   * A connection the egress proxy judged (allowed) from a tunneled slot: by `name` (allowOut's domains; the
+   * upstream resolves it) or, for a name its CIDR policy admits, by the `address` the node resolved it to and
+   * judged. Dialled through the slot's proxy, then spliced; `keep` is asked again at every policy change.
+   * `refuse` answers the client when the tunnel cannot be made.
    */
   carry(
-    req: { slot: SlotEgress; name: string; port: number; client: Socket },
+    req: {
+      slot: SlotEgress;
+      name: string | null;
+      address?: string;
+      port: number;
+      client: Socket;
+      keep?: (slot: SlotEgress) => boolean;
+    },
     refuse: (reason: string) => void,
   ): void {
-    this.dial(req.slot, { name: req.name, address: null, port: req.port, client: req.client }, refuse);
+    const { slot, name, address, port, client, keep } = req;
+    this.dial(slot, { name, address: address ?? null, port, client, ...(keep ? { keep } : {}) }, refuse);
   }
 
   private stillAllowed(slot: SlotEgress | undefined, c: Tunneled): boolean {
     const proxy = slot?.policy?.egressProxy;
-    if (!slot || !proxy || routeOf(proxy) !== c.route) return false;
+    if (!slot || !proxy || proxyRoute(proxy) !== c.route) return false;
+    if (c.keep && !c.keep(slot)) return false;
     if (c.name !== null) return matchesDomain(slot.patterns, c.name);
     return c.address !== null && this.addressAllowed(slot, c.address, c.port);
   }
@@ -202,7 +213,13 @@ export class SocksTunnel {
 
   private dial(
     slot: SlotEgress,
-    target: { name: string | null; address: string | null; port: number; client: Socket },
+    target: {
+      name: string | null;
+      address: string | null;
+      port: number;
+      client: Socket;
+      keep?: (slot: SlotEgress) => boolean;
+    },
     refuse: (reason: string) => void,
   ): void {
     const log = this.opts.logger;
@@ -218,12 +235,13 @@ export class SocksTunnel {
     const client = target.client;
     const c: Tunneled = {
       slot: slot.index,
-      route: routeOf(proxy),
+      route: proxyRoute(proxy) as string,
       name: target.name,
       address: target.address,
       port: target.port,
       client,
       upstream,
+      ...(target.keep ? { keep: target.keep } : {}),
     };
     this.open.add(c);
     upstream.on('error', () => undefined);
