@@ -231,3 +231,34 @@ function octal(mode: number): string {
 function escapeRegExp(s: string): string {
   return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
+
+const MANAGED_HEX_KEY = /^[0-9a-f]{64}$/;
+
+/**
+ * A 32-byte key kept as 64 lowercase hex digits (and a newline) in a managed 0600 file: read when it is there,
+ * else generated. `what` names the key in the error a malformed file gives.
+ */
+export function managedHexKey(
+  path: string,
+  what: string,
+  opts: ManagedSecretOptions,
+): { hex: string; source: 'managed-file' | 'generated' } {
+  const maxBytes = 65;
+  const stored = readManagedSecret(path, maxBytes, opts);
+  if (stored !== undefined) return { hex: validHexKey(stored, path, what), source: 'managed-file' };
+  const created = createManagedSecret(path, `${randomBytes(32).toString('hex')}\n`, maxBytes, opts);
+  return {
+    hex: validHexKey(created.contents, path, what),
+    source: created.created ? 'generated' : 'managed-file',
+  };
+}
+
+function validHexKey(contents: string, path: string, what: string): string {
+  // Written by earlier versions with or without the newline; other whitespace is not ours.
+  const hex = contents.endsWith('\n') ? contents.slice(0, -1) : contents;
+  if (!MANAGED_HEX_KEY.test(hex))
+    throw new SecretError(
+      `managed ${what} ${path} must contain exactly 64 lowercase hexadecimal characters, optionally followed by a newline`,
+    );
+  return hex;
+}

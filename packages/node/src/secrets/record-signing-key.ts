@@ -1,11 +1,8 @@
-import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import { createManagedSecret, readManagedSecret, SecretError } from './managed-secret.js';
+import { managedHexKey, SecretError } from './managed-secret.js';
 
 export const RECORD_SIGNING_ENV = 'AENV_SNAPSHOT_RECORD_SIGNING_SECRET';
 const MANAGED_FILE = 'snapshot-record-signing-key';
-const KEY_HEX = /^[0-9a-f]{64}$/;
-const FILE_MAX_BYTES = 65;
 
 export type RecordSigningKeySource = 'config' | 'managed-file' | 'generated';
 
@@ -52,28 +49,6 @@ export function resolveRecordSigningKey(opts: ResolveRecordSigningKeyOptions): R
         `configure ${RECORD_SIGNING_ENV} with the same value on every node, or records written by other nodes are refused`,
     );
   }
-  const stored = readManagedSecret(path, FILE_MAX_BYTES, managedOpts);
-  if (stored !== undefined) return { secret: validate(stored, path), source: 'managed-file', path, warnings };
-  const created = createManagedSecret(
-    path,
-    `${randomBytes(32).toString('hex')}\n`,
-    FILE_MAX_BYTES,
-    managedOpts,
-  );
-  return {
-    secret: validate(created.contents, path),
-    source: created.created ? 'generated' : 'managed-file',
-    path,
-    warnings,
-  };
-}
-
-function validate(contents: string, path: string): string {
-  const key = contents.endsWith('\n') ? contents.slice(0, -1) : contents;
-  if (!KEY_HEX.test(key)) {
-    throw new SecretError(
-      `managed snapshot record signing key ${path} must contain exactly 64 lowercase hexadecimal characters, optionally followed by a newline`,
-    );
-  }
-  return key;
+  const managed = managedHexKey(path, 'snapshot record signing key', managedOpts);
+  return { secret: managed.hex, source: managed.source, path, warnings };
 }

@@ -1,11 +1,9 @@
-import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import { createManagedSecret, readManagedSecret, SecretError } from './managed-secret.js';
+import { managedHexKey, SecretError } from './managed-secret.js';
 
 export const SECRETS_KEY_ENV = 'AENV_SECRETS_ENCRYPTION_KEY';
 const MANAGED_FILE = 'secrets-key';
 const KEY_HEX = /^[0-9a-f]{64}$/;
-const FILE_MAX_BYTES = 65;
 
 export type SecretsKeySource = 'config' | 'managed-file' | 'generated';
 
@@ -53,28 +51,6 @@ export function resolveSecretsKey(opts: ResolveSecretsKeyOptions): ResolvedSecre
         `cannot be opened here and their rule headers are refused at egress`,
     );
   }
-  const stored = readManagedSecret(path, FILE_MAX_BYTES, managedOpts);
-  if (stored !== undefined) return { key: validate(stored, path), source: 'managed-file', path, warnings };
-  const created = createManagedSecret(
-    path,
-    `${randomBytes(32).toString('hex')}\n`,
-    FILE_MAX_BYTES,
-    managedOpts,
-  );
-  return {
-    key: validate(created.contents, path),
-    source: created.created ? 'generated' : 'managed-file',
-    path,
-    warnings,
-  };
-}
-
-function validate(contents: string, path: string): Buffer {
-  // Written by earlier versions with or without the newline; other whitespace is not ours.
-  const hex = contents.endsWith('\n') ? contents.slice(0, -1) : contents;
-  if (!KEY_HEX.test(hex))
-    throw new SecretError(
-      `managed secrets key ${path} must contain exactly 64 lowercase hexadecimal characters, optionally followed by a newline`,
-    );
-  return Buffer.from(hex, 'hex');
+  const managed = managedHexKey(path, 'secrets key', managedOpts);
+  return { key: Buffer.from(managed.hex, 'hex'), source: managed.source, path, warnings };
 }
