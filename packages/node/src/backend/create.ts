@@ -7,9 +7,7 @@ import type { BeforeInstanceStart, LaunchSource, StartResult } from '../orchestr
 import type { SandboxRecord } from '../orchestrator/types.js';
 import type { SnapshotRecord } from '../snapshot/index.js';
 import { bindingOf, initBody, leaseHolder, volumesOf, type BackendContext } from './context.js';
-import { imageFor, launchCapture } from './launch.js';
-import { coldDrivesOf, withLayers } from './drives.js';
-import type { DriveSpec } from '../runtime/driver.js';
+import { launchCapture } from './launch.js';
 import type { BackendState } from './record-state.js';
 import type { AssembledSandbox } from './sandbox-factory.js';
 import { availableMemoryRatio } from './memory-pressure.js';
@@ -113,12 +111,7 @@ export class SandboxCreation {
         await ctx.factory.disassemble(handed);
       }
     }
-    // A cold start's drives (the launchable pulled their images a moment ago).
-    const drives = await withLayers(coldDrivesOf(boot.committed.extra), (ref, digest) =>
-      imageFor(ctx, ref, digest),
-    );
     const booted = await this.boot(record.id, boot, policy, {
-      drives,
       beforeStart,
       leaseHolder: leaseHolder(record.id),
       record,
@@ -134,12 +127,7 @@ export class SandboxCreation {
     containerId: string,
     boot: BootSpec,
     policy: EgressPolicy | null,
-    forRecord?: {
-      beforeStart: BeforeInstanceStart | undefined;
-      leaseHolder: string;
-      record: SandboxRecord;
-      drives: DriveSpec[];
-    },
+    forRecord?: { beforeStart: BeforeInstanceStart | undefined; leaseHolder: string; record: SandboxRecord },
   ): Promise<AssembledSandbox> {
     const ctx = this.ctx;
     const volumes = forRecord ? await volumesOf(ctx, forRecord.record) : [];
@@ -151,19 +139,14 @@ export class SandboxCreation {
       resources: boot.resources,
       state: {
         pull: baseImage.reference,
-        derive: (image): BackendState => {
-          const state = ctx.factory.imageState(
+        derive: (image): BackendState => ({
+          ...ctx.factory.imageState(
             image,
             boot.committed.context.envVars.PATH,
             boot.committed.startup?.startCmd,
-          );
-          const drives = forRecord?.drives ?? [];
-          return {
-            ...state,
-            imageRef: baseImage.reference,
-            ...(drives.length ? { rootfs: { ...state.rootfs, drives } } : {}),
-          };
-        },
+          ),
+          imageRef: baseImage.reference,
+        }),
       },
       policy,
       ...(hook ? { placement: { kind: 'fresh' as const, hook } } : {}),
