@@ -449,6 +449,7 @@ export class ContainerDriver implements RuntimeDriver {
     await mkdir(join(this.opts.runtimePath, 'criu-work'), { recursive: true, mode: 0o700 });
     await writeCriuConfig(this.criuConfigPath);
     // Before the volume is mounted: a start refused for a 0700 parent must not leave the mount behind.
+    await mkdir(dirname(this.sandboxesDir), { recursive: true, mode: 0o711 });
     await assertSearchable('sandbox dir', dirname(this.sandboxesDir));
     await this.cow.init();
     await this.enforceSandboxDirModes();
