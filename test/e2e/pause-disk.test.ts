@@ -66,7 +66,13 @@ describe('pause and resume from disk (no resident grace)', () => {
 
     const resumed = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 300_000 });
     expect(await info(sbx.sandboxId)).toMatchObject({ state: 'running' });
-    expect(hostObjects(server).runcContainers).toContain(sbx.sandboxId);
+    // Under its own id, or as <id>-rN when the released container's slot teardown was still finishing (by design:
+    // a resume never waits for a release, docs/benchmarks.md "Resume and kill without the background work").
+    expect(
+      hostObjects(server).runcContainers.filter(
+        (c) => c === sbx.sandboxId || c.startsWith(`${sbx.sandboxId}-r`),
+      ),
+    ).toHaveLength(1);
     // The artifacts are consumed by the resume.
     expect(existsSync(join(storeDir(server), 'paused', sbx.sandboxId))).toBe(false);
     expect(await resumed.files.read('notes/a.txt')).toBe('written before the pause');
