@@ -42,6 +42,8 @@ export class VolumeService {
   /** Lease changes of a shared store, one at a time (a mount's lease must not be dropped under it). */
   private leaseChain: Promise<unknown> = Promise.resolve();
   private reconcileQueued = false;
+  /** What this node's lease file of each volume last said, as written here: a reconcile rewrites only changes. */
+  private readonly leaseWritten = new Map<string, string>();
   private refreshTimer: NodeJS.Timeout | undefined;
 
   constructor(private readonly opts: VolumeServiceOptions) {}
@@ -131,7 +133,9 @@ export class VolumeService {
     await this.leased(async () => {
       try {
         await store.lease(id, this.usersOf(id));
+        this.leaseWritten.set(id, leaseKey(this.usersOf(id)));
       } catch (e) {
+        this.leaseWritten.delete(id);
         // Nothing else of this node needs the lease (no record, no other create holding it): it goes at once,
         // not at the next reconcile, so that it does not refuse another node's delete meanwhile.
         if (this.usersOf(id).length === 0 && (this.held.get(id) ?? 0) <= 1)
@@ -163,14 +167,20 @@ export class VolumeService {
     const users = this.users();
     for (const id of await store.myLeases()) {
       if ((users.get(id)?.length ?? 0) > 0 || (this.held.get(id) ?? 0) > 0) continue;
+      this.leaseWritten.delete(id);
       await store.unlease(id);
     }
     for (const [id, sandboxes] of users) {
-      if (sandboxes.length === 0) continue;
+      // Unchanged since this node wrote it: the file on the shared directory already says so (no rewrite, no fsync).
+      if (sandboxes.length === 0 || this.leaseWritten.get(id) === leaseKey(sandboxes)) continue;
       // A volume deleted meanwhile (it cannot be while leased) or one being deleted: the lease stays written.
-      await store.lease(id, sandboxes).catch((err: unknown) => {
-        this.opts.logger.warn({ err, volumeId: id }, 'volume lease of a sandbox of this node');
-      });
+      await store.lease(id, sandboxes).then(
+        () => this.leaseWritten.set(id, leaseKey(sandboxes)),
+        (err: unknown) => {
+          this.leaseWritten.delete(id);
+          this.opts.logger.warn({ err, volumeId: id }, 'volume lease of a sandbox of this node');
+        },
+      );
     }
   }
 
@@ -223,6 +233,7 @@ export class VolumeService {
           `volume ${JSON.stringify(v.name)} is mounted by ${users.length ? `sandbox ${users.slice(0, 5).join(', ')}` : 'a sandbox being created'}; kill those sandboxes first`,
         );
       }
+      this.leaseWritten.delete(id);
       await this.opts.store.unlease(id);
       return this.opts.store.remove(id);
     });
@@ -301,4 +312,9 @@ export class VolumeService {
       }
     };
   }
+}
+
+/** The sandboxes of a lease, in a form that compares equal whatever their order. */
+function leaseKey(sandboxes: readonly string[]): string {
+  return [...sandboxes].sort().join(',');
 }

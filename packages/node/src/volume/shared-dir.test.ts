@@ -5,6 +5,7 @@ import {
   mkdirSync,
   mkdtempSync,
   readdirSync,
+  readFileSync,
   rmSync,
   statSync,
   symlinkSync,
@@ -97,6 +98,27 @@ describe('volumes on a shared directory', () => {
     await expect(b.mountDir(v.volumeID)).rejects.toSatisfy((e) => isDomainError(e, 'not_found'));
     // The name is free again.
     await b.create('busy');
+  });
+
+  it('a reconcile rewrites only leases whose sandboxes changed', async () => {
+    const v = await a.create('steady');
+    users.b.set(v.volumeID, ['sbx-1']);
+    await b.mountDir(v.volumeID);
+    const file = join(root, 'leases', nodeKey('node-b'), v.volumeID);
+    const written = statSync(file).ino; // written by tmp + rename: a rewrite is a new inode
+    await b.reconcileLeases();
+    expect(statSync(file).ino).toBe(written);
+    users.b.set(v.volumeID, ['sbx-1', 'sbx-2']);
+    await b.reconcileLeases();
+    expect(statSync(file).ino).not.toBe(written);
+    expect(readFileSync(file, 'utf8')).toContain('sbx-2');
+    // Gone and needed again: written again (the node does not trust its memory over a removed file).
+    users.b.clear();
+    await b.reconcileLeases();
+    expect(existsSync(file)).toBe(false);
+    users.b.set(v.volumeID, ['sbx-3']);
+    await b.reconcileLeases();
+    expect(readFileSync(file, 'utf8')).toContain('sbx-3');
   });
 
   it('a mount and a delete under way refuse each other, never both go through', async () => {
