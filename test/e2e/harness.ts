@@ -104,6 +104,20 @@ export function logsForFailure(): string {
   return parts.join('\n');
 }
 
+/** The last warnings and errors each node of this file logged, one per line, cut to fit an error message. */
+function recentProblems(perNode = 8): string {
+  const parts: string[] = [];
+  for (const [name, output] of started) {
+    const problems = output()
+      .split('\n')
+      .filter((l) => /"level":(4|5|6)\d/.test(l))
+      .slice(-perNode)
+      .map((l) => `  ${l.slice(0, 600)}`);
+    if (problems.length > 0) parts.push(`node ${name}, last warnings:`, ...problems);
+  }
+  return parts.length > 0 ? `\n${parts.join('\n')}` : '';
+}
+
 export async function startServer(opts: TestServerOptions, port?: number): Promise<TestServer> {
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run \`npm run build\` first`);
   const home = `/var/lib/aenv-e2e/${opts.name}`;
@@ -323,7 +337,8 @@ export async function eventually(
     if (await check()) return;
     await new Promise((r) => setTimeout(r, everyMs));
   }
-  throw new Error(`timed out waiting for ${what}`);
+  // CI shows only the end of its output: the nodes' last warnings go in the message that ends up there.
+  throw new Error(`timed out waiting for ${what}${recentProblems()}`);
 }
 
 // ---- A workload whose survival across pause, resume, fork and snapshots can be checked ----

@@ -160,6 +160,54 @@ describe('warm sandbox pool sizing', () => {
     expect(h.ready('t')).toBe(2);
   });
 
+  it('retries failed boots after a delay that starts at 1 s and doubles, and refills once boots succeed', async () => {
+    let failing = true;
+    let attempts = 0;
+    let clock = 0;
+    const pool = new WarmPool<string, string>({
+      low: 1,
+      high: 1,
+      quietMs: QUIET,
+      fillConcurrency: 1,
+      maxTemplates: 1,
+      memoryOk: () => true,
+      boot: async (spec) => {
+        attempts++;
+        if (failing) throw new Error('boot failed');
+        return spec;
+      },
+      discard: async () => {},
+      labelOf: (spec) => spec,
+      logger: createLogger('json', 'silent'),
+      now: () => clock,
+    });
+    open.push(pool);
+    const settle = () => new Promise((r) => setImmediate(r));
+    pool.want('t', 't');
+    await settle();
+    expect(attempts).toBe(1);
+    // Within the first delay (at most 1 s) nothing is retried; after it, one retry.
+    clock += 400;
+    pool.tick();
+    await settle();
+    expect(attempts).toBe(1);
+    clock += 700;
+    pool.tick();
+    await settle();
+    expect(attempts).toBe(2);
+    // The second delay is up to 2 s: 1.1 s later it may not have passed yet, 2.1 s later it has.
+    clock += 2100;
+    pool.tick();
+    await settle();
+    expect(attempts).toBe(3);
+    failing = false;
+    clock += 4100;
+    pool.tick();
+    await settle();
+    expect(attempts).toBe(4);
+    expect(pool.stats()[0]?.ready).toBe(1);
+  });
+
   it('keeps the most recently used templates and removes the ready sandboxes of the one dropped', async () => {
     const h = make();
     h.pool.want('a', 'a');

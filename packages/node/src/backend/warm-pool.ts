@@ -1,3 +1,4 @@
+import { Backoff } from '../util/backoff.js';
 import type { Logger } from '../util/log.js';
 import { detached } from '../util/phases.js';
 import { PoolTarget } from './pool-target.js';
@@ -40,11 +41,14 @@ interface Entry<S, T> {
   booting: number;
   target: PoolTarget;
   failedUntil: number;
+  /** Delays after failed boots: 1 s doubling to 30 s, reset by a boot that succeeds. */
+  retry: Backoff;
 }
 
 /** How often targets are checked for decay and a fill held back by memory is retried. */
 const TICK_MS = 1000;
-const RETRY_AFTER_FAILURE_MS = 30_000;
+const RETRY_FIRST_MS = 1000;
+const RETRY_MAX_MS = 30_000;
 
 /**
  * Pre-started sandboxes per template (docs/architecture.md#lifecycle, "Warm sandbox pool"). A create takes
@@ -141,6 +145,7 @@ export class WarmPool<S, T> {
         booting: 0,
         target: new PoolTarget({ low, high, quietMs }, this.now()),
         failedUntil: 0,
+        retry: new Backoff(RETRY_FIRST_MS, RETRY_MAX_MS),
       };
     }
     this.entries.set(key, entry);
@@ -193,13 +198,15 @@ export class WarmPool<S, T> {
     try {
       value = await this.opts.boot(entry.spec);
     } catch (err) {
+      const delayMs = entry.retry.fail();
       this.opts.logger.warn(
-        { err, template: entry.label },
-        'could not pre-start a sandbox; retrying in 30 s',
+        { err, template: entry.label, failures: entry.retry.failing, retryInMs: delayMs },
+        'could not pre-start a sandbox; retrying',
       );
-      entry.failedUntil = this.now() + RETRY_AFTER_FAILURE_MS;
+      entry.failedUntil = this.now() + delayMs;
       return;
     }
+    entry.retry.succeed();
     // Closed, dropped (LRU or forget) or shrunk meanwhile: not wanted any more.
     if (this.closed || this.entries.get(key) !== entry || entry.ready.length >= entry.target.value) {
       await this.opts.discard(value).catch(() => {});

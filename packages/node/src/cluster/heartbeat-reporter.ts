@@ -3,7 +3,7 @@ import type { NodeIdentity } from '../identity/index.js';
 import type { HostMetrics } from '../observability/host-metrics.js';
 import type { LifecycleEvent, SandboxCountersView } from '../orchestrator/orchestrator.js';
 import type { Logger } from '../util/log.js';
-import { Backoff } from './backoff.js';
+import { Backoff } from '../util/backoff.js';
 import { nodeSnapshot, type HeartbeatInit } from './node-figures.js';
 import type { ReporterSettings } from './reporter-settings.js';
 import { schedulerEvent, SandboxEventQueue, type SandboxResources } from './sandbox-events.js';

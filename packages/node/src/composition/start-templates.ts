@@ -52,7 +52,9 @@ export async function startTemplates(config: TemplateSection, deps: TemplateDeps
     deps.catalog
       .resolveLaunchable(t.base_template_alias)
       .then((base) => deps.backend.prewarm(base, base.resources))
-      .catch(() => {});
+      .catch((err: unknown) =>
+        logger.warn({ err }, 'the base template has no warm sandboxes: it could not be resolved'),
+      );
   }
   return createTemplateService({
     homePath: config.home_path,
