@@ -173,9 +173,27 @@ describe('cold start from an image', () => {
       [{ image: BUSYBOX, envVars: { A: 7 } }, 400, /envVars\.A/],
       [{ image: BUSYBOX, timeout: 'soon' }, 400, /timeout/],
       [
-        { image: BUSYBOX, attachedDrives: [{ driveID: 'd', source: { image: BUSYBOX } }] },
+        { image: BUSYBOX, attachedDrives: [{ driveID: 'rootfs', source: { image: BUSYBOX } }] },
         400,
-        /^attachedDrives is not supported/,
+        /^attachedDrives\[0\] \(driveID "rootfs"\): driveID rootfs is reserved$/,
+      ],
+      [
+        {
+          image: BUSYBOX,
+          attachedDrives: [{ driveID: 'd', source: { image: 'docker.io/library/ubuntu:22.04' } }],
+        },
+        400,
+        /^resolve attached drive d image .*not allowed/,
+      ],
+      [
+        {
+          image: BUSYBOX,
+          attachedDrives: [
+            { driveID: 'w', readOnly: false, diskSizeMB: 1 << 30, source: { image: BUSYBOX } },
+          ],
+        },
+        400,
+        /with its writable attached drives.*max_disk_size_mb/,
       ],
       [{ image: BUSYBOX, extraBootArgs: 'init=/bin/sh' }, 400, /^extraBootArgs is not supported/],
       [{ image: BUSYBOX, customExtensionParams: { a: 1 } }, 400, /no custom extension is configured/],

@@ -60,11 +60,19 @@ describe('POST /sandboxes-cold body', () => {
   });
 
   it('refuses what aenv cannot honour, naming the field, and accepts its empty values', () => {
-    const drive = { driveID: 'data', source: { image: 'aenv/busybox' } };
-    expect(refusal({ image: 'i', attachedDrives: [drive] })).toMatch(/^attachedDrives is not supported/);
     expect(refusal({ image: 'i', extraBootArgs: 'quiet' })).toMatch(/^extraBootArgs is not supported/);
     expect(refusal({ image: 'i', mcp: { x: 1 } })).toMatch(/^mcp is not supported/);
     expect(refusal({ image: 'i', attachedDrives: [], extraBootArgs: '' })).toBeUndefined();
+  });
+
+  it('takes attachedDrives, with the reference defaults (docs/volumes.md)', () => {
+    const r = parseColdRequest(
+      { image: 'i', attachedDrives: [{ driveID: ' data ', source: { image: 'aenv/busybox' } }] },
+      DEFAULTS,
+    );
+    expect(r.drives).toEqual([
+      { driveID: 'data', readOnly: true, mountPath: '/mnt/data', image: 'aenv/busybox' },
+    ]);
   });
 
   it('takes volumeMounts when the node has volumes, else refuses them naming the field', () => {

@@ -4,6 +4,7 @@ import { newColdSandboxSchema, type NewColdSandbox } from '@aenv/protocol';
 import { ApiError } from './errors.js';
 import { parseRequiredBody } from './parse-body.js';
 import { refuseUnsupportedCreateFields } from './unsupported-fields.js';
+import { parseAttachedDrives, type AttachedDriveRequest } from './attached-drives.js';
 
 export interface ColdDefaults {
   /** `[machine].vcpu_count` */
@@ -16,6 +17,8 @@ export interface ColdRequest {
   body: NewColdSandbox;
   /** `diskSizeMB` only when the request names it: left out, it is the image's size (template/cold-image.ts). */
   resources: { cpuCount: number; memoryMB: number; diskSizeMB?: number };
+  /** `attachedDrives`, checked, with the reference's defaults (docs/volumes.md "Attached drives"). */
+  drives: AttachedDriveRequest[];
 }
 
 /** Parses and checks a cold start request; every refusal is a 400 naming the field. */
@@ -32,11 +35,10 @@ export function parseColdRequest(
   if (memoryMB < 128) throw new ApiError(400, 'memoryMB must be at least 128');
   if (body.diskSizeMB !== undefined && (body.diskSizeMB < 1024 || body.diskSizeMB % 1024 !== 0))
     throw new ApiError(400, 'diskSizeMB must be at least 1024 and divisible by 1024');
-  if (body.attachedDrives?.length)
-    throw new ApiError(
-      400,
-      'attachedDrives is not supported by this server (image-backed drives are not implemented; mount a volume with volumeMounts); leave it out',
-    );
+  const drives = parseAttachedDrives(
+    body.attachedDrives,
+    (body.volumeMounts ?? []).map((m) => m.path.replace(/\/+$/, '') || '/'),
+  );
   // A microVM appends them to its kernel command line; a container has no kernel of its own.
   if (body.extraBootArgs)
     throw new ApiError(
@@ -45,6 +47,7 @@ export function parseColdRequest(
     );
   return {
     body,
+    drives,
     resources: {
       cpuCount,
       memoryMB,

@@ -14,9 +14,10 @@ import type { HostMetricsSampler } from '../observability/host-metrics.js';
 import type { SandboxObservability } from '../observability/sandbox-observability.js';
 import type { Orchestrator } from '../orchestrator/orchestrator.js';
 import type { SandboxTokenIssuer } from '../secrets/index.js';
-import type { SnapshotRepository } from '../snapshot/index.js';
+import type { CommittedSnapshot, SnapshotRepository } from '../snapshot/index.js';
 import type { StateDb } from '../state/db.js';
 import { coldLaunchable } from '../template/cold-image.js';
+import { coldDrivesOf } from '../backend/drives.js';
 import type { TemplateService } from '../template/index.js';
 import type { Logger } from '../util/log.js';
 import type { Registry } from 'prom-client';
@@ -40,6 +41,9 @@ import { registerSandboxRoutes } from './routes/sandboxes.js';
 import { registerSnapshotRoutes } from './routes/snapshots.js';
 import { registerTemplateRoutes } from './routes/templates.js';
 import { localTeamId, registerTeamRoutes } from './routes/teams.js';
+
+/** A cold launchable's record (template/cold-image.ts). */
+type CommittedRecord = { committed: CommittedSnapshot };
 
 /**
  * What the control plane puts in front of the orchestrator before the routes exist: admission limits (they
@@ -144,7 +148,7 @@ export function registerControlPlane(app: FastifyInstance, config: AenvConfig, d
     customExtensionConfigured: Boolean(config.custom_extension.url),
     cold: {
       defaults: { cpuCount: defaults.cpuCount, memoryMB: defaults.memoryMB },
-      launchable: async (image, resources) => {
+      launchable: async (image, resources, drives) => {
         // The defaults too must fit the node's limits (the request's own values were checked on admission),
         // and so must the disk an image's size gives.
         admission.checkResources(resources, 'cold sandbox request');
@@ -157,8 +161,18 @@ export function registerControlPlane(app: FastifyInstance, config: AenvConfig, d
           },
           image,
           resources,
+          drives,
         );
         admission.checkResources(launchable.resources, 'cold sandbox request');
+        // Writable drives raise the sandbox's disk limit (docs/volumes.md "Attached drives"): the node's
+        // limit bounds the whole of it.
+        const pulled = coldDrivesOf((launchable.record as CommittedRecord).committed.extra);
+        const drivesMB = pulled.reduce((sum, d) => sum + (d.sizeMB ?? 0), 0);
+        if (drivesMB > 0)
+          admission.checkResources(
+            { diskSizeMB: launchable.resources.diskSizeMB + drivesMB },
+            'cold sandbox request (with its writable attached drives)',
+          );
         return launchable;
       },
     },

@@ -45,6 +45,7 @@ import { TemplateBuilds } from './template-builds.js';
 import { phase } from '../util/phases.js';
 
 export type { ContainerBackendOptions } from './context.js';
+import { leaseDrives, releaseDriveLeases, withLayers } from './drives.js';
 
 export class ContainerBackend implements SandboxBackend {
   /** Reads and writes what this backend keeps on records and captures. */
@@ -137,6 +138,7 @@ export class ContainerBackend implements SandboxBackend {
       await this.ctx.dirs.discardPauseArtifacts(record.id);
     });
     o.images.releaseLease(leaseHolder(record.id));
+    releaseDriveLeases(o.images, leaseHolder(record.id));
   }
 
   /**
@@ -158,10 +160,18 @@ export class ContainerBackend implements SandboxBackend {
           const state = stateOf(ctx, record);
           const image = await imageFor(ctx, state.imageRef, state.manifestDigest);
           ctx.o.images.acquireLease(leaseHolder(record.id), image.manifestDigest);
+          const drives = await withLayers(state.rootfs.drives ?? [], (ref, digest) =>
+            imageFor(ctx, ref, digest),
+          );
+          leaseDrives(ctx.o.images, leaseHolder(record.id), drives);
           setState(ctx, record, {
             ...state,
             manifestDigest: image.manifestDigest,
-            rootfs: { ...state.rootfs, layers: image.layers.map((l) => l.dir) },
+            rootfs: {
+              ...state.rootfs,
+              layers: image.layers.map((l) => l.dir),
+              ...(drives.length ? { drives } : {}),
+            },
             containerId: undefined,
             resident: false,
             residentSlot: undefined,
@@ -191,6 +201,7 @@ export class ContainerBackend implements SandboxBackend {
     await this.ctx.dirs.discardSettled(record.id);
     await this.ctx.dirs.discardPauseArtifacts(record.id);
     o.images.releaseLease(leaseHolder(record.id));
+    releaseDriveLeases(o.images, leaseHolder(record.id));
     return true;
   }
 

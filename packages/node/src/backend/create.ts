@@ -7,7 +7,9 @@ import type { BeforeInstanceStart, LaunchSource, StartResult } from '../orchestr
 import type { SandboxRecord } from '../orchestrator/types.js';
 import type { SnapshotRecord } from '../snapshot/index.js';
 import { bindingOf, initBody, leaseHolder, volumesOf, type BackendContext } from './context.js';
-import { launchCapture } from './launch.js';
+import { imageFor, launchCapture } from './launch.js';
+import { coldDrivesOf, withLayers } from './drives.js';
+import type { DriveSpec } from '../runtime/driver.js';
 import type { BackendState } from './record-state.js';
 import type { AssembledSandbox } from './sandbox-factory.js';
 import { availableMemoryRatio } from './memory-pressure.js';
@@ -111,7 +113,12 @@ export class SandboxCreation {
         await ctx.factory.disassemble(handed);
       }
     }
+    // A cold start's drives (the launchable pulled their images a moment ago).
+    const drives = await withLayers(coldDrivesOf(boot.committed.extra), (ref, digest) =>
+      imageFor(ctx, ref, digest),
+    );
     const booted = await this.boot(record.id, boot, policy, {
+      drives,
       beforeStart,
       leaseHolder: leaseHolder(record.id),
       record,
@@ -127,7 +134,12 @@ export class SandboxCreation {
     containerId: string,
     boot: BootSpec,
     policy: EgressPolicy | null,
-    forRecord?: { beforeStart: BeforeInstanceStart | undefined; leaseHolder: string; record: SandboxRecord },
+    forRecord?: {
+      beforeStart: BeforeInstanceStart | undefined;
+      leaseHolder: string;
+      record: SandboxRecord;
+      drives: DriveSpec[];
+    },
   ): Promise<AssembledSandbox> {
     const ctx = this.ctx;
     const volumes = forRecord ? await volumesOf(ctx, forRecord.record) : [];
@@ -139,14 +151,19 @@ export class SandboxCreation {
       resources: boot.resources,
       state: {
         pull: baseImage.reference,
-        derive: (image): BackendState => ({
-          ...ctx.factory.imageState(
+        derive: (image): BackendState => {
+          const state = ctx.factory.imageState(
             image,
             boot.committed.context.envVars.PATH,
             boot.committed.startup?.startCmd,
-          ),
-          imageRef: baseImage.reference,
-        }),
+          );
+          const drives = forRecord?.drives ?? [];
+          return {
+            ...state,
+            imageRef: baseImage.reference,
+            ...(drives.length ? { rootfs: { ...state.rootfs, drives } } : {}),
+          };
+        },
       },
       policy,
       ...(hook ? { placement: { kind: 'fresh' as const, hook } } : {}),

@@ -10,6 +10,7 @@ import type { SnapshotRecord } from '../snapshot/index.js';
 import { bindingOf, initBody, leaseHolder, volumesOf, type BackendContext } from './context.js';
 import { ensureLocalSnapshot } from './local-snapshots.js';
 import type { BackendState } from './record-state.js';
+import { withLayers } from './drives.js';
 
 /** Where the saved state is, and whose envd it holds. */
 export interface SavedState {
@@ -100,11 +101,14 @@ export async function launchCapture(
   const committed = snapshot.committed!;
   const extra = ctx.records.decodeCapture(snapshot.id, committed.extra);
   const image = await imageFor(ctx, committed.baseImage!.reference, committed.baseImage!.manifestDigest);
+  const drives = await withLayers(ctx.records.captureDrives(snapshot.id, committed.extra), (ref, digest) =>
+    imageFor(ctx, ref, digest),
+  );
   const local = await ensureLocalSnapshot(ctx, snapshot);
   const state: BackendState = {
     imageRef: committed.baseImage!.reference,
     manifestDigest: image.manifestDigest,
-    rootfs: { layers: image.layers.map((l) => l.dir) },
+    rootfs: { layers: image.layers.map((l) => l.dir), ...(drives.length ? { drives } : {}) },
     toolsVersion: extra.toolsVersion,
     envdEnv: extra.envdEnv,
     ...(committed.startup ? { startCmd: committed.startup.startCmd } : {}),

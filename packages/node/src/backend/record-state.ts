@@ -3,7 +3,7 @@
 // runtime driver's codec, under the driver's keys. A stored object that does not decode is a clear error
 // naming the record, never a half-read state.
 import { z } from 'zod';
-import type { DriverRecordCodec, RootfsSpec } from '../runtime/driver.js';
+import type { DriveSpec, DriverRecordCodec, RootfsSpec } from '../runtime/driver.js';
 import type { VolumeMountRecord } from '../volume/types.js';
 
 /** What the container backend keeps in `SandboxRecord.backend` for a sandbox it runs. */
@@ -109,6 +109,13 @@ export class BackendRecordCodec {
     const own = StoredCapture.safeParse(stored ?? {});
     if (!own.success) throw new RecordStateError(`${what} is invalid (${describeIssues(own.error)})`);
     return own.data;
+  }
+
+  /** The attached drives a capture was taken with (its layer dirs are the source node's: look them up again). */
+  captureDrives(snapshotId: string, stored: Record<string, unknown> | undefined): DriveSpec[] {
+    if (!stored || !('lowerDirs' in stored)) return [];
+    const what = `snapshot ${snapshotId}: its capture record (committed.extra)`;
+    return this.rootfsOf(what, stored).drives ?? [];
   }
 
   private rootfsOf(what: string, stored: Record<string, unknown>): RootfsSpec {

@@ -11,6 +11,7 @@ import type { SandboxRecord } from '../orchestrator/types.js';
 import { treeBytes } from '../util/disk-usage.js';
 import { COMPLETE } from './capture-dirs.js';
 import { leaseHolder, policyOf, setState, stateIfAny, type BackendContext } from './context.js';
+import { releaseDriveLeases } from './drives.js';
 import type { BackendState } from './record-state.js';
 
 export class SandboxRecovery {
@@ -71,10 +72,16 @@ export class SandboxRecovery {
     await this.reinstallPolicies(records, outcomes);
     await this.removeOrphanStoreDirs(outcomes);
     for (const [id, outcome] of outcomes) {
-      if (outcome.kind === 'gone') this.ctx.o.images.releaseLease(leaseHolder(id));
+      if (outcome.kind === 'gone') {
+        this.ctx.o.images.releaseLease(leaseHolder(id));
+        releaseDriveLeases(this.ctx.o.images, leaseHolder(id));
+      }
     }
     for (const lease of this.ctx.o.images.listLeases()) {
-      const id = lease.holder.startsWith('sandbox:') ? lease.holder.slice('sandbox:'.length) : undefined;
+      // `sandbox:<id>` holds the rootfs, `sandbox:<id>:drive:<n>` a drive (drives.ts).
+      const id = lease.holder.startsWith('sandbox:')
+        ? lease.holder.slice('sandbox:'.length).split(':')[0]
+        : undefined;
       if (id && !outcomes.has(id)) this.ctx.o.images.releaseLease(lease.holder);
     }
     this.ctx.log.info(

@@ -120,3 +120,33 @@ describe('SandboxFactory.assemble', () => {
     expect(trail).toEqual(['run slot', 'run b', 'undo b', 'undo slot']);
   });
 });
+
+describe('the runtime spec of a sandbox with attached drives', () => {
+  it("adds what each writable drive may hold to the sandbox's disk limit (read-only ones hold nothing)", () => {
+    const f = new SandboxFactory({
+      logger,
+      pidsLimit: 64,
+      envdInitKey: () => 'k',
+    } as unknown as SandboxFactoryOptions);
+    const drive = (readOnly: boolean, sizeMB?: number) => ({
+      id: `d${String(readOnly)}${sizeMB ?? ''}`,
+      image: { reference: 'r', manifestDigest: 'sha256:2' },
+      layers: ['/l2'],
+      mountPath: `/mnt/${String(readOnly)}${sizeMB ?? ''}`,
+      readOnly,
+      ...(sizeMB === undefined ? {} : { sizeMB }),
+    });
+    const state = {
+      ...(plan.state as BackendState),
+      rootfs: { layers: ['/l1'], drives: [drive(false, 2048), drive(true, 4096), drive(false, 1024)] },
+    };
+    const slot = { index: 0, netnsPath: '/run/netns/x', hostInteractionIp: '10.0.0.2' } as Parameters<
+      SandboxFactory['spec']
+    >[1];
+    const range = { hostStart: 100000, size: 65536 };
+    const withDisk = { ...plan, resources: { cpuCount: 1, memoryMB: 128, diskSizeMB: 1024 } };
+    expect(f.spec(withDisk, slot, state, range).resources.diskMB).toBe(1024 + 2048 + 1024);
+    // No disk limit asked for: none is made up.
+    expect(f.spec(plan, slot, state, range).resources.diskMB).toBeUndefined();
+  });
+});

@@ -18,6 +18,7 @@ import { failurePoint } from '../util/crash-point.js';
 import type { Logger } from '../util/log.js';
 import type { BackendState } from './record-state.js';
 import { phase } from '../util/phases.js';
+import { leaseDrives, releaseDriveLeases } from './drives.js';
 
 export interface SandboxFactoryOptions {
   runtime: RuntimeDriver;
@@ -168,8 +169,11 @@ export const ASSEMBLY_STEPS: readonly AssemblyStep[] = [
     async run(f, a) {
       const holder = a.plan.leaseHolder;
       if (!holder) return;
-      f.o.images.acquireLease(holder, need(a.state, 'the state').manifestDigest);
+      const state = need(a.state, 'the state');
+      f.o.images.acquireLease(holder, state.manifestDigest);
       a.undo(async () => f.o.images.releaseLease(holder));
+      leaseDrives(f.o.images, holder, state.rootfs.drives ?? []);
+      a.undo(async () => releaseDriveLeases(f.o.images, holder));
     },
   },
   {
@@ -310,7 +314,10 @@ export class SandboxFactory {
     await this.o.runtime.destroy(s.containerId).catch(() => {});
     this.o.idRanges.release(s.rangeOwner);
     await this.o.network.release(s.slot).catch(() => {});
-    if (s.leaseHolder) this.o.images.releaseLease(s.leaseHolder);
+    if (s.leaseHolder) {
+      this.o.images.releaseLease(s.leaseHolder);
+      releaseDriveLeases(this.o.images, s.leaseHolder);
+    }
   }
 
   /** The backend state of a fresh boot on `image` (its layers, the current tools, the init's env). */
@@ -329,6 +336,11 @@ export class SandboxFactory {
   spec(plan: AssemblyPlan, slot: NetworkSlot, state: BackendState, idRange: IdRange): SandboxSpec {
     const id = plan.containerId;
     const r = plan.resources;
+    // What writable drives may hold is written on the sandbox's disk too: one limit covers both.
+    const drivesMB = (state.rootfs.drives ?? []).reduce(
+      (sum, d) => sum + (d.readOnly ? 0 : (d.sizeMB ?? 0)),
+      0,
+    );
     return {
       id,
       hostname: plan.hostname ?? id,
@@ -338,7 +350,7 @@ export class SandboxFactory {
         cpuCount: r.cpuCount,
         memoryMB: r.memoryMB,
         pidsLimit: this.o.pidsLimit,
-        ...(r.diskSizeMB !== undefined ? { diskMB: r.diskSizeMB } : {}),
+        ...(r.diskSizeMB !== undefined ? { diskMB: r.diskSizeMB + drivesMB } : {}),
       },
       netnsPath: slot.netnsPath,
       nameservers: slot.dnsServer ? [slot.dnsServer] : [],

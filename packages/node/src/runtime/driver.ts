@@ -30,6 +30,29 @@ export interface RootfsSpec {
   layers: string[];
   /** Options only one driver reads; a driver refuses ones it does not know (the container driver takes none). */
   driverOptions?: Record<string, string>;
+  /**
+   * Image-backed drives mounted into the sandbox (AgentENV's `attachedDrives`, docs/volumes.md). Unlike volumes
+   * they are part of the disk: a writable drive's changes are captured and restored with it.
+   */
+  drives?: DriveSpec[];
+}
+
+/** One image-backed drive as it crosses the boundary. */
+export interface DriveSpec {
+  /** The drive's id (`driveID`): unique in the sandbox. */
+  id: string;
+  /** The image the drive shows (recorded so a launch elsewhere finds its layers again). */
+  image: { reference: string; manifestDigest: string };
+  /** The image's unpacked read-only layer dirs, bottom layer first. */
+  layers: string[];
+  /** Absolute path inside the sandbox. */
+  mountPath: string;
+  /** Directory of the image shown at `mountPath` (relative); absent: its root. */
+  subPath?: string;
+  /** Read-only: the image as it is. Writable: the sandbox's changes are kept on its disk. */
+  readOnly: boolean;
+  /** Writable drives: what the sandbox may write on it, in MiB, added to its disk limit (`resources.diskMB`). */
+  sizeMB?: number;
 }
 
 /**

@@ -80,7 +80,11 @@ export interface SandboxRouteDeps {
   cold: {
     defaults: ColdDefaults;
     /** Pulls `image`; an image the caller got wrong is a 400 naming it. */
-    launchable(image: string, resources: ColdRequest['resources']): Promise<LaunchableTemplate>;
+    launchable(
+      image: string,
+      resources: ColdRequest['resources'],
+      drives: ColdRequest['drives'],
+    ): Promise<LaunchableTemplate>;
   };
 }
 
@@ -274,7 +278,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
 
   // AgentENV's cold start: the image is pulled (or found in the cache) and booted, no template build first.
   app.post('/sandboxes-cold', async (req, reply) => {
-    const { body, resources } = parseColdRequest(req.body, deps.cold.defaults, {
+    const { body, resources, drives } = parseColdRequest(req.body, deps.cold.defaults, {
       volumes: deps.volumes !== undefined,
     });
     const input = createInput(body, body.allowInternetAccess, V1_CREATE);
@@ -282,7 +286,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
     const requested = (req.body as { volumeMounts?: unknown }).volumeMounts;
     // Checked before the image is pulled: a bad mount costs no pull.
     deps.volumes?.resolveMounts(requested);
-    const template = await deps.cold.launchable(body.image, resources);
+    const template = await deps.cold.launchable(body.image, resources, drives);
     const r = await withVolumeMounts(requested, (resolve) =>
       orch.createFrom(template, { ...input, ...resolve }),
     );

@@ -6,6 +6,7 @@ import type {
   CheckpointResult,
   CreateOptions,
   DiskRef,
+  DriveSpec,
   IdRange,
   ListedSandbox,
   ReconcileReport,
@@ -56,6 +57,7 @@ import { buildIdmapHelper, idmappedMountArgv, shiftOwnership } from './idmap-hel
 import { KeyedMutex } from '../../../util/keyed-mutex.js';
 import { mountsUnder, readMounts } from './mountinfo.js';
 import { mountSandbox, sandboxFstab, unmountTree } from './mounts.js';
+import { assertDriveSources, driveFstabLines, drivePaths, prepareDriveDirs } from './drives.js';
 import { buildOciConfig, INIT_PATH, sandboxCapabilities, TOOLS_MOUNT_POINT } from './oci-config.js';
 import { Runc, RuncError } from './runc.js';
 import { SpareDirs, Trash } from './spare-dirs.js';
@@ -193,6 +195,9 @@ interface SandboxPaths {
   layers: string;
   /** Mount points of the idmapped views of the sandbox's persistent volumes (`v/<n>`). */
   volumes: string;
+  /** Mount points of the sandbox's attached drives (`d/<n>/...`) and their work dirs (`dw/<n>`). */
+  drives: string;
+  driveWork: string;
   pidFile: string;
   runcLog: string;
 }
@@ -596,6 +601,8 @@ export class ContainerDriver implements RuntimeDriver {
       lowers: join(dir, 'l'),
       layers: join(dir, 'bundle', 'layers.json'),
       volumes: join(dir, 'v'),
+      drives: join(dir, 'd'),
+      driveWork: join(dir, 'dw'),
       pidFile: join(dir, 'init.pid'),
       runcLog: join(dir, 'runc.log'),
     };
@@ -626,7 +633,16 @@ export class ContainerDriver implements RuntimeDriver {
         await chmod(path, SANDBOX_DIR_MODE);
         const p = this.pathsIn(path);
         // The lowers are mount points of read-only idmapped views of the shared image layers: never walked.
-        const leftAlone = new Set([p.upper, p.work, p.rootfs, p.sys, p.lowers, p.volumes]);
+        const leftAlone = new Set([
+          p.upper,
+          p.work,
+          p.rootfs,
+          p.sys,
+          p.lowers,
+          p.volumes,
+          p.drives,
+          p.driveWork,
+        ]);
         await privatizeTree(path, {
           rule: (q) => (q === path ? SANDBOX_DIR_MODE : leftAlone.has(q) ? 'skip' : 'descend'),
         });
@@ -661,7 +677,7 @@ export class ContainerDriver implements RuntimeDriver {
   }
 
   private async checkLowerDirs(spec: SandboxSpec): Promise<void> {
-    for (const d of spec.rootfs.layers) {
+    for (const d of [...spec.rootfs.layers, ...(spec.rootfs.drives ?? []).flatMap((x) => x.layers)]) {
       let st;
       try {
         st = await stat(d);
@@ -781,7 +797,21 @@ export class ContainerDriver implements RuntimeDriver {
       layersIdRange: imageRange(this.idLayout),
       idRange: spec.idRange,
       ...(spec.volumes?.length ? { volumes: spec.volumes } : {}),
+      ...(spec.rootfs.drives?.length ? { drives: spec.rootfs.drives } : {}),
     });
+  }
+
+  private drivePathsOf(spec: SandboxSpec, p: SandboxPaths) {
+    return (spec.rootfs.drives ?? []).map((d, n) => drivePaths(p.dir, p.upper, d, n));
+  }
+
+  /** Every mount point of the drives: the views of their layers, then their overlays. */
+  private driveMountPoints(spec: SandboxSpec, p: SandboxPaths): string[] {
+    const paths = this.drivePathsOf(spec, p);
+    return [
+      ...paths.flatMap((d) => d.views),
+      ...paths.filter((d) => d.merged !== d.views[0]).map((d) => d.merged),
+    ];
   }
 
   private volumeMountPoints(spec: SandboxSpec, p: SandboxPaths): string[] {
@@ -789,13 +819,15 @@ export class ContainerDriver implements RuntimeDriver {
   }
 
   private fstabFor(spec: SandboxSpec, p: SandboxPaths) {
-    return sandboxFstab({
+    const fstab = sandboxFstab({
       lowerDirsBottomFirst: this.lowerMountPoints(spec, p),
       upperDir: p.upper,
       workDir: p.work,
       rootfsDir: p.rootfs,
       sysDir: p.sys,
     });
+    // After the root: a writable drive's upper lies inside the root's upper.
+    return { ...fstab, text: fstab.text + driveFstabLines(this.drivePathsOf(spec, p)) };
   }
 
   /**
@@ -804,7 +836,13 @@ export class ContainerDriver implements RuntimeDriver {
    */
   private async mountsReusable(spec: SandboxSpec, p: SandboxPaths): Promise<boolean> {
     const mounted = new Set(mountsUnder(await readMounts(), p.dir).map((m) => m.mountPoint));
-    const wanted = [p.rootfs, p.sys, ...this.lowerMountPoints(spec, p), ...this.volumeMountPoints(spec, p)];
+    const wanted = [
+      p.rootfs,
+      p.sys,
+      ...this.lowerMountPoints(spec, p),
+      ...this.volumeMountPoints(spec, p),
+      ...this.driveMountPoints(spec, p),
+    ];
     if (!wanted.every((m) => mounted.has(m)) || mounted.size !== wanted.length) return false;
     try {
       if ((await readFile(p.layers, 'utf8')) !== this.layersRecord(spec)) return false;
@@ -874,7 +912,21 @@ export class ContainerDriver implements RuntimeDriver {
             { writable: true },
           )
         : [];
-      await mountSandbox(spec.netnsPath, p.fstab, fstab.cwd, [...volumeIdmap, ...idmap]);
+      const drives = spec.rootfs.drives ?? [];
+      const driveDirs = this.drivePathsOf(spec, p);
+      await prepareDriveDirs(p.dir, p.upper, drives, driveDirs, spec.idRange.hostStart);
+      // Drive layers: read-only idmapped views, like the root's.
+      const driveIdmap = driveDirs.length
+        ? idmappedMountArgv(
+            this.helper(),
+            imageRange(this.idLayout),
+            spec.idRange,
+            drives.flatMap((d) => d.layers),
+            driveDirs.flatMap((d) => d.views),
+          )
+        : [];
+      await mountSandbox(spec.netnsPath, p.fstab, fstab.cwd, [...driveIdmap, ...volumeIdmap, ...idmap]);
+      await assertDriveSources(drives, driveDirs);
     }
     if (!this.seccomp) throw new RuntimeError('Internal', 'ContainerDriver.init() has not run');
     const config = buildOciConfig({
@@ -897,6 +949,11 @@ export class ContainerDriver implements RuntimeDriver {
       volumeMounts: (spec.volumes ?? []).map((v, i) => ({
         source: join(p.volumes, String(i)),
         destination: v.destination,
+      })),
+      driveMounts: this.drivePathsOf(spec, p).map((d, n) => ({
+        source: d.source,
+        destination: (spec.rootfs.drives?.[n] as DriveSpec).mountPath,
+        readOnly: (spec.rootfs.drives?.[n] as DriveSpec).readOnly,
       })),
     });
     await writeFile(p.config, JSON.stringify(config));

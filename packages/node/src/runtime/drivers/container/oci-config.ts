@@ -86,6 +86,8 @@ export interface OciConfigInput {
   args?: string[];
   /** Host-side (idmapped) views of persistent volumes, bind-mounted at `destination` (docs/volumes.md). */
   volumeMounts?: readonly { source: string; destination: string }[];
+  /** Host-side mounts of attached drives, bind-mounted at `destination` (docs/volumes.md "Attached drives"). */
+  driveMounts?: readonly { source: string; destination: string; readOnly: boolean }[];
 }
 
 type Json = Record<string, unknown>;
@@ -158,6 +160,9 @@ export function buildOciConfig(input: OciConfigInput): Json {
       mount(TOOLS_MOUNT_POINT, 'bind', input.toolsDir, ['rbind', 'ro', 'nosuid', 'nodev']),
       ...(input.volumeMounts ?? []).map((v) =>
         mount(v.destination, 'bind', v.source, ['rbind', 'nosuid', 'nodev']),
+      ),
+      ...(input.driveMounts ?? []).map((d) =>
+        mount(d.destination, 'bind', d.source, ['rbind', 'nosuid', 'nodev', ...(d.readOnly ? ['ro'] : [])]),
       ),
     ],
     // The sandbox's own boot id over the host's. runc refuses spec mounts inside /proc, so a createContainer hook

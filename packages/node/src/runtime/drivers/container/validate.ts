@@ -77,19 +77,13 @@ export function validateSpec(spec: SandboxSpec): void {
   }
   for (const v of spec.volumes ?? []) {
     assertHostPath('volume source', v.source);
-    const d = v.destination;
-    if (
-      typeof d !== 'string' ||
-      !d.startsWith('/') ||
-      d === '/' ||
-      posix.normalize(d) !== d ||
-      d.endsWith('/') ||
-      d.includes('\0') ||
-      RESERVED_MOUNT_ROOTS.some((r) => d === r || d.startsWith(`${r}/`) || r.startsWith(`${d}/`))
-    ) {
-      throw new RuntimeError('InvalidSpec', `volume mount path ${JSON.stringify(d)} is not allowed`);
-    }
+    if (!mountPathAllowed(v.destination))
+      throw new RuntimeError(
+        'InvalidSpec',
+        `volume mount path ${JSON.stringify(v.destination)} is not allowed`,
+      );
   }
+  validateDrives(spec);
   for (const ns of spec.nameservers ?? []) {
     if (isIP(ns) === 0)
       throw new RuntimeError('InvalidSpec', `nameserver ${JSON.stringify(ns)} is not an IP address`);
@@ -100,5 +94,46 @@ export function validateSpec(spec: SandboxSpec): void {
     if (typeof v !== 'string' || v.includes('\0')) {
       throw new RuntimeError('InvalidSpec', `initEnv ${k} must be a string without NUL bytes`);
     }
+  }
+}
+
+function mountPathAllowed(d: unknown): boolean {
+  return (
+    typeof d === 'string' &&
+    d.startsWith('/') &&
+    d !== '/' &&
+    posix.normalize(d) === d &&
+    !d.endsWith('/') &&
+    !d.includes('\0') &&
+    !RESERVED_MOUNT_ROOTS.some((r) => d === r || d.startsWith(`${r}/`) || r.startsWith(`${d}/`))
+  );
+}
+
+/** The drives' paths end up in fstab lines and overlay options: the API's rules, checked again here. */
+function validateDrives(spec: SandboxSpec): void {
+  const ids = new Set<string>();
+  for (const d of spec.rootfs.drives ?? []) {
+    const what = `sandbox ${spec.id}: drive ${JSON.stringify(d.id)}`;
+    if (typeof d.id !== 'string' || !d.id || d.id.includes('/') || ids.has(d.id))
+      throw new RuntimeError('InvalidSpec', `${what}: its id must be non-empty, unique and without '/'`);
+    ids.add(d.id);
+    if (!Array.isArray(d.layers) || d.layers.length === 0)
+      throw new RuntimeError('InvalidSpec', `${what}: layers must list at least one image layer dir`);
+    for (const dir of d.layers) assertHostPath('drive layer dir', dir);
+    if (!mountPathAllowed(d.mountPath) || OVERLAY_UNSAFE_RE.test(d.mountPath))
+      throw new RuntimeError(
+        'InvalidSpec',
+        `${what}: mount path ${JSON.stringify(d.mountPath)} is not allowed`,
+      );
+    const sub = d.subPath;
+    if (
+      sub !== undefined &&
+      (typeof sub !== 'string' ||
+        !sub ||
+        sub.startsWith('/') ||
+        OVERLAY_UNSAFE_RE.test(sub) ||
+        sub.split('/').some((s) => s === '..' || s === '.' || s === ''))
+    )
+      throw new RuntimeError('InvalidSpec', `${what}: subPath ${JSON.stringify(sub)} is not allowed`);
   }
 }
