@@ -2,19 +2,13 @@
 // every rule of the reference, each refusal a 400 naming the drive and the field.
 import type { NewColdSandbox } from '@aenv/protocol';
 import { ApiError } from './errors.js';
+import type { ColdDriveRequest } from '../template/cold-image.js';
 
 /** AgentENV's `MAX_EXTRA_DRIVES`. */
 export const MAX_ATTACHED_DRIVES = 24;
 
 /** A drive as the request asks for it, with the reference's defaults filled in. */
-export interface AttachedDriveRequest {
-  driveID: string;
-  readOnly: boolean;
-  mountPath: string;
-  subPath?: string;
-  diskSizeMB?: number;
-  image: string;
-}
+export type AttachedDriveRequest = ColdDriveRequest;
 
 // Mount points a drive may not be at, under, or above: the kernel's, the tools' and envd's.
 const RESERVED = ['/proc', '/sys', '/dev', '/run', '/agentenv', '/opt/agentenv'];
