@@ -65,9 +65,11 @@ describe('attached drives', () => {
     // The rootfs does not show the drive's changes anywhere else.
     expect((await sh(sbx, 'test -e /note || test -e /mnt/note; echo $?')).stdout.trim()).toBe('1');
 
-    // Pause with memory, resume (a restore into a fresh slot).
+    // Pause with memory, resume (a restore into a fresh slot): a process started before runs on after it.
+    const bg = await sbx.commands.run('sleep 600', { background: true, timeoutMs: 0 });
     await sbx.pause();
     const back = await Sandbox.connect(id, { timeoutMs: 300_000 });
+    expect((await sh(back, `kill -0 ${bg.pid} && echo alive`)).stdout).toBe('alive\n');
     expect((await sh(back, 'cat /data/note; ls /data/bin/busybox')).stdout.trim()).toBe('one');
     expect((await sh(back, 'touch /mnt/tools/y; echo $?')).stdout.trim()).toBe('1');
     await sh(back, 'echo two >> /data/note');

@@ -100,7 +100,9 @@ export async function prepareDriveDirs(
   await mkdir(join(sandboxDir, 'd'), { recursive: true });
   await chmod(join(sandboxDir, 'd'), 0o711);
   for (const [n, d] of paths.entries()) {
-    await mkdir(join(sandboxDir, 'd', String(n)), { recursive: true, mode: 0o711 });
+    // chmod, not mkdir's mode: the node's umask (077) would take the search bit away again.
+    await mkdir(join(sandboxDir, 'd', String(n)), { recursive: true });
+    await chmod(join(sandboxDir, 'd', String(n)), 0o711);
     if (d.merged !== d.views[0]) await mkdir(d.merged, { recursive: true });
     if (!d.upper || !d.work) continue;
     await ownDirChain(upperDir, (drives[n] as DriveSpec).mountPath, rootUid);
