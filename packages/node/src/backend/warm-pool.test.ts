@@ -163,45 +163,37 @@ describe('warm sandbox pool sizing', () => {
   it('retries failed boots after a delay that starts at 1 s and doubles, and refills once boots succeed', async () => {
     let failing = true;
     let attempts = 0;
-    let clock = 0;
-    const pool = new WarmPool<string, string>({
+    const h = make({
       low: 1,
       high: 1,
-      quietMs: QUIET,
       fillConcurrency: 1,
-      maxTemplates: 1,
-      memoryOk: () => true,
       boot: async (spec) => {
         attempts++;
         if (failing) throw new Error('boot failed');
         return spec;
       },
-      discard: async () => {},
-      labelOf: (spec) => spec,
-      logger: createLogger('json', 'silent'),
-      now: () => clock,
     });
-    open.push(pool);
+    const pool = h.pool;
     const settle = () => new Promise((r) => setImmediate(r));
     pool.want('t', 't');
     await settle();
     expect(attempts).toBe(1);
-    // Within the first delay (at most 1 s) nothing is retried; after it, one retry.
-    clock += 400;
+    // The first delay is 0.5–1 s (jittered): nothing is retried before it, once after it.
+    h.advance(400);
     pool.tick();
     await settle();
     expect(attempts).toBe(1);
-    clock += 700;
+    h.advance(700);
     pool.tick();
     await settle();
     expect(attempts).toBe(2);
-    // The second delay is up to 2 s: 1.1 s later it may not have passed yet, 2.1 s later it has.
-    clock += 2100;
+    // The second is 1–2 s, the third 2–4 s.
+    h.advance(2100);
     pool.tick();
     await settle();
     expect(attempts).toBe(3);
     failing = false;
-    clock += 4100;
+    h.advance(4100);
     pool.tick();
     await settle();
     expect(attempts).toBe(4);
