@@ -9,7 +9,7 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSyn
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CommandExitError, Sandbox, Secret } from 'e2b';
+import { Sandbox, Secret } from 'e2b';
 import {
   startSchedulerProcess,
   type SchedulerProcess,
@@ -19,6 +19,7 @@ import {
   type GatewayProcess,
 } from '../../packages/gateway/src/testing/gateway-process.js';
 import { endNode, eventually, freePort, REPO, startServer, useSdk, type TestServer } from './harness.js';
+import { makeTestCerts, runIn as run } from './fixtures/test-ca.js';
 import { startFakeInternet, type FakeInternet } from './fixtures/fake-internet.js';
 
 const KEY = `e2b_${randomBytes(32).toString('hex')}`;
@@ -31,54 +32,6 @@ const V3 = 'sk-cluster-three-c2f8';
 
 const sh = (cmd: string, args: string[]) => execFileSync(cmd, args, { encoding: 'utf8', stdio: 'pipe' });
 
-/** The fake internet's "public" CA and a certificate for its name (the nodes trust it as upstream_ca_file). */
-function makeCerts(dir: string): { ca: string; cert: string; key: string } {
-  const p = (f: string) => join(dir, f);
-  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes'];
-  sh('openssl', [
-    'req',
-    '-x509',
-    ...ec,
-    '-days',
-    '2',
-    '-subj',
-    '/CN=aenv secrets test CA',
-    '-keyout',
-    p('ca.key'),
-    '-out',
-    p('ca.pem'),
-  ]);
-  sh('openssl', ['req', ...ec, '-subj', '/CN=web', '-keyout', p('web.key'), '-out', p('web.csr')]);
-  writeFileSync(p('ext'), 'subjectAltName=DNS:api.allowed.test,DNS:other.allowed.test\n');
-  sh('openssl', [
-    'x509',
-    '-req',
-    '-in',
-    p('web.csr'),
-    '-CA',
-    p('ca.pem'),
-    '-CAkey',
-    p('ca.key'),
-    '-CAcreateserial',
-    '-days',
-    '2',
-    '-extfile',
-    p('ext'),
-    '-out',
-    p('web.pem'),
-  ]);
-  return { ca: p('ca.pem'), cert: p('web.pem'), key: p('web.key') };
-}
-
-async function run(sbx: Sandbox, cmd: string): Promise<{ exit: number; out: string }> {
-  try {
-    const r = await sbx.commands.run(cmd, { timeoutMs: 30_000 });
-    return { exit: 0, out: r.stdout };
-  } catch (e) {
-    if (e instanceof CommandExitError) return { exit: e.exitCode, out: e.stdout + e.stderr };
-    throw e;
-  }
-}
 /** curl with the sandbox's own trust store (no --cacert, no -k). */
 const curl = (args: string) => `curl -sS --connect-timeout 3 -m 8 ${args}`;
 const authorizationSeen = async (sbx: Sandbox, url: string) => {
@@ -107,7 +60,7 @@ os.rename('/tmp/held-out.tmp', '/tmp/held-out')
 `;
 
 const dir = mkdtempSync(join(tmpdir(), 'aenv-e2e-csec-'));
-const certs = makeCerts(dir);
+const certs = makeTestCerts(dir, 'aenv secrets test CA', ['api.allowed.test', 'other.allowed.test']);
 
 describe('/secrets through aenv gateway and sandboxes that move', () => {
   let sched: SchedulerProcess;

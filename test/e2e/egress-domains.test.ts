@@ -3,13 +3,14 @@
 // update cutting a proxied connection, and the API's refusals; and egress through a SOCKS5 upstream (microsocks,
 // run in the fake internet) with and without RFC 1929 credentials. docs/networking.md#domain-egress.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CommandExitError, Sandbox } from 'e2b';
 import { REPO, eventually } from './harness.js';
 import { describeNode } from './fixture.js';
+import { makeTestCerts, runIn as run } from './fixtures/test-ca.js';
 import { HOST_WAN_IP, startFakeInternet, type FakeInternet } from './fixtures/fake-internet.js';
 import { startSocks, writeNameFiles, type SocksServer } from './fixtures/socks-server.js';
 
@@ -37,79 +38,6 @@ const CLOSED = { denyOut: ['0.0.0.0/0'] };
 
 const sh = (cmd: string, args: string[]) => execFileSync(cmd, args, { encoding: 'utf8', stdio: 'pipe' });
 
-/** A CA and a certificate for the test names, signed by it (the "public" CA of the fake internet). */
-function makeCerts(dir: string): { ca: string; cert: string; key: string } {
-  const p = (f: string) => join(dir, f);
-  sh('openssl', [
-    'req',
-    '-x509',
-    '-newkey',
-    'ec',
-    '-pkeyopt',
-    'ec_paramgen_curve:P-256',
-    '-nodes',
-    '-days',
-    '2',
-    '-subj',
-    '/CN=aenv egress test CA',
-    '-keyout',
-    p('ca.key'),
-    '-out',
-    p('ca.pem'),
-  ]);
-  sh('openssl', [
-    'req',
-    '-newkey',
-    'ec',
-    '-pkeyopt',
-    'ec_paramgen_curve:P-256',
-    '-nodes',
-    '-subj',
-    '/CN=web',
-    '-keyout',
-    p('web.key'),
-    '-out',
-    p('web.csr'),
-  ]);
-  writeFileSync(
-    p('ext'),
-    'subjectAltName=DNS:api.allowed.test,DNS:other.test,DNS:wild.test,DNS:*.wild.test,DNS:deep.a.wild.test\n',
-  );
-  sh('openssl', [
-    'x509',
-    '-req',
-    '-in',
-    p('web.csr'),
-    '-CA',
-    p('ca.pem'),
-    '-CAkey',
-    p('ca.key'),
-    '-CAcreateserial',
-    '-days',
-    '2',
-    '-extfile',
-    p('ext'),
-    '-out',
-    p('web.pem'),
-  ]);
-  return { ca: p('ca.pem'), cert: p('web.pem'), key: p('web.key') };
-}
-
-interface Run {
-  exit: number;
-  out: string;
-}
-
-async function run(sbx: Sandbox, cmd: string): Promise<Run> {
-  try {
-    const r = await sbx.commands.run(cmd, { timeoutMs: 30_000 });
-    return { exit: 0, out: r.stdout };
-  } catch (e) {
-    if (e instanceof CommandExitError) return { exit: e.exitCode, out: e.stdout + e.stderr };
-    throw e;
-  }
-}
-
 const curl = (args: string) => `curl -sS --cacert /tmp/ca.pem --connect-timeout 3 -m 8 ${args}`;
 
 describe('domain egress', () => {
@@ -134,7 +62,13 @@ describe('domain egress', () => {
   });
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'aenv-e2e-egress-'));
-    const certs = makeCerts(dir);
+    const certs = makeTestCerts(dir, 'aenv egress test CA', [
+      'api.allowed.test',
+      'other.test',
+      'wild.test',
+      '*.wild.test',
+      'deep.a.wild.test',
+    ]);
     net = await startFakeInternet(server.cidrs);
     for (const ip of [WEB, ECHO, DNS, SOCKS]) net.exec('ip', ['addr', 'add', `${ip}/32`, 'dev', 'wan0']);
     // Nothing leaves the machine: the proxy's own upstream connections (from the host) and sandbox traffic

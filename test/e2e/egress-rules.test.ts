@@ -4,13 +4,14 @@
 // and pause/resume, and refuses bad rules naming the entry; with an egressProxy too, intercepted requests leave
 // through the SOCKS5 upstream (microsocks in the fake internet). docs/networking.md#credentials-at-the-edge.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CommandExitError, Sandbox, Secret } from 'e2b';
 import { REPO, eventually } from './harness.js';
 import { describeNode } from './fixture.js';
+import { makeTestCerts, runIn as run } from './fixtures/test-ca.js';
 import { HOST_WAN_IP, startFakeInternet, type FakeInternet } from './fixtures/fake-internet.js';
 import { startSocks, writeNameFiles, type SocksServer } from './fixtures/socks-server.js';
 
@@ -28,60 +29,6 @@ const RULES = { 'api.allowed.test': [{ transform: { headers: { Authorization: SE
 
 const sh = (cmd: string, args: string[]) => execFileSync(cmd, args, { encoding: 'utf8', stdio: 'pipe' });
 
-/** The fake internet's "public" CA and a certificate for its names (the node trusts it as upstream_ca_file). */
-function makeCerts(dir: string): { ca: string; cert: string; key: string } {
-  const p = (f: string) => join(dir, f);
-  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes'];
-  sh('openssl', [
-    'req',
-    '-x509',
-    ...ec,
-    '-days',
-    '2',
-    '-subj',
-    '/CN=aenv rules test CA',
-    '-keyout',
-    p('ca.key'),
-    '-out',
-    p('ca.pem'),
-  ]);
-  sh('openssl', ['req', ...ec, '-subj', '/CN=web', '-keyout', p('web.key'), '-out', p('web.csr')]);
-  writeFileSync(p('ext'), 'subjectAltName=DNS:api.allowed.test,DNS:other.allowed.test\n');
-  sh('openssl', [
-    'x509',
-    '-req',
-    '-in',
-    p('web.csr'),
-    '-CA',
-    p('ca.pem'),
-    '-CAkey',
-    p('ca.key'),
-    '-CAcreateserial',
-    '-days',
-    '2',
-    '-extfile',
-    p('ext'),
-    '-out',
-    p('web.pem'),
-  ]);
-  return { ca: p('ca.pem'), cert: p('web.pem'), key: p('web.key') };
-}
-
-interface Run {
-  exit: number;
-  out: string;
-}
-
-async function run(sbx: Sandbox, cmd: string): Promise<Run> {
-  try {
-    const r = await sbx.commands.run(cmd, { timeoutMs: 30_000 });
-    return { exit: 0, out: r.stdout };
-  } catch (e) {
-    if (e instanceof CommandExitError) return { exit: e.exitCode, out: e.stdout + e.stderr };
-    throw e;
-  }
-}
-
 /** curl with the sandbox's own trust store (no --cacert, no -k). */
 const curl = (args: string) => `curl -sS --connect-timeout 3 -m 8 ${args}`;
 /** What the fake internet's server saw. */
@@ -92,7 +39,7 @@ const seen = async (sbx: Sandbox, args: string) => {
 };
 
 const dir = mkdtempSync(join(tmpdir(), 'aenv-e2e-rules-'));
-const certs = makeCerts(dir);
+const certs = makeTestCerts(dir, 'aenv rules test CA', ['api.allowed.test', 'other.allowed.test']);
 
 describe('network.rules: credentials injected at the edge', () => {
   let net: FakeInternet;
