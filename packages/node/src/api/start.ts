@@ -17,6 +17,7 @@ import type { SandboxTokenIssuer } from '../secrets/index.js';
 import type { SnapshotRepository } from '../snapshot/index.js';
 import type { StateDb } from '../state/db.js';
 import { coldLaunchable } from '../template/cold-image.js';
+import { captureVolumeMounts } from '../backend/capture-format.js';
 import type { TemplateService } from '../template/index.js';
 import type { Logger } from '../util/log.js';
 import type { Registry } from 'prom-client';
@@ -173,6 +174,7 @@ export function registerControlPlane(app: FastifyInstance, config: AenvConfig, d
     envdVersion,
     onDeleted: (id) => deps.backend.removeLocalSnapshot(id),
     teamId,
+    volumeMountsOf: captureVolumeMounts,
   });
   registerSnapshotRoutes(app, { orchestrator, repository });
   registerMetricsRoutes(app, deps.observability.metricsRoutes());
