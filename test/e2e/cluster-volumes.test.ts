@@ -1,8 +1,10 @@
 // Volumes in a cluster (docs/cluster.md#volumes-in-a-cluster): a volume lives on the node that created it, and
 // the gateway sends its calls, its content API and every create that mounts it there. One cluster for the file:
-// a scheduler, two nodes with heartbeats, one gateway; the e2b SDK talks only to the gateway.
-import { createHmac } from 'node:crypto';
-import { mkdirSync, writeFileSync } from 'node:fs';
+// a scheduler, two nodes with heartbeats, one gateway, a snapshot repository both nodes share (so that any node
+// can launch a snapshot, and only the gateway's placement keeps a launch with the volumes it mounts again); the
+// e2b SDK talks only to the gateway.
+import { createHmac, randomBytes } from 'node:crypto';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AuthenticationError, Sandbox, Volume, VolumeError } from 'e2b';
 import {
@@ -18,6 +20,7 @@ import { endNode, eventually, freePort, startServer, type TestServer } from './h
 const KEY = `e2b_${'5eed'.repeat(15)}`;
 const REGISTRY = process.env.AENV_TEST_REGISTRY ?? '127.0.0.1:5000';
 const NODES = ['cvnodea', 'cvnodeb'] as const;
+const REPO = `/var/lib/aenv-e2e/cvrepo-${Date.now().toString(36)}`;
 
 describe('volumes through aenv gateway', () => {
   let sched: SchedulerProcess;
@@ -50,6 +53,13 @@ describe('volumes through aenv gateway', () => {
     sched = await startSchedulerProcess({
       scheduler: { nodes: NODES.map((id, i) => ({ id, endpoint: `http://127.0.0.1:${ports[i]}` })) },
     });
+    mkdirSync(REPO, { recursive: true, mode: 0o700 });
+    // The secrets nodes sharing a repository must have alike (docs/cluster.md).
+    const env = {
+      AENV_SANDBOX_ACCESS_TOKEN_HASH_SEED: randomBytes(32).toString('hex'),
+      AENV_SNAPSHOT_RECORD_SIGNING_SECRET: randomBytes(32).toString('hex'),
+    };
+    // One after the other: the first registers the base template in the shared repository, the second finds it.
     for (const [i, id] of NODES.entries()) {
       // One API key for the whole cluster: it is also what volume content tokens derive from.
       mkdirSync(`/var/lib/aenv-e2e/${id}/secrets`, { recursive: true, mode: 0o700 });
@@ -58,6 +68,7 @@ describe('volumes through aenv gateway', () => {
         await startServer(
           {
             name: id,
+            env,
             toml: [
               '[cluster]',
               `scheduler_endpoint = "http://${sched.grpcAddress}"`,
@@ -68,6 +79,10 @@ describe('volumes through aenv gateway', () => {
               `node_id = "${id}"`,
               '[volume]',
               'max_size_mb = 64',
+              '[snapshot]',
+              'repository_backend = "posix_fs"',
+              '[backend.posix_fs]',
+              `snapshot_store = "${REPO}"`,
               // Cold starts pull only from the loopback registry.
               '[image.resolver]',
               `insecure_registries = ["${REGISTRY}"]`,
@@ -101,6 +116,7 @@ describe('volumes through aenv gateway', () => {
       }
     await gateway?.stop();
     await sched?.stop();
+    rmSync(REPO, { recursive: true, force: true });
   });
 
   const volumes: Volume[] = [];
@@ -209,6 +225,68 @@ describe('volumes through aenv gateway', () => {
     await s.files.write('/data/cold.txt', 'cold');
     expect(await b.readFile('/cold.txt')).toBe('cold');
     await s.kill();
+  });
+
+  it('launches a snapshot taken with a volume mounted on the volume’s node, every time', async () => {
+    const b = volumes[1]!;
+    const home = (await holder(b.volumeId))[0]!;
+    const other = NODES.find((n) => n !== home)!;
+    const nodeOf = async (id: string) => (await gw(`/sandboxes/${id}`)).headers.get('x-agentenv-node-id');
+    const source = await Sandbox.create({ volumeMounts: { '/data': b }, timeoutMs: 120_000 });
+    expect(await nodeOf(source.sandboxId)).toBe(home);
+    await source.commands.run('echo from-source > /data/snap.txt');
+    const snap = await source.createSnapshot();
+    await source.kill();
+    // The node's GET of the snapshot shows what a launch mounts again (aenv's extension field).
+    const shown = await gw(`/templates/${snap.snapshotId}`);
+    expect(((await shown.json()) as { volumeMounts?: unknown }).volumeMounts).toEqual([
+      { volumeID: b.volumeId, name: 'beta', path: '/data' },
+    ]);
+    // Any node could launch it (a shared repository); each launch goes where the volume is, and mounts it.
+    const launched: Sandbox[] = [];
+    for (let i = 0; i < 6; i++) {
+      const s = await Sandbox.create(snap.snapshotId, { timeoutMs: 120_000 });
+      launched.push(s);
+      expect(await nodeOf(s.sandboxId)).toBe(home);
+      expect((await s.commands.run('cat /data/snap.txt')).stdout).toBe('from-source\n');
+    }
+    await launched[0]!.commands.run('echo from-launch > /data/launch.txt');
+    expect(await b.readFile('/launch.txt')).toBe('from-launch\n');
+    // The request's own volume at the snapshot's path replaces it: the launch follows that volume instead.
+    const otherNode = nodes[NODES.indexOf(other)]!;
+    const made = await otherNode.api('POST', '/volumes', { name: 'gamma' });
+    expect(made.status).toBe(201);
+    const gamma = made.body as { volumeID: string };
+    const replaced = await gw('/v2/sandboxes', {
+      method: 'POST',
+      body: JSON.stringify({
+        templateID: snap.snapshotId,
+        timeout: 120,
+        volumeMounts: [{ name: 'gamma', path: '/data/' }],
+      }),
+    });
+    const r = (await replaced.json()) as { sandboxID: string; message?: string };
+    expect(replaced.status, r.message).toBe(201);
+    expect(replaced.headers.get('x-agentenv-node-id')).toBe(other);
+    const onOther = await Sandbox.connect(r.sandboxID);
+    expect((await onOther.files.list('/data')).map((e) => e.name)).toEqual([]);
+    // Beside the snapshot's volume, a volume of the other node: 409, as for a create naming both.
+    const split = await gw('/v2/sandboxes', {
+      method: 'POST',
+      body: JSON.stringify({ templateID: snap.snapshotId, volumeMounts: [{ name: 'gamma', path: '/g' }] }),
+    });
+    expect(split.status).toBe(409);
+    expect(((await split.json()) as { message: string }).message).toMatch(
+      /volumes live on different nodes .*"gamma" on cvnode[ab], "beta" \(the snapshot's, at \/data\) on cvnode[ab]/,
+    );
+    // Deletes are refused while a launch mounts the volume, as before.
+    const refused = await Volume.destroy(b.volumeId).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(VolumeError);
+    expect(String(refused)).toMatch(/mounted by sandbox/);
+    await onOther.kill();
+    expect(await Volume.destroy(gamma.volumeID)).toBe(true);
+    for (const s of launched) await s.kill();
+    expect(await Sandbox.deleteSnapshot(snap.snapshotId)).toBe(true);
   });
 
   it('refuses hostile volume requests at the gateway', async () => {

@@ -300,9 +300,11 @@ export class Gateway {
         const schedule = () => this.deps.scheduler.schedule(placementHint(body, r.cold));
         // A create mounting volumes goes to their node (docs/cluster.md#volumes-in-a-cluster); one launching a
         // template or snapshot that only some nodes hold, to one of those (#templates-and-snapshots-in-a-cluster).
+        // A launch of a snapshot taken with volumes mounted mounts them again: it goes to their node too.
+        const launch = r.cold ? undefined : await this.templates.launchOf(body);
         const node =
-          (await this.volumes.nodeForMounts(body, schedule)) ??
-          (r.cold ? undefined : await this.templates.nodeForCreate(body, schedule)) ??
+          (await this.volumes.nodeForMounts(body, schedule, launch)) ??
+          (await this.templates.nodeForCreate(launch, schedule)) ??
           (await schedule());
         const placeMs = performance.now() - started;
         return this.forward(req, res, r, node, req.url ?? '/', { body, record: 'created', placeMs });

@@ -30,6 +30,7 @@ import {
   uploadTokenProblem,
   type TemplateOp,
 } from './template-routes.js';
+import { recordedMounts, type RecordedMount } from './volume-routes.js';
 
 /**
  * The holders of a name are remembered this long: long enough that a burst of creates from one template and a
@@ -63,6 +64,20 @@ interface Holders {
   /** Every node asked held it (a shared repository, or a template built on each): creates are placed as usual. */
   all: boolean;
   unreachable: Node[];
+  /** The volumes a launch of it mounts again (a snapshot's, from its holder's answer; docs/volumes.md). */
+  volumeMounts: RecordedMount[];
+}
+
+/** What placing a create that launches a template or snapshot needs to know about it. */
+export interface Launch {
+  /** The name its holders are ordered by. */
+  key: string;
+  /** The name the create gave (in messages). */
+  name: string;
+  /** The nodes that can launch it; undefined: any (every node holds it). */
+  held: Node[] | undefined;
+  /** The volumes a launch of it mounts again (a snapshot of a sandbox that mounted volumes). */
+  volumeMounts: RecordedMount[];
 }
 
 export class TemplateLocator {
@@ -126,11 +141,11 @@ export class TemplateLocator {
   }
 
   /**
-   * The node a create launching a template must go to, when not every node has it: a fit holder (Schedule's
-   * pick if it is one). undefined: place it as usual — every node has it, or none does (then the node the
-   * create lands on answers its 404). A node that did not answer while no other has it: 502.
+   * The template or snapshot a create launches, when a node holds it: which nodes can launch it and which volumes
+   * it mounts again. undefined: the create names none, or no node holds it (the node the create lands on answers
+   * its 404). A node that did not answer while no other has it: 502.
    */
-  async nodeForCreate(body: Buffer, schedule: () => Promise<Node>): Promise<Node | undefined> {
+  async launchOf(body: Buffer): Promise<Launch | undefined> {
     const name = createBodyTemplate(body);
     if (name === undefined || !isLookupName(name)) return undefined;
     const h = await this.holders(name);
@@ -138,16 +153,24 @@ export class TemplateLocator {
       if (h.unreachable.length > 0) throw unavailable(name, h.unreachable[0]!);
       return undefined;
     }
-    if (h.all) return undefined;
-    const fit = h.held.filter((n) => !this.deps.scheduler.unfit(n));
+    return { key: h.key, name, held: h.all ? undefined : h.held, volumeMounts: h.volumeMounts };
+  }
+
+  /**
+   * The node a create launching `launch` must go to, when not every node has it: a fit holder (Schedule's pick
+   * if it is one). undefined: place it as usual.
+   */
+  async nodeForCreate(launch: Launch | undefined, schedule: () => Promise<Node>): Promise<Node | undefined> {
+    if (!launch?.held) return undefined;
+    const fit = launch.held.filter((n) => !this.deps.scheduler.unfit(n));
     if (fit.length === 0)
       throw new ListError(
         503,
-        `the nodes holding template ${shown(name)} (${h.held.map((n) => n.nodeId).join(', ')}) are draining or unhealthy; try again later`,
+        `the nodes holding template ${shown(launch.name)} (${launch.held.map((n) => n.nodeId).join(', ')}) are draining or unhealthy; try again later`,
       );
     if (fit.length === 1) return fit[0];
     const picked = await schedule();
-    return fit.find((n) => n.nodeId === picked.nodeId) ?? rendezvousOrder(h.key, fit)[0];
+    return fit.find((n) => n.nodeId === picked.nodeId) ?? rendezvousOrder(launch.key, fit)[0];
   }
 
   /** The holders of `name`: remembered, else every node asked `GET /templates/{name}` (200 = holds it). */
@@ -161,6 +184,7 @@ export class TemplateLocator {
     const held: Node[] = [];
     const unreachable: Node[] = [];
     let key: string | undefined;
+    let volumeMounts: RecordedMount[] | undefined;
     for (const a of asked) {
       // 400 (a name no record can have) and 404 are a node's "not here".
       if ('unreachable' in a || (a.status !== 200 && a.status !== 404 && a.status !== 400)) {
@@ -170,12 +194,14 @@ export class TemplateLocator {
       if (a.status !== 200) continue;
       held.push(a.node);
       key ??= recordKey(a.text);
+      volumeMounts ??= mountsOf(a.text);
     }
     const holders: Holders = {
       held,
       key: key ?? name,
       all: held.length === nodes.length && nodes.length > 0,
       unreachable,
+      volumeMounts: volumeMounts ?? [],
     };
     if (held.length > 0) {
       this.known.delete(name);
@@ -296,6 +322,15 @@ function recordKey(text: string): string | undefined {
     const alias = Array.isArray(doc?.aliases) ? doc.aliases[0] : undefined;
     if (typeof alias === 'string') return alias;
     return typeof doc?.templateID === 'string' ? doc.templateID : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The volumes a `GET /templates/{id}` answer says a launch mounts again (aenv's extension field). */
+function mountsOf(text: string): RecordedMount[] | undefined {
+  try {
+    return recordedMounts(JSON.parse(text));
   } catch {
     return undefined;
   }

@@ -21,6 +21,8 @@ class VolumeNode {
   bodyBytes = 0;
   /** What every answer is while set (a node in trouble). */
   failing: number | undefined;
+  /** The templates and snapshots this node holds, as its `GET /templates/{id}` answers them. */
+  templates = new Map<string, Record<string, unknown>>();
   constructor(
     readonly id: string,
     public volumes: { volumeID: string; name: string }[],
@@ -45,6 +47,11 @@ class VolumeNode {
         if (one) {
           const v = this.volumes.find((x) => x.volumeID === one[1]);
           return v ? json(200, { node: this.id, ...v }) : json(404, { code: 404, message: 'not here' });
+        }
+        const tpl = /^\/templates\/([^/?]+)$/.exec(url);
+        if (tpl && req.method === 'GET') {
+          const t = this.templates.get(tpl[1]!);
+          return t ? json(200, t) : json(404, { code: 404, message: 'not here' });
         }
         if (url === '/v2/sandboxes') return json(201, { sandboxID: `${this.id}-sbx`, node: this.id });
         return json(200, { node: this.id });
@@ -191,6 +198,96 @@ describe('the gateway’s volume calls against a real scheduler', () => {
     await report(NodeStatus.READY);
     const placed = await until(201);
     expect(await nodeOf(placed)).toBe('node-a');
+  });
+
+  it('places a launch of a snapshot taken with volumes on their node, with the request’s own mounts taken into account', async () => {
+    // Snapshots of a sandbox on node-a that mounted alpha at /data, in a repository both nodes share (each holds it).
+    const snapshot = (id: string) => ({
+      templateID: id,
+      aliases: [],
+      volumeMounts: [{ volumeID: VA, name: 'alpha', path: '/data' }],
+    });
+    const launch = (templateID: string, volumeMounts?: { name: string; path: string }[]) =>
+      call(
+        'POST',
+        '/v2/sandboxes',
+        { 'x-api-key': KEY },
+        JSON.stringify({ templateID, ...(volumeMounts ? { volumeMounts } : {}) }),
+      );
+    const S1 = 'snapvol-1';
+    for (const n of [a, b]) n.templates.set(S1, snapshot(S1));
+    try {
+      // Either node could launch it; the scheduler's round robin would alternate: every launch goes to alpha's.
+      for (let i = 0; i < 6; i++) {
+        const r = await launch(S1);
+        expect(r.status).toBe(201);
+        expect(await nodeOf(r)).toBe('node-a');
+      }
+      // The request mounts beta where the snapshot had alpha: alpha is not mounted, so beta's node takes it.
+      for (const path of ['/data', '/data/', '//data'])
+        expect(await nodeOf(await launch(S1, [{ name: 'beta', path }]))).toBe('node-b');
+      // beta elsewhere, beside the snapshot's alpha: two nodes, 409 as for a create naming both.
+      const split = await launch(S1, [{ name: 'beta', path: '/b' }]);
+      expect([split.status, ((await split.json()) as { message: string }).message]).toEqual([
+        409,
+        `volumeMounts: the volumes live on different nodes ("beta" on node-b, "alpha" (the snapshot's, at /data) on node-a); a sandbox can mount only volumes of one node`,
+      ]);
+
+      // A snapshot only node-b holds (its own repository), whose volume is on node-a: 409 naming both.
+      const S2 = 'snapvol-2';
+      b.templates.set(S2, snapshot(S2));
+      const apart = await launch(S2);
+      expect([apart.status, ((await apart.json()) as { message: string }).message]).toEqual([
+        409,
+        `the volumes snapshot "${S2}" was taken with live on node-a, and template "${S2}" only on node-b; a sandbox can mount only volumes of its own node`,
+      ]);
+
+      // The recorded volume is gone from every node: placed as the snapshot alone would be (the launch's node
+      // answers its 400 naming the volume, as one node does).
+      const S3 = 'snapvol-3';
+      const gone = '66666666-6666-4666-8666-666666666666';
+      b.templates.set(S3, { templateID: S3, volumeMounts: [{ volumeID: gone, name: 'old', path: '/o' }] });
+      expect(await nodeOf(await launch(S3))).toBe('node-b');
+    } finally {
+      for (const n of [a, b]) n.templates.clear();
+    }
+  });
+
+  it('refuses a launch of a snapshot whose volumes’ node is draining (503)', async () => {
+    const rpc = createSchedulerClient(`127.0.0.1:${sched.grpcPort}`);
+    const report = (status: NodeStatus) =>
+      rpc.heartbeat({
+        nodeId: a.id,
+        serviceInstanceId: 'svc-a',
+        snapshot: { status, reportedAtUnixMs: BigInt(Date.now()) },
+        sandboxIds: [],
+      });
+    const S = 'snapvol-drain';
+    for (const n of [a, b])
+      n.templates.set(S, { templateID: S, volumeMounts: [{ volumeID: VA, name: 'alpha', path: '/data' }] });
+    const launch = () =>
+      call('POST', '/v2/sandboxes', { 'x-api-key': KEY }, JSON.stringify({ templateID: S }));
+    const until = async (want: number) => {
+      let r = await launch();
+      for (let i = 0; i < 50 && r.status !== want; i++) {
+        await new Promise((res) => setTimeout(res, 100));
+        r = await launch();
+      }
+      return r;
+    };
+    try {
+      await report(NodeStatus.LINGERING);
+      const refused = await until(503);
+      expect([refused.status, ((await refused.json()) as { message: string }).message]).toEqual([
+        503,
+        `node node-a, which holds the volumes snapshot "${S}" was taken with, is draining or unhealthy; try again later`,
+      ]);
+    } finally {
+      await report(NodeStatus.READY);
+    }
+    const placed = await until(201);
+    expect(await nodeOf(placed)).toBe('node-a');
+    for (const n of [a, b]) n.templates.clear();
   });
 
   it('streams a file write through for longer than request_timeout (a large upload is not cut)', async () => {

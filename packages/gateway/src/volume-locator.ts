@@ -11,10 +11,13 @@ import { ListError } from './cluster-list.js';
 import { jsonObjectOf } from './json-body.js';
 import { askAll, type Asked } from './node-fanout.js';
 import type { SchedulerCalls } from './scheduler-calls.js';
+import type { Launch } from './template-locator.js';
 import {
   isVolumeId,
   mergeVolumeLists,
+  mountedPaths,
   mountedVolumeNames,
+  normalMountPath,
   placeMounts,
   volumeItems,
   type ListedVolume,
@@ -48,6 +51,7 @@ export interface VolumeLocatorDeps {
   json: (res: ServerResponse, status: number, value: unknown) => void;
 }
 
+const shown = (s: string) => JSON.stringify(s.length > 80 ? `${s.slice(0, 80)}…` : s);
 const notFound = (id: string) => new ListError(404, `volume ${JSON.stringify(id.slice(0, 80))} not found`);
 
 export class VolumeLocator {
@@ -98,14 +102,22 @@ export class VolumeLocator {
   }
 
   /**
-   * The node a create whose body mounts volumes must go to (undefined when the body mounts none): the one holding
-   * them all, or — volumes on a directory several nodes share — the one Schedule picks among those holding them
-   * all. Different nodes, a name meaning different volumes on several nodes: 409; an unknown name: 404; holders
-   * all draining or unhealthy: 503.
+   * The node a create must go to for the volumes it mounts — those its body's `volumeMounts` names, and those the
+   * snapshot it launches recorded (less any at a path the body mounts something else at; docs/volumes.md) —
+   * undefined when it mounts none: the one holding them all, or — volumes on a directory several nodes share —
+   * the one Schedule picks among those holding them all, and of those only the nodes holding the snapshot.
+   * Different nodes, a name meaning different volumes on several nodes, a snapshot none of those nodes holds:
+   * 409; an unknown name: 404; holders all draining or unhealthy: 503.
    */
-  async nodeForMounts(body: Buffer, schedule: () => Promise<Node>): Promise<Node | undefined> {
-    const names = mountedVolumeNames(body);
-    if (!names) return undefined;
+  async nodeForMounts(
+    body: Buffer,
+    schedule: () => Promise<Node>,
+    launch?: Launch,
+  ): Promise<Node | undefined> {
+    const names = mountedVolumeNames(body) ?? [];
+    const replaced = mountedPaths(body);
+    const recorded = (launch?.volumeMounts ?? []).filter((m) => !replaced.has(normalMountPath(m.path)));
+    if (names.length === 0 && recorded.length === 0) return undefined;
     const asked = await this.askAll('/volumes');
     const holders = new Map<string, Map<string, string>>();
     const unreachable: string[] = [];
@@ -114,14 +126,29 @@ export class VolumeLocator {
       if (!items) unreachable.push(a.node.nodeId);
       else holders.set(a.node.nodeId, new Map(items.map((v) => [v.name, v.volumeID])));
     }
-    const placed = placeMounts(names, holders, unreachable);
+    const placed = placeMounts(names, holders, unreachable, recorded);
     if (!placed.ok) throw new ListError(placed.status, placed.message);
-    const held = placed.nodeIds.map((id) => asked.find((a) => a.node.nodeId === id)!.node);
+    if (!placed.nodeIds) return undefined;
+    let held = placed.nodeIds.map((id) => asked.find((a) => a.node.nodeId === id)!.node);
+    const what =
+      recorded.length === 0
+        ? 'the volumes of volumeMounts'
+        : `the volumes ${names.length ? 'of volumeMounts and ' : ''}snapshot ${shown(launch!.name)} was taken with`;
+    if (launch?.held) {
+      const can = new Set(launch.held.map((n) => n.nodeId));
+      const both = held.filter((n) => can.has(n.nodeId));
+      if (both.length === 0)
+        throw new ListError(
+          409,
+          `${what} live on ${held.map((n) => n.nodeId).join(', ')}, and template ${shown(launch.name)} only on ${launch.held.map((n) => n.nodeId).join(', ')}; a sandbox can mount only volumes of its own node`,
+        );
+      held = both;
+    }
     const fit = held.filter((n) => !this.deps.scheduler.unfit(n));
     if (fit.length === 0)
       throw new ListError(
         503,
-        `${held.length === 1 ? `node ${held[0]!.nodeId}, which holds` : `nodes ${held.map((n) => n.nodeId).join(', ')}, which hold`} the volumes of volumeMounts, ${held.length === 1 ? 'is' : 'are'} draining or unhealthy; try again later`,
+        `${held.length === 1 ? `node ${held[0]!.nodeId}, which holds` : `nodes ${held.map((n) => n.nodeId).join(', ')}, which hold`} ${what}, ${held.length === 1 ? 'is' : 'are'} draining or unhealthy; try again later`,
       );
     if (fit.length === 1) return fit[0];
     const picked = await schedule();

@@ -2,8 +2,10 @@ import { describe, expect, it } from 'vitest';
 import { needsApiKey, route } from './routing.js';
 import {
   mergeVolumeLists,
+  mountedPaths,
   mountedVolumeNames,
   placeMounts,
+  recordedMounts,
   volumeItems,
   volumeRoute,
 } from './volume-routes.js';
@@ -118,6 +120,31 @@ describe('volume routes through the gateway', () => {
       status: 502,
       message: expect.stringMatching(/n4 unreachable/),
     });
+    // A launched snapshot's recorded volumes, by id: placed with the request's, or alone.
+    const rec = (volumeID: string, path = '/r') => ({ volumeID, name: `v-${volumeID}`, path });
+    expect(placeMounts([], holders, [], [rec('id-a')])).toEqual({ ok: true, nodeIds: ['n1'] });
+    expect(placeMounts([], holders, [], [rec('id-s')])).toEqual({ ok: true, nodeIds: ['n1', 'n2', 'n3'] });
+    expect(placeMounts(['b'], holders, [], [rec('id-s')])).toEqual({ ok: true, nodeIds: ['n2'] });
+    expect(placeMounts(['b'], holders, [], [rec('id-a', '/data')])).toMatchObject({
+      ok: false,
+      status: 409,
+      message: expect.stringMatching(/"b" on n2, "v-id-a" \(the snapshot's, at \/data\) on n1/),
+    });
+    // One no node has any more places nothing (the node's 400 names it), unless a node did not answer.
+    expect(placeMounts([], holders, [], [rec('id-gone')])).toEqual({ ok: true, nodeIds: undefined });
+    expect(placeMounts(['a'], holders, [], [rec('id-gone')])).toEqual({ ok: true, nodeIds: ['n1'] });
+    expect(placeMounts([], holders, ['n4'], [rec('id-gone')])).toMatchObject({ ok: false, status: 502 });
+  });
+
+  it('reads the paths a create mounts at and the mounts a snapshot recorded', () => {
+    const body = (v: unknown) => Buffer.from(JSON.stringify({ volumeMounts: v }));
+    expect([
+      ...mountedPaths(body([{ name: 'a', path: '/data/' }, { name: 'b', path: '//x//y' }, { path: 3 }])),
+    ]).toEqual(['/data', '/x/y']);
+    expect([...mountedPaths(body('junk'))]).toEqual([]);
+    const m = { volumeID: ID, name: 'a', path: '/data' };
+    expect(recordedMounts({ volumeMounts: [m, { volumeID: 1 }, null] })).toEqual([m]);
+    for (const doc of [null, {}, { volumeMounts: 'x' }]) expect(recordedMounts(doc)).toEqual([]);
   });
 
   it('merges node lists: deduplicated, sorted by name, malformed lists refused', () => {

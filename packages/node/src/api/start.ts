@@ -18,6 +18,7 @@ import type { CommittedSnapshot, SnapshotRepository } from '../snapshot/index.js
 import type { StateDb } from '../state/db.js';
 import { coldLaunchable } from '../template/cold-image.js';
 import { coldDrivesOf } from '../backend/drives.js';
+import { captureVolumeMounts } from '../backend/capture-format.js';
 import type { TemplateService } from '../template/index.js';
 import type { Logger } from '../util/log.js';
 import type { Registry } from 'prom-client';
@@ -187,6 +188,7 @@ export function registerControlPlane(app: FastifyInstance, config: AenvConfig, d
     envdVersion,
     onDeleted: (id) => deps.backend.removeLocalSnapshot(id),
     teamId,
+    volumeMountsOf: captureVolumeMounts,
   });
   registerSnapshotRoutes(app, { orchestrator, repository });
   registerMetricsRoutes(app, deps.observability.metricsRoutes());

@@ -28,6 +28,7 @@ import { hasTag, parseTemplateRef } from '../../template/catalog.js';
 import type { TemplateBuilder } from '../../template/builder.js';
 import { parseLogLevel, type BuildLogStore } from '../../template/build-log.js';
 import { isFilesHash, type TemplateFileStore } from '../../template/file-store.js';
+import type { VolumeMountRecord } from '../../volume/types.js';
 
 export interface TemplateRouteDeps {
   repository: SnapshotRepository;
@@ -46,6 +47,11 @@ export interface TemplateRouteDeps {
   onDeleted?: (id: string) => Promise<void>;
   /** The node's one team (`GET /teams`): a `teamID` query naming another is refused. */
   teamId: string;
+  /**
+   * The volumes a capture's `committed.extra` records as mounted (a snapshot of a sandbox that mounted volumes,
+   * docs/volumes.md): shown by `GET /templates/{id}` so that a gateway can place a launch of it on their node.
+   */
+  volumeMountsOf?: (extra: unknown) => readonly VolumeMountRecord[] | undefined;
 }
 
 /** A caller's string in a message: quoted, and cut to 80 characters. */
@@ -250,6 +256,8 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
     const limit = parseLimit(q.limit);
     const builds =
       typeof q.nextToken === 'string' && q.nextToken ? [] : [buildView(record)].slice(0, limit ?? 1);
+    // aenv's extension (docs/differences.md): the volumes a launch of this snapshot mounts again.
+    const mounts = record.committed ? deps.volumeMountsOf?.(record.committed.extra) : undefined;
     return {
       templateID: record.id,
       public: record.public ?? true,
@@ -260,6 +268,9 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: TemplateRoute
       lastSpawnedAt: null,
       spawnCount: 0,
       builds,
+      ...(mounts?.length
+        ? { volumeMounts: mounts.map((m) => ({ volumeID: m.volumeId, name: m.name, path: m.path })) }
+        : {}),
     };
   });
 
