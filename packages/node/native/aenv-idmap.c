@@ -24,6 +24,13 @@
  *       confined). Used when a sandbox starts on a disk that another sandbox wrote (fork, snapshot and
  *       template launches).
  *
+ *   aenv-idmap hostnames
+ *       Serves requests "PID NAME\n" read from stdin until it closes: sets the hostname of the UTS
+ *       namespace PID is in to NAME and answers one line on stdout per request, in order: "ok" or
+ *       "err <what>: <strerror>". A pre-started sandbox gets the name of the sandbox it is handed to this
+ *       way (setns there and back in this one long-lived process) instead of one nsenter process per
+ *       hand-out. NAME is checked by the caller (an RFC 1123 label).
+ *
  * Errors go to stderr as "aenv-idmap: <what>: <strerror>", exit status 1 (2 for usage errors).
  */
 #define _GNU_SOURCE
@@ -314,10 +321,67 @@ static int cmd_shift(int argc, char **argv) {
   return 0;
 }
 
+/* One "PID NAME" request of `hostnames`; answers on stdout. Returns -1 when it cannot return to its own
+ * UTS namespace (then it must stop: it would name itself next). */
+static int set_hostname(int self, char *req) {
+  char *sp = strchr(req, ' ');
+  if (!sp) return printf("err bad request\n") < 0 ? -1 : 0;
+  *sp = 0;
+  const char *name = sp + 1;
+  char *end;
+  errno = 0;
+  long pid = strtol(req, &end, 10);
+  size_t len = strlen(name);
+  if (errno || *end || pid <= 0 || pid > INT_MAX || len == 0 || len > 64 || strchr(name, ' '))
+    return printf("err bad request\n") < 0 ? -1 : 0;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/ns/uts", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return printf("err open %s: %s\n", path, strerror(errno)) < 0 ? -1 : 0;
+  if (setns(fd, CLONE_NEWUTS) < 0) {
+    int e = errno;
+    close(fd);
+    return printf("err setns %s: %s\n", path, strerror(e)) < 0 ? -1 : 0;
+  }
+  close(fd);
+  int rc = sethostname(name, len), e = errno;
+  if (setns(self, CLONE_NEWUTS) < 0) {
+    fprintf(stderr, "aenv-idmap: setns back to its own UTS namespace: %s\n", strerror(errno));
+    return -1;
+  }
+  if (rc < 0) return printf("err sethostname: %s\n", strerror(e)) < 0 ? -1 : 0;
+  return printf("ok\n") < 0 ? -1 : 0;
+}
+
+static int cmd_hostnames(void) {
+  int self = open("/proc/self/ns/uts", O_RDONLY | O_CLOEXEC);
+  if (self < 0) {
+    fprintf(stderr, "aenv-idmap: open /proc/self/ns/uts: %s\n", strerror(errno));
+    return 1;
+  }
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  char line[256];
+  while (fgets(line, sizeof line, stdin)) {
+    char *nl = strchr(line, '\n');
+    if (!nl) {
+      /* Longer than any valid request: skip the rest of it, answer once. */
+      int c;
+      while ((c = getchar()) != EOF && c != '\n') {
+      }
+      if (printf("err bad request\n") < 0) return 1;
+      continue;
+    }
+    *nl = 0;
+    if (set_hostname(self, line) < 0) return 1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "mount")) return cmd_mount(argc - 1, argv + 1, 0);
   if (argc >= 2 && !strcmp(argv[1], "mount-rw")) return cmd_mount(argc - 1, argv + 1, 1);
   if (argc >= 2 && !strcmp(argv[1], "shift")) return cmd_shift(argc - 1, argv + 1);
-  fprintf(stderr, "usage: aenv-idmap mount|shift ...\n");
+  if (argc == 2 && !strcmp(argv[1], "hostnames")) return cmd_hostnames();
+  fprintf(stderr, "usage: aenv-idmap mount|mount-rw|shift|hostnames ...\n");
   return 2;
 }

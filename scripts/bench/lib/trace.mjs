@@ -11,6 +11,13 @@ const origins = new Map();
 /** @type {Map<string, { name: string, ms: number }[][]>} "node METHOD /route" → samples */
 const samples = new Map();
 let installed = false;
+/** Added to the keys of the answers that arrive while it is set (a suite's part, e.g. "burst"). */
+let label = '';
+
+/** Groups the answers from now on under `name` (empty: no group); suites run their parts one after another. */
+export function traceLabel(name) {
+  label = name;
+}
 
 /** Names a node's origin (`http://127.0.0.1:port`) in the summary. */
 export function nameOrigin(url, name) {
@@ -38,7 +45,7 @@ export function startTrace() {
       if (String(raw[i]).toLowerCase() === 'server-timing') header = String(raw[i + 1]);
     if (!header) return;
     const origin = new URL(String(request.origin)).origin;
-    const key = `${origins.get(origin) ?? origin} ${request.method.toUpperCase()} ${routeOf(request.path)}`;
+    const key = `${origins.get(origin) ?? origin} ${request.method.toUpperCase()} ${routeOf(request.path)}${label ? ` [${label}]` : ''}`;
     const list = samples.get(key) ?? [];
     list.push(parseServerTiming(header));
     samples.set(key, list);

@@ -16,6 +16,7 @@ import { availableMemoryRatio } from './memory-pressure.js';
 import { WarmPool } from './warm-pool.js';
 import { WarmPoolMetrics } from './warm-pool-metrics.js';
 import { phase } from '../util/phases.js';
+import { allOrFirstError } from '../util/settle.js';
 
 /** What a template boots from (image-based templates; captures restore instead). */
 export interface BootSpec {
@@ -196,7 +197,13 @@ export class SandboxCreation {
     return { ...warm, instanceId, ...(extraEnv ? { extraEnv } : {}) };
   }
 
-  /** Hands a pre-started sandbox to `record`: its name, egress policy, image lease and envd /init. */
+  /**
+   * Hands a pre-started sandbox to `record`: its name, egress policy, image lease and envd /init. The three
+   * steps touch different things (the container's UTS name and /etc files, the slot's nft chain, envd's state
+   * over the host interaction address, which no egress policy governs) and none needs another done first, so
+   * they run at once; the sandbox is handed out only once all three are done, and until its policy is in
+   * place its slot is denied all egress (a pre-started sandbox never had a policy).
+   */
   private async adopt(
     record: SandboxRecord,
     warm: AssembledSandbox,
@@ -206,15 +213,15 @@ export class SandboxCreation {
     o.images.acquireLease(leaseHolder(record.id), warm.state.manifestDigest);
     try {
       await phase('adopt', () =>
-        Promise.all([
-          o.runtime.rename(warm.containerId, record.id),
-          o.network.applyPolicy(warm.slot, policy),
+        allOrFirstError([
+          phase('adopt-name', () => o.runtime.rename(warm.containerId, record.id)),
+          phase('adopt-policy', () => o.network.applyPolicy(warm.slot, policy)),
+          phase('envd-init', () =>
+            initEnvd(warm.slot.hostInteractionIp, o.envdPort, initBody(this.ctx, record, warm.extraEnv), {
+              initKey: o.envdInitKey(warm.containerId),
+            }),
+          ),
         ]),
-      );
-      await phase('envd-init', () =>
-        initEnvd(warm.slot.hostInteractionIp, o.envdPort, initBody(this.ctx, record, warm.extraEnv), {
-          initKey: o.envdInitKey(warm.containerId),
-        }),
       );
       // From here on the sandbox holds the container's range (for life: pause and resume keep it).
       o.idRanges.transfer(warm.containerId, record.id);

@@ -46,6 +46,7 @@ import type { EgressPolicy, NetworkSlot } from './types.js';
 import { RefillTarget } from './watermark.js';
 import { NetworkPolicyError, refuseEgressProxyIn } from './policy.js';
 import type { Logger } from '../util/log.js';
+import { phase } from '../util/phases.js';
 
 /** The part of the node's logger this module uses. */
 export type NetworkLogger = Pick<Logger, 'debug' | 'info' | 'warn' | 'error'>;
@@ -362,7 +363,7 @@ export class NetworkManager {
       const replacing = entry.mayHaveFlows;
       try {
         if (!replacing) await faultPolicyDelay();
-        await this.nft.apply(script);
+        await phase('policy-nft', () => this.nft.apply(script));
         entry.hasChain = true;
         entry.mayHaveFlows = true;
         const anyName = resolver !== null ? dnsAllowed : policy.allowInternetAccess !== false;

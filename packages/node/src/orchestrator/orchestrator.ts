@@ -501,7 +501,8 @@ export class Orchestrator {
   async create(input: CreateSandboxInput): Promise<SandboxRecord> {
     this.assertOpen();
     this.assertNotDraining();
-    return this.createFrom(await this.opts.templates.resolveLaunchable(input.templateId), input);
+    const template = await phase('template', () => this.opts.templates.resolveLaunchable(input.templateId));
+    return this.createFrom(template, input);
   }
 
   /** Creates a sandbox on `template` as given (a cold start's image: `POST /sandboxes-cold`). */

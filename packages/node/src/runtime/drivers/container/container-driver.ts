@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { chmod, chown, lstat, mkdir, readFile, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { run } from '../../../util/exec.js';
@@ -41,6 +42,8 @@ import {
   waitLazyPages,
 } from './lazy-pages.js';
 import { rewriteHostnameFiles, writeEtcFiles } from './etc-files.js';
+import { HostnameSetter } from './hostname-setter.js';
+import { phase } from '../../../util/phases.js';
 import { writeTrustFiles } from './trust-files.js';
 import type { IdLayout } from './id-ranges.js';
 import {
@@ -300,6 +303,7 @@ export class ContainerDriver implements RuntimeDriver {
   private trash: Trash | null = null;
   readonly idLayout: IdLayout;
   private idmapHelper: string | null = null;
+  private hostnameSetter: HostnameSetter | undefined;
   /** Restores of checkpoints with more page bytes than this are lazy; 0: none (off, or the host cannot). */
   private lazyMinBytes = 0;
 
@@ -693,6 +697,7 @@ export class ContainerDriver implements RuntimeDriver {
 
   /** Waits for background work (spare dirs being made, discarded dirs being removed). */
   async close(): Promise<void> {
+    this.hostnameSetter?.close();
     await this.spares?.close();
     await this.trash?.drain();
   }
@@ -973,9 +978,7 @@ export class ContainerDriver implements RuntimeDriver {
   }
 
   private async readPid(p: SandboxPaths): Promise<number> {
-    const pid = Number((await readFile(p.pidFile, 'utf8')).trim());
-    if (!Number.isInteger(pid) || pid <= 0) throw new RuntimeError('Internal', `bad pid file ${p.pidFile}`);
-    return pid;
+    return pidOf(await readFile(p.pidFile, 'utf8'), p.pidFile);
   }
 
   async create(spec: SandboxSpec, opts: CreateOptions): Promise<ContainerSandboxHandle> {
@@ -1060,10 +1063,20 @@ export class ContainerDriver implements RuntimeDriver {
     }
     return this.lock.serialize(id, async () => {
       const p = this.paths(id);
-      const pid = await this.readPid(p);
-      await rewriteHostnameFiles(p.upper, hostname, (await this.rangeOf(p)).hostStart);
-      await run('nsenter', [`--uts=/proc/${pid}/ns/uts`, 'hostname', hostname]);
+      // Synchronous reads of two small files: see rewriteHostnameFiles.
+      const pid = pidOf(readFileSync(p.pidFile, 'utf8'), p.pidFile);
+      const config = JSON.parse(readFileSync(p.config, 'utf8')) as OciConfigView;
+      await phase('name-files', async () =>
+        rewriteHostnameFiles(p.upper, hostname, rangeOfConfig(config).hostStart),
+      );
+      await phase('name-uts', () => this.hostnames().set(pid, hostname));
     });
+  }
+
+  /** The long-lived hostname helper (started with the first rename). */
+  private hostnames(): HostnameSetter {
+    this.hostnameSetter ??= new HostnameSetter([this.helper(), 'hostnames']);
+    return this.hostnameSetter;
   }
 
   async freeze(id: string): Promise<void> {
@@ -1507,3 +1520,9 @@ export class ContainerDriver implements RuntimeDriver {
 }
 
 export { RuncError };
+
+function pidOf(text: string, file: string): number {
+  const pid = Number(text.trim());
+  if (!Number.isInteger(pid) || pid <= 0) throw new RuntimeError('Internal', `bad pid file ${file}`);
+  return pid;
+}
