@@ -10,11 +10,12 @@ const REGISTRY = process.env.AENV_TEST_REGISTRY ?? '127.0.0.1:5000';
 const BUSYBOX = `${REGISTRY}/aenv/busybox:latest`;
 const BASE = `${REGISTRY}/aenv/base:latest`;
 
+/** Host mounts under the sandbox's dir: `<id>`, or `<id>-rN` for a resume that ran beside its old container's release. */
 const hostMounts = (id: string) =>
   readFileSync('/proc/self/mountinfo', 'utf8')
     .split('\n')
     .map((l) => l.split(' ')[4] ?? '')
-    .filter((m) => m.includes(`/sandboxes/${id}/`));
+    .filter((m) => new RegExp(`/sandboxes/${id}(-r\\d+)?/`).test(m));
 
 describe('attached drives', () => {
   const { server } = describeNode({
