@@ -239,6 +239,8 @@ export class NetworkManager {
           logger: this.log,
           onVerdict: (kind, verdict) => this.metrics.egressDecisions.inc({ kind, verdict }),
           ...(d.intercept ? { intercept: d.intercept } : {}),
+          // Beside the uid mapping helper (container-driver.ts builds it into the same dir).
+          spliceHelperDir: join(opts.runtimePath, 'native'),
         })
       : null;
   }

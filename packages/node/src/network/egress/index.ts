@@ -36,6 +36,8 @@ export interface EgressServiceOptions {
     upstreamCa: readonly string[];
     secretValue?: (name: string) => string | undefined;
   };
+  /** Where the splice helper is built (splice.ts); absent: passthrough bytes are copied by Node only. */
+  spliceHelperDir?: string;
 }
 
 /** Longest wait for a SOCKS5 tunnel of an intercepted request (as tunnel.ts's default). */
@@ -83,6 +85,7 @@ export class EgressService {
       logger: opts.logger,
       onVerdict: (v) => opts.onVerdict?.('connection', v),
       ...(this.interceptor ? { interceptor: this.interceptor } : {}),
+      ...(opts.spliceHelperDir ? { splice: { dir: opts.spliceHelperDir } } : {}),
     });
     this.dns = new SandboxDnsServer({
       listenPort: opts.dnsListenPort,

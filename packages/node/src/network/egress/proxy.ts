@@ -1,7 +1,8 @@
 // The transparent egress proxy: TCP the nat chain redirects here (flows that allowOut's CIDRs do not let through,
 // from slots with domain entries) is judged by the name it asks for (sniff.ts). An allowed name is connected to
 // as the node resolves it, never to the address the sandbox dialled, so an allowed SNI cannot carry a sandbox to
-// any IP; then bytes are spliced both ways by stream pipes (no parsing past the first request).
+// any IP; then bytes are spliced both ways by stream pipes (no parsing past the first request), and a connection
+// that turns out to be a bulk transfer is handed to a helper that copies it in the kernel (splice.ts).
 
 import { createServer, connect, type NetConnectOpts, type Server, type Socket } from 'node:net';
 import type { NetworkLogger } from '../manager.js';
@@ -10,6 +11,7 @@ import { overridesFor } from './header-rules.js';
 import type { Interceptor } from './intercept.js';
 import { sniff } from './sniff.js';
 import type { SlotEgress, SlotRegistry } from './slot-registry.js';
+import { buildSpliceHelper, SPLICE_AFTER_BYTES, Splicer, type Spliced } from './splice.js';
 import type { SocksTunnel } from './tunnel.js';
 import type { UpstreamResolver } from './upstream.js';
 import { proxyRoute } from './socks.js';
@@ -32,6 +34,19 @@ export interface EgressProxyOptions {
   interceptor?: Interceptor;
   /** Carries the allowed connections of slots with an egressProxy (absent: none are). */
   tunnel?: Pick<SocksTunnel, 'carry'>;
+  /**
+   * Kernel splicing of passthrough connections (splice.ts): the helper is built into `dir` at start. Absent, or
+   * the helper cannot be built: bytes are copied by stream pipes only.
+   */
+  splice?: {
+    dir: string;
+    /** The compiler (default gcc). */
+    gcc?: string;
+    /** Helpers at once, node-wide (default MAX_SPLICE_HELPERS). */
+    maxHelpers?: number;
+    /** Bytes moved through Node before the hand-off (default SPLICE_AFTER_BYTES). */
+    afterBytes?: number;
+  };
 }
 
 /** Connections one slot may hold through the proxy (sniffing or spliced): a sandbox cannot exhaust the node. */
@@ -52,6 +67,8 @@ interface Proxied {
   intercepted: boolean;
   /** The SOCKS5 upstream it leaves through (socks.ts proxyRoute); null: dialled directly. */
   route: string | null;
+  /** Set while a splice helper copies its bytes. */
+  spliced?: Spliced;
 }
 
 /**
@@ -71,10 +88,26 @@ export class EgressProxy {
   private readonly perSlot = new Map<number, number>();
   /** Destination port → the port its listener got. */
   readonly listenPorts = new Map<number, number>();
+  private splicer: Splicer | null = null;
 
   constructor(private readonly opts: EgressProxyOptions) {}
 
   async start(): Promise<void> {
+    const splice = this.opts.splice;
+    if (splice) {
+      let helper: string | null = null;
+      try {
+        helper = await buildSpliceHelper(splice.dir, splice.gcc);
+      } catch (err) {
+        this.opts.logger.warn(
+          { err: (err as Error).message },
+          'egress proxy: no splice helper, bulk transfers are copied by Node',
+        );
+      }
+      this.splicer = new Splicer(helper, splice.maxHelpers, (message) =>
+        this.opts.logger.warn({ message }, 'egress splice helper'),
+      );
+    }
     for (const [i, dport] of this.opts.ports.entries()) {
       const server = createServer(
         { noDelay: true, allowHalfOpen: true, highWaterMark: STREAM_BUFFER_BYTES },
@@ -98,6 +131,7 @@ export class EgressProxy {
   }
 
   async stop(): Promise<void> {
+    this.splicer?.stop();
     for (const c of this.open) this.cut(c);
     for (const s of this.accepted) s.destroy();
     await Promise.all(this.servers.map((s) => new Promise<void>((r) => s.close(() => r()))));
@@ -107,6 +141,11 @@ export class EgressProxy {
   /** Proxied connections open now (the benchmark's memory figure is per 1,000 of them). */
   get openConnections(): number {
     return this.open.size;
+  }
+
+  /** Splice helper counts (null: splicing is off). */
+  get spliceStats(): Splicer['stats'] | null {
+    return this.splicer?.stats ?? null;
   }
 
   /** Cuts the slot's proxied connections whose name its current policy no longer allows (all, when it has none). */
@@ -137,6 +176,7 @@ export class EgressProxy {
 
   private cut(c: Proxied): void {
     this.open.delete(c);
+    c.spliced?.kill();
     c.client.destroy();
     c.upstream?.destroy();
   }
@@ -252,6 +292,7 @@ export class EgressProxy {
       client.pipe(upstream);
       upstream.pipe(client);
       client.resume();
+      this.spliceWhenBulk(c, upstream);
     });
     const close = () => {
       clearTimeout(timer);
@@ -264,6 +305,31 @@ export class EgressProxy {
     });
     upstream.on('close', close);
     client.on('close', close);
+  }
+
+  /**
+   * Hands `c` (piped both ways) to the splice helper once it has moved `afterBytes`: short request/response
+   * connections never pay for a helper's spawn, bulk ones stop paying Node's copies.
+   */
+  private spliceWhenBulk(c: Proxied, upstream: Socket): void {
+    const splicer = this.splicer;
+    if (!splicer?.enabled) return;
+    const after = this.opts.splice?.afterBytes ?? SPLICE_AFTER_BYTES;
+    let moved = 0;
+    const count = (chunk: Buffer) => {
+      moved += chunk.length;
+      if (moved < after) return;
+      c.client.off('data', count);
+      upstream.off('data', count);
+      // Outside the pipes' 'data' dispatch: the hand-off takes them down.
+      setImmediate(() => {
+        if (!this.open.has(c)) return;
+        const spliced = splicer.handOff(c.client, upstream, () => delete c.spliced);
+        if (spliced) c.spliced = spliced;
+      });
+    };
+    c.client.on('data', count);
+    upstream.on('data', count);
   }
 
   /**
