@@ -3,6 +3,7 @@
 // update cutting a proxied connection, and the API's refusals; and egress through a SOCKS5 upstream (microsocks,
 // run in the fake internet) with and without RFC 1929 credentials. docs/networking.md#domain-egress.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -202,6 +203,50 @@ describe('domain egress', () => {
     expect((await run(sbx, curl('https://a.wild.test/'))).exit).toBe(0);
     await sbx.updateNetwork({ allowOut: ALLOWED, ...CLOSED });
     expect((await run(sbx, curl('https://api.allowed.test/'))).exit).toBe(0);
+  });
+
+  it('a bulk download is copied by the kernel splice helper, intact; a live update cuts it and ends the helper', async () => {
+    // Connections a splice helper copies now (docs/networking.md#kernel-splice).
+    const spliced = async () => {
+      const text = await (await fetch(`${server.url}/metrics`)).text();
+      const line = text.split('\n').find((l) => l.startsWith('aenv_network_egress_spliced_connections '));
+      return line === undefined ? NaN : Number(line.slice(line.lastIndexOf(' ') + 1));
+    };
+    // 64 MiB of zeros from the fake web host, checked end to end; its helper ends with the connection.
+    const zeros = createHash('sha256')
+      .update(Buffer.alloc(64 << 20))
+      .digest('hex');
+    expect(await run(sbx, `${curl('-m 60 http://api.allowed.test/big?mb=64')} | sha256sum`)).toEqual({
+      exit: 0,
+      out: `${zeros}  -\n`,
+    });
+    await eventually(
+      async () => (await spliced()) === 0,
+      'the finished download to free its helper',
+      100,
+      200,
+    );
+    // A slow reader keeps its helper until the policy no longer allows the name.
+    const slow = await sbx.commands.run(
+      `${curl('-m 120 --limit-rate 200k -o /dev/null http://api.allowed.test/big?mb=512')}`,
+      { background: true, timeoutMs: 0 },
+    );
+    await eventually(
+      async () => (await spliced()) === 1,
+      'the download to reach the splice helper',
+      100,
+      200,
+    );
+    await sbx.updateNetwork({ allowOut: ['*.wild.test'], ...CLOSED });
+    const ended = await slow.wait().then(
+      (r) => r.exitCode,
+      (e: unknown) => (e instanceof CommandExitError ? e.exitCode : -1),
+    );
+    // curl's 28 would be its own limit: the cut did not reach the spliced connection.
+    expect(ended).not.toBe(28);
+    expect(ended).not.toBe(0);
+    await eventually(async () => (await spliced()) === 0, 'the cut to end the helper', 100, 200);
+    await sbx.updateNetwork({ allowOut: ALLOWED, ...CLOSED });
   });
 
   it('a fork inherits the policy at fork time, and a paused sandbox resumes with its policy', async () => {

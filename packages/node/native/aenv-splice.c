@@ -32,8 +32,9 @@
 
 #define SOCK_A 3
 #define SOCK_B 4
-/* Pipe capacity per direction (the default 64 KiB limits one splice to 16 pages). */
-#define PIPE_BYTES (1024 * 1024)
+/* Pipe capacity per direction: at most 2 × 256 KiB of a connection in flight in the helper (pages are only
+ * referenced while there); the default 64 KiB limits one splice to 16 pages. */
+#define PIPE_BYTES (256 * 1024)
 
 struct dir {
   int src, dst;

@@ -95,6 +95,8 @@ export interface NetworkManagerOptions {
       upstreamCa: readonly string[];
       secretValue?: (name: string) => string | undefined;
     };
+    /** Bulk passthrough connections copied in the kernel by a splice helper (default true; the benchmark's baseline turns it off). */
+    splice?: boolean;
   };
 }
 
@@ -240,7 +242,7 @@ export class NetworkManager {
           onVerdict: (kind, verdict) => this.metrics.egressDecisions.inc({ kind, verdict }),
           ...(d.intercept ? { intercept: d.intercept } : {}),
           // Beside the uid mapping helper (container-driver.ts builds it into the same dir).
-          spliceHelperDir: join(opts.runtimePath, 'native'),
+          ...(d.splice !== false ? { spliceHelperDir: join(opts.runtimePath, 'native') } : {}),
         })
       : null;
   }
@@ -253,6 +255,7 @@ export class NetworkManager {
     target: number;
     nftInvocations: number;
     egressConnections: number;
+    egressSpliced: number;
   } {
     let inUse = 0;
     let leaked = 0;
@@ -267,6 +270,7 @@ export class NetworkManager {
       target: this.target.value,
       nftInvocations: this.nft.invocations,
       egressConnections: this.egress?.openConnections ?? 0,
+      egressSpliced: this.egress?.spliceStats?.running ?? 0,
     };
   }
 
@@ -317,6 +321,11 @@ export class NetworkManager {
   /** Open connections through the egress proxy (benchmarks). */
   get egressConnections(): number {
     return this.egress?.openConnections ?? 0;
+  }
+
+  /** The egress proxy's splice helpers (benchmarks); null: none (no domain egress, or no helper). */
+  get egressSplice(): { running: number; handedOff: number; fellBack: number } | null {
+    return this.egress?.spliceStats ?? null;
   }
 
   /** A ready slot: from the warm pool at once, else created now. */

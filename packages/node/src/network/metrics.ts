@@ -8,6 +8,8 @@ export interface PoolCounts {
   target: number;
   leaked: number;
   egressConnections?: number;
+  /** Of those, the ones a splice helper copies now. */
+  egressSpliced?: number;
 }
 
 const BUCKETS = [0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
@@ -70,6 +72,14 @@ export class NetworkMetrics {
       registers,
       collect() {
         this.set(counts().egressConnections ?? 0);
+      },
+    });
+    new Gauge({
+      name: 'aenv_network_egress_spliced_connections',
+      help: 'Connections through the egress proxy whose bytes a splice helper copies in the kernel (one process each)',
+      registers,
+      collect() {
+        this.set(counts().egressSpliced ?? 0);
       },
     });
     new Gauge({

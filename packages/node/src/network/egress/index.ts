@@ -155,6 +155,11 @@ export class EgressService {
     return this.proxy.openConnections + this.tunnel.openConnections;
   }
 
+  /** The proxy's splice helpers (null: splicing is off). */
+  get spliceStats(): EgressProxy['spliceStats'] {
+    return this.proxy.spliceStats;
+  }
+
   async stop(): Promise<void> {
     await Promise.all([this.proxy.stop(), this.tunnel.stop(), this.dns.stop()]);
     this.interceptor?.close();
