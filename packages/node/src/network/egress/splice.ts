@@ -121,7 +121,8 @@ export class Splicer {
     const fromB = takeBuffered(b);
     let child: ChildProcess;
     try {
-      child = spawn(this.helper as string, [], { stdio: ['pipe', 'ignore', 'pipe', a, b] });
+      // No argument and an empty environment: the helper is given the two sockets and nothing else.
+      child = spawn(this.helper as string, [], { stdio: ['pipe', 'ignore', 'pipe', a, b], env: {} });
     } catch (e) {
       this.onError(`splice helper did not start: ${(e as Error).message}`);
       this.fellBack++;
