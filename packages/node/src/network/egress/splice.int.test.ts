@@ -72,8 +72,14 @@ function until(ok: () => boolean): Promise<void> {
 }
 
 describe('Splicer.handOff', () => {
+  const dirs: string[] = [];
+  afterAll(async () => {
+    for (const d of dirs) await rm(d, { recursive: true, force: true });
+  });
+
   it('keeps what Node had read and queued ahead of what the helper copies', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'aenv-splice-'));
+    dirs.push(dir);
     const accepted: Socket[] = [];
     const server = createServer({ allowHalfOpen: true }, (s) => accepted.push(s));
     const port = await listen(server);
@@ -113,7 +119,6 @@ describe('Splicer.handOff', () => {
     ca.destroy();
     cb.destroy();
     server.close();
-    await rm(dir, { recursive: true, force: true });
   });
 });
 
