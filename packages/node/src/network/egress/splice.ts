@@ -4,13 +4,10 @@
 // Short connections never pay for the helper's spawn; when it cannot be built, is at its cap or fails before
 // it starts copying, the connection stays in Node (docs/networking.md, "Kernel splice").
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createHash } from 'node:crypto';
-import { existsSync } from 'node:fs';
-import { mkdir, readFile, rename, rm } from 'node:fs/promises';
 import type { Socket } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { run } from '../../util/exec.js';
+import { buildNativeHelper } from '../../util/native-helper.js';
 
 // packages/node/native, from src/ or dist/network/egress.
 const SOURCE = join(dirname(fileURLToPath(import.meta.url)), '../../../native/aenv-splice.c');
@@ -26,20 +23,11 @@ export const SPLICE_AFTER_BYTES = 256 * 1024;
  * compiler (tests give one that does not exist).
  */
 export async function buildSpliceHelper(dir: string, gcc = 'gcc'): Promise<string> {
-  const source = await readFile(SOURCE);
-  const hash = createHash('sha256').update(source).digest('hex').slice(0, 16);
-  const bin = join(dir, `aenv-splice-${hash}`);
-  if (existsSync(bin)) return bin;
-  await mkdir(dir, { recursive: true, mode: 0o700 });
-  const tmp = `${bin}.tmp-${process.pid}`;
   try {
-    await run(gcc, ['-O2', '-Wall', '-o', tmp, SOURCE]);
-    await rename(tmp, bin);
+    return await buildNativeHelper(SOURCE, dir, 'aenv-splice', gcc);
   } catch (e) {
-    await rm(tmp, { force: true });
     throw new Error(`cannot build the splice helper with ${gcc}: ${(e as Error).message}`);
   }
-  return bin;
 }
 
 /** A connection a helper copies. */

@@ -1,12 +1,10 @@
 // The host helper behind per-sandbox uid ranges (native/aenv-idmap.c): idmapped views of the image layers
 // and ownership shifts of disks that move from one range to another. Built with the host gcc (which the tools
 // dir already needs) into the runtime dir, once per source version.
-import { createHash } from 'node:crypto';
-import { existsSync } from 'node:fs';
-import { mkdir, readFile, rename, rm } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { run } from '../../../util/exec.js';
+import { buildNativeHelper } from '../../../util/native-helper.js';
 import type { IdRange } from '../../driver.js';
 import { RuntimeError } from '../../driver.js';
 
@@ -15,28 +13,14 @@ const SOURCE = join(dirname(fileURLToPath(import.meta.url)), '../../../../native
 
 /** Compiles the helper into `dir` unless this source version is there already; returns its path. */
 export async function buildIdmapHelper(dir: string): Promise<string> {
-  let source: Buffer;
   try {
-    source = await readFile(SOURCE);
+    return await buildNativeHelper(SOURCE, dir, 'aenv-idmap');
   } catch (e) {
-    throw new RuntimeError('HostSetup', `cannot read ${SOURCE}: ${(e as Error).message}`);
-  }
-  const hash = createHash('sha256').update(source).digest('hex').slice(0, 16);
-  const bin = join(dir, `aenv-idmap-${hash}`);
-  if (existsSync(bin)) return bin;
-  await mkdir(dir, { recursive: true, mode: 0o700 });
-  const tmp = `${bin}.tmp-${process.pid}`;
-  try {
-    await run('gcc', ['-O2', '-Wall', '-o', tmp, SOURCE]);
-    await rename(tmp, bin);
-  } catch (e) {
-    await rm(tmp, { force: true });
     throw new RuntimeError(
       'HostSetup',
-      `cannot build the uid mapping helper with gcc: ${(e as Error).message}`,
+      `cannot build the uid mapping helper from ${SOURCE} with gcc: ${(e as Error).message}`,
     );
   }
-  return bin;
 }
 
 /**
