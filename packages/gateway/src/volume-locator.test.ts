@@ -74,6 +74,24 @@ describe('the gateway’s volume calls against a real scheduler', () => {
     body?: string,
   ) => fetch(base + path, { method, headers, ...(body !== undefined ? { body } : {}) });
   const nodeOf = async (r: Response) => ((await r.json()) as { node?: string }).node;
+  /** node-a's heartbeat with this status, as its reporter would send it. */
+  let rpc: ReturnType<typeof createSchedulerClient> | undefined;
+  const report = (status: NodeStatus) =>
+    (rpc ??= createSchedulerClient(`127.0.0.1:${sched.grpcPort}`)).heartbeat({
+      nodeId: a.id,
+      serviceInstanceId: 'svc-a',
+      snapshot: { status, reportedAtUnixMs: BigInt(Date.now()) },
+      sandboxIds: [],
+    });
+  /** Repeats `send` until it answers `want` (the gateway learns node health within a refresh; bounded). */
+  const untilStatus = async (send: () => Promise<Response>, want: number) => {
+    let r = await send();
+    for (let i = 0; i < 50 && r.status !== want; i++) {
+      await new Promise((res) => setTimeout(res, 100));
+      r = await send();
+    }
+    return r;
+  };
 
   beforeAll(async () => {
     await a.start();
@@ -165,14 +183,6 @@ describe('the gateway’s volume calls against a real scheduler', () => {
   });
 
   it('refuses a create mounting volumes whose node is draining (503), and places it again once it is back', async () => {
-    const rpc = createSchedulerClient(`127.0.0.1:${sched.grpcPort}`);
-    const report = (status: NodeStatus) =>
-      rpc.heartbeat({
-        nodeId: a.id,
-        serviceInstanceId: 'svc-a',
-        snapshot: { status, reportedAtUnixMs: BigInt(Date.now()) },
-        sandboxIds: [],
-      });
     const mountAlpha = () =>
       call(
         'POST',
@@ -180,15 +190,7 @@ describe('the gateway’s volume calls against a real scheduler', () => {
         { 'x-api-key': KEY },
         JSON.stringify({ templateID: 'base', volumeMounts: [{ name: 'alpha', path: '/data' }] }),
       );
-    // The gateway learns node health within a refresh: ask until it does (bounded).
-    const until = async (want: number) => {
-      let r = await mountAlpha();
-      for (let i = 0; i < 50 && r.status !== want; i++) {
-        await new Promise((res) => setTimeout(res, 100));
-        r = await mountAlpha();
-      }
-      return r;
-    };
+    const until = (want: number) => untilStatus(mountAlpha, want);
     await report(NodeStatus.LINGERING);
     const refused = await until(503);
     expect(refused.status).toBe(503);
@@ -254,27 +256,12 @@ describe('the gateway’s volume calls against a real scheduler', () => {
   });
 
   it('refuses a launch of a snapshot whose volumes’ node is draining (503)', async () => {
-    const rpc = createSchedulerClient(`127.0.0.1:${sched.grpcPort}`);
-    const report = (status: NodeStatus) =>
-      rpc.heartbeat({
-        nodeId: a.id,
-        serviceInstanceId: 'svc-a',
-        snapshot: { status, reportedAtUnixMs: BigInt(Date.now()) },
-        sandboxIds: [],
-      });
     const S = 'snapvol-drain';
     for (const n of [a, b])
       n.templates.set(S, { templateID: S, volumeMounts: [{ volumeID: VA, name: 'alpha', path: '/data' }] });
     const launch = () =>
       call('POST', '/v2/sandboxes', { 'x-api-key': KEY }, JSON.stringify({ templateID: S }));
-    const until = async (want: number) => {
-      let r = await launch();
-      for (let i = 0; i < 50 && r.status !== want; i++) {
-        await new Promise((res) => setTimeout(res, 100));
-        r = await launch();
-      }
-      return r;
-    };
+    const until = (want: number) => untilStatus(launch, want);
     try {
       await report(NodeStatus.LINGERING);
       const refused = await until(503);
