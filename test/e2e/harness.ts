@@ -500,12 +500,15 @@ export async function strayHostObjects(server: TestServer, poolMax = 4): Promise
   return stray;
 }
 
-/** Pre-started sandboxes (ready or booting) of the node's warm pool, from its GET /metrics. */
-export async function warmPoolSandboxes(server: Pick<TestServer, 'url'>): Promise<number> {
+/** Pre-started sandboxes (ready or booting, or only those in `state`) of the node's warm pool, from its GET /metrics. */
+export async function warmPoolSandboxes(
+  server: Pick<TestServer, 'url'>,
+  state?: 'ready' | 'booting',
+): Promise<number> {
   const text = await (await fetch(`${server.url}/metrics`)).text();
   return text
     .split('\n')
-    .filter((l) => l.startsWith('aenv_warm_pool_sandboxes{'))
+    .filter((l) => l.startsWith('aenv_warm_pool_sandboxes{') && (!state || l.includes(`state="${state}"`)))
     .reduce((a, l) => a + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
 }
 

@@ -1,6 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CommandExitError, Sandbox } from 'e2b';
-import { eventually, hostObjects, startServer, useSdk, type TestServer } from './harness.js';
+import {
+  eventually,
+  hostObjects,
+  startServer,
+  useSdk,
+  warmPoolSandboxes,
+  type TestServer,
+} from './harness.js';
 import { startFakeInternet, WAN_A, WAN_PORT, type FakeInternet } from './fixtures/fake-internet.js';
 
 /** Pre-started sandboxes: a create takes one (renamed, /init'ed), and the pool boots a replacement. */
@@ -12,8 +19,14 @@ describe('warm sandbox pool', () => {
   beforeAll(async () => {
     server = await startServer({ name: 'warm', warm: 2 });
     useSdk(server);
-    // The base template is prewarmed at startup.
-    await eventually(() => warmContainers().length === 2, 'two pre-started sandboxes', 600, 100);
+    // The base template is prewarmed at startup. Ready, not only started: a create while they still boot is a
+    // miss (it boots its own sandbox), which is not what these tests are about.
+    await eventually(
+      async () => warmContainers().length === 2 && (await warmPoolSandboxes(server, 'ready')) === 2,
+      'two pre-started sandboxes, ready',
+      600,
+      100,
+    );
   });
   afterAll(async () => {
     await net?.close();
@@ -30,15 +43,22 @@ describe('warm sandbox pool', () => {
       metadata: { m: '1' },
     });
     const adopted = [...before].filter((c) => hostObjects(server).runcContainers.includes(c));
-    // One of the pre-started containers now runs the sandbox (it is no longer idle in the pool).
+    // One of the pre-started containers now runs the sandbox (it is no longer idle in the pool): a hit, no
+    // container booted under the sandbox's own id.
     expect(adopted).toHaveLength(2);
+    expect(hostObjects(server).runcContainers).not.toContain(sbx.sandboxId);
     const r = await sbx.commands.run(
       'hostname; cat /etc/hostname; grep -c "$(hostname)" /etc/hosts; echo $FROM_CREATE; id -un',
     );
     expect(r.stdout.split('\n')).toEqual([sbx.sandboxId, sbx.sandboxId, '1', 'yes', 'user', '']);
     expect((await sbx.getInfo()).metadata).toEqual({ m: '1' });
     // The pool refills to two idle sandboxes besides the one handed out.
-    await eventually(() => warmContainers().length === 3, 'the pool to refill', 600, 100);
+    await eventually(
+      async () => warmContainers().length === 3 && (await warmPoolSandboxes(server, 'ready')) === 2,
+      'the pool to refill',
+      600,
+      100,
+    );
 
     // Everything still works on an adopted sandbox: pause/resume with memory, fork, kill.
     const bg = await sbx.commands.run('sleep 600', { background: true, timeoutMs: 0 });
