@@ -4,6 +4,7 @@ import { mkdirSync, readFileSync, writeFileSync, existsSync, readdirSync } from 
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createServer } from 'node:net';
+import { randomInt } from 'node:crypto';
 import { execFileSync } from 'node:child_process';
 
 export const REPO = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -61,14 +62,42 @@ export interface TestServer {
   shutdown(): Promise<number | null>;
 }
 
+/** Ports freePort handed out in this process: each once. */
+const handedOut = new Set<number>();
+
+/**
+ * A port free now that the kernel will not hand out by itself: below the ephemeral range, so no connect() or
+ * listen(0) can take it between this call and the listen of the server it is for (a node's outgoing
+ * connections once took the port picked for the next node: EADDRINUSE). Hosts whose ephemeral range starts
+ * too low for that get an ephemeral port, as before.
+ */
 export async function freePort(): Promise<number> {
+  const low = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
+  const top = low - 1;
+  const bottom = Math.max(10_000, top - 12_000);
+  if (!(top - bottom >= 1000)) return listenOn(0);
+  for (let i = 0; i < 200; i++) {
+    const port = bottom + randomInt(top - bottom + 1);
+    if (handedOut.has(port)) continue;
+    try {
+      handedOut.add(await listenOn(port));
+      return port;
+    } catch {
+      // in use: another one
+    }
+  }
+  throw new Error(`no free port between ${bottom} and ${top}`);
+}
+
+/** Listens on `port` (0: any) on loopback, closes, and says which port it was. */
+function listenOn(port: number): Promise<number> {
   return new Promise((resolve, reject) => {
     const s = createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
+    s.once('error', reject);
+    s.listen(port, '127.0.0.1', () => {
+      const got = (s.address() as { port: number }).port;
+      s.close(() => resolve(got));
     });
-    s.on('error', reject);
   });
 }
 
