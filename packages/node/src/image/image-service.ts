@@ -7,6 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Registry } from 'prom-client';
 import type { StateDb } from '../state/db.js';
 import { run } from '../util/exec.js';
+import { mapLimit } from '../util/map-limit.js';
 import { defaultDockerConfigDir, type BasicCredentials } from './credentials.js';
 import { decompressLayer } from './decompress.js';
 import { parseDigest, VerifyingStream } from './digest.js';
@@ -141,27 +142,6 @@ const DEFAULT_UID_RANGE = 65536;
 
 function layersOf(img: StoredImage, store: LayerStore): PulledImage['layers'] {
   return img.layers.map((l) => ({ diffId: l.diffId, dir: store.layerDir(l.diffId), size: 0 }));
-}
-
-async function mapLimit<T>(
-  items: readonly T[],
-  limit: number,
-  fn: (item: T, index: number) => Promise<void>,
-): Promise<void> {
-  let next = 0;
-  let failed: unknown;
-  const worker = async (): Promise<void> => {
-    while (failed === undefined && next < items.length) {
-      const i = next++;
-      try {
-        await fn(items[i]!, i);
-      } catch (e) {
-        failed ??= e;
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
-  if (failed !== undefined) throw failed;
 }
 
 function mib(bytes: number): number {
