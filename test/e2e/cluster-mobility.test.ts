@@ -223,6 +223,32 @@ describe.each<RepositoryKind>(['oss', 'posix_fs'])('sandboxes moving between nod
     expect(a.logs()).toContain('"dropped paused sandboxes that moved to other nodes"');
   });
 
+  it('a node that stays up drops its copy of a paused sandbox another node took over, so its roster no longer binds it', async () => {
+    const { sbx } = await workloadOn(a);
+    const id = sbx.sandboxId;
+    await pauseShared(a, id);
+    // Taken over on B while A is up (as when A was thought lost for a while and came back).
+    expect((await b.api('POST', `/sandboxes/${id}/connect`, { timeout: 300 })).status).toBeLessThan(300);
+    const listedOnA = async () =>
+      ((await a.api('GET', '/v2/sandboxes?state=running&state=paused')).body as { sandboxID: string }[]).some(
+        (s) => s.sandboxID === id,
+      );
+    await eventually(
+      async () => !(await listedOnA()),
+      'A to drop its stale copy (checked every 10 s)',
+      300,
+      100,
+    );
+    expect(a.logs()).toContain('"dropped paused sandboxes that moved to other nodes"');
+    // A heartbeat of A's built before the drop may still land: past one interval, B holds it, heartbeat after heartbeat.
+    await new Promise((r) => setTimeout(r, 1500));
+    for (let i = 0; i < 3; i++) {
+      expect(((await rpc.call('LookupNode', { sandbox_id: id })).node as Plain).node_id).toBe(idB);
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+    expect((await b.api('DELETE', `/sandboxes/${id}`)).status).toBe(204);
+  });
+
   it('drain: A takes no new sandboxes, heartbeats LINGERING, hands its running sandbox over; it comes back on B', async () => {
     const { sbx, w } = await workloadOn(a);
     const started = await a.api('POST', `/nodes/${idA}/drain`);

@@ -196,7 +196,18 @@ describe('volumes on a directory the nodes share, through aenv gateway', () => {
     const r = await nodes[0]!.api('POST', `/sandboxes/${b.sandboxId}/connect`, { timeout: 300 });
     expect(r.status, JSON.stringify(r.body)).toBeLessThan(300);
     expect(nodes[0]!.logs()).toContain('"took over a sandbox paused on another node"');
-    // The scheduler learns the new binding from A's next heartbeat.
+    // B, alive all along, still names its stale paused copy in its heartbeats (the last roster wins the binding)
+    // until it reads the claim and drops the copy (every 10 s, docs/cluster.md#sandbox-ownership).
+    const onB = async () =>
+      (
+        (await nodes[1]!.api('GET', '/v2/sandboxes?state=running&state=paused')).body as {
+          sandboxID: string;
+        }[]
+      ).some((s) => s.sandboxID === b.sandboxId);
+    await eventually(async () => !(await onB()), 'B to drop its stale copy', 300, 100);
+    expect(nodes[1]!.logs()).toContain('"sandbox moved to another node; dropping the local copy"');
+    // A heartbeat of B's sent before the drop may still arrive: wait past one interval (1 s), then A holds it.
+    await new Promise((r) => setTimeout(r, 1500));
     await eventually(
       async () => (await nodeOf(b.sandboxId)) === NODES[0],
       'the gateway to route to A',
@@ -236,7 +247,7 @@ describe('volumes on a directory the nodes share, through aenv gateway', () => {
     expect(via.status).toBe(400);
     await via.arrayBuffer();
     await sandboxes[1]!.kill();
-    // B's stale paused copy (and its lease) goes when B next looks at its moved sandboxes.
+    // B's lease went with its stale copy (above); A's goes with the kill.
     await eventually(
       async () => {
         const r = await gw(`/volumes/${vol.volumeId}`, { method: 'DELETE' });

@@ -153,9 +153,9 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
       for (const m of r.volumeMounts ?? []) users.set(m.volumeId, [...(users.get(m.volumeId) ?? []), r.id]);
     return users;
   });
-  // A paused sandbox another node took over leaves this node's copy (and its volume lease) until this node
-  // notices: with shared volumes it looks regularly, so a delete is not refused for a sandbox long gone.
-  volumes.startLeaseRefresh(() => orch.dropMovedAway((r) => (r.volumeMounts?.length ?? 0) > 0));
+  // A paused sandbox another node took over keeps this node's copy (and its volume lease) until the orchestrator
+  // notices (every 10 s); its drop is a lifecycle event, so the leases follow.
+  volumes.startLeaseRefresh();
   const movedAway = await orch.dropMovedAway();
   if (movedAway > 0)
     logger.info({ sandboxes: movedAway }, 'dropped paused sandboxes that moved to other nodes');

@@ -15,6 +15,7 @@ import { EXTRA_BOOT_ARGS_ENV } from '../extension/params.js';
 import { KeyedMutex, LockTimeoutError } from '../util/keyed-mutex.js';
 import type { SandboxStore } from './store.js';
 import { crashPoint } from '../util/crash-point.js';
+import { mapLimit } from '../util/map-limit.js';
 import { PausedQuota, PausedQuotaError, expiredPaused, pausedBytesInUse } from './paused-quota.js';
 import {
   TRANSITIONAL_STATES,
@@ -120,6 +121,9 @@ export interface SnapshotTimings {
   publishMs: number;
 }
 
+/** How often a running node looks for paused copies that other nodes took over (one claim read each). */
+const MOVED_AWAY_CHECK_MS = 10_000;
+const MOVED_AWAY_CHECKS_IN_FLIGHT = 8;
 const ADOPT_MISS_TTL_MS = 3000;
 const ADOPT_MISSES_MAX = 10_000;
 
@@ -190,6 +194,7 @@ export class Orchestrator {
   private readonly locks = new KeyedMutex();
   private readonly settledWaiters = new Map<string, (() => void)[]>();
   private evictTimer: NodeJS.Timeout | undefined;
+  private movedAwayCheckedAt = performance.now();
   private shuttingDown = false;
   private draining: Omit<DrainProgress, 'running' | 'paused'> | undefined;
   private drainDone: Promise<void> | undefined;
@@ -265,7 +270,9 @@ export class Orchestrator {
   startEviction(): void {
     const tick = () => {
       // Expiry before maintenance: maintenance holds each paused sandbox's lock, and expiry skips locked ones.
-      const paused = this.expirePaused().then(() => this.maintainPaused());
+      const paused = this.expirePaused()
+        .then(() => this.maintainPaused())
+        .then(() => this.sweepMovedAway());
       void Promise.all([this.evictExpired(), paused]).finally(() => {
         if (!this.shuttingDown) this.evictTimer = setTimeout(tick, this.opts.autoEvictIntervalMs);
       });
@@ -862,29 +869,40 @@ export class Orchestrator {
   }
 
   /**
-   * At startup, before the node reports its roster: paused sandboxes that another node took over while this one
-   * was away are dropped (docs/cluster.md#sandbox-ownership). Returns how many. `only`: just those (a node
-   * with shared volumes asks again, now and then, about the paused sandboxes that mount one).
+   * Paused sandboxes that another node took over are dropped (docs/cluster.md#sandbox-ownership): at startup,
+   * before the node reports its roster, and every MOVED_AWAY_CHECK_MS while it runs — a node that was thought
+   * gone for a while and came back would otherwise keep them in its heartbeat roster, which binds them back
+   * here. Returns how many.
    */
-  async dropMovedAway(only: (r: SandboxRecord) => boolean = () => true): Promise<number> {
+  async dropMovedAway(): Promise<number> {
     const movedTo = this.opts.backend.movedTo;
     if (!movedTo) return 0;
     let dropped = 0;
-    await Promise.all(
-      [...this.sandboxes.values()]
-        .filter((r) => r.state === 'paused' && only(r))
-        .map(async (r) => {
-          try {
-            const owner = await movedTo.call(this.opts.backend, r.id);
-            if (owner === undefined) return;
-            await this.withLock(r.id, (cur) => this.dropMoved(cur, owner));
-            dropped++;
-          } catch (err) {
-            this.opts.logger.warn({ err, sandboxId: r.id }, 'could not read the claim of a paused sandbox');
-          }
-        }),
-    );
+    const paused = [...this.sandboxes.values()].filter((r) => r.state === 'paused');
+    await mapLimit(paused, MOVED_AWAY_CHECKS_IN_FLIGHT, async (r) => {
+      try {
+        const owner = await movedTo.call(this.opts.backend, r.id);
+        if (owner === undefined) return;
+        const gone = await this.withLock(r.id, async (cur) => {
+          if (cur.state !== 'paused') return false; // resumed here meanwhile: its claim is this node's again
+          await this.dropMoved(cur, owner);
+          return true;
+        });
+        if (gone) dropped++;
+      } catch (err) {
+        if (isDomainError(err) && err.kind === ErrorKind.NotFound) return; // killed meanwhile
+        this.opts.logger.warn({ err, sandboxId: r.id }, 'could not read the claim of a paused sandbox');
+      }
+    });
     return dropped;
+  }
+
+  private async sweepMovedAway(): Promise<void> {
+    if (this.shuttingDown || performance.now() - this.movedAwayCheckedAt < MOVED_AWAY_CHECK_MS) return;
+    this.movedAwayCheckedAt = performance.now();
+    const dropped = await this.dropMovedAway();
+    if (dropped > 0)
+      this.opts.logger.info({ sandboxes: dropped }, 'dropped paused sandboxes that moved to other nodes');
   }
 
   /** Another node took the sandbox over while this node was away: this node's copy is stale and goes. */

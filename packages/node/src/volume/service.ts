@@ -184,18 +184,14 @@ export class VolumeService {
     }
   }
 
-  /**
-   * Shared store only: every LEASE_REFRESH_MS, `refresh` (this node's records brought up to date: paused
-   * sandboxes another node took over are dropped), then the leases reconciled. Stopped by {@link close}.
-   */
-  startLeaseRefresh(refresh: () => Promise<unknown>, intervalMs = LEASE_REFRESH_MS): void {
+  /** Shared store only: every LEASE_REFRESH_MS, the leases reconciled with this node's sandboxes. Stopped by {@link close}. */
+  startLeaseRefresh(intervalMs = LEASE_REFRESH_MS): void {
     if (this.opts.store.kind === 'node' || this.refreshTimer) return;
     let running = false;
     this.refreshTimer = setInterval(() => {
       if (running) return;
       running = true;
-      refresh()
-        .then(() => this.reconcileLeases())
+      this.reconcileLeases()
         .catch((err: unknown) => this.opts.logger.warn({ err }, 'volume leases not refreshed'))
         .finally(() => (running = false));
     }, intervalMs);
