@@ -32,6 +32,7 @@ import {
   slotRemovalScript,
 } from './nft-rules.js';
 import { NftWriter, type NftRunner } from './nft-writer.js';
+import { nftSessionRunner } from './nft-session.js';
 import {
   createSlotPlumbing,
   destroySlotPlumbing,
@@ -76,7 +77,7 @@ export interface NetworkManagerOptions {
   namePrefix?: string;
   /** Where the sandbox nameserver is looked up, in order. */
   resolvConfPaths?: readonly string[];
-  /** Replaces `nft -f -` (benchmarks count invocations through it). */
+  /** Replaces the libnftables helper (`nft -f -` when it cannot be built; benchmarks count invocations through it). */
   nftRunner?: NftRunner;
   /** How often a slot whose teardown failed is tried again (default 10 s). */
   leakRetryMs?: number;
@@ -158,6 +159,8 @@ export class NetworkManager {
   private readonly deniedCidrs: Cidr[];
   private readonly log: NetworkLogger;
   private readonly nft: NftWriter;
+  /** The libnftables helper the writes go through (absent when the options bring their own runner). */
+  private readonly nftSession: { close(): void } | undefined;
   private readonly target: RefillTarget;
   private readonly pool: { high: number; maintenance: boolean; prewarm: boolean };
   private readonly metrics: NetworkMetrics;
@@ -217,7 +220,15 @@ export class NetworkManager {
       maintenance: enabled && opts.pool.maintenanceEnabled,
       prewarm: enabled && opts.pool.startupPrewarm,
     };
-    this.nft = new NftWriter(opts.nftRunner);
+    if (opts.nftRunner) {
+      this.nftSession = undefined;
+      this.nft = new NftWriter(opts.nftRunner);
+    } else {
+      // Beside the uid mapping helper (container-driver.ts builds it into the same dir).
+      const session = nftSessionRunner(join(opts.runtimePath, 'native'), this.log);
+      this.nftSession = session;
+      this.nft = new NftWriter(session.runner);
+    }
     this.ctx = {
       netnsDir: join(opts.runtimePath, 'netns'),
       names: this.names,
@@ -540,6 +551,7 @@ export class NetworkManager {
       await releaseNetnsDir(this.ctx.netnsDir);
     }
     await this.egress?.stop();
+    this.nftSession?.close();
     this.lifecycle = 'stopped';
   }
 

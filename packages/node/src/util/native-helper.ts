@@ -7,14 +7,15 @@ import { join } from 'node:path';
 import { run } from './exec.js';
 
 /**
- * Compiles `source` into `dir/<name>-<hash>` unless that is there already; returns its path. Throws when the
- * source cannot be read or gcc fails (callers say what the helper was for).
+ * Compiles `source` into `dir/<name>-<hash>` unless that is there already; returns its path. `libs`: linker
+ * arguments (`-lnftables`). Throws when the source cannot be read or gcc fails (callers say what the helper was for).
  */
 export async function buildNativeHelper(
   source: string,
   dir: string,
   name: string,
   gcc = 'gcc',
+  libs: readonly string[] = [],
 ): Promise<string> {
   const text = await readFile(source);
   const hash = createHash('sha256').update(text).digest('hex').slice(0, 16);
@@ -23,7 +24,7 @@ export async function buildNativeHelper(
   await mkdir(dir, { recursive: true, mode: 0o700 });
   const tmp = `${bin}.tmp-${process.pid}`;
   try {
-    await run(gcc, ['-O2', '-Wall', '-o', tmp, source]);
+    await run(gcc, ['-O2', '-Wall', '-o', tmp, source, ...libs]);
     await rename(tmp, bin);
   } catch (e) {
     await rm(tmp, { force: true });
