@@ -1,11 +1,12 @@
 // The node's nftables writes through one long-lived libnftables process (native/aenv-nft.c) instead of one
 // `nft -f -` process per transaction, forked from the node's large process on every warm-pool hand-out and
 // every slot change. When the helper cannot be built (no libnftables headers) the writes spawn `nft` as before.
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import type { ChildProcessWithoutNullStreams } from 'node:child_process';
 import type { Socket } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from '../util/log.js';
+import { spawnHelper } from '../util/helper-process.js';
 import { buildNativeHelper } from '../util/native-helper.js';
 import { runNft, type NftRunner } from './nft-writer.js';
 
@@ -55,13 +56,14 @@ export class NftSession {
   }
 
   private start(): ChildProcessWithoutNullStreams {
-    const [bin, ...args] = this.argv as [string, ...string[]];
-    const child = spawn(bin, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+    const mine: Pending[] = [];
+    const child = spawnHelper(this.argv, (why) => {
+      if (this.child === child) this.child = null;
+      for (const p of mine.splice(0)) p.reject(new Error(`the nftables helper ${why}`));
+    });
     this.child = child;
     this.received = Buffer.alloc(0);
-    const mine: Pending[] = [];
     this.pending = mine;
-    let stderr = '';
     child.stdout.on('data', (chunk: Buffer) => {
       this.received = this.received.length ? Buffer.concat([this.received, chunk]) : chunk;
       while (this.received.length >= 5) {
@@ -77,22 +79,6 @@ export class NftSession {
       }
       if (mine.length === 0) (child.stdout as Socket).unref();
     });
-    child.stderr.setEncoding('utf8');
-    child.stderr.on('data', (s: string) => {
-      stderr = (stderr + s).slice(-1000);
-    });
-    const gone = (why: string) => {
-      if (this.child === child) this.child = null;
-      for (const p of mine.splice(0)) p.reject(new Error(`the nftables helper ${why}`));
-    };
-    child.on('error', (e) => gone(`did not run: ${e.message}`));
-    child.on('close', (code, signal) =>
-      gone(`exited (${signal ?? `status ${code}`})${stderr ? `: ${stderr.trim()}` : ''}`),
-    );
-    child.stdin.on('error', () => {});
-    // It idles between writes; it must not keep the node's process alive by itself.
-    child.unref();
-    for (const s of [child.stdin, child.stdout, child.stderr]) (s as unknown as Socket).unref();
     return child;
   }
 }

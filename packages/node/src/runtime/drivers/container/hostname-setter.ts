@@ -1,8 +1,9 @@
 // Sets the kernel hostname of a running sandbox through one long-lived helper process (`aenv-idmap hostnames`,
 // native/aenv-idmap.c) instead of one `nsenter hostname` process per call: a pre-started sandbox is renamed on
 // every warm-pool hand-out, and a burst of hand-outs spawned a process each from the node's large process.
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import type { ChildProcessWithoutNullStreams } from 'node:child_process';
 import type { Socket } from 'node:net';
+import { spawnHelper } from '../../../util/helper-process.js';
 import { RuntimeError } from '../../driver.js';
 
 interface Pending {
@@ -42,12 +43,19 @@ export class HostnameSetter {
   }
 
   private start(): ChildProcessWithoutNullStreams {
-    const [bin, ...args] = this.argv as [string, ...string[]];
-    const child = spawn(bin, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+    const mine: Pending[] = [];
+    const child = spawnHelper(this.argv, (why) => {
+      if (this.child === child) {
+        this.child = null;
+        this.pending = [];
+      }
+      for (const p of mine.splice(0)) {
+        p.reject(new RuntimeError('Internal', `setting ${p.what}: the hostname helper ${why}`));
+      }
+    });
     this.child = child;
     this.partial = '';
-    const mine = this.pending;
-    let stderr = '';
+    this.pending = mine;
     child.stdout.setEncoding('utf8');
     child.stdout.on('data', (chunk: string) => {
       const lines = (this.partial + chunk).split('\n');
@@ -60,27 +68,6 @@ export class HostnameSetter {
       }
       if (mine.length === 0) (child.stdout as Socket).unref();
     });
-    child.stderr.setEncoding('utf8');
-    child.stderr.on('data', (s: string) => {
-      stderr = (stderr + s).slice(-1000);
-    });
-    const gone = (why: string) => {
-      if (this.child === child) {
-        this.child = null;
-        this.pending = [];
-      }
-      for (const p of mine.splice(0)) {
-        p.reject(new RuntimeError('Internal', `setting ${p.what}: the hostname helper ${why}`));
-      }
-    };
-    child.on('error', (e) => gone(`did not run: ${e.message}`));
-    child.on('close', (code, signal) =>
-      gone(`exited (${signal ?? `status ${code}`})${stderr ? `: ${stderr.trim()}` : ''}`),
-    );
-    child.stdin.on('error', () => {});
-    // The helper idles between hand-outs; it must not keep the node's process alive by itself.
-    child.unref();
-    for (const s of [child.stdin, child.stdout, child.stderr]) (s as unknown as Socket).unref();
     return child;
   }
 }
