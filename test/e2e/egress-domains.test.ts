@@ -1,7 +1,8 @@
 // Domain egress against a fake internet on this machine (documentation addresses only, in a namespace the test
 // makes; see fixtures/fake-internet.ts): allowOut domains through the node's egress proxy and resolver, a live
-// update cutting a proxied connection, and the API's refusals; and egress through a SOCKS5 upstream (microsocks,
-// run in the fake internet) with and without RFC 1929 credentials. docs/networking.md#domain-egress.
+// update cutting a proxied connection, forks and snapshot launches keeping the policy, and the API's refusals;
+// and egress through a SOCKS5 upstream (microsocks, run in the fake internet) with and without RFC 1929
+// credentials. docs/networking.md#domain-egress.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -265,6 +266,39 @@ describe('domain egress', () => {
       expect((await run(resumed, curl(`-H 'Host: other.test' http://${WEB}/`))).out).toMatch(/^aenv egress:/);
     } finally {
       await child.kill();
+    }
+  });
+
+  it('a snapshot launch without network gets the policy at capture time; one with its own network gets that', async () => {
+    await sbx.updateNetwork({ allowOut: ['*.wild.test'], ...CLOSED });
+    const snapshot = await sbx.createSnapshot();
+    // The parent's later update is the parent's alone.
+    await sbx.updateNetwork({ allowOut: ALLOWED, ...CLOSED });
+    const launched: Sandbox[] = [];
+    try {
+      const inherited = await Sandbox.create(snapshot.snapshotId, { timeoutMs: 120_000 });
+      launched.push(inherited);
+      const info = await server.api('GET', `/sandboxes/${inherited.sandboxId}`);
+      expect(info.body.network).toMatchObject({ allowOut: ['*.wild.test'], denyOut: ['0.0.0.0/0'] });
+      expect((await run(inherited, curl('https://a.wild.test/'))).out).toBe('tls:sni=a.wild.test');
+      expect((await run(inherited, curl('https://api.allowed.test/'))).exit).not.toBe(0);
+      expect((await run(inherited, curl(`-H 'Host: api.allowed.test' http://${WEB}/`))).out).toMatch(
+        /^aenv egress: api\.allowed\.test is not in the sandbox's allowOut/,
+      );
+      // A create's own network replaces the recorded one whole.
+      const own = await Sandbox.create(snapshot.snapshotId, {
+        timeoutMs: 120_000,
+        network: { allowOut: ['api.allowed.test'], ...CLOSED },
+      });
+      launched.push(own);
+      expect((await server.api('GET', `/sandboxes/${own.sandboxId}`)).body.network.allowOut).toEqual([
+        'api.allowed.test',
+      ]);
+      expect((await run(own, curl('https://api.allowed.test/'))).out).toBe('tls:sni=api.allowed.test');
+      expect((await run(own, curl('https://a.wild.test/'))).exit).not.toBe(0);
+    } finally {
+      for (const s of launched) await s.kill();
+      await Sandbox.deleteSnapshot(snapshot.snapshotId);
     }
   });
 

@@ -3,8 +3,10 @@
 // artifacts.memory = the runtime's saved memory (`RuntimeDriver.memoryMediaTypes`), committed.extra = a
 // CaptureExtra (record-state.ts). Whoever publishes a capture for the backend to launch uses these.
 
-import type { SandboxRecord } from '../orchestrator/types.js';
-import type { CaptureExtra } from './record-state.js';
+import { z } from 'zod';
+import { parseNetworkPolicy } from '../network/policy.js';
+import type { SandboxNetworkSettings, SandboxRecord } from '../orchestrator/types.js';
+import { RecordStateError, type CaptureExtra } from './record-state.js';
 import type { CommandContext } from '../snapshot/index.js';
 import type { VolumeMountRecord } from '../volume/types.js';
 
@@ -29,6 +31,57 @@ export function captureVolumeMounts(extra: unknown): VolumeMountRecord[] | undef
       typeof (m as VolumeMountRecord).path === 'string',
   );
   return ok.length ? ok : undefined;
+}
+
+const port = z.number().int().min(1).max(65535);
+const StoredNetwork = z.object({
+  allowPublicTraffic: z.boolean(),
+  allowOut: z.array(z.string()),
+  denyOut: z.array(z.string()),
+  allowInternetAccess: z.boolean().nullable(),
+  rules: z.unknown().optional(),
+  egressProxy: z
+    .object({ address: z.string(), username: z.string().optional(), password: z.string().optional() })
+    .optional(),
+  httpsPorts: z.array(port).max(64).optional(),
+  maskRequestHost: z.string().max(255).optional(),
+});
+
+/**
+ * The network settings a capture's `committed.extra` records (a snapshot of a sandbox), undefined when it records
+ * none (templates, snapshots taken before captures recorded them). The egress part is parsed again as a create's
+ * would be, so a launch installs nothing a create could not ask for. A recorded network that does not decode
+ * throws RecordStateError naming the snapshot: launching without it would be a looser sandbox than the one
+ * captured. Messages name fields and entries, never a header value or a password.
+ */
+export function captureNetwork(snapshotId: string, extra: unknown): SandboxNetworkSettings | undefined {
+  const stored = (extra as { network?: unknown } | undefined)?.network;
+  if (stored === undefined) return undefined;
+  const what = `snapshot ${snapshotId}: its recorded network`;
+  const shape = StoredNetwork.safeParse(stored);
+  if (!shape.success) {
+    const where = shape.error.issues.map((i) => i.path.join('.') || '(root)').join(', ');
+    throw new RecordStateError(`${what} is invalid (${where})`);
+  }
+  const n = shape.data;
+  let policy;
+  try {
+    policy = parseNetworkPolicy({
+      allowOut: n.allowOut,
+      denyOut: n.denyOut,
+      allowInternetAccess: n.allowInternetAccess,
+      rules: n.rules,
+      egressProxy: n.egressProxy,
+    });
+  } catch (err) {
+    throw new RecordStateError(`${what} is invalid (${err instanceof Error ? err.message : String(err)})`);
+  }
+  return {
+    allowPublicTraffic: n.allowPublicTraffic,
+    ...(n.httpsPorts?.length ? { httpsPorts: n.httpsPorts } : {}),
+    ...(n.maskRequestHost !== undefined ? { maskRequestHost: n.maskRequestHost } : {}),
+    ...policy,
+  };
 }
 
 /** The command context a capture of `record` records when nothing else is given: its default user and workdir. */

@@ -7,6 +7,7 @@ import type { CaptureTarget, CapturedSandbox } from '../orchestrator/backend.js'
 import type { CommandContext, PublishInput } from '../snapshot/index.js';
 import { COMPLETE } from './capture-dirs.js';
 import { DISK_MEDIA_TYPE } from './capture-format.js';
+import type { SandboxNetworkSettings } from '../orchestrator/types.js';
 import type { VolumeMountRecord } from '../volume/types.js';
 import type { BackendContext } from './context.js';
 import { archiveDir } from './disk-archive.js';
@@ -22,6 +23,8 @@ export interface CaptureSubject {
   secure: boolean;
   customExtensionParams?: Record<string, unknown>;
   volumeMounts?: VolumeMountRecord[];
+  /** The sandbox's network settings, recorded for launches of the capture (absent: a template's capture). */
+  network?: SandboxNetworkSettings;
 }
 
 type Committed = PublishInput['committed'];
@@ -42,6 +45,7 @@ function committedOf(
     rootfs: s.state.rootfs,
     ...(s.customExtensionParams ? { customExtensionParams: s.customExtensionParams } : {}),
     ...(s.volumeMounts?.length ? { volumeMounts: s.volumeMounts } : {}),
+    ...(s.network ? { network: s.network } : {}),
   };
   return {
     context,

@@ -255,6 +255,7 @@ export class ContainerBackend implements SandboxBackend {
         secure: record.secure,
         ...(record.customExtensionParams ? { customExtensionParams: record.customExtensionParams } : {}),
         ...(record.volumeMounts?.length ? { volumeMounts: record.volumeMounts } : {}),
+        network: record.network,
       },
       { ...target, context: target.context ?? sandboxContext(record) },
     );

@@ -6,7 +6,7 @@ import type { ImageService } from '../image/index.js';
 import type { SingleFlight } from '../image/single-flight.js';
 import type { NetworkManager } from '../network/index.js';
 import type { EgressPolicy } from '../network/types.js';
-import type { RuntimeBinding, SandboxRecord } from '../orchestrator/types.js';
+import { egressPolicyOf, type RuntimeBinding, type SandboxRecord } from '../orchestrator/types.js';
 import type { RuntimeDriver, ToolsMount, VolumeMountSpec } from '../runtime/driver.js';
 import type { IdRangeAllocator } from '../runtime/index.js';
 import type { SnapshotRepository } from '../snapshot/index.js';
@@ -118,13 +118,7 @@ export async function volumesOf(ctx: BackendContext, record: SandboxRecord): Pro
 }
 
 export function policyOf(r: SandboxRecord): EgressPolicy {
-  return {
-    allowOut: r.network.allowOut,
-    denyOut: r.network.denyOut,
-    allowInternetAccess: r.network.allowInternetAccess,
-    ...(r.network.rules ? { rules: r.network.rules } : {}),
-    ...(r.network.egressProxy ? { egressProxy: r.network.egressProxy } : {}),
-  };
+  return egressPolicyOf(r.network);
 }
 
 export function bindingOf(s: Pick<AssembledSandbox, 'slot' | 'instanceId'>): RuntimeBinding {

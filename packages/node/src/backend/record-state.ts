@@ -4,6 +4,7 @@
 // naming the record, never a half-read state.
 import { z } from 'zod';
 import type { DriveSpec, DriverRecordCodec, RootfsSpec } from '../runtime/driver.js';
+import type { SandboxNetworkSettings } from '../orchestrator/types.js';
 import type { VolumeMountRecord } from '../volume/types.js';
 
 /** What the container backend keeps in `SandboxRecord.backend` for a sandbox it runs. */
@@ -36,10 +37,18 @@ export interface CaptureExtra {
   customExtensionParams?: Record<string, unknown>;
   /** The volumes the source mounted: a launch of the capture mounts them again (docs/volumes.md). */
   volumeMounts?: VolumeMountRecord[];
+  /**
+   * The source's network settings at capture (a snapshot of a sandbox; templates record none): a launch of the
+   * capture gets them unless its create brings its own (capture-format.ts `captureNetwork`).
+   */
+  network?: SandboxNetworkSettings;
 }
 
 /** What a launch reads back from a capture (the rootfs comes from the capture's image again). */
-export type CaptureSource = Omit<CaptureExtra, 'rootfs' | 'customExtensionParams' | 'volumeMounts'>;
+export type CaptureSource = Omit<
+  CaptureExtra,
+  'rootfs' | 'customExtensionParams' | 'volumeMounts' | 'network'
+>;
 
 const Env = z.record(z.string(), z.string());
 

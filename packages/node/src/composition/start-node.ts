@@ -14,7 +14,7 @@ import { startWebhooks } from '../events/webhooks.js';
 import { VolumeContentEndpoint } from '../api/volume-content.js';
 import { volumeMigrations } from '../volume/index.js';
 import { startVolumes } from '../volume/start.js';
-import { captureExtensionParams, captureVolumeMounts } from '../backend/capture-format.js';
+import { captureExtensionParams, captureNetwork, captureVolumeMounts } from '../backend/capture-format.js';
 import { startExtension } from '../extension/start.js';
 import { startFrontDoor, type FrontDoor } from '../front-door/start.js';
 import { resolveNodeIdentity } from '../identity/index.js';
@@ -119,6 +119,7 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
     virtualizationMode: runtime.driver.virtualizationMode,
     extensionParamsOf: captureExtensionParams,
     volumeMountsOf: captureVolumeMounts,
+    networkOf: captureNetwork,
   });
   const { admission, idempotency } = startApiGuards(config, core);
   const extension = startExtension(config.custom_extension, core);

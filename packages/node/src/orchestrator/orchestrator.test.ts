@@ -6,7 +6,8 @@ import { createLogger } from '../util/log.js';
 import { SandboxStore, orchestratorMigrations } from './store.js';
 import { Orchestrator, type CreateSandboxInput } from './orchestrator.js';
 import type { SandboxBackend, StartResult } from './backend.js';
-import type { SandboxRecord } from './types.js';
+import type { SandboxNetworkSettings, SandboxRecord } from './types.js';
+import type { EgressPolicy } from '../network/types.js';
 import { DomainError, ErrorKind } from '@aenv/protocol';
 
 const silent = new Writable({ write: (_c, _e, cb) => cb() });
@@ -32,8 +33,10 @@ class MapBackend implements SandboxBackend {
     this.live.set(r.id, instanceId);
     return { binding: { slotIndex: this.n, hostInteractionIp: '10.11.0.1', instanceId }, backend: {} };
   }
-  async start(r: SandboxRecord) {
+  startedWith: EgressPolicy[] = [];
+  async start(r: SandboxRecord, _source: unknown, policy: EgressPolicy) {
     await this.step('start');
+    this.startedWith.push(policy);
     return this.started(r);
   }
   async destroy(r: SandboxRecord) {
@@ -382,6 +385,61 @@ describe('Orchestrator state machine', () => {
     expect(orch.counters()).toMatchObject({ sandboxCount: 3, createSuccesses: 3, createFails: 1 });
     await orch.pause(src.id);
     await expect(orch.fork(src.id, { count: 1 })).rejects.toMatchObject({ kind: 'conflict' });
+  });
+
+  it('a snapshot launch without network settings gets the recorded ones; a create that brings some replaces them whole', async () => {
+    const recorded: SandboxNetworkSettings = {
+      allowPublicTraffic: false,
+      httpsPorts: [8443],
+      allowOut: ['api.example.com'],
+      denyOut: ['0.0.0.0/0'],
+      allowInternetAccess: null,
+      rules: { 'api.example.com': [{ transform: { headers: { Authorization: 'Bearer x' } } }] },
+      egressProxy: { address: 'socks.example.com:1080', host: 'socks.example.com', port: 1080 },
+    };
+    const snapshot = {
+      templateId: 'snap-1',
+      record: {},
+      resources: { cpuCount: 1, memoryMB: 512, diskSizeMB: 1024 },
+      envdVersion: '0.5.15',
+      defaultUser: 'user',
+      network: recorded,
+    };
+    const { templateId: _t, ...rest } = input();
+    const inherited = await orch.createFrom(snapshot, { ...rest, inheritNetwork: true });
+    expect(inherited.network).toEqual(recorded);
+    // A copy: a later update of the launched sandbox's record never reaches what the template holds.
+    expect(inherited.network).not.toBe(recorded);
+    expect(backend.startedWith.at(-1)).toEqual({
+      allowOut: ['api.example.com'],
+      denyOut: ['0.0.0.0/0'],
+      allowInternetAccess: null,
+      rules: recorded.rules,
+      egressProxy: recorded.egressProxy,
+    });
+    const own = await orch.createFrom(snapshot, {
+      ...rest,
+      policy: { allowOut: ['other.example.com'], denyOut: [], allowInternetAccess: false },
+    });
+    expect(own.network).toEqual({
+      allowPublicTraffic: true,
+      allowOut: ['other.example.com'],
+      denyOut: [],
+      allowInternetAccess: false,
+    });
+    expect(backend.startedWith.at(-1)).toEqual({
+      allowOut: ['other.example.com'],
+      denyOut: [],
+      allowInternetAccess: false,
+    });
+    // A template (or a snapshot taken before snapshots recorded their network) launches as the create says.
+    const { network: _n, ...old } = snapshot;
+    expect((await orch.createFrom(old, { ...rest, inheritNetwork: true })).network).toEqual({
+      allowPublicTraffic: true,
+      allowOut: [],
+      denyOut: [],
+      allowInternetAccess: null,
+    });
   });
 
   it('snapshots a running sandbox and leaves it running', async () => {

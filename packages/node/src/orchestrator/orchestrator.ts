@@ -20,6 +20,8 @@ import { PausedQuota, PausedQuotaError, expiredPaused, pausedBytesInUse } from '
 import {
   TRANSITIONAL_STATES,
   autoResumable,
+  egressPolicyOf,
+  type SandboxNetworkSettings,
   type SandboxRecord,
   type SandboxState,
   type TimeoutAction,
@@ -40,6 +42,11 @@ export interface CreateSandboxInput {
   httpsPorts?: number[];
   maskRequestHost?: string;
   policy: EgressPolicy;
+  /**
+   * The create named no network settings (`network`, `allow_internet_access`): a snapshot launches with the ones
+   * it recorded, if any (the fields above are then unused). Absent or false: the fields above, whole.
+   */
+  inheritNetwork?: boolean;
   /** Given with the create; absent: the template's (a snapshot's) params, if any. */
   customExtensionParams?: Record<string, unknown>;
   /**
@@ -60,6 +67,22 @@ export interface LaunchableTemplate extends LaunchSource {
   customExtensionParams?: Record<string, unknown>;
   /** Volumes a snapshot was taken with (mounted again by a launch of it). */
   volumeMounts?: VolumeMountRecord[];
+  /** The network settings a snapshot was taken with (a launch without its own gets them). */
+  network?: SandboxNetworkSettings;
+}
+
+/** The network settings a create gives its sandbox. */
+function networkOfInput(input: Omit<CreateSandboxInput, 'templateId'>): SandboxNetworkSettings {
+  return {
+    allowPublicTraffic: input.allowPublicTraffic,
+    ...(input.httpsPorts ? { httpsPorts: input.httpsPorts } : {}),
+    ...(input.maskRequestHost !== undefined ? { maskRequestHost: input.maskRequestHost } : {}),
+    allowOut: input.policy.allowOut,
+    denyOut: input.policy.denyOut,
+    allowInternetAccess: input.policy.allowInternetAccess,
+    ...(input.policy.rules ? { rules: input.policy.rules } : {}),
+    ...(input.policy.egressProxy ? { egressProxy: input.policy.egressProxy } : {}),
+  };
 }
 
 /** Looks up what `templateID` names (id or alias of a committed template or snapshot). */
@@ -522,6 +545,10 @@ export class Orchestrator {
     const volumeMounts = (await input.resolveVolumeMounts?.(template.volumeMounts ?? [])) ?? [];
     const id = this.opts.newId();
     const now = new Date().toISOString();
+    // A snapshot's recorded settings apply whole or not at all: a create that brings any replaces them all.
+    const network =
+      input.inheritNetwork && template.network ? structuredClone(template.network) : networkOfInput(input);
+    const policy = egressPolicyOf(network);
     const record: SandboxRecord = {
       id,
       templateId: template.templateId,
@@ -534,16 +561,7 @@ export class Orchestrator {
       metadata: input.metadata,
       envVars: { ...template.envVars, ...input.envVars },
       secure: input.secure,
-      network: {
-        allowPublicTraffic: input.allowPublicTraffic,
-        ...(input.httpsPorts ? { httpsPorts: input.httpsPorts } : {}),
-        ...(input.maskRequestHost !== undefined ? { maskRequestHost: input.maskRequestHost } : {}),
-        allowOut: input.policy.allowOut,
-        denyOut: input.policy.denyOut,
-        allowInternetAccess: input.policy.allowInternetAccess,
-        ...(input.policy.rules ? { rules: input.policy.rules } : {}),
-        ...(input.policy.egressProxy ? { egressProxy: input.policy.egressProxy } : {}),
-      },
+      network,
       onTimeout: input.onTimeout,
       ...(input.autoPauseMemory === false ? { autoPauseMemory: false } : {}),
       autoResume: input.autoResume,
@@ -561,7 +579,7 @@ export class Orchestrator {
       const hooks = this.startHooks(record);
       try {
         const started = await this.timed('create', () =>
-          this.opts.backend.start(record, template, input.policy, hooks.beforeStart),
+          this.opts.backend.start(record, template, policy, hooks.beforeStart),
         );
         hooks.started(started.binding.instanceId);
         record.runtime = started.binding;
@@ -831,7 +849,7 @@ export class Orchestrator {
     const hooks = this.startHooks(r, 'resume');
     try {
       const started = await this.timed('resume', () =>
-        this.opts.backend.resume(r, this.policyOf(r), {
+        this.opts.backend.resume(r, egressPolicyOf(r.network), {
           memory,
           ...(hooks.beforeStart ? { beforeStart: hooks.beforeStart } : {}),
         }),
@@ -920,16 +938,6 @@ export class Orchestrator {
       { sandboxId: r.id, event: 'lost', level: 'info', message: `sandbox moved to node ${owner}` },
       r,
     );
-  }
-
-  private policyOf(r: SandboxRecord): EgressPolicy {
-    return {
-      allowOut: r.network.allowOut,
-      denyOut: r.network.denyOut,
-      allowInternetAccess: r.network.allowInternetAccess,
-      ...(r.network.rules ? { rules: r.network.rules } : {}),
-      ...(r.network.egressProxy ? { egressProxy: r.network.egressProxy } : {}),
-    };
   }
 
   /**

@@ -1,5 +1,5 @@
 // The orchestrator's view of a sandbox: lifecycle state, what the API shows, and what the runtime needs to find it.
-import type { EgressProxyConfig, NetworkRules } from '../network/types.js';
+import type { EgressPolicy, EgressProxyConfig, NetworkRules } from '../network/types.js';
 import type { VolumeMountRecord } from '../volume/types.js';
 
 export type SandboxState =
@@ -44,6 +44,17 @@ export interface SandboxNetworkSettings {
   /** Ingress (set at create): sandbox ports the proxy reaches over TLS, and the Host their services see. */
   httpsPorts?: number[];
   maskRequestHost?: string;
+}
+
+/** The egress policy `network` holds (what a start, resume, fork child or snapshot launch installs). */
+export function egressPolicyOf(network: SandboxNetworkSettings): EgressPolicy {
+  return {
+    allowOut: network.allowOut,
+    denyOut: network.denyOut,
+    allowInternetAccess: network.allowInternetAccess,
+    ...(network.rules ? { rules: network.rules } : {}),
+    ...(network.egressProxy ? { egressProxy: network.egressProxy } : {}),
+  };
 }
 
 export interface SandboxResourcesView {

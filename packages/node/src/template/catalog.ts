@@ -1,6 +1,7 @@
 import { DomainError, ErrorKind } from '@aenv/protocol';
 import type { VolumeMountRecord } from '../volume/types.js';
 import type { LaunchableTemplate, TemplateLookup } from '../orchestrator/orchestrator.js';
+import type { SandboxNetworkSettings } from '../orchestrator/types.js';
 import {
   DEFAULT_TAG,
   isRepositoryError,
@@ -17,6 +18,8 @@ export interface TemplateCatalogOptions {
   extensionParamsOf(extra: unknown): Record<string, unknown> | undefined;
   /** The volumes a capture's `committed.extra` records as mounted (docs/volumes.md). */
   volumeMountsOf(extra: unknown): VolumeMountRecord[] | undefined;
+  /** The network settings a capture records (docs/networking.md#snapshot-launches); throws when they are damaged. */
+  networkOf(snapshotId: string, extra: unknown): SandboxNetworkSettings | undefined;
 }
 
 /** Names the SDK may use for a template: `ns/name:tag` → `name` (docs/templates.md). */
@@ -87,6 +90,8 @@ export class TemplateCatalog implements TemplateLookup {
     // A snapshot launches with its source's custom extension params unless the create brings its own.
     const params = this.opts.extensionParamsOf(committed.extra);
     const volumeMounts = this.opts.volumeMountsOf(committed.extra);
+    // ...and with its source's network settings unless the create brings its own (orchestrator `createFrom`).
+    const network = this.networkOf(rec.id, committed.extra);
     return {
       templateId: rec.id,
       ...(rec.alias ? { alias: rec.alias } : {}),
@@ -97,9 +102,21 @@ export class TemplateCatalog implements TemplateLookup {
       envVars: committed.context.envVars,
       ...(params ? { customExtensionParams: params } : {}),
       ...(volumeMounts ? { volumeMounts } : {}),
+      ...(network ? { network } : {}),
       ...(committed.context.workdir && committed.context.workdir !== '/'
         ? { defaultWorkdir: committed.context.workdir }
         : {}),
     };
+  }
+
+  private networkOf(id: string, extra: unknown): SandboxNetworkSettings | undefined {
+    try {
+      return this.opts.networkOf(id, extra);
+    } catch (err) {
+      // Not launched without it (a looser sandbox than the one captured); the message names no value.
+      throw new DomainError(ErrorKind.Internal, err instanceof Error ? err.message : String(err), {
+        expose: true,
+      });
+    }
   }
 }
