@@ -215,6 +215,35 @@ describe('network.rules: credentials injected at the edge', () => {
       },
     });
     expect((await seen(sbx, 'https://api.allowed.test/headers')).authorization).toBe(`Bearer ${value}`);
+    // Names are stored lowercased: a placeholder naming the secret in other letters fills the same one.
+    await sbx.updateNetwork({
+      allowOut: ALLOWED,
+      ...CLOSED,
+      rules: {
+        'api.allowed.test': [{ transform: { headers: { Authorization: Secret.fill('Upstream-KEY') } } }],
+      },
+    });
+    expect((await seen(sbx, 'https://api.allowed.test/headers')).authorization).toBe(value);
+    // A placeholder naming no secret is refused before anything changes; the request keeps the last policy's.
+    const unknown = {
+      'api.allowed.test': [
+        { transform: { headers: { Authorization: `Bearer ${Secret.fill('no-such-key')}` } } },
+      ],
+    };
+    for (const [method, path, body] of [
+      ['POST', '/sandboxes', { templateID: 'base', network: { rules: unknown } }],
+      ['PUT', `/sandboxes/${sbx.sandboxId}/network`, { ...CLOSED, rules: unknown }],
+    ] as const) {
+      expect(await server.api(method, path, body)).toMatchObject({
+        status: 400,
+        body: {
+          code: 400,
+          message:
+            'rules["api.allowed.test"][0].transform.headers["Authorization"]: names secret no-such-key, which does not exist (create it with POST /secrets first)',
+        },
+      });
+    }
+    expect((await seen(sbx, 'https://api.allowed.test/headers')).authorization).toBe(value);
     const rotated = await Secret.update('upstream-key', 'sk-rotated-2b7d');
     expect(rotated.version).toBe(2);
     expect((await seen(sbx, 'https://api.allowed.test/headers')).authorization).toBe(
@@ -288,6 +317,13 @@ describe('network.rules: credentials injected at the edge', () => {
       [{ 'a.test': h({ A: 'x'.repeat(9000) }) }, /longer than 8192 bytes/],
       [Object.fromEntries(Array.from({ length: 101 }, (_, i) => [`h${i}.test`, []])), /101 domains/],
       [{ 'a.test': 'x' }, /rules\["a\.test"\] must be a list/],
+      // Placeholders aenv does not fill would reach the upstream as text: identity tokens, unknown kinds, no name.
+      [
+        { 'a.test': h({ A: 'Bearer ${e2b.identity.tokens.aws}' }) },
+        /headers\["A"\]: .*workload identity tokens/,
+      ],
+      [{ 'a.test': h({ A: '${e2b.env.HOME}' }) }, /headers\["A"\]: .*unknown \$\{e2b\.…\} placeholder/],
+      [{ 'a.test': h({ A: '${e2b.secrets.a.b}' }) }, /headers\["A"\]: .*needs the name of a secret/],
       [['a.test'], /rules must be an object/],
     ];
     for (const [rules, message] of cases) {

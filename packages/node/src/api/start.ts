@@ -8,6 +8,7 @@ import {
   egressProxyRefusedRanges,
   parseNetworkPolicy,
   refuseEgressProxyIn,
+  refuseUnknownSecrets,
   refuseUnresolvableEgressProxy,
 } from '../network/index.js';
 import type { HostMetricsSampler } from '../observability/host-metrics.js';
@@ -35,7 +36,7 @@ import { registerNodeDrainRoute } from './routes/node-drain.js';
 import { registerVolumeRoutes } from './routes/volumes.js';
 import { registerWebhookRoutes } from './routes/webhooks.js';
 import { registerSecretRoutes } from './routes/secrets.js';
-import type { Secrets } from '../secrets/secrets-api.js';
+import { secretNames, type Secrets } from '../secrets/secrets-api.js';
 import type { startWebhooks } from '../events/webhooks.js';
 import type { VolumeService } from '../volume/index.js';
 import { registerSandboxRoutes } from './routes/sandboxes.js';
@@ -95,7 +96,7 @@ export interface ControlPlaneDeps {
 
 /** Every control-plane route of the node, with its hooks, on the front door's Fastify app. */
 export function registerControlPlane(app: FastifyInstance, config: AenvConfig, deps: ControlPlaneDeps): void {
-  const { admission, orchestrator, repository, templates } = deps;
+  const { admission, orchestrator, repository, templates, secrets } = deps;
   const envdVersion = deps.envdVersion;
   const runtimeVersions = { envd: envdVersion, tools: deps.tools.version };
   const defaults = {
@@ -143,7 +144,11 @@ export function registerControlPlane(app: FastifyInstance, config: AenvConfig, d
     volumes: deps.volumes,
     tokens: deps.tokens,
     parsePolicy: (input) => refuseEgressProxyIn(parseNetworkPolicy(input), proxyRanges),
-    checkPolicy: (policy) => refuseUnresolvableEgressProxy(policy, (name) => proxyNames.resolve(name)),
+    checkPolicy: async (policy) => {
+      await refuseUnresolvableEgressProxy(policy, (name) => proxyNames.resolve(name));
+      // Without /secrets on this node no secret exists: every placeholder is refused.
+      await refuseUnknownSecrets(policy, async () => (secrets ? secretNames(secrets) : new Set()));
+    },
     envdPort: config.tools.control_plane_port,
     ...(domain ? { domain } : {}),
     customExtensionConfigured: Boolean(config.custom_extension.url),
@@ -197,5 +202,5 @@ export function registerControlPlane(app: FastifyInstance, config: AenvConfig, d
   registerWebhookRoutes(app, { ...deps.webhooks, teamId });
   registerTeamRoutes(app, { apiKey: deps.apiKey });
   registerVolumeRoutes(app, { volumes: deps.volumes });
-  if (deps.secrets) registerSecretRoutes(app, { secrets: deps.secrets });
+  if (secrets) registerSecretRoutes(app, { secrets });
 }

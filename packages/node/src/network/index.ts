@@ -11,6 +11,7 @@ export {
   parseNetworkPolicy,
   egressProxyRefusedRanges,
   refuseEgressProxyIn,
+  refuseUnknownSecrets,
   refuseUnresolvableEgressProxy,
   NetworkPolicyError,
   DEFAULT_EGRESS_POLICY,

@@ -4,6 +4,7 @@ import {
   NetworkPolicyError,
   parseEgressProxy,
   parseNetworkPolicy,
+  refuseUnknownSecrets,
   refuseUnresolvableEgressProxy,
 } from './policy.js';
 
@@ -239,5 +240,34 @@ describe('refuseUnresolvableEgressProxy', () => {
       'egressProxy.address "gone.test:1080": gone.test does not resolve',
     );
     expect(asked).toEqual(['ok.test', 'gone.test']);
+  });
+});
+
+describe('refuseUnknownSecrets', () => {
+  const withHeader = (value: string) =>
+    parseNetworkPolicy({ rules: { 'api.test': [{ transform: { headers: { Authorization: value } } }] } });
+
+  it('refuses a placeholder naming no secret, naming the entry; looks the names up only when there are some', async () => {
+    let lookups = 0;
+    const existing = async () => {
+      lookups++;
+      return new Set(['api-key']);
+    };
+    await refuseUnknownSecrets(withHeader('Bearer ${e2b.secrets.API-Key}'), existing);
+    await refuseUnknownSecrets(withHeader('Bearer literal'), existing);
+    await refuseUnknownSecrets(parseNetworkPolicy({}), existing);
+    expect(lookups).toBe(1);
+    const refused = refuseUnknownSecrets(
+      withHeader('${e2b.secrets.api-key}:${e2b.secrets.Missing}'),
+      existing,
+    );
+    await expect(refused).rejects.toBeInstanceOf(NetworkPolicyError);
+    await expect(refused).rejects.toThrow(
+      'rules["api.test"][0].transform.headers["Authorization"]: names secret missing, which does not exist (create it with POST /secrets first)',
+    );
+    // No secrets at all (a node without /secrets): every placeholder is refused.
+    await expect(
+      refuseUnknownSecrets(withHeader('${e2b.secrets.api-key}'), async () => new Set()),
+    ).rejects.toThrow(/names secret api-key, which does not exist/);
   });
 });

@@ -11,7 +11,7 @@ import {
 } from '@aenv/config';
 import { BUILTIN_DENIED_CIDRS } from './builtin-denies.js';
 import type { EgressPolicy, EgressProxyConfig } from './types.js';
-import { parseRules, RuleInputError } from './egress/header-rules.js';
+import { parseRules, RuleInputError, secretReferences } from './egress/header-rules.js';
 
 /** A policy the caller got wrong; the API answers it with this message. */
 export class NetworkPolicyError extends DomainError {
@@ -249,4 +249,23 @@ export async function refuseUnresolvableEgressProxy(
   const r = await resolve(proxy.host);
   if (!r.ok)
     throw new NetworkPolicyError(`egressProxy.address ${JSON.stringify(proxy.address)}: ${r.reason}`);
+}
+
+/**
+ * Refuses (400, naming the entry) rules whose `${e2b.secrets.<name>}` names a secret that does not exist, before
+ * the sandbox exists or its policy changes. Values are still read at every request (egress/intercept.ts): a secret
+ * deleted later fails that request with a 502 naming it, never sends the placeholder on.
+ */
+export async function refuseUnknownSecrets(
+  policy: EgressPolicy,
+  existing: () => Promise<ReadonlySet<string>>,
+): Promise<void> {
+  const refs = secretReferences(policy.rules);
+  if (refs.length === 0) return;
+  const names = await existing();
+  const missing = refs.find((r) => !names.has(r.secret));
+  if (missing)
+    throw new NetworkPolicyError(
+      `${missing.where}: names secret ${missing.secret}, which does not exist (create it with POST /secrets first)`,
+    );
 }

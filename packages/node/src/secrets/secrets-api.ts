@@ -38,3 +38,15 @@ export function localSecrets(store: SecretStore): Secrets {
     stop: () => {},
   };
 }
+
+/** The names of every secret (a page at a time: at most 1,000 secrets, so a few pages). */
+export async function secretNames(secrets: Pick<Secrets, 'list'>): Promise<Set<string>> {
+  const names = new Set<string>();
+  let after: SecretCursor | undefined;
+  do {
+    const page = await secrets.list(100, after);
+    for (const s of page.items) names.add(s.name);
+    after = page.next;
+  } while (after !== undefined);
+  return names;
+}

@@ -5,11 +5,11 @@ import { z } from 'zod';
 import { ApiError } from '../errors.js';
 import { parseRequiredBody } from '../parse-body.js';
 import { MAX_HEADER_VALUE_BYTES } from '../../network/egress/header-rules.js';
+// Names are stored lowercased, and placeholders name them in either case (network/egress/placeholders.ts).
+import { SECRET_NAME } from '../../network/egress/placeholders.js';
 import type { SecretCursor } from '../../secrets/secret-store.js';
 import type { Secrets } from '../../secrets/secrets-api.js';
 
-/** Lowercased names; `sec_` is reserved for ids. Dots are left out: the placeholder ends at the closing brace. */
-const NAME = /^[a-z0-9][a-z0-9_-]{0,127}$/;
 const MAX_METADATA_ENTRIES = 32;
 const MAX_METADATA_KEY_BYTES = 128;
 const MAX_METADATA_VALUE_BYTES = 1024;
@@ -53,7 +53,7 @@ function checkName(raw: string): string {
   const name = raw.toLowerCase();
   if (name.startsWith('sec_'))
     throw new ApiError(400, 'invalid secret: name: the sec_ prefix is reserved for ids');
-  if (!NAME.test(name))
+  if (!SECRET_NAME.test(name))
     throw new ApiError(
       400,
       `invalid secret: name ${JSON.stringify(raw.slice(0, 140))}: 1 to 128 letters, digits, "-" or "_", starting with a letter or digit`,

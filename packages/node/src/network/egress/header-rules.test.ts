@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { parseNetworkPolicy } from '../policy.js';
-import { applyOverrides, compileRules, maskedRules, overridesFor } from './header-rules.js';
+import { applyOverrides, compileRules, maskedRules, overridesFor, secretReferences } from './header-rules.js';
 
 const rules = (r: unknown) => parseNetworkPolicy({ rules: r }).rules;
 const h = (headers: Record<string, string>) => [{ transform: { headers } }];
@@ -116,6 +116,80 @@ describe('network.rules validation', () => {
     'Trailer',
   ])('refuses the framing header %s', (name) => {
     expect(() => rules({ 'a.test': h({ [name]: 'v' }) })).toThrow(/cannot be set/);
+  });
+
+  // `${e2b.…}` placeholders (placeholders.ts): only `${e2b.secrets.<name>}` is filled; anything else that opens
+  // like one would reach the upstream as literal text, so it is refused.
+  const S = '${e2b.secrets.';
+  const placeholderCases: [string, RegExp][] = [
+    ['Bearer ${e2b.identity.tokens.aws}', /workload identity tokens\) is not supported by this server/],
+    ['${e2b.identity.tokens.}', /workload identity tokens/],
+    ['${e2b.env.HOME}', /unknown \$\{e2b\.…\} placeholder/],
+    ['${E2B.SECRETS.key}', /unknown \$\{e2b\.…\} placeholder/],
+    ['${ e2b.secrets.key}', /unknown \$\{e2b\.…\} placeholder/],
+    ['${e2b.}', /unknown/],
+    [`${S}key`, /never closed/],
+    [`a ${S}ok} then ${S}`, /never closed/],
+    [`${S}}`, /needs the name of a secret/],
+    [`${S}my.key}`, /needs the name of a secret/],
+    [`${S}a b}`, /needs the name of a secret/],
+    [`${S}-lead}`, /needs the name of a secret/],
+    [`${S}${'k'.repeat(129)}}`, /needs the name of a secret/],
+    // Nested: the inner opening is part of the outer one's name, which is no name.
+    [`${S}${S}inner}}`, /needs the name of a secret/],
+    // Huge: thousands of placeholders in one value are scanned once, and the first bad one is named.
+    [`${`${S}ok}`.repeat(400)}${S}bad!}`, /needs the name of a secret/],
+  ];
+  const labelled = placeholderCases.map(
+    ([value, message]) =>
+      [value.length > 60 ? `${value.slice(0, 40)}… (${value.length} chars)` : value, value, message] as const,
+  );
+  it.each(labelled)(
+    'refuses the placeholder in %s, naming the header, never echoing it',
+    (_label, value, message) => {
+      let err: Error | undefined;
+      try {
+        rules({ 'a.test': h({ Authorization: value }) });
+      } catch (e) {
+        err = e as Error;
+      }
+      expect(err?.message).toMatch(/^rules\["a\.test"\]\[0\]\.transform\.headers\["Authorization"\]: /);
+      expect(err?.message).toMatch(message);
+      expect(err?.message).not.toContain(value);
+    },
+  );
+
+  it('takes secret placeholders whose names the /secrets API takes, in either case, and literal dollar signs', () => {
+    for (const value of [
+      `Bearer ${S}openai-key}`,
+      `${S}OpenAI_Key}`,
+      `${S}${'k'.repeat(128)}}`,
+      `${S}a}:${S}b}`,
+      'price: $5, ${HOME}, ${e2b',
+      `${'$'.repeat(20)}{e2b`,
+    ])
+      expect(rules({ 'a.test': h({ Authorization: value }) })).toEqual({
+        'a.test': h({ Authorization: value }),
+      });
+  });
+
+  it('lists the secrets the rules name, lowercased, with the entry naming each', () => {
+    expect(
+      secretReferences(
+        rules({
+          'a.test': [
+            {},
+            { transform: { headers: { Authorization: `Bearer ${S}Key-One}`, 'X-Other': 'plain' } } },
+          ],
+          '*.b.test': h({ 'X-Two': `${S}key-two}${S}key-one}` }),
+        }),
+      ),
+    ).toEqual([
+      { secret: 'key-one', where: 'rules["a.test"][1].transform.headers["Authorization"]' },
+      { secret: 'key-two', where: 'rules["*.b.test"][0].transform.headers["X-Two"]' },
+      { secret: 'key-one', where: 'rules["*.b.test"][0].transform.headers["X-Two"]' },
+    ]);
+    expect(secretReferences(undefined)).toEqual([]);
   });
 
   it('never echoes a header value in an error', () => {

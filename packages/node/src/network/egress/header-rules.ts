@@ -4,6 +4,7 @@
 // are never merged. Within one key's list the rules apply in order (a later one overrides an earlier header).
 
 import type { NetworkRules } from '../types.js';
+import { parsePlaceholders } from './placeholders.js';
 
 /** A policy part the caller got wrong; policy.ts turns it into a NetworkPolicyError (400). */
 export class RuleInputError extends Error {}
@@ -118,6 +119,8 @@ function parseRule(rule: unknown, where: string): NetworkRules[string][number] {
       throw new RuleInputError(`${at}: the value is longer than ${MAX_HEADER_VALUE_BYTES} bytes`);
     if (!FIELD_VALUE.test(value))
       throw new RuleInputError(`${at}: the value holds a control character or a character outside Latin-1`);
+    const placeholders = parsePlaceholders(value);
+    if (!Array.isArray(placeholders)) throw new RuleInputError(`${at}: ${placeholders.problem}`);
     out[name] = value;
   }
   return { transform: { headers: out } };
@@ -163,6 +166,21 @@ export function applyOverrides(rawHeaders: readonly string[], overrides: HeaderO
     if (!replaced.has(name.toLowerCase())) out.push(name, rawHeaders[i + 1] as string);
   }
   for (const [name, value] of overrides) out.push(name, value);
+  return out;
+}
+
+/** Each `${e2b.secrets.<name>}` the (validated) rules name, with the entry that names it, as messages call it. */
+export function secretReferences(rules: NetworkRules | undefined): { secret: string; where: string }[] {
+  const out: { secret: string; where: string }[] = [];
+  for (const [key, list] of Object.entries(rules ?? {}))
+    list.forEach((rule, i) => {
+      for (const [name, value] of Object.entries(rule.transform?.headers ?? {})) {
+        const found = parsePlaceholders(value);
+        if (!Array.isArray(found)) continue;
+        const where = `rules[${JSON.stringify(key)}][${i}].transform.headers[${JSON.stringify(name)}]`;
+        for (const p of found) out.push({ secret: p.secret, where });
+      }
+    });
   return out;
 }
 

@@ -235,6 +235,45 @@ describe('egress interception of network.rules', () => {
     }
   });
 
+  it('fills a placeholder naming the secret in any case (names are stored lowercased)', async () => {
+    const agent = new https.Agent({ keepAlive: true, maxSockets: 1, ca: nodeCa.certPem });
+    try {
+      setRules({
+        'api.test': [{ transform: { headers: { Authorization: 'Bearer ${e2b.secrets.API-Key}' } } }],
+      });
+      const r = await request(https, viaProxy('api.test', agent, { path: '/upper' }));
+      expect(JSON.parse(r.body).authorization).toBe('Bearer sk-from-store');
+    } finally {
+      agent.destroy();
+      setRules(allRules);
+    }
+  });
+
+  it('never sends on a placeholder it does not fill, even from a policy stored before such were refused', async () => {
+    const agent = new https.Agent({ keepAlive: true, maxSockets: 1, ca: nodeCa.certPem });
+    try {
+      // Compiled as stored, bypassing the create-time check (parseNetworkPolicy refuses it now).
+      registry.set(['127.0.0.1'], {
+        index: 1,
+        patterns: ['api.test'],
+        anyName: false,
+        rules: compileRules({
+          'api.test': [{ transform: { headers: { Authorization: 'Bearer ${e2b.identity.tokens.aws}' } } }],
+        }),
+      });
+      await proxy.recheck(1);
+      const r = await request(https, viaProxy('api.test', agent, { path: '/identity' }));
+      expect(r.status).toBe(502);
+      expect(r.body).toMatch(
+        /the rule's header Authorization: a \$\{e2b\.identity\.tokens\.<name>\} placeholder/,
+      );
+      expect(seen.some((s) => s.url === '/identity')).toBe(false);
+    } finally {
+      agent.destroy();
+      setRules(allRules);
+    }
+  });
+
   it('streams request and response bodies (chunked upload, a response written over time)', async () => {
     const agent = new https.Agent({ keepAlive: true, ca: nodeCa.certPem });
     try {

@@ -14,6 +14,7 @@ import type { NetworkLogger } from '../manager.js';
 import { normalizeHostName } from './domain-match.js';
 import { applyOverrides, type HeaderOverrides } from './header-rules.js';
 import type { NodeCa } from './node-ca.js';
+import { fillPlaceholders } from './placeholders.js';
 import type { EgressProxyConfig } from '../types.js';
 import { SocksHttpAgent, SocksHttpsAgent, type SocksDialer } from './socks-agent.js';
 import { proxyRoute } from './socks.js';
@@ -30,9 +31,6 @@ export interface InterceptorOptions {
   /** Opens tunnels through a sandbox's SOCKS5 upstream; absent: a hop `via` a proxy fails its requests (502). */
   dialSocks?: SocksDialer;
 }
-
-/** `${e2b.secrets.<name>}` in a rule's header value (the SDK's `Secret.fill`). */
-const SECRET_PLACEHOLDER = /\$\{e2b\.secrets\.([a-z0-9][a-z0-9_-]{0,127})\}/g;
 
 /** What a request on an intercepted connection gets now: its overrides, or `undefined` once no longer allowed. */
 export type CurrentRules = () => HeaderOverrides | null | undefined;
@@ -186,23 +184,24 @@ export class Interceptor {
 
   /** The overrides with their secret placeholders filled in, or why they cannot be (an unknown secret). */
   private fillSecrets(overrides: HeaderOverrides): HeaderOverrides | string {
+    const valueOf = (secret: string): string | undefined => {
+      try {
+        return this.opts.secretValue?.(secret);
+      } catch (err) {
+        // A value that does not open (a damaged row): the request fails, the node does not.
+        this.opts.logger.warn({ secret, err: (err as Error).message }, 'egress secret cannot be read');
+        return undefined;
+      }
+    };
     const out: (readonly [string, string])[] = [];
     for (const [name, value] of overrides) {
-      let missing: string | undefined;
-      const filled = value.replace(SECRET_PLACEHOLDER, (_m, secret: string) => {
-        let v: string | undefined;
-        try {
-          v = this.opts.secretValue?.(secret);
-        } catch (err) {
-          // A value that does not open (a damaged row): the request fails, the node does not.
-          this.opts.logger.warn({ secret, err: (err as Error).message }, 'egress secret cannot be read');
-        }
-        if (v === undefined) missing ??= secret;
-        return v ?? '';
-      });
-      if (missing !== undefined)
-        return `the rule's header ${name} names secret ${missing}, which does not exist or cannot be read`;
-      out.push([name, filled]);
+      // A placeholder that is not filled is never sent on as text (a policy stored before it was refused).
+      const r = fillPlaceholders(value, valueOf);
+      if ('problem' in r)
+        return r.secret !== undefined
+          ? `the rule's header ${name} ${r.problem}`
+          : `the rule's header ${name}: ${r.problem}`;
+      out.push([name, r.filled]);
     }
     return out;
   }
