@@ -129,11 +129,15 @@ describe.each<Repository>(['local', 'shared'])(
         expect(sandboxes.map((s) => s.sandboxId)).toContain(id);
     });
 
-    it('lists a snapshot made on one node and launches it through the gateway (on that node unless shared), then deletes it', async () => {
+    it('lists a snapshot made on one node and launches it through the gateway (on that node unless shared) with its policy, then deletes it', async () => {
       const source = sandboxes[0]!;
       const node = await boundNode(source.sandboxId);
       await source.commands.run('echo snap > /tmp/snap.txt');
+      // The snapshot records the policy it was taken with (in its signed commit marker in the repository).
+      const policy = { allowOut: ['198.51.100.7/32'], denyOut: ['0.0.0.0/0'] };
+      await source.updateNetwork(policy);
       const snap = await source.createSnapshot();
+      await source.updateNetwork({});
       const paginator = Sandbox.listSnapshots();
       const ids: string[] = [];
       while (paginator.hasNext) ids.push(...(await paginator.nextItems()).map((x) => x.snapshotId));
@@ -144,6 +148,8 @@ describe.each<Repository>(['local', 'shared'])(
         sandboxes.push(s);
         launchedOn.add(await boundNode(s.sandboxId));
         expect((await s.commands.run('cat /tmp/snap.txt')).stdout).toBe('snap\n');
+        // Created without a network: it has the snapshot's policy, on whichever node it landed.
+        expect((await s.getInfo()).network).toMatchObject(policy);
       }
       expect([...launchedOn]).toEqual(repo === 'local' ? [node] : expect.arrayContaining(NODES));
       for (const s of sandboxes.splice(3)) await s.kill();
