@@ -432,6 +432,19 @@ describe('Orchestrator state machine', () => {
       denyOut: [],
       allowInternetAccess: false,
     });
+    // allow_internet_access without `network`: false closes what the recorded allow-list does not name; true
+    // (what SDKs before 2.51 send on every create) opens nothing the snapshot closed.
+    const closed = await orch.createFrom(snapshot, {
+      ...rest,
+      policy: { allowOut: [], denyOut: [], allowInternetAccess: false },
+      inheritNetwork: true,
+    });
+    expect(closed.network).toEqual({ ...recorded, allowInternetAccess: false });
+    const opened = await orch.createFrom(
+      { ...snapshot, network: { ...recorded, allowInternetAccess: false } },
+      { ...rest, policy: { allowOut: [], denyOut: [], allowInternetAccess: true }, inheritNetwork: true },
+    );
+    expect(opened.network.allowInternetAccess).toBe(false);
     // A template (or a snapshot taken before snapshots recorded their network) launches as the create says.
     const { network: _n, ...old } = snapshot;
     expect((await orch.createFrom(old, { ...rest, inheritNetwork: true })).network).toEqual({

@@ -43,8 +43,8 @@ export interface CreateSandboxInput {
   maskRequestHost?: string;
   policy: EgressPolicy;
   /**
-   * The create named no network settings (`network`, `allow_internet_access`): a snapshot launches with the ones
-   * it recorded, if any (the fields above are then unused). Absent or false: the fields above, whole.
+   * The create has no `network`: a snapshot launches with the settings it recorded, if any, and of the fields
+   * above only `policy.allowInternetAccess: false` applies (on top). Absent or false: the fields above, whole.
    */
   inheritNetwork?: boolean;
   /** Given with the create; absent: the template's (a snapshot's) params, if any. */
@@ -83,6 +83,20 @@ function networkOfInput(input: Omit<CreateSandboxInput, 'templateId'>): SandboxN
     ...(input.policy.rules ? { rules: input.policy.rules } : {}),
     ...(input.policy.egressProxy ? { egressProxy: input.policy.egressProxy } : {}),
   };
+}
+
+/**
+ * A snapshot's recorded settings for a create without `network`. Its `allow_internet_access: false` still closes
+ * what the allow-list does not name; `true` is no reason to open anything (SDKs before 2.51 send it on every
+ * create), so it leaves the recorded setting.
+ */
+function inheritedNetwork(
+  recorded: SandboxNetworkSettings,
+  allowInternetAccess: boolean | null,
+): SandboxNetworkSettings {
+  const network = structuredClone(recorded);
+  if (allowInternetAccess === false) network.allowInternetAccess = false;
+  return network;
 }
 
 /** Looks up what `templateID` names (id or alias of a committed template or snapshot). */
@@ -545,9 +559,10 @@ export class Orchestrator {
     const volumeMounts = (await input.resolveVolumeMounts?.(template.volumeMounts ?? [])) ?? [];
     const id = this.opts.newId();
     const now = new Date().toISOString();
-    // A snapshot's recorded settings apply whole or not at all: a create that brings any replaces them all.
     const network =
-      input.inheritNetwork && template.network ? structuredClone(template.network) : networkOfInput(input);
+      input.inheritNetwork && template.network
+        ? inheritedNetwork(template.network, input.policy.allowInternetAccess)
+        : networkOfInput(input);
     const policy = egressPolicyOf(network);
     const record: SandboxRecord = {
       id,

@@ -233,8 +233,8 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
       allowPublicTraffic: req.network?.allowPublicTraffic ?? true,
       ...parseIngressSettings(req.network, deps.envdPort ?? ENVD_PORT),
       policy,
-      // No network settings at all: a snapshot launches with those it recorded (docs/networking.md).
-      ...(req.network === undefined && allowInternetAccess === undefined ? { inheritNetwork: true } : {}),
+      // No `network`: a snapshot launches with the settings it recorded (docs/networking.md#snapshot-launches).
+      ...(req.network === undefined ? { inheritNetwork: true } : {}),
       ...(extensionParams ? { customExtensionParams: extensionParams } : {}),
     };
   };
