@@ -278,13 +278,13 @@ describe('domain egress', () => {
     try {
       const inherited = await Sandbox.create(snapshot.snapshotId, { timeoutMs: 120_000 });
       launched.push(inherited);
-      const info = await server.api('GET', `/sandboxes/${inherited.sandboxId}`);
-      expect(info.body.network).toMatchObject({ allowOut: ['*.wild.test'], denyOut: ['0.0.0.0/0'] });
       expect((await run(inherited, curl('https://a.wild.test/'))).out).toBe('tls:sni=a.wild.test');
       expect((await run(inherited, curl('https://api.allowed.test/'))).exit).not.toBe(0);
       expect((await run(inherited, curl(`-H 'Host: api.allowed.test' http://${WEB}/`))).out).toMatch(
         /^aenv egress: api\.allowed\.test is not in the sandbox's allowOut/,
       );
+      const info = await server.api('GET', `/sandboxes/${inherited.sandboxId}`);
+      expect(info.body.network).toMatchObject({ allowOut: ['*.wild.test'], denyOut: ['0.0.0.0/0'] });
       // A create's own network replaces the recorded one whole.
       const own = await Sandbox.create(snapshot.snapshotId, {
         timeoutMs: 120_000,

@@ -220,10 +220,12 @@ describe('network.rules: credentials injected at the edge', () => {
       allowOut: ALLOWED,
       ...CLOSED,
       rules: {
-        'api.allowed.test': [{ transform: { headers: { Authorization: Secret.fill('Upstream-KEY') } } }],
+        'api.allowed.test': [
+          { transform: { headers: { Authorization: `Bearer ${Secret.fill('Upstream-KEY')}` } } },
+        ],
       },
     });
-    expect((await seen(sbx, 'https://api.allowed.test/headers')).authorization).toBe(value);
+    expect((await seen(sbx, 'https://api.allowed.test/headers')).authorization).toBe(`Bearer ${value}`);
     // A placeholder naming no secret is refused before anything changes; the request keeps the last policy's.
     const unknown = {
       'api.allowed.test': [
@@ -243,7 +245,7 @@ describe('network.rules: credentials injected at the edge', () => {
         },
       });
     }
-    expect((await seen(sbx, 'https://api.allowed.test/headers')).authorization).toBe(value);
+    expect((await seen(sbx, 'https://api.allowed.test/headers')).authorization).toBe(`Bearer ${value}`);
     const rotated = await Secret.update('upstream-key', 'sk-rotated-2b7d');
     expect(rotated.version).toBe(2);
     expect((await seen(sbx, 'https://api.allowed.test/headers')).authorization).toBe(
