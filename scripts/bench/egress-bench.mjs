@@ -25,6 +25,7 @@ import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, URL } from 'node:url';
+import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { register } from 'tsx/esm/api';
 
@@ -86,7 +87,7 @@ const get = (path, onData) => new Promise((resolve, reject) => {
     for (let i = 0; i < Number(count); i++) {
       const s = open(() => s.write('GET /hold HTTP/1.1\\r\\nHost: ' + name + '\\r\\n\\r\\n'));
       s.once('data', () => { if (++opened === Number(count)) console.log(JSON.stringify({ open: opened })); });
-      s.on('error', (e) => { console.log(JSON.stringify({ error: e.message })); process.exit(1); });
+      s.on('error', (e) => { console.log(JSON.stringify({ error: e.message, open: opened })); process.exit(1); });
       socks.push(s);
     }
     process.stdin.on('data', () => process.exit(0));
@@ -263,11 +264,18 @@ try {
   }
   results['splice helper'] = nm.egressSplice ?? { off: 1 };
 
-  /** The proxy's memory growth while `row`'s slot holds HOLD connections, each with a response begun. */
-  const held = async (row) => {
+  /**
+   * The proxy's memory growth while `row`'s slot holds HOLD connections, each with a response begun; `timed` adds
+   * how long they took to open and the longest the proxy's event loop stalled meanwhile. A holder that fails is
+   * reported (with how many it had open), not thrown: the rows before it are kept.
+   */
+  const held = async (row, timed) => {
     for (let i = 0; i < 100 && nm.egressConnections > 0; i++) await sleep(100);
     globalThis.gc?.();
     const before = process.memoryUsage();
+    const loop = monitorEventLoopDelay({ resolution: 10 });
+    loop.enable();
+    const t0 = performance.now();
     const holder = spawn(
       'nsenter',
       [
@@ -284,10 +292,17 @@ try {
       { stdio: ['pipe', 'pipe', 'inherit'] },
     );
     children.push(holder);
-    const got = await new Promise((resolve) =>
-      holder.stdout.once('data', (b) => resolve(JSON.parse(b.toString()))),
-    );
-    if (got.open !== HOLD) throw new Error(`holder: ${JSON.stringify(got)}`);
+    const got = await new Promise((resolve) => {
+      holder.stdout.once('data', (b) => resolve(JSON.parse(b.toString())));
+      holder.once('exit', (code) => resolve({ error: `exited with ${code}` }));
+    });
+    const openMs = +(performance.now() - t0).toFixed(0);
+    loop.disable();
+    const stalls = { openMs, loopDelayMaxMs: +(loop.max / 1e6).toFixed(0) };
+    if (got.open !== HOLD) {
+      console.error(`holder of ${row.path}: ${JSON.stringify(got)}`);
+      return { failedAfterOpen: got.open ?? 0, ...stalls };
+    }
     globalThis.gc?.();
     const after = process.memoryUsage();
     const open = nm.egressConnections;
@@ -298,11 +313,18 @@ try {
       rssMiB: +((after.rss - before.rss) / 2 ** 20).toFixed(1),
       heapMiB: +((after.heapUsed - before.heapUsed) / 2 ** 20).toFixed(1),
       gc: globalThis.gc !== undefined,
+      ...(timed ? stalls : {}),
     };
   };
-  results['proxy memory per 1,000 open connections'] = await held(rows[1]);
-  results['proxy memory per 1,000 open connections, HTTPS passthrough (domain)'] = await held(rows.at(-2));
-  results['proxy memory per 1,000 open connections, HTTPS intercepted (rules)'] = await held(rows.at(-1));
+  results['proxy memory per 1,000 open connections'] = await held(rows[1], false);
+  results['proxy memory per 1,000 open connections, HTTPS passthrough (domain)'] = await held(
+    rows.at(-2),
+    true,
+  );
+  results['proxy memory per 1,000 open connections, HTTPS intercepted (rules)'] = await held(
+    rows.at(-1),
+    true,
+  );
   for (const slot of Object.values(slots)) await nm.release(slot);
 } finally {
   for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
