@@ -134,9 +134,12 @@ try {
     [`--net=${netns}`, 'ip', '-batch', '-'],
     `addr add ${WEB}/24 dev wan0\naddr add ${DNS}/32 dev wan0\naddr add ${SOCKS}/32 dev wan0\nlink set wan0 up\nlink set lo up\n`,
   );
+  // The connected route can take a moment to be used (a busy host): wait for it, never send before it is.
   for (const ip of [WEB, DNS, SOCKS]) {
-    if (!/ dev aebw0 /.test(sh('ip', ['route', 'get', ip])))
-      throw new Error(`${ip} would not stay on this machine`);
+    let route = '';
+    for (let i = 0; i < 30 && !/ dev aebw0 /.test((route = sh('ip', ['route', 'get', ip]))); i++)
+      await sleep(100);
+    if (!/ dev aebw0 /.test(route)) throw new Error(`${ip} would not stay on this machine: ${route.trim()}`);
   }
   // The fake internet's "public" CA; the clients trust it and the node CA alike (one CA file for every row).
   const certs = makeTestCerts(scratch, 'aenv egress bench public CA', [NAME]);
