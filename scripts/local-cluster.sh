@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # A local cluster on this machine in one command (docs/cluster.md#a-local-cluster): one `aenv scheduler`,
 # three nodes (`aenv server`, each with its own home, runtime dir, internal CIDRs and resource prefix, all
-# reporting heartbeats) and one `aenv gateway`, on loopback. Prints the E2B_* environment to use.
+# reporting heartbeats) and one `aenv gateway`, on loopback. The nodes share one snapshot repository (a
+# posix_fs directory under the state dir) and the cluster's secrets, so templates, snapshots and paused
+# sandboxes are usable on every node and a drained node's sandboxes resume on another, as in a real cluster.
+# Prints the E2B_* environment to use.
 # Usage: scripts/local-cluster.sh up | down | status | purge   (purge: down, then remove everything the nodes
 # keep on the host between runs: CoW volume and netns mounts, nft tables, cgroup parents, state and runtime dirs)
 # Environment: AENV_CLUSTER_NODES (default 3, at most 9), AENV_CLUSTER_PORT (gateway port, default 18000; the
 # nodes take the next ones, the scheduler +90), AENV_CLUSTER_STATE (default /var/lib/aenv-cluster),
-# AENV_CLUSTER_WARM (warm sandboxes per node, default 0: three nodes on one machine), AENV_DEPS_PATH (CRIU and
-# the tools dir, default /var/lib/aenv/deps as scripts/setup-host.sh installs them).
+# AENV_CLUSTER_WARM (warm sandboxes per node, default 0: three nodes on one machine), AENV_CLUSTER_REDIS
+# (host:port of a Redis for the scheduler's bindings; default none: bindings in the scheduler's memory, rebuilt
+# from heartbeats after a restart), AENV_DEPS_PATH (CRIU and the tools dir, default /var/lib/aenv/deps as
+# scripts/setup-host.sh installs them).
 # Needs root, as a node does; run `npm run build` (or scripts/run-server.sh once) first.
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
@@ -22,6 +27,7 @@ STATE=${AENV_CLUSTER_STATE:-/var/lib/aenv-cluster}
 CLI=$REPO/packages/cli/dist/main.js
 SCHED_PORT=$((PORT + 90))
 WARM=${AENV_CLUSTER_WARM:-0}
+REDIS=${AENV_CLUSTER_REDIS:-}
 
 pidfile() { printf '%s/%s.pid\n' "$STATE" "$1"; }
 
@@ -65,6 +71,13 @@ up() {
   [ -f "$secrets_key_file" ] ||
     (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$secrets_key_file" && echo >>"$secrets_key_file")
   secrets_key=$(head -n1 "$secrets_key_file")
+  # And one record signing secret: every node must trust what another wrote to the shared repository.
+  local signing_file=$STATE/record-signing-secret signing
+  [ -f "$signing_file" ] ||
+    (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$signing_file" && echo >>"$signing_file")
+  signing=$(head -n1 "$signing_file")
+  local shared=$STATE/shared-repository
+  mkdir -p -m 0700 "$shared"
 
   local nodes_json="" i id
   for i in $(seq 1 "$NODES"); do
@@ -76,6 +89,7 @@ up() {
   "scheduler": {
     "grpc_listen_addr": "127.0.0.1:$SCHED_PORT",
     "metrics_listen_addr": "127.0.0.1:$((SCHED_PORT + 1))",
+    "redis_addr": "$REDIS",
     "nodes": [$nodes_json]
   },
   "gateway": {
@@ -97,7 +111,8 @@ EOF
     # One key for the cluster: each node's managed key file holds it.
     (umask 077 && printf '%s\n' "$key" >"$home/secrets/api-key" &&
       printf '%s\n' "$seed" >"$home/secrets/sandbox-access-token-hash-seed" &&
-      printf '%s\n' "$secrets_key" >"$home/secrets/secrets-key")
+      printf '%s\n' "$secrets_key" >"$home/secrets/secrets-key" &&
+      printf '%s\n' "$signing" >"$home/secrets/snapshot-record-signing-key")
     (umask 077 && cat >"$home/config.toml" <<EOF
 home_path = "$home"
 runtime_path = "$run"
@@ -109,6 +124,10 @@ host_interaction_cidr = "10.$((60 + 2 * i)).0.0/16"
 veth_cidr = "10.$((61 + 2 * i)).0.0/16"
 [pool]
 warm_sandboxes = $WARM
+[snapshot]
+repository_backend = "posix_fs"
+[backend.posix_fs]
+snapshot_store = "$shared"
 [cluster]
 scheduler_endpoint = "http://127.0.0.1:$SCHED_PORT"
 [observability.scheduler_report]
@@ -120,8 +139,9 @@ EOF
     )
     aenv_log "==> node $id on 127.0.0.1:$((PORT + i))"
     start "$id" "$home/node.log" env API_ADDR="127.0.0.1:$((PORT + i))" node "$CLI" server --config "$home/config.toml"
+    # One after the other: the first registers the base template in the shared repository, the others find it.
+    wait_http "http://127.0.0.1:$((PORT + i))/health" "node $id"
   done
-  for i in $(seq 1 "$NODES"); do wait_http "http://127.0.0.1:$((PORT + i))/health" "node lc$i"; done
 
   aenv_log "==> gateway on 127.0.0.1:$PORT"
   start gateway "$STATE/gateway.log" env AENV_API_KEY="$key" node "$CLI" gateway -config "$STATE/cluster.json"

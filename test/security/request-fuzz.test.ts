@@ -8,7 +8,7 @@
 // AENV_FUZZ_SEED replays a failure. scripts/fuzz-api.mjs runs this file for longer.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import fc from 'fast-check';
-import { startServer, type TestServer, ENVD_PORT } from '../e2e/harness.js';
+import { startServer, logsForFailure, type TestServer, ENVD_PORT } from '../e2e/harness.js';
 import { expectErrorShape, expectHealthy, rawExchange, storedState, type RawAnswer } from './lib.js';
 
 const RUNS = Number(process.env.AENV_FUZZ_RUNS ?? 300);
@@ -268,7 +268,8 @@ describe('fuzzing every route family of a real node', () => {
       network: { allowPublicTraffic: false },
       metadata: { fuzz: 'keep' },
     });
-    expect(sbx.status).toBe(201);
+    // A hook's failure is not a test's: the node's logs go into the message (CI shows nothing else).
+    expect(sbx.status, `${JSON.stringify(sbx.body)}\n${logsForFailure()}`).toBe(201);
     sandboxId = sbx.body.sandboxID;
     const tpl = await server.api('POST', '/v3/templates', { name: keep });
     expect(tpl.status).toBe(202);

@@ -1310,7 +1310,7 @@ export class ContainerDriver implements RuntimeDriver {
         // A dump taken from a frozen cgroup may come back frozen.
         await this.cg().thaw(spec.id);
         if (meta.hostname !== spec.hostname) {
-          await run('nsenter', [`--uts=/proc/${pid}/ns/uts`, 'hostname', spec.hostname]);
+          await phase('name-uts', () => this.hostnames().set(pid, spec.hostname));
         }
         this.limitSoon(spec, p, pid);
         return { id: spec.id, pid, sandboxDir: p.dir, upperDir: p.upper };
