@@ -6,8 +6,8 @@ import https from 'node:https';
 import type { Server as NetServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { connect as tlsConnect } from 'node:tls';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import tls, { connect as tlsConnect } from 'node:tls';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { parseNetworkPolicy } from '../policy.js';
 import { compileRules } from './header-rules.js';
 import { Interceptor } from './intercept.js';
@@ -209,6 +209,28 @@ describe('egress interception of network.rules', () => {
       expect(JSON.stringify(answers.map((a) => a.headers))).not.toContain('s3cret');
     } finally {
       agent.destroy();
+    }
+  });
+
+  it('opens parallel upstream connections without building the upstream trust again for each', async () => {
+    // node:tls builds a context from `ca` on every connect it is not handed one for: with the host's bundle that
+    // stalled the node's event loop for seconds under many parallel intercepted requests.
+    const builds = vi.spyOn(tls, 'createSecureContext');
+    const agents = Array.from({ length: 4 }, () => new https.Agent({ ca: nodeCa.certPem }));
+    const before = upstreamConnections.length;
+    try {
+      const answers = await Promise.all(
+        agents.map((agent, i) => request(https, viaProxy('api.test', agent, { path: `/parallel-${i}` }))),
+      );
+      expect(answers.map((a) => a.status)).toEqual([200, 200, 200, 200]);
+      expect(upstreamConnections.length - before).toBeGreaterThan(1);
+      const upstreamTrustBuilds = builds.mock.calls.filter(
+        ([o]) => Array.isArray(o?.ca) && o.ca.includes(publicCa.certPem),
+      );
+      expect(upstreamTrustBuilds).toHaveLength(0);
+    } finally {
+      builds.mockRestore();
+      for (const a of agents) a.destroy();
     }
   });
 
