@@ -125,7 +125,7 @@ export function registerObserveCommands(program: Command): void {
       }
       ctx.out.done(
         progress,
-        `node ${nodeId} ${progress.done ? 'drained' : 'draining'}: ${progress.handedOver} handed over, ${progress.failed} failed, ${progress.running} running, ${progress.paused} paused`,
+        `node ${nodeId} ${progress.done ? 'drained' : 'draining'}: ${progress.handedOver} handed over, ${progress.failed} failed, ${progress.kept} kept (their volumes are only on this node), ${progress.running} running, ${progress.paused} paused`,
       );
     }),
   );
