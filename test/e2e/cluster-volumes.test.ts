@@ -289,6 +289,86 @@ describe('volumes through aenv gateway', () => {
     expect(await Sandbox.deleteSnapshot(snap.snapshotId)).toBe(true);
   });
 
+  it('a paused sandbox mounting a volume stays on its node: the other node refuses it, a drain keeps it, it resumes at home', async () => {
+    const b = volumes[1]!;
+    const home = (await holder(b.volumeId))[0]!;
+    const hi = NODES.indexOf(home as (typeof NODES)[number]);
+    const other = nodes[1 - hi]!;
+    const s = await Sandbox.create({ volumeMounts: { '/data': b }, timeoutMs: 120_000 });
+    const id = s.sandboxId;
+    await s.commands.run('echo on-volume > /data/stays.txt && echo on-disk > /home/user/disk.txt');
+    const copied = () =>
+      nodes[hi]!.logs()
+        .split('\n')
+        .filter((l) => l.includes('"paused sandbox copied to the repository"') && l.includes(id)).length;
+    await s.pause();
+    // Its pause is in the shared repository, where any node could take it — but only its node has the volume.
+    await eventually(async () => copied() > 0, 'the pause to reach the repository', 600, 100);
+    const refusal = {
+      code: 503,
+      message: `sandbox ${id} mounts volume "beta", which is not on node ${NODES[1 - hi]}: it resumes only on node ${home}, which holds the volume; try again once that node serves it`,
+    };
+    expect(await other.api('POST', `/sandboxes/${id}/connect`, { timeout: 60 })).toMatchObject({
+      status: 503,
+      body: refusal,
+    });
+    expect(await other.api('GET', `/sandboxes/${id}`)).toMatchObject({ status: 503, body: refusal });
+    expect(await other.api('DELETE', `/sandboxes/${id}`)).toMatchObject({ status: 503, body: refusal });
+
+    // A drain of its node pauses and keeps it there; the gateway, moving a connect off the draining node, gets
+    // the other node's refusal, and nothing changes hands.
+    expect((await nodes[hi]!.api('POST', `/nodes/${home}/drain`)).status).toBe(202);
+    await eventually(
+      async () => (await nodes[hi]!.api('GET', `/nodes/${home}`)).body?.drain?.done === true,
+      'the drain to finish',
+      600,
+      100,
+    );
+    expect((await nodes[hi]!.api('GET', `/nodes/${home}`)).body.drain).toMatchObject({
+      handedOver: 0,
+      failed: 0,
+      kept: 1,
+      paused: 1,
+    });
+    expect(nodes[hi]!.logs()).toContain('drain: sandbox kept on this node: it mounts volume \\"beta\\"');
+    const connectVia = () => gw(`/sandboxes/${id}/connect`, { method: 'POST', body: '{"timeout":60}' });
+    let moved: Response | undefined;
+    await eventually(
+      async () => {
+        moved = await connectVia();
+        if (moved.headers.get('x-agentenv-node-id') === NODES[1 - hi]) return true;
+        await moved.arrayBuffer();
+        return false;
+      },
+      'the gateway to move a connect off the draining node',
+      300,
+      100,
+    );
+    expect([moved!.status, await moved!.json()]).toEqual([503, refusal]);
+    expect((await other.api('GET', `/sandboxes/${id}`)).status).toBe(503);
+
+    // Back after a restart, its node resumes it with the volume and its own disk.
+    await nodes[hi]!.stop();
+    nodes[hi] = await nodes[hi]!.restart();
+    await eventually(
+      async () => {
+        const r = await connectVia();
+        await r.arrayBuffer();
+        return r.status < 300;
+      },
+      'the sandbox to resume on its node',
+      600,
+      100,
+    );
+    expect((await gw(`/sandboxes/${id}`)).headers.get('x-agentenv-node-id')).toBe(home);
+    const back = await Sandbox.connect(id);
+    expect((await back.commands.run('cat /data/stays.txt /home/user/disk.txt')).stdout).toBe(
+      'on-volume\non-disk\n',
+    );
+    expect(other.logs()).not.toContain('"took over a sandbox paused on another node"');
+    await back.kill();
+  });
+
   it('refuses hostile volume requests at the gateway', async () => {
     const b = volumes[1]!;
     const missing = '00000000-0000-4000-8000-000000000000';

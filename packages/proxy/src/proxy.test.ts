@@ -6,6 +6,7 @@ import { WebSocketServer, WebSocket } from 'ws';
 import { SandboxProxy } from './proxy.js';
 import type { ProxyTarget, SandboxDirectory } from './directory.js';
 import { pino } from 'pino';
+import { DomainError, ErrorKind } from '@aenv/protocol';
 
 const KEY = 'e2b_' + '11'.repeat(32);
 const ID = '01936f8e-72f5-7000-8000-000000000001';
@@ -13,6 +14,8 @@ const SECURE_ID = '01936f8e-72f5-7000-8000-000000000002';
 const PAUSED_ID = '01936f8e-72f5-7000-8000-000000000003';
 const PRIVATE_ID = '01936f8e-72f5-7000-8000-000000000004';
 const SLEEPING_ID = '01936f8e-72f5-7000-8000-000000000005';
+/** Paused by another node into the shared repository, and mounting a volume only that node has. */
+const VOLUME_BOUND_ID = '01936f8e-72f5-7000-8000-000000000006';
 const silent = new Writable({ write: (_c, _e, cb) => cb() });
 
 /** A stand-in "sandbox" app: echoes what it received, streams on /stream, and accepts WebSockets. */
@@ -93,6 +96,14 @@ describe('SandboxProxy', () => {
       verifyTrafficToken: (id, token) => token === `traffic-${id}`,
       verifyFilesSignature: () => false,
       findBySignedFilesUrl: (url) => (url.includes('signature=v1_good') ? ID : undefined),
+      adopt: async (id) => {
+        if (id !== VOLUME_BOUND_ID) return undefined;
+        throw new DomainError(
+          ErrorKind.Unavailable,
+          `sandbox ${id} mounts volume "data", which is not on node node-b: it resumes only on node node-a, which holds the volume; try again once that node serves it`,
+          { expose: true },
+        );
+      },
     };
     proxy = new SandboxProxy({
       domains: ['sbx.test'],
@@ -244,6 +255,16 @@ describe('SandboxProxy', () => {
     ).toBe(200);
     p.closeAll();
     await new Promise((r) => s.close(r));
+  });
+
+  it('answers a sandbox another node paused, which mounts volumes only that node has, with its 503', async () => {
+    const r = await send('/health', route(VOLUME_BOUND_ID));
+    expect(r.status).toBe(503);
+    expect(JSON.parse(r.text)).toEqual({
+      sandboxId: VOLUME_BOUND_ID,
+      code: 503,
+      message: `sandbox ${VOLUME_BOUND_ID} mounts volume "data", which is not on node node-b: it resumes only on node node-a, which holds the volume; try again once that node serves it`,
+    });
   });
 
   it('answers a closed port with E2B 502 "port is not open"', async () => {

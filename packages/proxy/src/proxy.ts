@@ -192,13 +192,19 @@ export class SandboxProxy implements DataPlane {
     return { route, target, framing, ...(accessToken !== undefined ? { accessToken } : {}) };
   }
 
-  /** A sandbox another node paused into the shared repository; its NotFound (lost, moved) is the answer. */
+  /**
+   * A sandbox another node paused into the shared repository; its NotFound (lost, moved) is the answer, and so is
+   * its Unavailable (it mounts volumes only its own node has: 503).
+   */
   private async adopt(sandboxId: string): Promise<ProxyTarget | undefined> {
     try {
       return await this.opts.directory.adopt?.(sandboxId);
     } catch (e) {
       if (isDomainError(e, ErrorKind.NotFound)) {
         throw new ProxyReply(502, { sandboxId, message: e.message, code: 502 });
+      }
+      if (isDomainError(e, ErrorKind.Unavailable) && e.expose) {
+        throw new ProxyReply(503, { sandboxId, message: e.message, code: 503 });
       }
       this.opts.logger.warn(
         { err: e, sandboxId },

@@ -115,7 +115,10 @@ export function registerObserveCommands(program: Command): void {
       .description(
         'stop placing sandboxes on the node and hand its sandboxes over to the shared repository; each resumes on another node at its next request',
       )
-      .option('--wait', 'wait until every sandbox is handed over, printing the progress'),
+      .option(
+        '--wait',
+        'wait until the drain is done (every sandbox handed over, or kept when it mounts volumes only this node has), printing the progress',
+      ),
   ).action(
     clientAction(async (ctx, nodeId: string, f: { wait?: boolean }) => {
       let progress = await ctx.api.nodes.drain(nodeId);
@@ -125,7 +128,7 @@ export function registerObserveCommands(program: Command): void {
       }
       ctx.out.done(
         progress,
-        `node ${nodeId} ${progress.done ? 'drained' : 'draining'}: ${progress.handedOver} handed over, ${progress.failed} failed, ${progress.running} running, ${progress.paused} paused`,
+        `node ${nodeId} ${progress.done ? 'drained' : 'draining'}: ${progress.handedOver} handed over, ${progress.failed} failed, ${progress.kept} kept, ${progress.running} running, ${progress.paused} paused`,
       );
     }),
   );

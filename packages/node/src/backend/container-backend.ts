@@ -74,6 +74,7 @@ export class ContainerBackend implements SandboxBackend {
         opts.runtime,
         opts.logger,
         opts.nodeId ?? 'local-node',
+        opts.volumes,
       );
     }
     this.creation = new SandboxCreation(this.ctx);
@@ -156,6 +157,7 @@ export class ContainerBackend implements SandboxBackend {
         pausedDir: (id) => ctx.dirs.pausedDir(id),
         diskFilesDir: (disk) => ctx.o.runtime.diskFilesDir(disk),
         markComplete: (dir, paused) => writeFile(join(dir, COMPLETE), JSON.stringify(paused)),
+        ...(ctx.o.volumes ? { volumes: ctx.o.volumes } : {}),
         localize: async (record) => {
           const state = stateOf(ctx, record);
           const image = await imageFor(ctx, state.imageRef, state.manifestDigest);
@@ -190,8 +192,12 @@ export class ContainerBackend implements SandboxBackend {
     return claim && claim.owner !== this.sharing.nodeId ? claim.owner : undefined;
   }
 
+  staysHere(record: SandboxRecord): string | undefined {
+    return this.sharing?.staysHere(record);
+  }
+
   async handOver(record: SandboxRecord): Promise<boolean> {
-    if (!this.sharing || !(await this.sharing.handedOver(record.id))) return false;
+    if (!this.sharing || !(await this.sharing.handedOver(record))) return false;
     const o = this.ctx.o;
     const state = stateIfAny(this.ctx, record);
     await this.pausing.releasesSettled(record.id);

@@ -14,6 +14,7 @@ import type { Logger } from '../util/log.js';
 import type { CaptureDirs } from './capture-dirs.js';
 import type { BackendRecordCodec, BackendState } from './record-state.js';
 import type { AssembledSandbox, SandboxFactory } from './sandbox-factory.js';
+import type { NodeVolumes } from './volume-affinity.js';
 
 /** How the warm sandbox pool is sized (from `[pool]`). */
 export interface WarmPoolSizing {
@@ -35,6 +36,8 @@ export interface ContainerBackendOptions {
   runtime: RuntimeDriver;
   /** The host directory of a persistent volume (docs/volumes.md); absent: no sandbox mounts any. */
   volumeDir?: (volumeId: string) => Promise<string>;
+  /** Which volumes this node has and whether every node has them (a sandbox mounting node-affine ones stays). */
+  volumes?: NodeVolumes;
   network: NetworkManager;
   images: ImageService;
   repository: SnapshotRepository;

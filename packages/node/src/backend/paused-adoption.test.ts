@@ -10,6 +10,14 @@ import { createSnapshotRepository, type SnapshotRepository } from '../snapshot/i
 import type { SandboxRecord } from '../orchestrator/types.js';
 import { PausedSharing, SandboxMovedError } from './paused-sharing.js';
 import { adoptSharedPause, type AdoptionDeps } from './paused-adoption.js';
+import { openStateDb } from '../state/db.js';
+import type { VolumeDisks } from '../runtime/driver.js';
+import { volumeMigrations } from '../volume/catalog.js';
+import { NodeVolumeStore } from '../volume/node-store.js';
+import { SharedDirStore } from '../volume/shared-dir.js';
+import { VolumeService } from '../volume/service.js';
+import type { VolumeStore } from '../volume/store.js';
+import type { VolumeMountRecord } from '../volume/types.js';
 
 const logger = createLogger('json', 'info', new Writable({ write: (_c, _e, cb) => cb() }));
 const runtime = {
@@ -24,7 +32,7 @@ const runtime = {
 describe('paused sandboxes shared between nodes', () => {
   let base: string;
   const repos: SnapshotRepository[] = [];
-  const node = (id: string) => {
+  const node = (id: string, volumes?: VolumeService) => {
     const repository = createSnapshotRepository({
       backend: 'posix_fs',
       posixFs: { snapshotStore: join(base, 'shared') },
@@ -35,7 +43,7 @@ describe('paused sandboxes shared between nodes', () => {
       signing: { secret: 'cluster-secret' },
     });
     repos.push(repository);
-    const sharing = new PausedSharing(repository, runtime, logger, id);
+    const sharing = new PausedSharing(repository, runtime, logger, id, volumes);
     const pausedDir = (sandboxId: string) => join(base, id, 'paused', sandboxId);
     const deps: AdoptionDeps = {
       repository,
@@ -45,6 +53,7 @@ describe('paused sandboxes shared between nodes', () => {
       diskFilesDir: runtime.diskFilesDir,
       markComplete: (dir, paused) => writeFile(join(dir, 'complete'), JSON.stringify(paused)),
       localize: async (r) => r,
+      ...(volumes ? { volumes } : {}),
     };
     return {
       id,
@@ -54,7 +63,7 @@ describe('paused sandboxes shared between nodes', () => {
       adopt: (sandboxId: string) => adoptSharedPause(deps, sandboxId),
     };
   };
-  const record = (id: string): SandboxRecord => ({
+  const record = (id: string, volumeMounts?: VolumeMountRecord[]): SandboxRecord => ({
     id,
     templateId: 'tpl',
     state: 'paused',
@@ -72,15 +81,16 @@ describe('paused sandboxes shared between nodes', () => {
     defaultUser: 'user',
     paused: { kind: 'memory', pausedAt: new Date().toISOString(), artifactDir: '/x', bytes: 10 },
     backend: { imageRef: 'base' },
+    ...(volumeMounts ? { volumeMounts } : {}),
   });
   /** A pause on `n`: the artifacts in its pause dir, then the shared copy (waited for). */
-  const pauseOn = async (n: ReturnType<typeof node>, id: string) => {
+  const pauseOn = async (n: ReturnType<typeof node>, id: string, mounts?: VolumeMountRecord[]) => {
     const dir = n.pausedDir(id);
     await mkdir(join(dir, 'memory'), { recursive: true });
     await mkdir(join(dir, 'disk'), { recursive: true });
     await writeFile(join(dir, 'memory', 'pages.img'), `memory of ${id} on ${n.id}`);
     await writeFile(join(dir, 'disk', 'file.txt'), `disk of ${id}`);
-    n.sharing.share(record(id), dir, { envd: '1' }, 'container');
+    n.sharing.share(record(id, mounts), dir, { envd: '1' }, 'container');
     await n.sharing.settled(id);
   };
 
@@ -146,7 +156,7 @@ describe('paused sandboxes shared between nodes', () => {
   it('of several nodes taking the same pause at once exactly one wins; the others keep nothing', async () => {
     const a = node('node-a');
     await pauseOn(a, 'sbx2');
-    const takers = ['node-b', 'node-c', 'node-d'].map(node);
+    const takers = ['node-b', 'node-c', 'node-d'].map((id) => node(id));
     const results = await Promise.allSettled(takers.map((t) => t.adopt('sbx2')));
     const won = results.flatMap((r, i) => (r.status === 'fulfilled' && r.value ? [takers[i]!] : []));
     expect(won).toHaveLength(1);
@@ -183,5 +193,107 @@ describe('paused sandboxes shared between nodes', () => {
       'sandbox sbx3 is lost: it was running on node node-a, which no longer serves it, and it has no paused copy in the shared repository; it comes back if node node-a returns',
     );
     expect(await b.adopt('unknown-sandbox')).toBeUndefined();
+  });
+
+  describe('a sandbox that mounts a volume', () => {
+    /** A node's volume service, as start-node.ts makes it: on its own state db and directories, or on `shared`. */
+    const volumesOf = async (nodeId: string, shared?: string) => {
+      let store: VolumeStore;
+      if (shared) {
+        const owner = { hostStart: process.getuid?.() ?? 0, size: 65536 };
+        store = new SharedDirStore({ root: shared, nodeId, owner, logger });
+      } else {
+        const root = join(base, `${nodeId}-volumes`);
+        await mkdir(root, { recursive: true });
+        const disks: VolumeDisks = {
+          enforcesLimits: true,
+          ownerRange: { hostStart: 100000, size: 65536 },
+          dirOf: (v) => join(root, v),
+          create: async (v) => {
+            await mkdir(join(root, v), { recursive: true });
+            return join(root, v);
+          },
+          remove: (v) => rm(join(root, v), { recursive: true, force: true }),
+          list: async () => [],
+        };
+        store = new NodeVolumeStore(openStateDb(':memory:', volumeMigrations), disks, logger);
+      }
+      const service = new VolumeService({
+        store,
+        maxSizeMB: 64,
+        maxVolumeCount: 4,
+        tokenSecret: 'k'.repeat(40),
+        logger,
+      });
+      await service.init();
+      return service;
+    };
+    const mountsOf = async (volumes: VolumeService, name: string): Promise<VolumeMountRecord[]> => [
+      { volumeId: (await volumes.create(name)).volumeID, name, path: '/data' },
+    ];
+
+    it('node-affine volumes: never handed over, and another node refuses the take-over before the claim moves', async () => {
+      const volumesA = await volumesOf('node-a');
+      const a = node('node-a', volumesA);
+      const b = node('node-b', await volumesOf('node-b'));
+      const mounts = await mountsOf(volumesA, 'data');
+      await a.sharing.claimNew('sbx5');
+      await pauseOn(a, 'sbx5', mounts);
+
+      expect(a.sharing.staysHere(record('sbx5', mounts))).toBe(
+        'it mounts volume "data", which only this node has (volume.storage = "node"); it stays here paused and resumes here once the node serves again',
+      );
+      expect(await a.sharing.handedOver(record('sbx5', mounts))).toBe(false);
+
+      const refused = await b.adopt('sbx5').catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(DomainError);
+      expect((refused as DomainError).kind).toBe(ErrorKind.Unavailable);
+      expect((refused as DomainError).message).toBe(
+        'sandbox sbx5 mounts volume "data", which is not on node node-b: it resumes only on node node-a, which holds the volume; try again once that node serves it',
+      );
+      expect((refused as DomainError).details).toMatchObject({
+        node: 'node-a',
+        volumeID: mounts[0]!.volumeId,
+      });
+      // Nothing changed hands: the claim, the shared copy and the home node's pause are as the pause left them.
+      expect(await a.repository.readClaim('sbx5')).toMatchObject({
+        owner: 'node-a',
+        generation: 1,
+        state: 'paused',
+      });
+      expect(await a.repository.list({ kind: 'paused', sandboxId: 'sbx5', committed: true })).toHaveLength(1);
+      expect(existsSync(b.pausedDir('sbx5'))).toBe(false);
+      expect(await readFile(join(a.pausedDir('sbx5'), 'disk', 'file.txt'), 'utf8')).toBe('disk of sbx5');
+      // ...so its own node resumes it.
+      await a.sharing.takeBack('sbx5');
+      expect(await a.repository.readClaim('sbx5')).toMatchObject({ owner: 'node-a', state: 'running' });
+    });
+
+    it('a node with no volumes at all refuses it too', async () => {
+      const volumesA = await volumesOf('node-a');
+      const a = node('node-a', volumesA);
+      await pauseOn(a, 'sbx6', await mountsOf(volumesA, 'data'));
+      const refused = await node('node-b')
+        .adopt('sbx6')
+        .catch((e: unknown) => e);
+      expect((refused as DomainError).kind).toBe(ErrorKind.Unavailable);
+      expect(await a.repository.readClaim('sbx6')).toMatchObject({ owner: 'node-a', state: 'paused' });
+    });
+
+    it('volumes on a shared directory: it is handed over and moves like any other', async () => {
+      const shared = join(base, 'volumes');
+      await mkdir(shared);
+      const volumesA = await volumesOf('node-a', shared);
+      const a = node('node-a', volumesA);
+      const b = node('node-b', await volumesOf('node-b', shared));
+      const mounts = await mountsOf(volumesA, 'data');
+      await a.sharing.claimNew('sbx7');
+      await pauseOn(a, 'sbx7', mounts);
+      expect(a.sharing.staysHere(record('sbx7', mounts))).toBeUndefined();
+      expect(await a.sharing.handedOver(record('sbx7', mounts))).toBe(true);
+      const taken = await b.adopt('sbx7');
+      expect(taken).toMatchObject({ id: 'sbx7', state: 'paused', volumeMounts: mounts });
+      expect(await b.repository.readClaim('sbx7')).toMatchObject({ owner: 'node-b', generation: 2 });
+    });
   });
 });

@@ -6,6 +6,7 @@ import type { SandboxRecord } from '../orchestrator/types.js';
 import { adoptionClaim, type SnapshotRecord, type SnapshotRepository } from '../snapshot/index.js';
 import { extractArchive } from './disk-archive.js';
 import type { SharedPauseExtra } from './paused-sharing.js';
+import { assertVolumesHere, type NodeVolumes } from './volume-affinity.js';
 import { join } from 'node:path';
 
 export interface AdoptionDeps {
@@ -20,13 +21,16 @@ export interface AdoptionDeps {
   markComplete: (dir: string, paused: { kind: string; pausedAt: string; bytes: number }) => Promise<void>;
   /** Makes the record's backend state this node's (its image's layers here, the image lease held). */
   localize: (record: SandboxRecord) => Promise<SandboxRecord>;
+  /** This node's volumes (absent: it has none): a sandbox mounting one it lacks is not taken. */
+  volumes?: NodeVolumes;
 }
 
 /**
  * "Unknown sandbox → look in the shared repository" (docs/cluster.md#sandboxes-that-move): a sandbox another
  * node paused into the shared repository becomes a paused sandbox of this node. Its artifacts are fetched and
  * verified (signed record, digests), then its claim is swapped from exactly the one the pause recorded to this
- * node; only then is it this node's. A lost race leaves nothing here.
+ * node; only then is it this node's. A lost race leaves nothing here. A sandbox mounting a volume this node does
+ * not have (node-affine volumes) is refused first (503), so it stays its node's.
  */
 export async function adoptSharedPause(
   deps: AdoptionDeps,
@@ -47,6 +51,12 @@ export async function adoptSharedPause(
     return undefined;
   }
   const extra = sharedExtra(shared, sandboxId);
+  // Refused before anything is fetched or swapped: the node that paused it keeps the sandbox and its copy.
+  await assertVolumesHere(sandboxId, extra.sandbox.volumeMounts, {
+    nodeId: deps.nodeId,
+    home: extra.node,
+    volumes: deps.volumes,
+  });
   const dir = deps.pausedDir(sandboxId);
   const tmp = `${dir}.adopt-${randomUUID()}`;
   await mkdir(tmp, { recursive: true, mode: 0o711 });

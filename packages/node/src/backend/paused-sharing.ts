@@ -12,6 +12,7 @@ import {
 import type { RuntimeDriver } from '../runtime/driver.js';
 import { archiveDir } from './disk-archive.js';
 import { sandboxContext } from './capture-format.js';
+import { bindingVolume, type NodeVolumes } from './volume-affinity.js';
 
 export const PAUSED_DISK_MEDIA_TYPE = 'application/vnd.aenv.paused-disk.tar';
 
@@ -55,7 +56,14 @@ export class PausedSharing {
     private readonly logger: Logger,
     /** `[node_identity].node_id`: the name this node claims sandboxes under. */
     readonly nodeId: string,
+    /** This node's volumes (absent: it has none): a sandbox mounting node-affine ones is never handed over. */
+    private readonly volumes?: NodeVolumes,
   ) {}
+
+  /** Why the sandbox cannot be handed to another node (its volumes are only here), or undefined. */
+  staysHere(record: SandboxRecord): string | undefined {
+    return bindingVolume(record, this.volumes);
+  }
 
   /** Starts copying the artifacts in `dir` (`memory/`, `disk/`) of a paused sandbox. */
   share(record: SandboxRecord, dir: string, runtimeVersions: Record<string, string>, mode: string): void {
@@ -188,9 +196,11 @@ export class PausedSharing {
 
   /**
    * Whether the sandbox's pause is in the repository for another node to take (after its copy finished): a
-   * committed shared copy made under this node's current claim.
+   * committed shared copy made under this node's current claim. Never for a sandbox that {@link staysHere}.
    */
-  async handedOver(sandboxId: string): Promise<boolean> {
+  async handedOver(record: SandboxRecord): Promise<boolean> {
+    if (this.staysHere(record)) return false;
+    const sandboxId = record.id;
     await this.inflight.get(sandboxId);
     const current = await this.repository.readClaim(sandboxId);
     if (!current || current.owner !== this.nodeId || current.state !== 'paused') return false;

@@ -9,6 +9,7 @@ import type { SnapshotRepository } from '../snapshot/index.js';
 import type { Logger } from '../util/log.js';
 import type { Subsystem } from '../util/subsystem.js';
 import { ContainerBackend } from './container-backend.js';
+import type { NodeVolumes } from './volume-affinity.js';
 
 export type BackendSection = Pick<
   AenvConfig,
@@ -35,6 +36,8 @@ export interface BackendDeps {
   nodeName: string;
   /** The host directory of a persistent volume (docs/volumes.md). */
   volumeDir: (volumeId: string) => Promise<string>;
+  /** This node's volume catalog and whether every node shares it (a sandbox mounting node-affine ones stays). */
+  volumes: NodeVolumes;
   /** Where the warm pool's metrics are registered. */
   registry?: Registry;
   logger: Logger;
@@ -61,6 +64,7 @@ export function startBackend(
     runtime: runtime.driver,
     // A volume not in this node's catalog (a sandbox paused on another node) is a clear 404, not a failed mount.
     volumeDir: deps.volumeDir,
+    volumes: deps.volumes,
     network: deps.network,
     images: deps.images,
     repository: deps.repository,

@@ -111,7 +111,11 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
     network: network.network,
     repository: repository.repository,
   };
-  const backend = startBackend(config, { ...parts, volumeDir: (id) => volumes.mountDir(id) });
+  const backend = startBackend(config, {
+    ...parts,
+    volumeDir: (id) => volumes.mountDir(id),
+    volumes,
+  });
   const sandboxes = { ...parts, backend: backend.backend };
   const obs = startSandboxObservability(config, sandboxes);
   const catalog = new TemplateCatalog({

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
-import { createHttpServer } from './http-server.js';
+import { createHttpServer, HEADERS_TIMEOUT_MS } from './http-server.js';
 import { registerHealthRoutes } from '../api/routes/health.js';
 import { registerNodeRoutes } from '../api/routes/nodes.js';
 import { ServerMetrics } from '../observability/metrics.js';
@@ -313,6 +313,85 @@ describe('data-plane entry', () => {
       ]);
       expect(up.status).toBe(500);
       expect((await rawRequest(port, ['GET /health HTTP/1.1'])).status).toBe(204);
+    } finally {
+      await app.close();
+    }
+  });
+});
+
+describe('request time bounds', () => {
+  const serve = async (headersTimeoutMs?: number) => {
+    const { app, server } = createHttpServer({
+      apiKey: KEY,
+      bodyLimitBytes: 1024,
+      logger: createLogger('json', 'info', silent),
+      metrics: new ServerMetrics(),
+      ...(headersTimeoutMs ? { headersTimeoutMs } : {}),
+      dataPlanes: [
+        {
+          // An upload endpoint: counts the body's bytes as they stream in.
+          claims: (req) => req.url === '/upload',
+          handle: (req, res) => {
+            let bytes = 0;
+            req.on('data', (c: Buffer) => (bytes += c.length));
+            req.on('end', () => {
+              const body = String(bytes);
+              res.writeHead(200, { connection: 'close', 'content-length': body.length }).end(body);
+            });
+          },
+          upgrade: (_req, socket) => socket.destroy(),
+        },
+      ],
+    });
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    return { app, server, port: (server.address() as AddressInfo).port };
+  };
+
+  it('bounds the headers of a request, never its body (Node would cut any request at 300 s)', async () => {
+    const { app, server } = await serve();
+    try {
+      expect(server.headersTimeout).toBe(HEADERS_TIMEOUT_MS);
+      expect(server.requestTimeout).toBe(0);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('cuts a client that trickles its headers with a 408, and takes a body that trickles for much longer', async () => {
+    const { app, port } = await serve(300);
+    try {
+      const loris = await new Promise<string>((resolve, reject) => {
+        const sock = connect(port, '127.0.0.1');
+        const chunks: Buffer[] = [];
+        sock.on('data', (c) => chunks.push(c));
+        sock.on('error', reject);
+        sock.on('close', () => resolve(Buffer.concat(chunks).toString('latin1')));
+        sock.write('POST /upload HTTP/1.1\r\nHost: 127.0.0.1\r\n');
+        const drip = setInterval(() => sock.writable && sock.write('X-Drip: 1\r\n'), 100);
+        sock.on('close', () => clearInterval(drip));
+      });
+      expect(loris).toMatch(/^HTTP\/1\.1 408 /);
+      expect(loris.slice(loris.indexOf('\r\n\r\n') + 4)).toBe(
+        JSON.stringify({ code: 408, message: 'the request was not received in time' }),
+      );
+
+      const chunk = 'x'.repeat(1000);
+      const answer = await new Promise<string>((resolve, reject) => {
+        const sock = connect(port, '127.0.0.1');
+        const chunks: Buffer[] = [];
+        sock.on('data', (c) => chunks.push(c));
+        sock.on('error', reject);
+        sock.on('close', () => resolve(Buffer.concat(chunks).toString('latin1')));
+        sock.write(`POST /upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: ${8 * chunk.length}\r\n\r\n`);
+        // Eight pieces 200 ms apart: the body takes five times the headers timeout, over several checks.
+        let sent = 0;
+        const drip = setInterval(() => {
+          sock.write(chunk);
+          if (++sent === 8) clearInterval(drip);
+        }, 200);
+      });
+      expect(answer).toMatch(/^HTTP\/1\.1 200 /);
+      expect(answer.slice(answer.indexOf('\r\n\r\n') + 4)).toBe(String(8 * chunk.length));
     } finally {
       await app.close();
     }

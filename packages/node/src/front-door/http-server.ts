@@ -32,7 +32,19 @@ export interface HttpServerOptions {
    * request serves it, and a request none claims goes to the control plane.
    */
   dataPlanes?: readonly DataPlane[];
+  /** How long a client has to send a request's headers; HEADERS_TIMEOUT_MS unless a test needs it short. */
+  headersTimeoutMs?: number;
 }
+
+/**
+ * A client must send a request's headers within this time (else 408 and the connection is cut: a slow-loris
+ * client holds nothing for long). A request's body has no time bound — volume content writes, `/files` and
+ * template uploads stream as long as they take (Node's default `requestTimeout` cut every request at 300 s) —
+ * and is bounded in size by its route (body limit, quota).
+ */
+export const HEADERS_TIMEOUT_MS = 60_000;
+/** Node's own interval for checking those deadlines; shorter for a shorter headers timeout. */
+const TIMEOUT_CHECK_MS = 30_000;
 
 const OPEN_PATHS = new Set(['/health', '/metrics']);
 /** Longest path parameter routed (template aliases may have 255 characters); longer ones get a 414. */
@@ -179,7 +191,13 @@ export function createHttpServer(opts: HttpServerOptions): { app: FastifyInstanc
       else answerSocket(socket, status, message);
     },
     serverFactory: (handler) => {
-      server = createServer({ noDelay: true, keepAliveTimeout: 65_000 }, (req, res) => {
+      const headersTimeout = opts.headersTimeoutMs ?? HEADERS_TIMEOUT_MS;
+      const timeouts = {
+        headersTimeout,
+        requestTimeout: 0,
+        connectionsCheckingInterval: Math.min(TIMEOUT_CHECK_MS, Math.max(10, Math.floor(headersTimeout / 2))),
+      };
+      server = createServer({ noDelay: true, keepAliveTimeout: 65_000, ...timeouts }, (req, res) => {
         const requestId = newRequestId();
         (req as TaggedRequest)[REQUEST_ID] = requestId;
         (req.socket as TrackedSocket)[LAST_EXCHANGE] = { req, res };

@@ -139,6 +139,11 @@ export interface SandboxBackend {
    * take; false (nothing dropped) when it is not there.
    */
   handOver?(record: SandboxRecord): Promise<boolean>;
+  /**
+   * Drain: why a paused sandbox cannot go to another node (it mounts volumes only this node has), or undefined.
+   * Such a sandbox stays here paused, not handed over (docs/cluster.md#draining).
+   */
+  staysHere?(record: SandboxRecord): string | undefined;
   /** The node that claims the sandbox now, when it is another one (its copy here is stale). */
   movedTo?(sandboxId: string): Promise<string | undefined>;
 }

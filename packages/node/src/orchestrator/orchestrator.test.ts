@@ -88,6 +88,10 @@ class MapBackend implements SandboxBackend {
     this.handedOver.push(r.id);
     return true;
   }
+  /** As the container backend's with node-affine volumes (`[volume].storage = "node"`): mounters stay. */
+  staysHere(r: SandboxRecord) {
+    return r.volumeMounts?.length ? 'it mounts volumes only this node has' : undefined;
+  }
   maintained: string[][] = [];
   async maintain(paused: readonly SandboxRecord[]) {
     this.maintained.push(paused.map((r) => r.id));
@@ -184,6 +188,32 @@ describe('Orchestrator state machine', () => {
       'node node-a is draining: it takes no new or resumed sandboxes (they start on another node)',
     );
     stopped.length = 0; // the pauses above stopped instances; the next tests count their own
+  });
+
+  it('drain: a sandbox mounting volumes only this node has is paused (with its memory) and kept, not handed over', async () => {
+    const mounts = async () => [{ volumeId: randomUUID(), name: 'data', path: '/data' }];
+    const running = await orch.create(input({ resolveVolumeMounts: mounts }));
+    const paused = await orch.create(input({ resolveVolumeMounts: mounts }));
+    const plain = await orch.create(input());
+    await orch.pause(paused.id);
+    await orch.drain('node-a');
+    expect(backend.handedOver).toEqual([plain.id]);
+    expect(orch.drainProgress()).toMatchObject({
+      handedOver: 1,
+      failed: 0,
+      kept: 2,
+      running: 0,
+      paused: 2,
+      done: true,
+    });
+    const stored = new Map(store.loadAll().records.map((r) => [r.id, r]));
+    for (const id of [running.id, paused.id]) {
+      expect(orch.find(id)).toMatchObject({ state: 'paused', volumeMounts: [{ name: 'data' }] });
+      expect(stored.get(id)).toMatchObject({ state: 'paused' });
+    }
+    expect(stored.has(plain.id)).toBe(false);
+    expect(orch.find(running.id)!.paused).toMatchObject({ kind: 'memory' });
+    stopped.length = 0;
   });
 
   it('creates a running sandbox with its expiry and counts it', async () => {

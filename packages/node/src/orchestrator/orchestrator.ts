@@ -172,6 +172,11 @@ export interface DrainProgress {
   handedOver: number;
   /** Sandboxes the drain could not hand over (they stay here, paused or running; see the log). */
   failed: number;
+  /**
+   * Sandboxes that must not leave this node (they mount volumes only it has): paused and kept here, to resume here
+   * once the node serves again (the log says which and why).
+   */
+  kept: number;
   /** Sandboxes still running / paused on this node. */
   running: number;
   paused: number;
@@ -425,11 +430,19 @@ export class Orchestrator {
   /**
    * Drain (docs/cluster.md#draining): refuses new sandboxes from now on, pauses every running one with its memory,
    * and hands every paused one over to the shared repository (dropping this node's copy), so each resumes on
-   * another node. Repeated calls join the drain in progress.
+   * another node — except one that must stay (it mounts volumes only this node has), which stays here paused.
+   * Repeated calls join the drain in progress.
    */
   drain(node: string): Promise<void> {
     if (this.draining) return this.drainDone ?? Promise.resolve();
-    this.draining = { node, startedAt: new Date().toISOString(), handedOver: 0, failed: 0, done: false };
+    this.draining = {
+      node,
+      startedAt: new Date().toISOString(),
+      handedOver: 0,
+      failed: 0,
+      kept: 0,
+      done: false,
+    };
     this.drainDone = this.runDrain().finally(() => {
       if (this.draining) this.draining.done = true;
     });
@@ -441,15 +454,26 @@ export class Orchestrator {
     await Promise.all(
       [...this.sandboxes.values()].map(async (r) => {
         try {
-          await this.withLock(r.id, async (cur) => {
+          const stays = await this.withLock(r.id, async (cur) => {
             if (cur.state === 'running') await this.doPause(cur, true, true);
+            const reason = cur.state === 'paused' ? this.opts.backend.staysHere?.(cur) : undefined;
+            if (reason) return reason;
             if (cur.state !== 'paused' || !(await this.opts.backend.handOver?.(cur))) {
               throw new Error(`sandbox is ${cur.state} and could not be handed over`);
             }
             this.sandboxes.delete(cur.id);
             this.opts.store.delete(cur.id);
             this.extensionStopped(cur);
+            return undefined;
           });
+          if (stays) {
+            progress.kept++;
+            this.opts.logger.info(
+              { sandboxId: r.id, reason: stays },
+              `drain: sandbox kept on this node: ${stays}`,
+            );
+            return;
+          }
           progress.handedOver++;
           this.opts.logger.info({ sandboxId: r.id }, 'drain: sandbox handed over to the shared repository');
         } catch (e) {

@@ -111,6 +111,19 @@ export class VolumeService {
     return this.opts.store.get(id);
   }
 
+  /** Whether volume `id` is in this node's catalog (on a shared directory: every node's). */
+  async has(id: string): Promise<boolean> {
+    return (await this.opts.store.get(id)) !== undefined;
+  }
+
+  /**
+   * Every node of the cluster mounts every volume (a shared directory): a sandbox that mounts some may move to
+   * another node (docs/cluster.md#volumes-in-a-cluster). False for node-affine volumes.
+   */
+  get shared(): boolean {
+    return this.opts.store.kind === 'shared_dir';
+  }
+
   async get(id: string): Promise<VolumeAndToken> {
     const v = await this.opts.store.get(id);
     if (!v) throw notFound(id);

@@ -261,6 +261,8 @@ export interface NodeDrainProgress {
   startedAt: string;
   handedOver: number;
   failed: number;
+  /** Paused and kept on the node: they mount volumes only it has (docs/cluster.md#draining). */
+  kept: number;
   running: number;
   paused: number;
   done: boolean;

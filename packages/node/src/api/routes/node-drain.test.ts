@@ -29,6 +29,7 @@ async function serve(opts: { unavailable?: string }) {
         startedAt: new Date().toISOString(),
         handedOver: 0,
         failed: 0,
+        kept: 0,
         running: 1,
         paused: 0,
         done: false,
