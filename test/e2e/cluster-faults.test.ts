@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox } from 'e2b';
@@ -22,6 +23,7 @@ import {
   eventually,
   freePort,
   readWorkload,
+  REPO,
   startServer,
   startWorkload,
   workloadFetch,
@@ -57,6 +59,32 @@ async function startRedis(port: number): Promise<ChildProcess> {
     100,
   );
   return child;
+}
+
+const CLI = join(REPO, 'packages', 'cli', 'dist', 'main.js');
+
+/** `aenv <args>` (the built CLI) with `env` and a HOME of its own; never rejects on a failing command. */
+function runCli(
+  args: string[],
+  env: Record<string, string>,
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  const home = mkdtempSync(join(tmpdir(), 'aenv-cli-home-'));
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [CLI, ...args], {
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: home, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      timeout: 300_000,
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    child.on('error', reject);
+    child.on('close', (code) => {
+      rmSync(home, { recursive: true, force: true });
+      resolve({ code: code ?? -1, stdout, stderr });
+    });
+  });
 }
 
 function killed(child: ChildProcess): Promise<void> {
@@ -244,11 +272,22 @@ describe('a three-node cluster through two gateways, under faults', () => {
     await sbx.kill();
   });
 
-  it('kill -9 of a node: its paused sandbox resumes on another node with its processes; its running one is lost', async () => {
+  it('kill -9 of a node: its paused sandboxes resume on another node with their processes (connect, and auto-resume on traffic through a gateway); its running one is lost', async () => {
     const paused = await workloadVia(gateways[0]!);
     const victim = (await boundNode(paused.sbx.sandboxId)) as NodeName;
     const running = spread.find((s) => s.node === victim)!;
+    // One that auto-resumes, created on the same node (straight at it: the gateway picks a node itself) and bound
+    // there by the node's heartbeat before it is paused through the gateway.
+    const atVictim = { apiUrl: node(victim).url, sandboxUrl: node(victim).url, apiKey, debug: false };
+    const wakesSbx = await Sandbox.create({
+      ...atVictim,
+      timeoutMs: 600_000,
+      lifecycle: { onTimeout: 'pause', autoResume: true },
+    });
+    const wakes = { id: wakesSbx.sandboxId, w: await startWorkload(node(victim), wakesSbx) };
+    await eventually(async () => (await boundNode(wakes.id)) === victim, `${wakes.id} to be bound`, 300, 100);
     await pausedIntoRepository(node(victim), gateways[0]!, paused.sbx.sandboxId);
+    await pausedIntoRepository(node(victim), gateways[0]!, wakes.id);
     await node(victim).crash();
 
     // Once the scheduler sees the node gone, the gateway sends the connect to a node that takes the sandbox over.
@@ -266,6 +305,37 @@ describe('a three-node cluster through two gateways, under faults', () => {
     const now = await boundNode(paused.sbx.sandboxId);
     expect(now).not.toBe(victim);
     await sameProcesses(gateways[1]!, paused.sbx.sandboxId, paused.w);
+
+    // A data-plane request alone, through the other gateway, wakes the auto-resuming one on a surviving node, with
+    // its memory (the server's secret). Until that gateway sees the node gone it may try the dead node: a 502.
+    let woke: { status: number; body: string } | undefined;
+    await eventually(
+      async () => {
+        woke = await workloadFetch(dataPlane(gateways[0]!), wakes.id, '/secret').catch(() => undefined);
+        return woke?.status === 200;
+      },
+      'a request through the gateway to auto-resume the sandbox elsewhere',
+      300,
+      200,
+    );
+    expect(woke!.body).toBe(wakes.w.secret);
+    // The gateway bound it to that node before forwarding; a heartbeat the node sent while it was still resuming
+    // it drops that binding (reconcile from the roster), the next one binds it again.
+    let wokeOn: NodeName | undefined;
+    await eventually(
+      async () => {
+        wokeOn = (await boundNode(wakes.id)) as NodeName | undefined;
+        return wokeOn !== undefined;
+      },
+      `${wakes.id} to be bound to the node that woke it`,
+      300,
+      100,
+    );
+    expect(wokeOn).not.toBe(victim);
+    expect((await node(wokeOn!).api('GET', `/sandboxes/${wakes.id}`)).body).toMatchObject({
+      state: 'running',
+    });
+    await sameProcesses(gateways[0]!, wakes.id, wakes.w);
 
     const lost = await gw(gateways[0]!, 'POST', `/sandboxes/${running.id}/connect`, { timeout: 60 });
     expect(lost.status).toBe(404);
@@ -294,20 +364,27 @@ describe('a three-node cluster through two gateways, under faults', () => {
       100,
       200,
     );
-    expect((await node(victim).api('GET', `/sandboxes/${paused.sbx.sandboxId}`)).status).toBe(404);
+    for (const moved of [paused.sbx.sandboxId, wakes.id])
+      expect((await node(victim).api('GET', `/sandboxes/${moved}`)).status).toBe(404);
     await Sandbox.kill(paused.sbx.sandboxId, sdkAt(gateways[0]!));
+    await Sandbox.kill(wakes.id, sdkAt(gateways[0]!));
   });
 
   it('drain of a node: the gateways stop placing there and its sandbox comes back on another node', async () => {
     const { sbx, w } = await workloadVia(gateways[0]!);
     const drained = (await boundNode(sbx.sandboxId)) as NodeName;
-    expect((await node(drained).api('POST', `/nodes/${drained}/drain`)).status).toBe(202);
-    await eventually(
-      async () => (await node(drained).api('GET', `/nodes/${drained}`)).body?.drain?.done === true,
-      'the drain to finish',
-      600,
-      100,
-    );
+    // As a user drains a node of a cluster: the CLI pointed at a gateway, which sends the drain and the progress
+    // polls to the named node (a node Schedule picked would answer 404 for another's id).
+    const ran = await runCli(['node', 'drain', drained, '--wait', '--output', 'json'], {
+      AENV_URL: gateways[1]!.url,
+      AENV_API_KEY: apiKey,
+    });
+    expect(ran.code, `${ran.stdout}\n${ran.stderr}`).toBe(0);
+    const progress = JSON.parse(ran.stdout) as Record<string, unknown>;
+    expect(progress).toMatchObject({ node: drained, done: true, failed: 0, running: 0, paused: 0 });
+    expect(progress.handedOver).toBeGreaterThanOrEqual(1);
+    const shown = await gw(gateways[0]!, 'GET', `/nodes/${drained}`);
+    expect(await shown.json()).toMatchObject({ id: drained, status: 'draining', drain: { done: true } });
     await sameProcesses(gateways[1]!, sbx.sandboxId, w);
     expect(await boundNode(sbx.sandboxId)).not.toBe(drained);
     // While it lingers, new sandboxes go elsewhere.

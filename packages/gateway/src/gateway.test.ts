@@ -389,3 +389,100 @@ describe('aenv gateway against a real scheduler', () => {
     }
   });
 });
+
+describe('the per-node routes through the gateway (docs/cluster.md#draining)', () => {
+  const live = new FakeNode('node-live');
+  const other = new FakeNode('node-other');
+  let dead: { id: string; url: string };
+  let cluster: Awaited<ReturnType<typeof startSchedulerAndGateway>>;
+  const call = (method: string, path: string, init: { key?: string | null; body?: string } = {}) =>
+    fetch(cluster.base + path, {
+      method,
+      headers: init.key === null ? {} : { 'x-api-key': init.key ?? KEY },
+      ...(init.body !== undefined ? { body: init.body } : {}),
+    });
+  const seen = () => [...live.seen, ...other.seen];
+
+  beforeAll(async () => {
+    await live.start();
+    await other.start();
+    // A node whose port nobody listens on any more.
+    const gone = createServer();
+    await new Promise<void>((r) => gone.listen(0, '127.0.0.1', r));
+    dead = { id: 'node-dead', url: `http://127.0.0.1:${(gone.address() as AddressInfo).port}` };
+    await new Promise((r) => gone.close(r));
+    cluster = await startSchedulerAndGateway([live, other, dead], KEY, { requestTimeoutMs: 2000 });
+    const rpc = createSchedulerClient(`127.0.0.1:${cluster.sched.grpcPort}`);
+    for (const n of [live, other, dead])
+      await rpc.heartbeat({
+        nodeId: n.id,
+        serviceInstanceId: `svc-${n.id}`,
+        snapshot: { status: NodeStatus.READY, reportedAtUnixMs: BigInt(Date.now()) },
+      });
+  });
+  afterAll(async () => {
+    await cluster?.stop();
+    live.server?.close();
+    other.server?.close();
+  });
+
+  it('sends POST /nodes/{id}/drain and GET /nodes/{id} to the named node, every time, with the body', async () => {
+    // Schedule would alternate between the nodes: every call reaching node-live is the routing, not luck.
+    for (let i = 0; i < 4; i++) {
+      const r = await call('POST', '/nodes/node-live/drain', { body: '{}' });
+      expect(r.status).toBe(200);
+      expect(((await r.json()) as { node: string }).node).toBe('node-live');
+      const got = await call('GET', '/nodes/node-live?clusterID=');
+      expect(((await got.json()) as { node: string }).node).toBe('node-live');
+    }
+    expect(other.seen).toEqual([]);
+    const drains = live.seen.filter((s) => s.method === 'POST');
+    expect(drains).toHaveLength(4);
+    expect(drains[0]).toMatchObject({ url: '/nodes/node-live/drain', body: '{}' });
+    expect(drains[0]!.headers['x-api-key']).toBe(KEY);
+    expect(live.seen.filter((s) => s.method === 'GET')[0]!.url).toBe('/nodes/node-live?clusterID=');
+  });
+
+  it('answers 404 for a node the scheduler does not know, 502 for one that does not answer', async () => {
+    const before = seen().length;
+    for (const path of ['/nodes/ghost/drain', '/nodes/%20node-live/drain', '/nodes/node-live%20/drain']) {
+      const r = await call('POST', path);
+      expect(r.status, path).toBe(404);
+      expect(await r.json(), path).toEqual({
+        code: 404,
+        message: `node ${decodeURIComponent(path.split('/')[2]!)} not found`,
+      });
+    }
+    expect(await (await call('GET', '/nodes/ghost')).json()).toEqual({
+      code: 404,
+      message: 'node ghost not found',
+    });
+    const r = await call('POST', '/nodes/node-dead/drain');
+    expect(r.status).toBe(502);
+    expect(await r.json()).toEqual({ code: 502, message: 'upstream unavailable' });
+    expect(seen().length).toBe(before);
+  });
+
+  it('refuses bad ids (400) and a missing or wrong key (401) before any node sees the call', async () => {
+    const before = seen().length;
+    for (const path of [
+      '/nodes//drain',
+      '/nodes/node-live%2F..%2F..%2Fsandboxes/drain',
+      '/nodes/%2F/drain',
+      '/nodes/a%5Cb/drain',
+      '/nodes/a%00b/drain',
+      '/nodes/%ZZ/drain',
+      `/nodes/${'n'.repeat(600)}/drain`,
+    ]) {
+      const r = await call('POST', path);
+      expect(r.status, path).toBe(400);
+      expect(await r.json(), path).toEqual({ code: 400, message: 'invalid node id' });
+    }
+    for (const key of [null, 'wrong', KEY + 'x']) {
+      const r = await call('POST', '/nodes/node-live/drain', { key });
+      expect(r.status).toBe(401);
+      expect(await r.text()).toBe('');
+    }
+    expect(seen().length).toBe(before);
+  });
+});

@@ -275,14 +275,8 @@ export class Gateway {
         return this.clusterList(req, res);
       case 'nodes':
         return this.json(res, 200, (await this.deps.scheduler.observed()).map(nodeView));
-      case 'node': {
-        const n = await this.deps.scheduler.getNode(r.nodeId).catch((e: unknown) => {
-          if (isNotFound(e)) throw new Reply(404, `node ${r.nodeId} not found`);
-          throw e;
-        });
-        if (!n) throw new Reply(404, `node ${r.nodeId} not found`);
-        return this.forward(req, res, r, { nodeId: n.nodeId, endpoint: n.endpoint } as Node, req.url ?? '/');
-      }
+      case 'node':
+        return this.forward(req, res, r, await this.namedNode(r.nodeId), req.url ?? '/');
       case 'data': {
         const node = await this.dataNode(r.sandboxId);
         try {
@@ -338,6 +332,21 @@ export class Gateway {
         return this.forward(req, res, r, node, req.url ?? '/');
       }
     }
+  }
+
+  /**
+   * The node a `/nodes/{id}…` call names, by `GetNode` (the scheduler trims ids: only the exact id counts, so the
+   * node is never handed a path naming another). 404 when the scheduler has no such node; 502 when it has no
+   * address for it.
+   */
+  private async namedNode(nodeId: string): Promise<Node> {
+    const notFound = () => new Reply(404, `node ${nodeId} not found`);
+    const n = await this.deps.scheduler.getNode(nodeId).catch((e: unknown) => {
+      throw isNotFound(e) ? notFound() : e;
+    });
+    if (!n || n.nodeId !== nodeId) throw notFound();
+    if (n.endpoint === '') throw new Reply(502, `node ${nodeId} has no address`);
+    return { nodeId: n.nodeId, endpoint: n.endpoint } as Node;
   }
 
   /** What the calls that span the nodes (events, secrets) need. */

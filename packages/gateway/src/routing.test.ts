@@ -75,8 +75,40 @@ describe('gateway routing (docs/cluster.md#how-the-gateway-routes)', () => {
     expect(r('GET', '/sandboxes?limit=2')).toEqual({ kind: 'list' });
     expect(r('GET', '/v2/sandboxes')).toEqual({ kind: 'list' });
     expect(r('GET', '/nodes')).toEqual({ kind: 'nodes' });
-    expect(r('GET', '/nodes/n%201')).toEqual({ kind: 'node', nodeId: 'n 1' });
+    expect(r('GET', '/nodes/n%201')).toEqual({ kind: 'node', nodeId: 'n 1', op: '' });
     expect(r('GET', '/nodes/%ZZ')).toMatchObject({ kind: 'reject', status: 400, dataPlane: false });
+  });
+
+  it('sends the per-node routes (GET /nodes/{id}, POST /nodes/{id}/drain) to the named node, never a picked one', () => {
+    expect(r('POST', '/nodes/node-a/drain')).toEqual({ kind: 'node', nodeId: 'node-a', op: 'drain' });
+    expect(r('POST', '/nodes/node%2Da/drain?x=1')).toEqual({ kind: 'node', nodeId: 'node-a', op: 'drain' });
+    expect(r('GET', '/nodes/node-a?clusterID=c')).toEqual({ kind: 'node', nodeId: 'node-a', op: '' });
+    // Routing headers do not make a node call sandbox traffic.
+    expect(r('POST', '/nodes/node-a/drain', sdk)).toEqual({ kind: 'node', nodeId: 'node-a', op: 'drain' });
+    for (const bad of [
+      '/nodes//drain',
+      '/nodes/%20/drain',
+      '/nodes/%2F/drain',
+      '/nodes/a%2Fb/drain',
+      '/nodes/..%2Fsandboxes/drain',
+      '/nodes/a%5Cb/drain',
+      '/nodes/a%00b/drain',
+      '/nodes/a%0D%0Ab/drain',
+      '/nodes/%ZZ/drain',
+      '/nodes/%E0%A4%A/drain',
+      `/nodes/${'a'.repeat(513)}/drain`,
+      `/nodes/${'%C3%A9'.repeat(257)}/drain`,
+    ]) {
+      const got = r('POST', bad);
+      expect(got, bad).toEqual({ kind: 'reject', status: 400, message: 'invalid node id', dataPlane: false });
+      expect(needsApiKey(got), bad).toBe(true);
+    }
+    expect(r('GET', '/nodes/a%2Fb')).toMatchObject({ kind: 'reject', status: 400 });
+    expect(r('POST', `/nodes/${'a'.repeat(512)}/drain`)).toMatchObject({ kind: 'node', op: 'drain' });
+    // What the node does not serve goes on as any other call (the node answers 404).
+    expect(r('GET', '/nodes/node-a/drain')).toEqual({ kind: 'any' });
+    expect(r('POST', '/nodes/node-a')).toEqual({ kind: 'any' });
+    expect(r('POST', '/nodes/node-a/undrain')).toEqual({ kind: 'any' });
   });
 
   it('finds the sandbox id of control-plane calls by method and path', () => {
@@ -182,6 +214,8 @@ describe('gateway routing (docs/cluster.md#how-the-gateway-routes)', () => {
       ['GET', '/sandboxes'],
       ['POST', '/sandboxes'],
       ['GET', '/nodes'],
+      ['GET', '/nodes/node-a'],
+      ['POST', '/nodes/node-a/drain'],
       ['GET', '/templates'],
       ['DELETE', '/sandboxes/x'],
     ] as const)

@@ -18,7 +18,8 @@ export type Route =
   /** `GET /sandboxes`, `GET /v2/sandboxes`: the cluster list. */
   | { kind: 'list' }
   | { kind: 'nodes' }
-  | { kind: 'node'; nodeId: string }
+  /** `GET /nodes/{id}` (`op` '') and `POST /nodes/{id}/drain` (`op` 'drain'): to the named node. */
+  | { kind: 'node'; nodeId: string; op: NodeOp }
   /** A control-plane call about one sandbox: to its node. `op` is the last path segment (or '' for the sandbox). */
   | { kind: 'sandbox'; sandboxId: string; op: string }
   /** A create: placed by Schedule with the body's hint, the new sandbox recorded. */
@@ -88,6 +89,33 @@ const SANDBOX_OPS: Record<string, readonly string[]> = {
   PUT: ['network'],
   PATCH: ['custom-extension-params'],
 };
+
+/** The node's own routes under `/nodes/{nodeID}`, by method (docs/cluster.md#how-the-gateway-routes). */
+export type NodeOp = '' | 'drain';
+const NODE_OPS: Record<string, readonly string[]> = { GET: [''], POST: ['drain'] };
+
+/** The scheduler's limit (scheduler-service.ts MAX_ID_BYTES): a longer id can name no node. */
+const MAX_NODE_ID_BYTES = 512;
+
+/**
+ * A call naming one node, or a 400 for an id that cannot be one: empty, a bad escape, over-long, or holding a
+ * slash, a backslash or a control character (which would name another path at the node).
+ */
+function nodePath(method: string, path: string): Route | undefined {
+  const m = /^\/nodes\/([^/]*)(?:\/([^/]+))?$/.exec(path);
+  if (!m) return undefined;
+  const op = m[2] ?? '';
+  if (!(NODE_OPS[method] ?? []).includes(op)) return undefined;
+  const id = safeDecode(m[1]!);
+  if (
+    id === undefined ||
+    id.trim() === '' ||
+    Buffer.byteLength(id) > MAX_NODE_ID_BYTES ||
+    /[/\\\p{Cc}]/u.test(id)
+  )
+    return { kind: 'reject', status: 400, message: 'invalid node id', dataPlane: false };
+  return { kind: 'node', nodeId: id, op: op as NodeOp };
+}
 
 function sandboxPath(method: string, path: string): { sandboxId: string; op: string } | undefined {
   const m = /^\/(?:v2\/)?sandboxes\/([^/]+)(?:\/([^/]+))?\/?$/.exec(path);
@@ -168,13 +196,8 @@ export function route(method: string, url: string, headers: Headers, domains: re
   const template = templateRoute(method, path);
   if (template) return { kind: 'template', op: template };
   if (method === 'GET' && path === '/nodes') return { kind: 'nodes' };
-  const node = /^\/nodes\/([^/]+)$/.exec(path);
-  if (method === 'GET' && node) {
-    const id = safeDecode(node[1]!);
-    if (id === undefined || id === '')
-      return { kind: 'reject', status: 400, message: 'invalid node id', dataPlane: false };
-    return { kind: 'node', nodeId: id };
-  }
+  const node = nodePath(method, path);
+  if (node) return node;
   if (method === 'POST' && (path === '/sandboxes' || path === '/v2/sandboxes'))
     return { kind: 'create', cold: false };
   if (method === 'POST' && path === '/sandboxes-cold') return { kind: 'create', cold: true };

@@ -111,7 +111,11 @@ export function registerObserveCommands(program: Command): void {
   const node = program.command('node').description('one node of a cluster');
   withGlobalFlags(
     node
-      .command('drain <nodeID>')
+      .command('drain')
+      .argument(
+        '<nodeID>',
+        'the node, by its id in `aenv nodes` (through a gateway, any node of the cluster)',
+      )
       .description(
         'stop placing sandboxes on the node and hand its sandboxes over to the shared repository; each resumes on another node at its next request',
       )
