@@ -24,7 +24,7 @@ import { currentLoad, formatLoad, machineInfo, startLoadSampler } from './lib/ho
 import { fmt, summarize } from './lib/stats.mjs';
 
 register();
-const { decodePageToken, timestampNs, NEXT_TOKEN_HEADER } =
+const { createSchedulerClient, decodePageToken, timestampNs, NEXT_TOKEN_HEADER } =
   await import('../../packages/protocol/src/index.ts');
 
 const args = process.argv.slice(2);
@@ -214,6 +214,19 @@ async function startStandIn(index) {
   };
 }
 
+/** The gateway's ListNodes calls so far: count and total seconds (its scheduler RPC histogram). */
+async function listNodesCalls(metricsUrl) {
+  const text = await (await globalThis.fetch(metricsUrl)).text();
+  const pick = (suffix) =>
+    Number(
+      new RegExp(
+        `^agentenv_gateway_scheduler_rpc_duration_seconds_${suffix}\\{rpc="ListNodes",code="ok"\\} (\\S+)$`,
+        'm',
+      ).exec(text)?.[1] ?? 0,
+    );
+  return { count: pick('count'), seconds: pick('sum') };
+}
+
 /** utime + stime of a process in ms (clock ticks of 10 ms). */
 function cpuMs(pid) {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
@@ -341,8 +354,19 @@ async function main() {
     };
 
     const node0 = nodes[0].url;
+    const schedulerClient = createSchedulerClient(sched.grpcAddress);
     /** @type {{ id: string, label: string, expect: string[], limit?: number, run: () => Promise<{ ids: string[], tokens: string[] }> }[]} */
     const rows = [
+      {
+        // What the gateway does first for every list request.
+        id: 'sched.listNodes',
+        label: 'scheduler: ListNodes round trip (from here)',
+        expect: nodes.map((n) => n.nodeId),
+        run: async () => ({
+          ids: (await schedulerClient.listNodes({})).nodes.map((n) => n.nodeId),
+          tokens: [],
+        }),
+      },
       {
         id: 'node.all',
         label: 'node: GET /v2/sandboxes, all (one node)',
@@ -490,6 +514,7 @@ async function main() {
     };
     // One warm-up round (connections, JIT), not counted, then the runs, each row once per run in a rotated order.
     for (const row of rows) await row.run();
+    const listNodesBefore = await listNodesCalls(gw.metricsUrl);
     for (let run = 0; run < RUNS; run++) {
       for (let k = 0; k < rows.length; k++) {
         const row = rows[(k + run) % rows.length];
@@ -519,6 +544,15 @@ async function main() {
     if (result('gw.walk').tokens !== result('gw.walk.sdk').tokens)
       failures.push('the SDK paginator saw other tokens than raw fetch');
     const load = sampler.stop();
+    // Every cluster-list request starts with a ListNodes round trip (plus the gateway's own health refresh,
+    // one a second).
+    const listNodesAfter = await listNodesCalls(gw.metricsUrl);
+    const listNodes = {
+      calls: listNodesAfter.count - listNodesBefore.count,
+      meanMs:
+        ((listNodesAfter.seconds - listNodesBefore.seconds) * 1000) /
+        Math.max(1, listNodesAfter.count - listNodesBefore.count),
+    };
 
     const report = rows.map((row) => {
       const r = result(row.id);
@@ -531,7 +565,7 @@ async function main() {
           nodeRequests: r.nodeRequests / RUNS,
           nodeItemsServed: r.nodeItems / RUNS,
           nodeBytesServed: r.nodeBytes / RUNS,
-          gatewayCpuMs: row.id.startsWith('node') ? null : r.gatewayCpuMs / RUNS,
+          gatewayCpuMs: row.id.startsWith('gw') ? r.gatewayCpuMs / RUNS : null,
         },
       };
     });
@@ -543,7 +577,10 @@ async function main() {
         `${r.label.padEnd(50)} ${String(r.records).padStart(7)}  ${`${fmt(r.ms.min)} / ${fmt(r.ms.median)} / ${fmt(r.ms.p95)}`.padEnd(24)} ${fmt(r.perRun.nodeRequests).padStart(9)}  ${String(Math.round(r.perRun.nodeItemsServed)).padStart(10)}  ${r.perRun.gatewayCpuMs === null ? '-' : fmt(r.perRun.gatewayCpuMs)}`,
       );
     console.log(
-      `\nload during the run: min ${load.min.toFixed(2)}, mean ${load.mean.toFixed(2)}, max ${load.max.toFixed(2)} (1-min average)`,
+      `\ngateway → scheduler ListNodes (once per list request): mean ${fmt(listNodes.meanMs)} ms over ${listNodes.calls} calls`,
+    );
+    console.log(
+      `load during the run: min ${load.min.toFixed(2)}, mean ${load.mean.toFixed(2)}, max ${load.max.toFixed(2)} (1-min average)`,
     );
     console.log(failures.length === 0 ? 'checks: all passed' : `checks: ${failures.length} FAILED`);
     for (const f of failures.slice(0, 20)) console.log(`  ${f}`);
@@ -559,6 +596,7 @@ async function main() {
             loadDuring: load,
             options: { nodes: NODES, sandboxes: SANDBOXES, runs: RUNS, pageLimit: PAGE, filter: FILTER },
             rows: report,
+            listNodes,
             failures,
           },
           null,
