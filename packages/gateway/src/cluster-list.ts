@@ -1,6 +1,7 @@
 // `GET /sandboxes` and `GET /v2/sandboxes` across the cluster (docs/cluster.md#the-cluster-list): every node is
-// asked without `limit`/`nextToken` and all must answer; their items are merged, deduplicated, sorted and paged
-// with the nodes' own token format.
+// asked at once and all must answer; their items are merged, deduplicated, sorted and paged with the nodes' own
+// token format. A v2 page is asked of each node as that node's own page after the same cursor (the merged page
+// is within the union of those), so a walk does not make every node list everything once per page.
 import {
   decodePageToken,
   encodePageToken,
@@ -24,9 +25,18 @@ export class ListError extends Error {
   }
 }
 
+/** The largest `limit` a node takes (api/pagination.ts on the node, as the reference's). */
+export const NODE_MAX_LIMIT = 100;
+
 export interface ListQuery {
-  /** The query sent to every node. */
+  /** The query sent to every node: the client's without `limit` and `nextToken`. */
   nodeQuery: string;
+  /**
+   * The query that asks a node for only its part of the page (`GET /v2/sandboxes`): `nodeQuery` plus the
+   * client's `nextToken`, and its `limit` when a node takes it (1..100). The node sorts and cuts as the merge
+   * does, newest first, so it is `nodeQuery` when the client asks for another `order`.
+   */
+  nodePageQuery: string;
   /** undefined = all. 0 = an empty page (limit <= 0). */
   limit: number | undefined;
   cursor: PageCursor | undefined;
@@ -62,10 +72,19 @@ export function splitPageQuery<L>(
 
 /** Reads `limit` and `nextToken`; throws ListError(400) for a non-integer limit or a malformed token. */
 export function parseListQuery(search: string): ListQuery {
-  return splitPageQuery(search, (raw) => {
+  const q = splitPageQuery(search, (raw) => {
     if (!/^[+-]?\d{1,15}$/.test(raw)) throw new ListError(400, `invalid limit "${raw}": must be an integer`);
     return Math.max(0, Number(raw));
   });
+  const params = new URLSearchParams(q.nodeQuery);
+  const order = params.get('order');
+  if (order !== null && order !== '' && order !== 'desc') return { ...q, nodePageQuery: q.nodeQuery };
+  const token = new URLSearchParams(search).get('nextToken');
+  if (q.limit !== undefined && q.limit >= 1 && q.limit <= NODE_MAX_LIMIT)
+    params.set('limit', String(q.limit));
+  if (q.cursor && token) params.set('nextToken', token);
+  const page = params.toString();
+  return { ...q, nodePageQuery: page ? `?${page}` : '' };
 }
 
 /** Validates one node's answer: a JSON array of objects with a string sandboxID and startedAt. */

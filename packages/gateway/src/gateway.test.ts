@@ -7,7 +7,14 @@ import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { pino } from 'pino';
 import { WebSocket, WebSocketServer } from 'ws';
-import { createSchedulerClient, encodePageToken, NodeStatus, type SchedulerClient } from '@aenv/protocol';
+import {
+  createSchedulerClient,
+  decodePageToken,
+  encodePageToken,
+  NodeStatus,
+  timestampNs,
+  type SchedulerClient,
+} from '@aenv/protocol';
 import { defaultClusterConfig, type RunningScheduler } from '@aenv/scheduler';
 import { startGateway, type RunningGateway } from './run.js';
 import { startSchedulerAndGateway } from './testing/scheduler-and-gateway.js';
@@ -28,6 +35,10 @@ class FakeNode {
   seen: Seen[] = [];
   sandboxes: { sandboxID: string; startedAt: string }[] = [];
   listStatus = 200;
+  /** Whether `GET /v2/sandboxes` pages as a node does (limit, nextToken, newest first); else it lists all. */
+  pages = false;
+  /** Items of every list answer. */
+  listed: number[] = [];
   private n = 0;
   constructor(readonly id: string) {}
   get url() {
@@ -58,7 +69,35 @@ class FakeNode {
       res.writeHead(status, { 'content-type': 'application/json', ...h }).end(JSON.stringify(v));
     if (req.method === 'GET' && /^\/(v2\/)?sandboxes(\?|$)/.test(url)) {
       if (this.listStatus !== 200) return json(this.listStatus, { code: this.listStatus, message: 'nope' });
-      return json(200, this.sandboxes);
+      if (!this.pages || !url.startsWith('/v2/')) {
+        this.listed.push(this.sandboxes.length);
+        return json(200, this.sandboxes);
+      }
+      const q = new URL(url, 'http://node').searchParams;
+      const key = (s: { sandboxID: string; startedAt: string }) => ({
+        t: timestampNs(s.startedAt),
+        id: s.sandboxID,
+      });
+      const sorted = [...this.sandboxes].sort((x, y) => {
+        const [kx, ky] = [key(x), key(y)];
+        return kx.t !== ky.t ? (kx.t > ky.t ? -1 : 1) : kx.id < ky.id ? -1 : 1;
+      });
+      const token = q.get('nextToken');
+      const c = token ? decodePageToken(token) : undefined;
+      const rest = c
+        ? sorted.filter((x) => key(x).t < c.timeNs || (key(x).t === c.timeNs && key(x).id > c.id))
+        : sorted;
+      const limit = q.has('limit') ? Number(q.get('limit')) : rest.length;
+      const page = rest.slice(0, limit);
+      this.listed.push(page.length);
+      const last = page.at(-1);
+      return json(
+        200,
+        page,
+        last && rest.length > limit
+          ? { 'x-next-token': encodePageToken({ id: last.sandboxID, createdAt: last.startedAt }) }
+          : {},
+      );
     }
     if (req.method === 'POST' && (url === '/sandboxes' || url === '/sandboxes-cold')) {
       if (body.includes('huge-answer')) return json(201, { sandboxID: 'x', pad: 'p'.repeat(4096) });
@@ -219,6 +258,7 @@ describe('aenv gateway against a real scheduler', () => {
       { sandboxID: 'dup', startedAt: t(5) },
     ];
     const all = await call('GET', '/v2/sandboxes?state=running');
+    expect(a.seen.at(-1)!.url).toBe('/v2/sandboxes?state=running');
     expect(((await all.json()) as { sandboxID: string }[]).map((s) => s.sandboxID)).toEqual([
       'dup',
       'a3',
@@ -236,7 +276,6 @@ describe('aenv gateway against a real scheduler', () => {
       if (!token) break;
     }
     expect(pages).toEqual([['dup', 'a3'], ['b3', 'b2'], ['a1']]);
-    expect(a.seen.at(-1)!.url).toBe('/v2/sandboxes?state=running');
     // The token is the nodes' own format.
     const first = await call('GET', '/v2/sandboxes?limit=1');
     expect(first.headers.get('x-next-token')).toBe(encodePageToken({ id: 'dup', createdAt: t(5) }));
@@ -248,6 +287,66 @@ describe('aenv gateway against a real scheduler', () => {
     expect(await (await call('GET', '/sandboxes?limit=-3')).json()).toEqual([]);
     for (const q of ['limit=abc', 'limit=1.5', 'nextToken=%25%25'])
       expect((await call('GET', `/sandboxes?${q}`)).status, q).toBe(400);
+  });
+
+  it('asks each node for only its part of a v2 page: its own page after the same cursor', async () => {
+    // Same-millisecond starts across the nodes: the merge's tie-break (sandboxID ascending) decides.
+    const t = (ms: number) => new Date(Date.UTC(2026, 0, 1) + ms).toISOString();
+    a.sandboxes = Array.from({ length: 7 }, (_, i) => ({
+      sandboxID: `a${i}`,
+      startedAt: t(Math.floor(i / 2)),
+    }));
+    b.sandboxes = [
+      ...Array.from({ length: 7 }, (_, i) => ({ sandboxID: `b${i}`, startedAt: t(Math.floor(i / 3)) })),
+      { sandboxID: 'a1', startedAt: t(0) }, // also on node-a (a sandbox that moved): listed once
+    ];
+    a.pages = b.pages = true;
+    a.listed = [];
+    b.listed = [];
+    try {
+      const expected = [...a.sandboxes, ...b.sandboxes.slice(0, 7)]
+        .sort((x, y) =>
+          x.startedAt !== y.startedAt
+            ? x.startedAt > y.startedAt
+              ? -1
+              : 1
+            : x.sandboxID < y.sandboxID
+              ? -1
+              : 1,
+        )
+        .map((s) => s.sandboxID);
+      const walked: string[] = [];
+      let token = '';
+      for (let i = 0; i < 20; i++) {
+        const r = await call('GET', `/v2/sandboxes?limit=3${token ? `&nextToken=${token}` : ''}`);
+        expect(r.status).toBe(200);
+        const page = ((await r.json()) as { sandboxID: string }[]).map((s) => s.sandboxID);
+        expect(page.length).toBeLessThanOrEqual(3);
+        walked.push(...page);
+        const asked = new URL(a.seen.at(-1)!.url, 'http://node');
+        expect(asked.pathname).toBe('/v2/sandboxes');
+        expect(Object.fromEntries(asked.searchParams)).toEqual({
+          limit: '3',
+          ...(token ? { nextToken: token } : {}),
+        });
+        token = r.headers.get('x-next-token') ?? '';
+        if (!token) break;
+      }
+      expect(walked).toEqual(expected);
+      // 14 records in pages of 3: each node served at most 3 per page, not its whole list every time.
+      for (const n of [a, b]) expect(Math.max(...n.listed)).toBeLessThanOrEqual(3);
+      // A limit a node does not take, another order, and v1 (no pages on a node): every node lists all.
+      for (const [q, asked] of [
+        ['/v2/sandboxes?limit=500', '/v2/sandboxes'],
+        ['/v2/sandboxes?limit=3&order=asc', '/v2/sandboxes?order=asc'],
+        ['/sandboxes?limit=3', '/sandboxes'],
+      ]) {
+        expect((await call('GET', q!)).status, q).toBe(200);
+        expect(a.seen.at(-1)!.url, q).toBe(asked);
+      }
+    } finally {
+      a.pages = b.pages = false;
+    }
   });
 
   it('answers 502 when one node cannot list (all or nothing), and a node’s 4xx as it is', async () => {

@@ -513,7 +513,8 @@ export class Gateway {
         try {
           answer = await this.agent.request({
             origin: origin(n).origin,
-            path: path + query.nodeQuery,
+            // A node's v1 list has no pages: it is asked for all of it.
+            path: path + (path === '/v2/sandboxes' ? query.nodePageQuery : query.nodeQuery),
             method: 'GET',
             headers,
             headersTimeout: this.deps.config.requestTimeoutMs,
