@@ -93,7 +93,12 @@ afterEach(async () => {
   reporter = undefined;
 });
 
-function start(s: ReturnType<typeof scheduler>, log = logCapture(), roster = ['sbx1']) {
+function start(
+  s: ReturnType<typeof scheduler>,
+  log = logCapture(),
+  roster = ['sbx1'],
+  takingOver: string[] = [],
+) {
   reporter = startHeartbeatReporter(
     { endpoint: 'http://127.0.0.1:1', intervalMs: 10 },
     {
@@ -101,6 +106,7 @@ function start(s: ReturnType<typeof scheduler>, log = logCapture(), roster = ['s
       counters: () => counters,
       host,
       sandboxes: () => roster.map((id) => ({ id, resources: res })),
+      takingOver: () => takingOver,
       resourcesOf: (id) => (roster.includes(id) ? res : undefined),
       logger: log.logger,
       client: s.client,
@@ -127,6 +133,18 @@ describe('heartbeat reporter', () => {
       snapshot: { status: NodeStatus.READY, allocatedCpu: 2, cpuCount: 4, sandboxCount: 1 },
     });
     expect(log.count(/^registered with the scheduler$/)).toBe(1);
+  });
+
+  it('names the sandboxes being taken over in its roster too, once each', async () => {
+    const s = scheduler();
+    const takingOver = ['sbx-moving', 'sbx1'];
+    start(s, logCapture(), ['sbx1'], takingOver);
+    await until(() => s.heartbeats.length >= 1, 'a heartbeat');
+    expect(s.heartbeats[0]!.sandboxIds).toEqual(['sbx1', 'sbx-moving']);
+    takingOver.length = 0;
+    const n = s.heartbeats.length;
+    await until(() => s.heartbeats.length > n, 'the next heartbeat');
+    expect(s.heartbeats.at(-1)!.sandboxIds).toEqual(['sbx1']);
   });
 
   it('logs an outage once, backs off, and sends what was queued when the scheduler is back', async () => {

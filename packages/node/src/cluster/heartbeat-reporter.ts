@@ -23,6 +23,11 @@ export interface HeartbeatReporterDeps {
   host: { sample(): Promise<HostMetrics> };
   /** Every sandbox the node holds (running, starting, paused): the heartbeat roster. */
   sandboxes: () => { id: string; resources: SandboxResources }[];
+  /**
+   * Sandboxes the node is taking over from the shared repository: in the roster too, since the scheduler drops
+   * a node's bindings its roster does not name, and the gateway bound the sandbox here before asking.
+   */
+  takingOver?: () => readonly string[];
   /** The resources of one sandbox the node holds now. */
   resourcesOf: (sandboxId: string) => SandboxResources | undefined;
   logger: Logger;
@@ -103,7 +108,10 @@ export function startHeartbeatReporter(
       commit: id.commit,
       machineInfo: { ...id.machineInfo, cpuConfigJson: '' },
       snapshot: nodeSnapshot(deps.counters(), host, { lingering, nowMs: now() }),
-      sandboxIds: roster.map((s) => s.id),
+      sandboxIds: [
+        ...roster.map((s) => s.id),
+        ...(deps.takingOver?.() ?? []).filter((sandboxId) => !resources.has(sandboxId)),
+      ],
     };
   };
 

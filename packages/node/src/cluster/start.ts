@@ -30,6 +30,7 @@ export function startSchedulerReport(
     counters: () => orchestrator.counters(),
     host: deps.host,
     sandboxes: () => orchestrator.all().map((r) => ({ id: r.id, resources: r.resources })),
+    takingOver: () => orchestrator.takingOver(),
     resourcesOf: (id) => orchestrator.find(id)?.resources,
     logger: deps.logger.child({ component: 'scheduler-report' }),
   });

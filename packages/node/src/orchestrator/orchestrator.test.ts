@@ -83,6 +83,7 @@ class MapBackend implements SandboxBackend {
     );
   }
   failSecondChild = false;
+  adoptShared?: (sandboxId: string) => Promise<SandboxRecord | undefined>;
   handedOver: string[] = [];
   async handOver(r: SandboxRecord) {
     this.handedOver.push(r.id);
@@ -161,6 +162,35 @@ describe('Orchestrator state machine', () => {
     backend = new MapBackend();
     store = new SandboxStore(openStateDb(':memory:', orchestratorMigrations));
     orch = make();
+  });
+
+  it('names a sandbox it is taking over from the shared repository until it holds it (the heartbeat roster)', async () => {
+    const id = randomUUID();
+    let release!: () => void;
+    const fetched = new Promise<void>((r) => (release = r));
+    const seen: string[][] = [];
+    backend.adoptShared = async (sandboxId: string) => {
+      seen.push(orch.takingOver());
+      await fetched;
+      if (sandboxId !== id) return undefined;
+      const r = await orch.create(input());
+      // A record of its own: what the shared copy's record would be, paused on this node.
+      const taken = { ...orch.find(r.id)!, id, state: 'paused' as const };
+      await orch.kill(r.id);
+      return taken;
+    };
+    const adopting = orch.adopt(id);
+    await new Promise((r) => setTimeout(r, 10));
+    expect(orch.takingOver()).toEqual([id]);
+    expect(orch.find(id)).toBeUndefined();
+    release();
+    expect((await adopting)?.id).toBe(id);
+    expect(orch.takingOver()).toEqual([]);
+    expect(orch.find(id)?.state).toBe('paused');
+    // A miss is not named either once the repository said it has nothing.
+    expect(await orch.adopt(randomUUID())).toBeUndefined();
+    expect(orch.takingOver()).toEqual([]);
+    expect(seen[0]).toEqual([id]);
   });
 
   it('drain: refuses new sandboxes and resumes with 503, pauses the running ones and hands every one over', async () => {

@@ -405,6 +405,11 @@ export class Orchestrator {
     return [...this.sandboxes.values()];
   }
 
+  /** Ids being taken over from the shared repository right now (not held yet; adoptShared). */
+  takingOver(): string[] {
+    return [...this.adopting];
+  }
+
   // ---- lifecycle ----
 
   private assertOpen(): void {
@@ -495,6 +500,7 @@ export class Orchestrator {
   }
 
   private readonly adoptMisses = new Map<string, number>();
+  private readonly adopting = new Set<string>();
 
   private async adoptShared(id: string): Promise<SandboxRecord | undefined> {
     if (!this.opts.backend.adoptShared || this.draining || this.shuttingDown) return undefined;
@@ -503,7 +509,13 @@ export class Orchestrator {
     return this.locks.run(`adopt:${id}`, this.opts.transitionWaitMs, async () => {
       const known = this.sandboxes.get(id);
       if (known) return known;
-      const r = await this.opts.backend.adoptShared!(id);
+      this.adopting.add(id);
+      let r: SandboxRecord | undefined;
+      try {
+        r = await this.opts.backend.adoptShared!(id);
+      } finally {
+        this.adopting.delete(id);
+      }
       if (!r) {
         if (this.adoptMisses.size >= ADOPT_MISSES_MAX) this.adoptMisses.clear();
         this.adoptMisses.set(id, Date.now());
