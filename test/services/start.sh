@@ -20,6 +20,15 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=lib.sh
 . "$HERE/lib.sh"
 
+# The services outlive this script: they must not keep open what its caller holds (above all the fd of
+# `flock /tmp/aenv-roottests.lock …`, which a service would hold, and so the lock, until it is stopped).
+for fd in /proc/$$/fd/*; do
+  fd=${fd##*/}
+  if [ "$fd" -gt 2 ] 2>/dev/null && [ "$(readlink "/proc/$$/fd/$fd")" = "$(readlink -f /tmp/aenv-roottests.lock)" ]; then
+    eval "exec $fd>&-"
+  fi
+done
+
 push=1
 for arg in "$@"; do
   case $arg in
