@@ -6,19 +6,13 @@ import { randomBytes } from 'node:crypto';
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { REPO } from './harness.js';
+import { REPO, runProgram, type Ran } from './harness.js';
 import { deleteTemplatesNamed, describeNode } from './fixture.js';
 import { TestWebhookReceiver } from '../../packages/node/src/events/testing/webhook-receiver.js';
 
 const CLI = join(REPO, 'packages', 'cli', 'dist', 'main.js');
 const BASE_IMAGE = 'oci:/var/cache/aenv/images/base:latest';
 const RUN = `c${Date.now().toString(36)}`;
-
-interface Ran {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
 
 describe('aenv CLI against a node', () => {
   const { server } = describeNode({
@@ -46,25 +40,15 @@ describe('aenv CLI against a node', () => {
     args: string[],
     opts: { env?: Record<string, string>; input?: string; auth?: boolean } = {},
   ): Promise<Ran> {
-    return new Promise((resolve, reject) => {
-      const child = spawn(process.execPath, [CLI, ...args], {
-        cwd: work,
-        env: {
-          PATH: process.env.PATH ?? '/usr/bin:/bin',
-          HOME: home,
-          ...(opts.auth === false ? {} : { AENV_URL: server.url, AENV_API_KEY: server.apiKey }),
-          ...opts.env,
-        },
-        stdio: [opts.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
-        timeout: 240_000,
-      });
-      let stdout = '';
-      let stderr = '';
-      child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
-      child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-      if (opts.input !== undefined) child.stdin!.end(opts.input);
-      child.on('error', reject);
-      child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+    return runProgram(CLI, args, {
+      cwd: work,
+      env: {
+        HOME: home,
+        ...(opts.auth === false ? {} : { AENV_URL: server.url, AENV_API_KEY: server.apiKey }),
+        ...opts.env,
+      },
+      ...(opts.input !== undefined ? { input: opts.input } : {}),
+      timeoutMs: 240_000,
     });
   }
 

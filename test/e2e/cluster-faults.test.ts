@@ -24,9 +24,11 @@ import {
   freePort,
   readWorkload,
   REPO,
+  runProgram,
   startServer,
   startWorkload,
   workloadFetch,
+  type Ran,
   type TestServer,
   type Workload,
 } from './harness.js';
@@ -64,27 +66,13 @@ async function startRedis(port: number): Promise<ChildProcess> {
 const CLI = join(REPO, 'packages', 'cli', 'dist', 'main.js');
 
 /** `aenv <args>` (the built CLI) with `env` and a HOME of its own; never rejects on a failing command. */
-function runCli(
-  args: string[],
-  env: Record<string, string>,
-): Promise<{ code: number; stdout: string; stderr: string }> {
+async function runCli(args: string[], env: Record<string, string>): Promise<Ran> {
   const home = mkdtempSync(join(tmpdir(), 'aenv-cli-home-'));
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [CLI, ...args], {
-      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: home, ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-      timeout: 300_000,
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => {
-      rmSync(home, { recursive: true, force: true });
-      resolve({ code: code ?? -1, stdout, stderr });
-    });
-  });
+  try {
+    return await runProgram(CLI, args, { env: { HOME: home, ...env } });
+  } finally {
+    rmSync(home, { recursive: true, force: true });
+  }
 }
 
 function killed(child: ChildProcess): Promise<void> {

@@ -1,12 +1,11 @@
 // E2B's own CLI (`@e2b/cli`, a dev dependency) pointed at aenv: E2B_API_URL / E2B_SANDBOX_URL / E2B_API_KEY, a
 // temporary HOME (no ~/.e2b/config.json). What cannot work against a self-hosted server: docs/differences.md.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Sandbox } from 'e2b';
-import { REPO } from './harness.js';
+import { REPO, runProgram, type Ran } from './harness.js';
 import { deleteTemplatesNamed, describeNode } from './fixture.js';
 
 const CLI = join(REPO, 'node_modules', '@e2b', 'cli', 'dist', 'index.js');
@@ -29,28 +28,17 @@ describe('the e2b CLI against aenv', () => {
   });
 
   /** Runs `e2b <args>` with stdin on /dev/null; resolves with its exit code and output (never rejects on a failure). */
-  function e2b(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-    return new Promise((resolve, reject) => {
-      const child = spawn(process.execPath, [CLI, ...args], {
-        env: {
-          PATH: process.env.PATH ?? '/usr/bin:/bin',
-          HOME: home,
-          E2B_API_URL: server.url,
-          E2B_SANDBOX_URL: server.url,
-          E2B_API_KEY: server.apiKey,
-          NO_COLOR: '1',
-          FORCE_COLOR: '0',
-          CI: '1',
-        },
-        stdio: ['ignore', 'pipe', 'pipe'],
-        timeout: 300_000,
-      });
-      let stdout = '';
-      let stderr = '';
-      child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-      child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-      child.on('error', reject);
-      child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+  function e2b(...args: string[]): Promise<Ran> {
+    return runProgram(CLI, args, {
+      env: {
+        HOME: home,
+        E2B_API_URL: server.url,
+        E2B_SANDBOX_URL: server.url,
+        E2B_API_KEY: server.apiKey,
+        NO_COLOR: '1',
+        FORCE_COLOR: '0',
+        CI: '1',
+      },
     });
   }
 

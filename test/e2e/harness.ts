@@ -101,6 +101,39 @@ function listenOn(port: number): Promise<number> {
   });
 }
 
+/** What a program run by `runProgram` did. */
+export interface Ran {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/**
+ * Runs `node <script> <args>` (a CLI under test) with exactly `env` (nothing inherited), stdin from `input` or
+ * /dev/null; resolves with its exit code and output, never rejecting on a failing command.
+ */
+export function runProgram(
+  script: string,
+  args: readonly string[],
+  opts: { env: Record<string, string>; cwd?: string; input?: string; timeoutMs?: number },
+): Promise<Ran> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [script, ...args], {
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...opts.env },
+      ...(opts.cwd ? { cwd: opts.cwd } : {}),
+      stdio: [opts.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+      timeout: opts.timeoutMs ?? 300_000,
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+    if (opts.input !== undefined) child.stdin!.end(opts.input);
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+  });
+}
+
 /** Each test node gets its own internal CIDRs so it never overlaps a dev node on 10.11/10.12. */
 export function cidrsFor(name: string): { hi: string; veth: string } {
   let h = 0;
