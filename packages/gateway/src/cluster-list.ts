@@ -8,6 +8,7 @@ import {
   PageTokenError,
   timestampNs,
   type PageCursor,
+  type PageOrder,
 } from '@aenv/protocol';
 
 export interface ListedSandbox {
@@ -34,9 +35,11 @@ export interface ListQuery {
   /**
    * The query that asks a node for only its part of the page (`GET /v2/sandboxes`): `nodeQuery` plus the
    * client's `nextToken`, and its `limit` when a node takes it (1..100). The node sorts and cuts as the merge
-   * does, newest first, so it is `nodeQuery` when the client asks for another `order`.
+   * does (in `order`), so it is `nodeQuery` when the client's `order` is not one a node takes (its 400 answers).
    */
   nodePageQuery: string;
+  /** `desc` (newest first, the default) or `asc`, as one node orders its list. */
+  order: PageOrder;
   /** undefined = all. 0 = an empty page (limit <= 0). */
   limit: number | undefined;
   cursor: PageCursor | undefined;
@@ -77,14 +80,16 @@ export function parseListQuery(search: string): ListQuery {
     return Math.max(0, Number(raw));
   });
   const params = new URLSearchParams(q.nodeQuery);
-  const order = params.get('order');
-  if (order !== null && order !== '' && order !== 'desc') return { ...q, nodePageQuery: q.nodeQuery };
+  const asked = params.get('order');
+  const order: PageOrder = asked === 'asc' ? 'asc' : 'desc';
+  if (asked !== null && asked !== '' && asked !== 'asc' && asked !== 'desc')
+    return { ...q, order, nodePageQuery: q.nodeQuery };
   const token = new URLSearchParams(search).get('nextToken');
   if (q.limit !== undefined && q.limit >= 1 && q.limit <= NODE_MAX_LIMIT)
     params.set('limit', String(q.limit));
   if (q.cursor && token) params.set('nextToken', token);
   const page = params.toString();
-  return { ...q, nodePageQuery: page ? `?${page}` : '' };
+  return { ...q, order, nodePageQuery: page ? `?${page}` : '' };
 }
 
 /** Validates one node's answer: a JSON array of objects with a string sandboxID and startedAt. */
@@ -118,9 +123,12 @@ export function mergePages(perNode: ListedSandbox[][], q: ListQuery): MergedPage
       seen.add(s.sandboxID);
       all.push({ s, t: timestampNs(s.startedAt) });
     }
-  all.sort((a, b) => (a.t !== b.t ? (a.t > b.t ? -1 : 1) : a.s.sandboxID < b.s.sandboxID ? -1 : 1));
+  // As one node orders its list: by start time in `order`, then sandboxID ascending.
+  const newer = q.order === 'desc' ? -1 : 1;
+  all.sort((a, b) => (a.t !== b.t ? (a.t > b.t ? newer : -newer) : a.s.sandboxID < b.s.sandboxID ? -1 : 1));
   const c = q.cursor;
-  const rest = c ? all.filter((x) => x.t < c.timeNs || (x.t === c.timeNs && x.s.sandboxID > c.id)) : all;
+  const beyond = (t: bigint) => (q.order === 'desc' ? t < c!.timeNs : t > c!.timeNs);
+  const rest = c ? all.filter((x) => beyond(x.t) || (x.t === c.timeNs && x.s.sandboxID > c.id)) : all;
   if (q.limit === undefined) return { items: rest.map((x) => x.s) };
   const page = rest.slice(0, q.limit);
   // As the reference: a full page always names the next one (which may be empty).
@@ -128,6 +136,6 @@ export function mergePages(perNode: ListedSandbox[][], q: ListQuery): MergedPage
   const last = page[page.length - 1]!;
   return {
     items: page.map((x) => x.s),
-    nextToken: encodePageToken({ id: last.s.sandboxID, createdAt: last.s.startedAt }),
+    nextToken: encodePageToken({ id: last.s.sandboxID, createdAt: last.s.startedAt }, q.order),
   };
 }

@@ -35,7 +35,7 @@ class FakeNode {
   seen: Seen[] = [];
   sandboxes: { sandboxID: string; startedAt: string }[] = [];
   listStatus = 200;
-  /** Whether `GET /v2/sandboxes` pages as a node does (limit, nextToken, newest first); else it lists all. */
+  /** Whether `GET /v2/sandboxes` pages as a node does (limit, nextToken, order); else it lists all. */
   pages = false;
   /** Items of every list answer. */
   listed: number[] = [];
@@ -78,14 +78,16 @@ class FakeNode {
         t: timestampNs(s.startedAt),
         id: s.sandboxID,
       });
+      const asc = q.get('order') === 'asc';
       const sorted = [...this.sandboxes].sort((x, y) => {
         const [kx, ky] = [key(x), key(y)];
-        return kx.t !== ky.t ? (kx.t > ky.t ? -1 : 1) : kx.id < ky.id ? -1 : 1;
+        return kx.t !== ky.t ? (kx.t > ky.t !== asc ? -1 : 1) : kx.id < ky.id ? -1 : 1;
       });
       const token = q.get('nextToken');
       const c = token ? decodePageToken(token) : undefined;
+      const beyond = (t: bigint) => (asc ? t > c!.timeNs : t < c!.timeNs);
       const rest = c
-        ? sorted.filter((x) => key(x).t < c.timeNs || (key(x).t === c.timeNs && key(x).id > c.id))
+        ? sorted.filter((x) => beyond(key(x).t) || (key(x).t === c.timeNs && key(x).id > c.id))
         : sorted;
       const limit = q.has('limit') ? Number(q.get('limit')) : rest.length;
       const page = rest.slice(0, limit);
@@ -95,7 +97,12 @@ class FakeNode {
         200,
         page,
         last && rest.length > limit
-          ? { 'x-next-token': encodePageToken({ id: last.sandboxID, createdAt: last.startedAt }) }
+          ? {
+              'x-next-token': encodePageToken(
+                { id: last.sandboxID, createdAt: last.startedAt },
+                asc ? 'asc' : 'desc',
+              ),
+            }
           : {},
       );
     }
@@ -304,41 +311,55 @@ describe('aenv gateway against a real scheduler', () => {
     a.listed = [];
     b.listed = [];
     try {
-      const expected = [...a.sandboxes, ...b.sandboxes.slice(0, 7)]
-        .sort((x, y) =>
-          x.startedAt !== y.startedAt
-            ? x.startedAt > y.startedAt
-              ? -1
-              : 1
-            : x.sandboxID < y.sandboxID
-              ? -1
-              : 1,
-        )
-        .map((s) => s.sandboxID);
-      const walked: string[] = [];
-      let token = '';
-      for (let i = 0; i < 20; i++) {
-        const r = await call('GET', `/v2/sandboxes?limit=3${token ? `&nextToken=${token}` : ''}`);
-        expect(r.status).toBe(200);
-        const page = ((await r.json()) as { sandboxID: string }[]).map((s) => s.sandboxID);
-        expect(page.length).toBeLessThanOrEqual(3);
-        walked.push(...page);
-        const asked = new URL(a.seen.at(-1)!.url, 'http://node');
-        expect(asked.pathname).toBe('/v2/sandboxes');
-        expect(Object.fromEntries(asked.searchParams)).toEqual({
-          limit: '3',
-          ...(token ? { nextToken: token } : {}),
-        });
-        token = r.headers.get('x-next-token') ?? '';
-        if (!token) break;
+      for (const order of ['desc', 'asc'] as const) {
+        const newer = order === 'desc' ? -1 : 1;
+        const expected = [...a.sandboxes, ...b.sandboxes.slice(0, 7)]
+          .sort((x, y) =>
+            x.startedAt !== y.startedAt
+              ? x.startedAt > y.startedAt
+                ? newer
+                : -newer
+              : x.sandboxID < y.sandboxID
+                ? -1
+                : 1,
+          )
+          .map((s) => s.sandboxID);
+        const walked: string[] = [];
+        let token = '';
+        a.listed = [];
+        b.listed = [];
+        const orderQuery = order === 'asc' ? '&order=asc' : '';
+        for (let i = 0; i < 20; i++) {
+          const r = await call(
+            'GET',
+            `/v2/sandboxes?limit=3${orderQuery}${token ? `&nextToken=${token}` : ''}`,
+          );
+          expect(r.status).toBe(200);
+          const page = ((await r.json()) as { sandboxID: string }[]).map((s) => s.sandboxID);
+          expect(page.length).toBeLessThanOrEqual(3);
+          walked.push(...page);
+          const asked = new URL(a.seen.at(-1)!.url, 'http://node');
+          expect(asked.pathname).toBe('/v2/sandboxes');
+          expect(Object.fromEntries(asked.searchParams)).toEqual({
+            ...(order === 'asc' ? { order } : {}),
+            limit: '3',
+            ...(token ? { nextToken: token } : {}),
+          });
+          token = r.headers.get('x-next-token') ?? '';
+          // The nodes' own token format, ascending pages' included.
+          if (token)
+            expect(Buffer.from(token, 'base64url').toString().endsWith('__asc')).toBe(order === 'asc');
+          if (!token) break;
+        }
+        expect(walked, order).toEqual(expected);
+        // 14 records in pages of 3: each node served at most 3 per page, not its whole list every time.
+        for (const n of [a, b]) expect(Math.max(...n.listed)).toBeLessThanOrEqual(3);
       }
-      expect(walked).toEqual(expected);
-      // 14 records in pages of 3: each node served at most 3 per page, not its whole list every time.
-      for (const n of [a, b]) expect(Math.max(...n.listed)).toBeLessThanOrEqual(3);
-      // A limit a node does not take, another order, and v1 (no pages on a node): every node lists all.
+      // A limit a node does not take, an order no node takes (its 400 is theirs), and v1 (no pages on a
+      // node): every node lists all.
       for (const [q, asked] of [
         ['/v2/sandboxes?limit=500', '/v2/sandboxes'],
-        ['/v2/sandboxes?limit=3&order=asc', '/v2/sandboxes?order=asc'],
+        ['/v2/sandboxes?limit=3&order=sideways', '/v2/sandboxes?order=sideways'],
         ['/sandboxes?limit=3', '/sandboxes'],
       ]) {
         expect((await call('GET', q!)).status, q).toBe(200);
