@@ -657,6 +657,37 @@ describe('a stop with no slot in use', () => {
   });
 });
 
+describe('a stale host route to a slot address', () => {
+  it('does not stop the slot from being made: its route replaces the stale one', async () => {
+    // What a torn-down slot's veth leaves while the kernel has not unregistered it yet (its netns is freed in
+    // the background), or a crashed node's slot on the same addresses: a /32 route to the address, elsewhere.
+    const prefix = `aes${PID % 100_000}`;
+    const dummy = `${prefix}-stale`;
+    const m = new NetworkManager(
+      options({
+        namePrefix: prefix,
+        runtimePath: join(scratch, 'stale-run'),
+        internal: { hostInteractionCidr: '10.219.0.0/24', vethCidr: '10.220.0.0/24' },
+        pool: { lowWatermark: 0, highWatermark: 0, maintenanceEnabled: false, startupPrewarm: false },
+      }),
+    );
+    await run('ip', ['link', 'add', dummy, 'type', 'veth', 'peer', 'name', `${prefix}-stalp`]);
+    try {
+      await run('ip', ['link', 'set', dummy, 'up']);
+      const stale = Array.from({ length: 256 }, (_, i) => `route add 10.219.0.${i}/32 dev ${dummy}`);
+      await run('ip', ['-batch', '-'], { input: stale.join('\n') + '\n' });
+      await m.init();
+      const slot = await m.acquire();
+      const route = await run('ip', ['-j', 'route', 'show', `${slot.hostInteractionIp}/32`]);
+      expect((JSON.parse(route.stdout) as { dev: string }[]).map((r) => r.dev)).toEqual([slot.hostIfName]);
+      await m.release(slot);
+    } finally {
+      await m.shutdown({ destroyAll: true }).catch(() => undefined);
+      await run('ip', ['link', 'del', dummy], { allowFailure: true });
+    }
+  });
+});
+
 describe('crash recovery', () => {
   const runtimePath = () => join(scratch, 'crash-run');
   const crashOptions = (pool: Partial<NetworkManagerOptions['pool']> = {}) =>

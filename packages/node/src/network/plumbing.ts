@@ -75,7 +75,9 @@ export async function createSlotPlumbing(
       `link set ${veth} addrgenmode none`,
       `addr add ${addrs.hostLinkIp}/31 dev ${veth}`,
       `link set ${veth} up`,
-      `route add ${addrs.hostInteractionIp}/32 via ${addrs.sandboxLinkIp} dev ${veth}`,
+      // `replace`: a stale route to the address (a torn-down veth the kernel has not unregistered yet) must not
+      // fail the slot; the address is this node's own (its internal CIDRs).
+      `route replace ${addrs.hostInteractionIp}/32 via ${addrs.sandboxLinkIp} dev ${veth}`,
     ];
     await run('ip', ['-batch', '-'], { input: outside.join('\n') + '\n', timeoutMs: 30_000 });
   } catch (e) {
