@@ -128,6 +128,9 @@ export async function ensureToolsDir(opts: EnsureToolsDirOptions): Promise<Tools
 
   const toolsRoot = join(opts.depsPath, 'tools');
   mkdirSync(toolsRoot, { recursive: true });
+  // Sandbox uids pass through it to the version dir (search only, like <deps> itself); mkdir's mode would be
+  // cut by the server's umask (077), which left a first start on a fresh host unable to start any sandbox.
+  chmodSync(toolsRoot, 0o711);
   removeStale(toolsRoot);
 
   const tag = `${process.pid}-${randomBytes(4).toString('hex')}`;
