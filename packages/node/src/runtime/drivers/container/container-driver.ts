@@ -993,23 +993,25 @@ export class ContainerDriver implements RuntimeDriver {
         throw new RuntimeError('AlreadyExists', `sandbox ${spec.id} already exists`);
       }
       try {
-        const spare = opts.disk ? null : this.spares?.take();
-        if (spare) {
-          await rename(spare, p.dir);
-          await this.ownDirs(p, range);
-        } else {
-          if (opts.disk) {
-            await this.cloneDisk(opts.disk, p);
-            await this.adoptDisk(p, range);
-          } else await this.cow.createDir(p.dir);
-          await this.prepareDirs(p, range.hostStart);
-        }
-        await writeBootId(p.upper, spec.rootfs.layers, spec.idRange.hostStart, (id) =>
-          this.viewOfLayerId(id, spec.idRange),
-        );
-        await this.mountAndConfigure(spec, p, opts.tools);
+        await phase('rt-disk', async () => {
+          const spare = opts.disk ? null : this.spares?.take();
+          if (spare) {
+            await rename(spare, p.dir);
+            await this.ownDirs(p, range);
+          } else {
+            if (opts.disk) {
+              await this.cloneDisk(opts.disk, p);
+              await this.adoptDisk(p, range);
+            } else await this.cow.createDir(p.dir);
+            await this.prepareDirs(p, range.hostStart);
+          }
+          await writeBootId(p.upper, spec.rootfs.layers, spec.idRange.hostStart, (id) =>
+            this.viewOfLayerId(id, spec.idRange),
+          );
+        });
+        await phase('rt-mount', () => this.mountAndConfigure(spec, p, opts.tools));
         await opts.startAfter;
-        await this.runc.run(spec.id, p.bundle, p.pidFile, p.runcLog);
+        await phase('rt-runc', () => this.runc.run(spec.id, p.bundle, p.pidFile, p.runcLog));
         const handle = { id: spec.id, pid: await this.readPid(p), sandboxDir: p.dir, upperDir: p.upper };
         await this.assertFiltered(spec.id, handle.pid, 'StartFailed');
         this.limitSoon(spec, p, handle.pid);
@@ -1147,7 +1149,9 @@ export class ContainerDriver implements RuntimeDriver {
         : Promise.resolve(undefined);
       for (let attempt = 1; ; attempt++) {
         try {
-          await this.runc.checkpoint(id, netnsPath, imagesDir, work, opts.leaveRunning ?? false, p.runcLog);
+          await phase('rt-criu', () =>
+            this.runc.checkpoint(id, netnsPath, imagesDir, work, opts.leaveRunning ?? false, p.runcLog),
+          );
           break;
         } catch (e) {
           const criu = await criuLogErrors(join(work, 'dump.log'));
@@ -1174,7 +1178,7 @@ export class ContainerDriver implements RuntimeDriver {
       }
       const dumpMs = Number(process.hrtime.bigint() - started) / 1e6;
       await makeImagesReadable(imagesDir);
-      const snapshotError = await diskSnapshot;
+      const snapshotError = await phase('rt-disk', () => diskSnapshot);
       if (opts.leaveRunning && !wasFrozen) await this.cg().thaw(id);
       if (snapshotError) {
         await rm(imagesDir, { recursive: true, force: true });
@@ -1275,28 +1279,32 @@ export class ContainerDriver implements RuntimeDriver {
       let nsImages: string | undefined;
       try {
         const reuseMounts = inPlace && (await this.mountsReusable(spec, p));
-        if (inPlace && !reuseMounts) await unmountTree(p.dir);
-        // In place, the sandbox dir kept its limit: lifted while the host writes into it (see create).
-        if (inPlace) await this.cow.unlimitDir(p.dir);
-        if (!inPlace) await this.cloneDisk(opts.disk as string, p);
-        if (!reuseMounts) {
-          await this.adoptDisk(p, range);
-          await this.prepareDirs(p, range.hostStart);
-        }
+        await phase('rt-disk', async () => {
+          if (inPlace && !reuseMounts) await unmountTree(p.dir);
+          // In place, the sandbox dir kept its limit: lifted while the host writes into it (see create).
+          if (inPlace) await this.cow.unlimitDir(p.dir);
+          if (!inPlace) await this.cloneDisk(opts.disk as string, p);
+          if (!reuseMounts) {
+            await this.adoptDisk(p, range);
+            await this.prepareDirs(p, range.hostStart);
+          }
+        });
         // Dumped under another range (fork, snapshot or template launch): the restored user namespace
         // must map to this sandbox's range instead.
         if (meta.uidMapHostStart !== range.hostStart) {
           const from = { hostStart: meta.uidMapHostStart, size: meta.uidMapSize };
-          nsImages = await imagesForRange(imagesDir, `${USERNS_VIEW_PREFIX}${spec.id}`, from, range);
+          nsImages = await phase('rt-userns', () =>
+            imagesForRange(imagesDir, `${USERNS_VIEW_PREFIX}${spec.id}`, from, range),
+          );
         }
-        await this.mountAndConfigure(spec, p, opts.tools, !reuseMounts);
+        await phase('rt-mount', () => this.mountAndConfigure(spec, p, opts.tools, !reuseMounts));
         const work = this.criuWorkDir(spec.id, 'restore');
         await stopLazyPages(work);
         await rm(work, { recursive: true, force: true });
         await mkdir(work, { recursive: true });
         await opts.startAfter;
         try {
-          await this.restoreContainer(spec, p, nsImages ?? imagesDir, work);
+          await phase('rt-criu', () => this.restoreContainer(spec, p, nsImages ?? imagesDir, work));
         } catch (e) {
           const criu = await criuLogErrors(join(work, 'restore.log'));
           throw new RuntimeError(
