@@ -25,6 +25,7 @@ export interface StartedNode {
   runtime: { close(): Promise<void> };
   images: { close(): Promise<void> };
   repository: { close(): Promise<void> };
+  launcher?: { close(): Promise<void> };
   db: { close(): void };
   host: { close(): Promise<void> };
 }
@@ -50,6 +51,8 @@ export function shutdownSteps(n: StartedNode): ShutdownStep[] {
     { name: 'runtime', run: () => n.runtime.close() },
     { name: 'images', run: () => n.images.close() },
     { name: 'snapshot repository', run: () => n.repository.close() },
+    // After everything that runs host commands; any later one starts from this process again.
+    !!n.launcher && { name: 'process launcher', run: () => n.launcher!.close() },
     // Last: every subsystem above may write its state until it stopped, and the lock keeps a second node out.
     { name: 'state db', run: () => n.db.close() },
     { name: 'node dirs lock', run: () => n.host.close() },

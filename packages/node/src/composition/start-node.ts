@@ -32,7 +32,8 @@ import { startSecrets } from '../secrets/start.js';
 import { startSnapshotRepository } from '../snapshot/start.js';
 import { openStateDb } from '../state/db.js';
 import { TemplateCatalog } from '../template/catalog.js';
-import { dropSecretsFromEnvironment } from '../util/exec.js';
+import { dropSecretsFromEnvironment, hostToolEnv } from '../util/exec.js';
+import { startLauncher } from '../util/launcher.js';
 import type { Logger } from '../util/log.js';
 import { gitCommit, startNodeHost } from './node-host.js';
 import { runShutdown, shutdownSteps } from './shutdown.js';
@@ -65,6 +66,8 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
   const store = new SandboxStore(db);
   const { apiKey, tokens } = startSecrets(config, { stored: store.loadAll().records, logger });
   dropSecretsFromEnvironment(); // read once: no host command started from here on inherits them
+  // Host commands start from a small process from here on, while this one is still small (util/launcher.ts).
+  const launcher = startLauncher(hostToolEnv());
   const secretsKey = resolveSecretsKey({
     homePath: config.home_path,
     explicitKey: config.sandbox.secrets_encryption_key,
@@ -219,6 +222,7 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
     runtime: runtime.driver,
     images,
     repository,
+    ...(launcher ? { launcher } : {}),
     db,
     host,
   });

@@ -1,5 +1,5 @@
-import { spawn } from 'node:child_process';
 import { CONFIG_FIELDS } from '@aenv/config';
+import { launch } from './launcher.js';
 
 /**
  * Environment variables that hold credentials of aenv or of its callers: the API key, the token seed, the
@@ -67,35 +67,22 @@ export class CommandError extends Error {
   }
 }
 
-/** Runs a host tool without a shell and collects its output. */
-export function run(command: string, args: readonly string[], opts: RunOptions = {}): Promise<RunResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, {
-      env: opts.env ?? hostToolEnv(),
-      cwd: opts.cwd,
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    let timer: NodeJS.Timeout | undefined;
-    if (opts.timeoutMs) timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs);
-    child.stdout.on('data', (b: Buffer) => out.push(b));
-    child.stderr.on('data', (b: Buffer) => err.push(b));
-    child.on('error', (e) => {
-      if (timer) clearTimeout(timer);
-      reject(e);
-    });
-    child.on('close', (code) => {
-      if (timer) clearTimeout(timer);
-      const result = {
-        stdout: Buffer.concat(out).toString(),
-        stderr: Buffer.concat(err).toString(),
-        code: code ?? -1,
-      };
-      if (code === 0 || opts.allowFailure) resolve(result);
-      else reject(new CommandError(command, args, code, result.stderr, result.stdout));
-    });
-    child.stdin.on('error', () => {});
-    child.stdin.end(opts.input);
+/** Runs a host tool without a shell and collects its output (through the process launcher: launcher.ts). */
+export async function run(
+  command: string,
+  args: readonly string[],
+  opts: RunOptions = {},
+): Promise<RunResult> {
+  const outcome = await launch({
+    command,
+    args,
+    env: opts.env ?? hostToolEnv(),
+    cwd: opts.cwd,
+    input: opts.input,
+    timeoutMs: opts.timeoutMs,
+    stdio: 'collect',
   });
+  const result = { stdout: outcome.stdout, stderr: outcome.stderr, code: outcome.code ?? -1 };
+  if (outcome.code === 0 || opts.allowFailure) return result;
+  throw new CommandError(command, args, outcome.code, result.stderr, result.stdout);
 }

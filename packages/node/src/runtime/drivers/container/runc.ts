@@ -1,6 +1,6 @@
-import { spawn } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import { CommandError, run } from '../../../util/exec.js';
+import { launch } from '../../../util/launcher.js';
 
 export interface RuncState {
   id: string;
@@ -66,18 +66,7 @@ function spawnDetachedRunc(
   timeoutMs: number,
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(path, args, { cwd, env, stdio: ['ignore', 'ignore', 'ignore'] });
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('error', (e) => {
-      clearTimeout(timer);
-      reject(e);
-    });
-    child.on('exit', (code) => {
-      clearTimeout(timer);
-      resolve(code ?? -1);
-    });
-  });
+  return launch({ command: path, args, cwd, env, timeoutMs, stdio: 'ignore' }).then((o) => o.code ?? -1);
 }
 
 export class Runc {
