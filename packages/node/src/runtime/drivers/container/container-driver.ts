@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { chmodSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { chmod, chown, lstat, mkdir, readFile, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { run } from '../../../util/exec.js';
@@ -222,12 +222,12 @@ function rangeOfConfig(config: OciConfigView): IdRange {
   return { hostStart: m.hostID, size: m.size };
 }
 
-async function dirBytes(dir: string): Promise<number> {
+function dirBytes(dir: string): number {
   let total = 0;
-  for (const e of await readdir(dir, { withFileTypes: true })) {
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
     const p = join(dir, e.name);
-    if (e.isDirectory()) total += await dirBytes(p);
-    else if (e.isFile()) total += (await stat(p)).size;
+    if (e.isDirectory()) total += dirBytes(p);
+    else if (e.isFile()) total += statSync(p).size;
   }
   return total;
 }
@@ -268,9 +268,10 @@ async function assertSearchable(what: string, path: string): Promise<void> {
  * them): readable by others, like the dir's search bit. Only the 0700 dirs above keep host users out
  * (docs/security.md); the server's umask would have made them owner-only.
  */
-async function makeImagesReadable(imagesDir: string): Promise<void> {
-  for (const e of await readdir(imagesDir, { withFileTypes: true })) {
-    if (e.isFile()) await chmod(join(imagesDir, e.name), 0o644);
+function makeImagesReadable(imagesDir: string): void {
+  // Synchronous: ~70 small files, a few µs each; awaited one by one through the thread pool they took ms each.
+  for (const e of readdirSync(imagesDir, { withFileTypes: true })) {
+    if (e.isFile()) chmodSync(join(imagesDir, e.name), 0o644);
   }
 }
 
@@ -1177,7 +1178,7 @@ export class ContainerDriver implements RuntimeDriver {
         }
       }
       const dumpMs = Number(process.hrtime.bigint() - started) / 1e6;
-      await makeImagesReadable(imagesDir);
+      makeImagesReadable(imagesDir);
       const snapshotError = await phase('rt-disk', () => diskSnapshot);
       if (opts.leaveRunning && !wasFrozen) await this.cg().thaw(id);
       if (snapshotError) {
@@ -1203,7 +1204,7 @@ export class ContainerDriver implements RuntimeDriver {
         await this.runc.forceDelete(id);
         await this.cg().remove(id);
       }
-      return { memory: imagesDir, dumpMs, imageBytes: await dirBytes(imagesDir) };
+      return { memory: imagesDir, dumpMs, imageBytes: dirBytes(imagesDir) };
     });
   }
 
