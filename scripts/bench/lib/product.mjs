@@ -14,3 +14,4 @@ export const { overlayOptions } = await import(
   here('../../../packages/node/src/runtime/drivers/container/mounts.ts')
 );
 export const { parseServerTiming } = await import(here('../../../packages/node/src/util/phases.ts'));
+export const { EnvdRpcClient } = await import(here('../../../packages/protocol/src/clients/envd/rpc.ts'));
