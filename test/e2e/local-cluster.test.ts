@@ -7,6 +7,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox } from 'e2b';
 import {
+  eventually,
   freePort,
   hostObjects,
   NO_HOST_OBJECTS,
@@ -44,7 +45,9 @@ async function clusterPort(): Promise<number> {
  * README's local cluster as a user runs it (scripts/local-cluster.sh, docs/cluster.md#a-local-cluster), with two
  * nodes and the scheduler's bindings in the test Redis: `up` prints the E2B_* environment; the nodes share one
  * repository (one `base` template, records every node trusts); through the gateway the e2b SDK runs, pauses and
- * connects a sandbox with its processes; `down` and `purge` leave nothing of the nodes on the host.
+ * connects a sandbox with its processes; the node holding a sandbox is drained through the gateway and, the
+ * moment the drain is done, the sandbox connects with its processes on the other node; `down` and `purge` leave
+ * nothing of the nodes on the host.
  */
 describe('scripts/local-cluster.sh', () => {
   const state = `/var/lib/aenv-e2e/local-cluster-${randomUUID().slice(0, 8)}`;
@@ -134,6 +137,39 @@ describe('scripts/local-cluster.sh', () => {
     expect(on, nodeLogs()).toBeDefined();
     await sbx.pause();
     const again = await Sandbox.connect(sbx.sandboxId, { ...sdk, timeoutMs: 600_000 });
+    expect((await workloadFetch(gateway(), sbx.sandboxId, '/secret')).body).toBe(w.secret);
+    expect(await readWorkload(again, w)).toMatchObject({
+      counterAlive: true,
+      serverAlive: true,
+      file: w.file,
+    });
+    await again.kill();
+  });
+
+  it('a drained node hands its sandbox to the other node, which resumes it with its processes at once', async () => {
+    const sbx = await Sandbox.create({ ...sdk, timeoutMs: 600_000 });
+    const w = await startWorkload(gateway(), sbx);
+    const from = await runningOn(sbx.sandboxId);
+    expect(from, nodeLogs()).toBeDefined();
+    // As a user drains a node: through the gateway, which sends the drain and the progress polls to that node.
+    const node = `/nodes/${NODES[from!]}`;
+    const viaGateway = async (method: string) => {
+      const r = await fetch(sdk.apiUrl + node + (method === 'POST' ? '/drain' : ''), {
+        method,
+        headers: { 'x-api-key': sdk.apiKey },
+      });
+      return { status: r.status, body: (await r.json()) as { drain?: { done?: boolean } } };
+    };
+    expect((await viaGateway('POST')).status).toBe(202);
+    await eventually(
+      async () => (await viaGateway('GET')).body.drain?.done === true,
+      'the drain to finish',
+      600,
+      100,
+    );
+    // Right away: at `done` the scheduler no longer binds the sandbox to the drained node (docs/cluster.md#draining).
+    const again = await Sandbox.connect(sbx.sandboxId, { ...sdk, timeoutMs: 600_000 });
+    expect(await runningOn(sbx.sandboxId), nodeLogs()).toBe(1 - from!);
     expect((await workloadFetch(gateway(), sbx.sandboxId, '/secret')).body).toBe(w.secret);
     expect(await readWorkload(again, w)).toMatchObject({
       counterAlive: true,

@@ -36,6 +36,8 @@ function scheduler() {
     up: true,
     heartbeats: [] as HeartbeatInit[],
     failedBeats: 0,
+    /** While set, a heartbeat waits for it before the scheduler takes it (one in flight). */
+    hold: undefined as Promise<void> | undefined,
     events: [] as SandboxEventInit[],
     unregistered: [] as unknown[],
     client: {} as ReporterClient,
@@ -47,6 +49,7 @@ function scheduler() {
         s.failedBeats++;
         return refuse();
       }
+      if (s.hold) await s.hold;
       s.heartbeats.push(req);
       return {};
     }) as unknown as ReporterClient['heartbeat'],
@@ -98,9 +101,10 @@ function start(
   log = logCapture(),
   roster = ['sbx1'],
   takingOver: string[] = [],
+  intervalMs = 10,
 ) {
   reporter = startHeartbeatReporter(
-    { endpoint: 'http://127.0.0.1:1', intervalMs: 10 },
+    { endpoint: 'http://127.0.0.1:1', intervalMs },
     {
       identity,
       counters: () => counters,
@@ -195,6 +199,40 @@ describe('heartbeat reporter', () => {
     const n = s.heartbeats.length;
     await new Promise((res) => setTimeout(res, 50));
     expect(s.heartbeats.length).toBe(n);
+  });
+
+  it('drain and report send a heartbeat built after them, not the one in flight: LINGERING, the roster as it is now', async () => {
+    const s = scheduler();
+    const roster = ['sbx1', 'sbx2', 'sbx3'];
+    const r = start(s, logCapture(), roster, [], 60_000);
+    await until(() => s.heartbeats.length === 1, 'registration');
+    /** A heartbeat on its way to the scheduler (READY, the roster as it was) while `change` happens. */
+    const whileOneIsInFlight = async (change: () => Promise<void>) => {
+      let release!: () => void;
+      s.hold = new Promise((res) => (release = res));
+      const inFlight = r.report();
+      await new Promise((res) => setTimeout(res, 20));
+      s.hold = undefined;
+      const changed = change();
+      release();
+      await changed;
+      await inFlight;
+    };
+    const last = () => [s.heartbeats.at(-1)?.snapshot?.status, s.heartbeats.at(-1)?.sandboxIds];
+    // A drain that starts then hands sbx1 over: once drain() resolves, the scheduler has LINGERING without it.
+    await whileOneIsInFlight(async () => {
+      roster.splice(0, 1);
+      await r.drain();
+      expect(last()).toEqual([NodeStatus.LINGERING, ['sbx2', 'sbx3']]);
+    });
+    // A roster report likewise: once report() resolves, the scheduler has the roster without sbx2.
+    await whileOneIsInFlight(async () => {
+      roster.splice(0, 1);
+      await r.report();
+      expect(last()).toEqual([NodeStatus.LINGERING, ['sbx3']]);
+    });
+    // Reports that come while one waits for the heartbeat in flight share the one after it.
+    expect(s.heartbeats.length).toBe(5);
   });
 
   it('closes without waiting when the scheduler is down, and logs that it could not unregister', async () => {

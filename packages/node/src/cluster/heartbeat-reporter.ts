@@ -41,8 +41,17 @@ export interface HeartbeatReporterDeps {
 export interface HeartbeatReporter {
   /** Queues the scheduler event of a lifecycle event; never waits and never throws. */
   onLifecycle(e: LifecycleEvent): void;
-  /** The node is shutting down: one heartbeat saying LINGERING, so it is seen leaving while it pauses. */
+  /**
+   * The node is leaving (shutting down, or draining): from now on every heartbeat says LINGERING, and one is sent
+   * at once, so it is seen leaving while it pauses.
+   */
   drain(): Promise<void>;
+  /**
+   * Sends a heartbeat built from now on (after the one in flight, whose roster and status may be older) and
+   * resolves once the scheduler took it or could not be reached; never throws. A drain waits for it after
+   * handing a sandbox over, so the scheduler no longer binds that sandbox here (docs/cluster.md#draining).
+   */
+  report(): Promise<void>;
   /** Stops beating, sends what events are queued, then UnregisterNode (best effort). */
   close(): Promise<void>;
 }
@@ -75,6 +84,7 @@ export function startHeartbeatReporter(
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
   let beating: Promise<boolean> | undefined;
+  let fresh: Promise<boolean> | undefined;
   let flushing: Promise<void> | undefined;
 
   const down = (err: unknown, what: string) => {
@@ -162,6 +172,20 @@ export function startHeartbeatReporter(
     return ok;
   };
 
+  /**
+   * A heartbeat whose request is built after this call. Joining the one in flight is not enough: its request
+   * was read before whatever the caller just changed (a drain's LINGERING, a roster without a handed-over
+   * sandbox). Callers that come while it waits share it.
+   */
+  const beatFresh = (): Promise<boolean> => {
+    fresh ??= (async () => {
+      await beating;
+      fresh = undefined;
+      return beat();
+    })();
+    return fresh;
+  };
+
   const schedule = (delayMs: number) => {
     if (stopped) return;
     timer = setTimeout(() => {
@@ -192,9 +216,13 @@ export function startHeartbeatReporter(
     },
     async drain() {
       lingering = true;
-      // An unreachable scheduler would only make the shutdown wait for the call's timeout.
+      // An unreachable scheduler would only make the shutdown (or the drain) wait for the call's timeout.
       if (stopped || reachable === false) return;
-      await beat();
+      await beatFresh();
+    },
+    async report() {
+      if (stopped || reachable === false) return;
+      await beatFresh();
     },
     async close() {
       if (stopped) return;

@@ -195,7 +195,9 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
           ? {
               drain: () => {
                 void late.reporter?.drain();
-                void orch.drain(identity.nodeId);
+                void orch.drain(identity.nodeId, {
+                  reportRoster: () => late.reporter?.report() ?? Promise.resolve(),
+                });
               },
             }
           : {}),

@@ -220,6 +220,32 @@ describe('Orchestrator state machine', () => {
     stopped.length = 0; // the pauses above stopped instances; the next tests count their own
   });
 
+  it('drain: a sandbox counts as handed over, and the drain as done, only once a roster without it was reported', async () => {
+    const running = await orch.create(input());
+    const paused = await orch.create(input());
+    await orch.pause(paused.id);
+    const rosters: string[][] = [];
+    let release!: () => void;
+    const reported = new Promise<void>((res) => (release = res));
+    const drained = orch.drain('node-a', {
+      reportRoster: async () => {
+        // What the heartbeat reporter reads for its roster.
+        rosters.push(orch.all().map((r) => r.id));
+        await reported;
+      },
+    });
+    await new Promise((res) => setTimeout(res, 20));
+    expect(backend.handedOver.sort()).toEqual([running.id, paused.id].sort());
+    expect(orch.drainProgress()).toMatchObject({ handedOver: 0, running: 0, paused: 0, done: false });
+    release();
+    await drained;
+    expect(orch.drainProgress()).toMatchObject({ handedOver: 2, failed: 0, done: true });
+    expect(rosters.length).toBeGreaterThan(0);
+    // The last roster reported before `done` names neither.
+    expect(rosters.at(-1)).toEqual([]);
+    stopped.length = 0;
+  });
+
   it('drain: a sandbox mounting volumes only this node has is paused (with its memory) and kept, not handed over', async () => {
     const mounts = async () => [{ volumeId: randomUUID(), name: 'data', path: '/data' }];
     const running = await orch.create(input({ resolveVolumeMounts: mounts }));

@@ -437,8 +437,13 @@ export class Orchestrator {
    * and hands every paused one over to the shared repository (dropping this node's copy), so each resumes on
    * another node — except one that must stay (it mounts volumes only this node has), which stays here paused.
    * Repeated calls join the drain in progress.
+   *
+   * `reportRoster` (the heartbeat reporter's `report`) resolves once the scheduler has this node's roster as it
+   * is now. A sandbox counts as handed over, and the drain as done, only after the roster without it was
+   * reported: until then the scheduler still binds the sandbox here, and a request for it (a connect right after
+   * `done`) would reach this node, which no longer holds it and, draining, takes nothing over: 404.
    */
-  drain(node: string): Promise<void> {
+  drain(node: string, opts: { reportRoster?: () => Promise<void> } = {}): Promise<void> {
     if (this.draining) return this.drainDone ?? Promise.resolve();
     this.draining = {
       node,
@@ -448,13 +453,13 @@ export class Orchestrator {
       kept: 0,
       done: false,
     };
-    this.drainDone = this.runDrain().finally(() => {
+    this.drainDone = this.runDrain(opts.reportRoster).finally(() => {
       if (this.draining) this.draining.done = true;
     });
     return this.drainDone;
   }
 
-  private async runDrain(): Promise<void> {
+  private async runDrain(reportRoster?: () => Promise<void>): Promise<void> {
     const progress = this.draining!;
     await Promise.all(
       [...this.sandboxes.values()].map(async (r) => {
@@ -479,6 +484,7 @@ export class Orchestrator {
             );
             return;
           }
+          await reportRoster?.();
           progress.handedOver++;
           this.opts.logger.info({ sandboxId: r.id }, 'drain: sandbox handed over to the shared repository');
         } catch (e) {
