@@ -5,13 +5,16 @@
 // parsing) with the node's own sandbox routes (api/routes/sandboxes.ts: GET /v2/sandboxes with its pagination
 // and filters, GET /sandboxes) over an in-memory set of records, and the node's own heartbeat reporter
 // (cluster/heartbeat-reporter.ts) with that set as its roster: no runtime, no sandboxes behind the records.
+// Each stand-in also serves the route the gateway asks one node per v2 list for the paused sandboxes held by no
+// node (api/routes/unheld-sandboxes.ts), over --orphans records that are every stand-in's view of the same shared
+// repository (default 0: the request is made and answers nothing).
 // Interleaved in one run: one node's list straight (the floor), the gateway's merged list (first page, a full
 // walk with limit 100, the SDK's default of no limit) with raw fetch and with the e2b SDK's Sandbox.list()
 // paginator, and the same with a metadata filter. Every answer is checked (each record exactly once, in the
 // documented order, tokens that name the page's last item and are the same every run). No root; loopback only.
 // Needs `npm run build` (the scheduler and gateway run packages/cli/dist).
 //
-//   node scripts/bench/list-fanout-bench.mjs [--nodes 3] [--sandboxes 300] [--runs 20] [--json FILE]
+//   node scripts/bench/list-fanout-bench.mjs [--nodes 3] [--sandboxes 300] [--orphans 0] [--runs 20] [--json FILE]
 import { execFileSync, fork } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -43,6 +46,7 @@ const bounded = (name, dflt, max) => {
 const ROLE = opt('--role', 'main');
 const NODES = bounded('--nodes', 3, 16);
 const SANDBOXES = bounded('--sandboxes', 300, 5000);
+const ORPHANS = opt('--orphans', '0') === '0' ? 0 : bounded('--orphans', 0, 5000);
 const RUNS = bounded('--runs', 20, 500);
 const JSON_OUT = opt('--json', undefined);
 const KEY = `e2b_${'f4a0e1'.repeat(10)}`;
@@ -84,11 +88,37 @@ function recordsOf(i) {
   });
 }
 
+/**
+ * The paused sandboxes held by no node, as the shared repository holds them (the same for every stand-in):
+ * interleaved in time with the nodes' records, a quarter of them group g0.
+ */
+function orphanRecords() {
+  return Array.from({ length: ORPHANS }, (_, k) => ({
+    id: uuidOf(`list-fanout-orphan-${k}`),
+    templateId: 'base',
+    state: 'paused',
+    createdAt: new Date(
+      BASE_MS + Math.floor((k * NODES * SANDBOXES) / Math.max(1, ORPHANS) / 2),
+    ).toISOString(),
+    expiresAt: new Date(BASE_MS + 86_400_000 + k).toISOString(),
+    timeoutSecs: 3600,
+    resources: { cpuCount: 2, memoryMB: 512, diskSizeMB: 1024 },
+    metadata: { bench: 'list-fanout', group: `g${k % 4}`, node: 'none' },
+    envVars: {},
+    secure: true,
+    envdVersion: '0.2.0',
+    defaultUser: 'user',
+    backend: {},
+  }));
+}
+
 // ---- role: one stand-in node (a child process) ----------------------------------------------------------
 async function runStandIn() {
   const index = Number(opt('--index', 0));
   const { createHttpServer } = await import('../../packages/node/src/front-door/http-server.ts');
   const { registerSandboxRoutes } = await import('../../packages/node/src/api/routes/sandboxes.ts');
+  const { registerUnheldSandboxesRoute } =
+    await import('../../packages/node/src/api/routes/unheld-sandboxes.ts');
   const { ServerMetrics } = await import('../../packages/node/src/observability/metrics.ts');
   const { HostMetricsSampler } = await import('../../packages/node/src/observability/host-metrics.ts');
   const { resolveNodeIdentity } = await import('../../packages/node/src/identity/node-identity.ts');
@@ -103,8 +133,11 @@ async function runStandIn() {
   // Only what the list routes read of the orchestrator; the other routes are registered but never called.
   const orchestrator = /** @type {any} */ ({
     all: () => records,
+    listable: () => records,
     expiryOf: (r) => r.expiresAt,
   });
+  /** @type {any[]} */
+  const orphans = orphanRecords();
   const { app } = createHttpServer({
     apiKey: KEY,
     bodyLimitBytes: 1 << 20,
@@ -123,15 +156,17 @@ async function runStandIn() {
       launchable: () => Promise.reject(new Error('not served by a list-serving stand-in')),
     },
   });
+  registerUnheldSandboxesRoute(app, { unheld: async () => orphans, expiry: (r) => r.expiresAt ?? '' });
+  const listRoutes = new Set(['/v2/sandboxes', '/sandboxes', '/cluster/unheld-sandboxes']);
   app.addHook('preSerialization', async (req, _reply, payload) => {
-    if (req.routeOptions.url === '/v2/sandboxes' || req.routeOptions.url === '/sandboxes') {
+    if (listRoutes.has(req.routeOptions.url ?? '')) {
       counts.requests++;
       if (Array.isArray(payload)) counts.items += payload.length;
     }
     return payload;
   });
   app.addHook('onSend', async (req, _reply, payload) => {
-    if (typeof payload === 'string' && req.routeOptions.url?.endsWith('sandboxes'))
+    if (typeof payload === 'string' && listRoutes.has(req.routeOptions.url ?? ''))
       counts.bytes += Buffer.byteLength(payload);
     return payload;
   });
@@ -247,7 +282,9 @@ async function main() {
   const loadAtStart = currentLoad();
   const sampler = startLoadSampler();
   console.log(`load at start ${formatLoad(loadAtStart)}; commit ${commit}`);
-  console.log(`${NODES} stand-in nodes × ${SANDBOXES} records, ${RUNS} runs, page limit ${PAGE}`);
+  console.log(
+    `${NODES} stand-in nodes × ${SANDBOXES} records, ${ORPHANS} held by no node, ${RUNS} runs, page limit ${PAGE}`,
+  );
 
   /** What each node holds, in the wire shape the checks compare with. */
   const held = Array.from({ length: NODES }, (_, i) =>
@@ -258,9 +295,16 @@ async function main() {
       metadata: r.metadata,
     })),
   );
-  const all = held.flat().sort(byListOrder);
+  const shared = orphanRecords().map((r) => ({
+    sandboxID: r.id,
+    startedAt: r.createdAt,
+    state: r.state,
+    metadata: r.metadata,
+  }));
+  const all = [...held.flat(), ...shared].sort(byListOrder);
   const expected = {
     all: all.map((r) => r.sandboxID),
+    // (v1 lists running sandboxes only; those held by no node are all paused.)
     running: all.filter((r) => r.state === 'running').map((r) => r.sandboxID),
     paused: all.filter((r) => r.state === 'paused').map((r) => r.sandboxID),
     filtered: all.filter((r) => r.metadata.group === FILTER.group).map((r) => r.sandboxID),
@@ -594,7 +638,14 @@ async function main() {
             machine: machineInfo(),
             loadAtStart,
             loadDuring: load,
-            options: { nodes: NODES, sandboxes: SANDBOXES, runs: RUNS, pageLimit: PAGE, filter: FILTER },
+            options: {
+              nodes: NODES,
+              sandboxes: SANDBOXES,
+              orphans: ORPHANS,
+              runs: RUNS,
+              pageLimit: PAGE,
+              filter: FILTER,
+            },
             rows: report,
             listNodes,
             failures,

@@ -31,6 +31,8 @@ import {
 } from './harness.js';
 
 const NODE_STATUS_LINGERING = 4;
+/** `paused_retention_secs` of the node whose sandbox is left held by no node (its pause and copy come first). */
+const RETENTION_SECS = 10;
 
 const s3 = {
   endpoint: process.env.AENV_TEST_S3_ENDPOINT ?? 'http://127.0.0.1:9000',
@@ -119,7 +121,7 @@ describe.each<RepositoryKind>(['oss', 'posix_fs'])('sandboxes moving between nod
     AENV_SANDBOX_ACCESS_TOKEN_HASH_SEED: randomBytes(32).toString('hex'),
     AENV_SNAPSHOT_RECORD_SIGNING_SECRET: randomBytes(32).toString('hex'),
   };
-  const nodeOptions = (name: string, nodeId: string) => {
+  const nodeOptions = (name: string, nodeId: string, extra: string[] = []) => {
     // The cluster's API key, where the node looks for it first (the managed file the harness reads back).
     // (The home stays between runs, as every e2e node's does: its sandbox volume stays mounted there.)
     const home = `/var/lib/aenv-e2e/${name}`;
@@ -139,6 +141,7 @@ describe.each<RepositoryKind>(['oss', 'posix_fs'])('sandboxes moving between nod
         'interval_secs = 1',
         '[node_identity]',
         `node_id = "${nodeId}"`,
+        ...extra,
       ].join('\n'),
     };
   };
@@ -179,6 +182,45 @@ describe.each<RepositoryKind>(['oss', 'posix_fs'])('sandboxes moving between nod
     return moved;
   };
 
+  /** Points the e2b SDK at the gateway. */
+  const useGateway = () => {
+    process.env.E2B_API_URL = gateway.url;
+    process.env.E2B_SANDBOX_URL = gateway.url;
+    process.env.E2B_API_KEY = apiKey;
+  };
+  /**
+   * The states of `id`'s entries in the cluster list through the gateway (docs/cluster.md#the-cluster-list): in one
+   * `GET /v2/sandboxes`, and in a walk of the SDK's `Sandbox.list` paginator in pages of one.
+   */
+  const listedThroughGateway = async (id: string) => {
+    const r = await fetch(`${gateway.url}/v2/sandboxes`, { headers: { 'x-api-key': apiKey } });
+    if (r.status !== 200) return { status: r.status, raw: [], sdk: [] };
+    const raw = ((await r.json()) as { sandboxID: string; state: string }[])
+      .filter((s) => s.sandboxID === id)
+      .map((s) => s.state);
+    useGateway();
+    const paginator = Sandbox.list({ limit: 1 });
+    const sdk: string[] = [];
+    for (let i = 0; paginator.hasNext && i < 100; i++)
+      for (const s of await paginator.nextItems()) if (s.sandboxId === id) sdk.push(s.state);
+    return { status: r.status, raw, sdk };
+  };
+  const expectListedOnce = async (id: string, state: 'running' | 'paused') =>
+    expect(await listedThroughGateway(id), `${id} listed once, ${state}`).toEqual({
+      status: 200,
+      raw: [state],
+      sdk: [state],
+    });
+  /** Until the gateway sees a killed node lost, that node (asked, not answering) makes the list 502. */
+  const gatewayListsAgain = () =>
+    eventually(
+      async () =>
+        (await fetch(`${gateway.url}/v2/sandboxes`, { headers: { 'x-api-key': apiKey } })).status === 200,
+      'the gateway to see the killed node lost and list again',
+      300,
+      100,
+    );
+
   beforeAll(async () => {
     repo = sharedRepository(kind);
     [portA, portB] = [await freePort(), await freePort()];
@@ -209,13 +251,14 @@ describe.each<RepositoryKind>(['oss', 'posix_fs'])('sandboxes moving between nod
   it('a sandbox paused on A connects on B with its processes; killed there, A restarted does not bring it back', async () => {
     const { sbx, w } = await workloadOn(a);
     await pauseShared(a, sbx.sandboxId);
+    // Taken over and killed on B while A is away (stopped first: a running A would drop its stale copy by itself
+    // within 10 s, the next test's case): A, restarted with its own (stale) copy, finds the claim is B's and drops
+    // the copy before it reports, rather than bringing the sandbox back.
+    await a.stop();
     await sameProcesses(b, sbx.sandboxId, w);
     expect(b.logs()).toContain('"took over a sandbox paused on another node"');
     const onB = await b.api('GET', `/sandboxes/${sbx.sandboxId}`);
     expect(onB.body).toMatchObject({ state: 'running' });
-    // Killed on B while A is away: A, restarted with its own (stale) copy, finds the claim is B's and drops the
-    // copy before it reports, rather than bringing the sandbox back.
-    await a.stop();
     expect((await b.api('DELETE', `/sandboxes/${sbx.sandboxId}`)).status).toBe(204);
     a = await a.restart();
     const onA = await a.api('GET', `/sandboxes/${sbx.sandboxId}`);
@@ -291,7 +334,13 @@ describe.each<RepositoryKind>(['oss', 'posix_fs'])('sandboxes moving between nod
       const placed = await rpc.call('Schedule', {});
       expect((placed.node as Plain).node_id).toBe(idB);
     }
+    // Held by no node now (A, still up, lists its own no more; its copy in the repository says it was handed
+    // over): the list through the gateway shows it once, paused. A connect through the gateway resumes it on B.
+    await expectListedOnce(sbx.sandboxId, 'paused');
+    useGateway();
+    await Sandbox.connect(sbx.sandboxId);
     await sameProcesses(b, sbx.sandboxId, w);
+    await expectListedOnce(sbx.sandboxId, 'running');
     expect((await b.api('DELETE', `/sandboxes/${sbx.sandboxId}`)).status).toBe(204);
     // A drained node takes work again only after a restart.
     await a.stop();
@@ -307,6 +356,12 @@ describe.each<RepositoryKind>(['oss', 'posix_fs'])('sandboxes moving between nod
     await pauseShared(a, wakes.sbx.sandboxId);
     await pauseShared(a, gone.sbx.sandboxId);
     await a.crash();
+
+    // The list through the gateway, once it sees A lost: A's paused sandboxes once each, paused, from the
+    // repository; its running one, lost, not at all.
+    await gatewayListsAgain();
+    for (const s of [paused, wakes, gone]) await expectListedOnce(s.sbx.sandboxId, 'paused');
+    expect(await listedThroughGateway(running.sbx.sandboxId)).toEqual({ status: 200, raw: [], sdk: [] });
 
     // Through the gateway, once it sees A is lost (its binding still names A): GET shows a sandbox paused there
     // as paused (B took it over, and it is bound to B); DELETE kills it for good.
@@ -334,6 +389,9 @@ describe.each<RepositoryKind>(['oss', 'posix_fs'])('sandboxes moving between nod
     expect((await b.api('GET', `/sandboxes/${wakes.sbx.sandboxId}`)).body).toMatchObject({
       state: 'running',
     });
+    // Listed once each as running now (B's), the killed one not at all.
+    for (const s of [paused, wakes]) await expectListedOnce(s.sbx.sandboxId, 'running');
+    expect((await listedThroughGateway(gone.sbx.sandboxId)).raw).toEqual([]);
 
     const lost = await b.api('POST', `/sandboxes/${running.sbx.sandboxId}/connect`, { timeout: 60 });
     expect(lost.status).toBe(404);
@@ -351,6 +409,47 @@ describe.each<RepositoryKind>(['oss', 'posix_fs'])('sandboxes moving between nod
     for (const moved of [paused.sbx.sandboxId, wakes.sbx.sandboxId, gone.sbx.sandboxId]) {
       expect((await a.api('GET', `/sandboxes/${moved}`)).status).toBe(404);
     }
+  });
+
+  it('a paused sandbox held by no node is deleted past the paused_retention_secs its node recorded', async () => {
+    // A restarted with a short retention (B keeps paused sandboxes: 0).
+    await a.shutdown();
+    a = await startServer(
+      nodeOptions(`moba${suffix}`, idA, ['[orchestrator]', `paused_retention_secs = ${RETENTION_SECS}`]),
+      portA,
+    );
+    useSdk(b);
+    const kept = await Sandbox.create({ timeoutMs: 600_000 });
+    await pauseShared(b, kept.sandboxId);
+    useSdk(a);
+    const orphan = await Sandbox.create({ timeoutMs: 600_000 });
+    const id = orphan.sandboxId;
+    await pauseShared(a, id);
+    // Lost right after the pause: no node holds it, and B (the one node up) sweeps.
+    await a.crash();
+    const swept = () =>
+      b
+        .logs()
+        .split('\n')
+        .some(
+          (l) => l.includes('"paused sandbox held by no node deleted: retention expired"') && l.includes(id),
+        );
+    await eventually(swept, 'B to delete the expired sandbox held by no node', 600, 100);
+    await gatewayListsAgain();
+    expect(await listedThroughGateway(id)).toEqual({ status: 200, raw: [], sdk: [] });
+    const connect = await fetch(`${gateway.url}/sandboxes/${id}/connect`, {
+      method: 'POST',
+      headers: { 'x-api-key': apiKey, 'content-type': 'application/json' },
+      body: '{"timeout":60}',
+    });
+    expect(connect.status).toBe(404);
+    expect(await connect.json()).toEqual({ code: 404, message: `sandbox ${id} not found` });
+    // B's own paused sandbox, held by B, is untouched.
+    await expectListedOnce(kept.sandboxId, 'paused');
+    // A, back with its own copy, finds the sandbox killed and drops it rather than bringing it back.
+    a = await a.restart();
+    expect((await a.api('GET', `/sandboxes/${id}`)).status).toBe(404);
+    expect((await b.api('DELETE', `/sandboxes/${kept.sandboxId}`)).status).toBe(204);
   });
 
   it('leaves nothing behind on either node', async () => {

@@ -843,7 +843,7 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
       default: 0,
       min: 0,
       aenv: true,
-      doc: 'A sandbox paused this long is deleted (record, disk and checkpoint, as DELETE does). 0 = paused sandboxes are kept until deleted.',
+      doc: 'A sandbox paused this long is deleted (record, disk and checkpoint, as DELETE does). 0 = paused sandboxes are kept until deleted. With a shared repository it is recorded with each paused copy, and still applies once no node holds the sandbox (its node lost or drained; docs/cluster.md#sandboxes-held-by-no-node).',
     }),
   }),
 
@@ -1264,7 +1264,7 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
         default: 5,
         min: 1,
         env: 'AENV_OBSERVABILITY_REPORT_INTERVAL_SECS',
-        doc: 'Seconds between heartbeats; while the scheduler is unreachable, retries back off from this, doubling, up to 15 s (or this, if longer).',
+        doc: 'Seconds between heartbeats; while the scheduler is unreachable, retries back off from this, doubling, up to 15 s (or this, if longer). Three of these are also how often a node of a cluster checks whether paused sandboxes no node holds are past their retention (docs/cluster.md#sandboxes-held-by-no-node).',
       }),
     }),
   }),

@@ -22,7 +22,12 @@ import { startSchedulerAndGateway } from './testing/scheduler-and-gateway.js';
 const KEY = 'e2b_' + 'k'.repeat(40);
 const silent = pino({ level: 'silent' }, new Writable({ write: (_c, _e, cb) => cb() }));
 
+/** Orders what every fake node was sent. */
+let sent = 0;
+
 interface Seen {
+  /** The how-manieth request to any fake node. */
+  seq: number;
   method: string;
   url: string;
   headers: IncomingMessage['headers'];
@@ -39,6 +44,11 @@ class FakeNode {
   pages = false;
   /** Items of every list answer. */
   listed: number[] = [];
+  /** What it answers for `POST /cluster/unheld-sandboxes` (paged as `GET /v2/sandboxes`), and its status. */
+  unheld: { sandboxID: string; startedAt: string; state?: string }[] = [];
+  unheldStatus = 200;
+  /** The bodies of those requests. */
+  unheldAsked: { listedNodes: string[] }[] = [];
   private n = 0;
   constructor(readonly id: string) {}
   get url() {
@@ -50,18 +60,61 @@ class FakeNode {
       req.on('data', (c: Buffer) => chunks.push(c));
       req.on('end', () => {
         const body = Buffer.concat(chunks).toString();
-        this.seen.push({ method: req.method!, url: req.url!, headers: req.headers, body });
+        this.seen.push({ seq: ++sent, method: req.method!, url: req.url!, headers: req.headers, body });
         this.answer(req, body, res);
       });
     });
     const wss = new WebSocketServer({ noServer: true });
     this.server.on('upgrade', (req, socket, head) => {
-      this.seen.push({ method: req.method!, url: req.url!, headers: req.headers, body: '' });
+      this.seen.push({ seq: ++sent, method: req.method!, url: req.url!, headers: req.headers, body: '' });
       wss.handleUpgrade(req, socket, head, (ws) =>
         ws.on('message', (m: Buffer) => ws.send(`${this.id}:${m.toString()}`)),
       );
     });
     await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
+  }
+  /** A page of `items` as a node pages `GET /v2/sandboxes` (limit, nextToken, order). */
+  private page(
+    items: { sandboxID: string; startedAt: string }[],
+    url: string,
+    json: (status: number, v: unknown, h?: Record<string, string>) => void,
+  ) {
+    const q = new URL(url, 'http://node').searchParams;
+    const key = (s: { sandboxID: string; startedAt: string }) => ({
+      t: timestampNs(s.startedAt),
+      id: s.sandboxID,
+    });
+    const asc = q.get('order') === 'asc';
+    const sorted = [...items].sort((x, y) => {
+      const [kx, ky] = [key(x), key(y)];
+      return kx.t !== ky.t ? (kx.t > ky.t !== asc ? -1 : 1) : kx.id < ky.id ? -1 : 1;
+    });
+    const token = q.get('nextToken');
+    const c = token ? decodePageToken(token) : undefined;
+    const beyond = (t: bigint) => (asc ? t > c!.timeNs : t < c!.timeNs);
+    const rest = c
+      ? sorted.filter((x) => beyond(key(x).t) || (key(x).t === c.timeNs && key(x).id > c.id))
+      : sorted;
+    const limit = q.has('limit') ? Number(q.get('limit')) : rest.length;
+    const page = rest.slice(0, limit);
+    const last = page.at(-1);
+    json(
+      200,
+      page,
+      last && rest.length > limit
+        ? {
+            'x-next-token': encodePageToken(
+              { id: last.sandboxID, createdAt: last.startedAt },
+              asc ? 'asc' : 'desc',
+            ),
+          }
+        : {},
+    );
+    return page.length;
+  }
+  /** The last list request it was sent (`GET /sandboxes`, `GET /v2/sandboxes`). */
+  lastList(): Seen {
+    return this.seen.filter((x) => x.method === 'GET' && /^\/(v2\/)?sandboxes(\?|$)/.test(x.url)).at(-1)!;
   }
   private answer(req: IncomingMessage, body: string, res: ServerResponse) {
     const url = req.url!;
@@ -73,38 +126,15 @@ class FakeNode {
         this.listed.push(this.sandboxes.length);
         return json(200, this.sandboxes);
       }
-      const q = new URL(url, 'http://node').searchParams;
-      const key = (s: { sandboxID: string; startedAt: string }) => ({
-        t: timestampNs(s.startedAt),
-        id: s.sandboxID,
-      });
-      const asc = q.get('order') === 'asc';
-      const sorted = [...this.sandboxes].sort((x, y) => {
-        const [kx, ky] = [key(x), key(y)];
-        return kx.t !== ky.t ? (kx.t > ky.t !== asc ? -1 : 1) : kx.id < ky.id ? -1 : 1;
-      });
-      const token = q.get('nextToken');
-      const c = token ? decodePageToken(token) : undefined;
-      const beyond = (t: bigint) => (asc ? t > c!.timeNs : t < c!.timeNs);
-      const rest = c
-        ? sorted.filter((x) => beyond(key(x).t) || (key(x).t === c.timeNs && key(x).id > c.id))
-        : sorted;
-      const limit = q.has('limit') ? Number(q.get('limit')) : rest.length;
-      const page = rest.slice(0, limit);
-      this.listed.push(page.length);
-      const last = page.at(-1);
-      return json(
-        200,
-        page,
-        last && rest.length > limit
-          ? {
-              'x-next-token': encodePageToken(
-                { id: last.sandboxID, createdAt: last.startedAt },
-                asc ? 'asc' : 'desc',
-              ),
-            }
-          : {},
-      );
+      this.listed.push(this.page(this.sandboxes, url, json));
+      return;
+    }
+    if (req.method === 'POST' && url.startsWith('/cluster/unheld-sandboxes')) {
+      if (this.unheldStatus !== 200)
+        return json(this.unheldStatus, { code: this.unheldStatus, message: 'no such route here' });
+      this.unheldAsked.push(JSON.parse(body) as { listedNodes: string[] });
+      this.page(this.unheld, url, json);
+      return;
     }
     if (req.method === 'POST' && (url === '/sandboxes' || url === '/sandboxes-cold')) {
       if (body.includes('huge-answer')) return json(201, { sandboxID: 'x', pad: 'p'.repeat(4096) });
@@ -265,7 +295,7 @@ describe('aenv gateway against a real scheduler', () => {
       { sandboxID: 'dup', startedAt: t(5) },
     ];
     const all = await call('GET', '/v2/sandboxes?state=running');
-    expect(a.seen.at(-1)!.url).toBe('/v2/sandboxes?state=running');
+    expect(a.lastList().url).toBe('/v2/sandboxes?state=running');
     expect(((await all.json()) as { sandboxID: string }[]).map((s) => s.sandboxID)).toEqual([
       'dup',
       'a3',
@@ -338,7 +368,7 @@ describe('aenv gateway against a real scheduler', () => {
           const page = ((await r.json()) as { sandboxID: string }[]).map((s) => s.sandboxID);
           expect(page.length).toBeLessThanOrEqual(3);
           walked.push(...page);
-          const asked = new URL(a.seen.at(-1)!.url, 'http://node');
+          const asked = new URL(a.lastList().url, 'http://node');
           expect(asked.pathname).toBe('/v2/sandboxes');
           expect(Object.fromEntries(asked.searchParams)).toEqual({
             ...(order === 'asc' ? { order } : {}),
@@ -363,7 +393,7 @@ describe('aenv gateway against a real scheduler', () => {
         ['/sandboxes?limit=3', '/sandboxes'],
       ]) {
         expect((await call('GET', q!)).status, q).toBe(200);
-        expect(a.seen.at(-1)!.url, q).toBe(asked);
+        expect(a.lastList().url, q).toBe(asked);
       }
     } finally {
       a.pages = b.pages = false;
@@ -604,5 +634,156 @@ describe('the per-node routes through the gateway (docs/cluster.md#draining)', (
       expect(await r.text()).toBe('');
     }
     expect(seen().length).toBe(before);
+  });
+});
+
+describe('the cluster list of sandboxes held by no node (docs/cluster.md#sandboxes-held-by-no-node)', () => {
+  const n1 = new FakeNode('node-1');
+  const n2 = new FakeNode('node-2');
+  let lost: { id: string; url: string };
+  let cluster: Awaited<ReturnType<typeof startSchedulerAndGateway>>;
+  const t = (s: number) => new Date(Date.UTC(2026, 0, 1, 0, 0, s)).toISOString();
+  const list = async (path: string) => {
+    const r = await fetch(cluster.base + path, { headers: { 'x-api-key': KEY } });
+    return {
+      status: r.status,
+      token: r.headers.get('x-next-token') ?? '',
+      body: (await r.json()) as { sandboxID: string; state?: string; from?: string; message?: string }[] & {
+        message?: string;
+      },
+    };
+  };
+  const walk = async (query: string, limit: number) => {
+    const ids: string[] = [];
+    let token = '';
+    for (let i = 0; i < 20; i++) {
+      const r = await list(`/v2/sandboxes?limit=${limit}${query}${token ? `&nextToken=${token}` : ''}`);
+      expect(r.status).toBe(200);
+      ids.push(...r.body.map((s) => s.sandboxID));
+      token = r.token;
+      if (!token) break;
+    }
+    return ids;
+  };
+
+  beforeAll(async () => {
+    await n1.start();
+    await n2.start();
+    // A node that heartbeats once and is gone (nothing listens at its address): lost after report_ttl.
+    const gone = createServer();
+    await new Promise<void>((r) => gone.listen(0, '127.0.0.1', r));
+    lost = { id: 'node-lost', url: `http://127.0.0.1:${(gone.address() as AddressInfo).port}` };
+    await new Promise((r) => gone.close(r));
+    cluster = await startSchedulerAndGateway(
+      [n1, n2, lost],
+      KEY,
+      { requestTimeoutMs: 2000 },
+      { reportTtlMs: 2000 },
+    );
+    const rpc = createSchedulerClient(`127.0.0.1:${cluster.sched.grpcPort}`);
+    await rpc.heartbeat({
+      nodeId: lost.id,
+      serviceInstanceId: 'svc-lost',
+      snapshot: { status: NodeStatus.READY, reportedAtUnixMs: BigInt(Date.now()) },
+    });
+    n1.pages = n2.pages = true;
+    n1.sandboxes = [
+      { sandboxID: 'r1', startedAt: t(1) },
+      // Being taken over by node-1 while the repository still names it: node-1's entry is the one listed.
+      { sandboxID: 'moving', startedAt: t(3), state: 'running' } as { sandboxID: string; startedAt: string },
+    ];
+    n2.sandboxes = [{ sandboxID: 'r2', startedAt: t(2) }];
+    const unheld = [
+      { sandboxID: 'moving', startedAt: t(3), state: 'paused', from: 'repository' },
+      { sandboxID: 'orphan1', startedAt: t(4), state: 'paused', from: 'repository' },
+      { sandboxID: 'orphan2', startedAt: t(0), state: 'paused', from: 'repository' },
+    ];
+    n1.unheld = n2.unheld = unheld;
+  });
+  afterAll(async () => {
+    await cluster?.stop();
+    n1.server?.close();
+    n2.server?.close();
+  });
+
+  it('skips a node lost by its heartbeats (it made the list 502) and does not count it as listing its own', async () => {
+    // Before the scheduler sees it lost, the node that does not answer makes the list fail, as any node.
+    const early = await list('/v2/sandboxes');
+    expect(early.status).toBe(502);
+    let r = early;
+    for (let i = 0; i < 60 && r.status !== 200; i++) {
+      await new Promise((res) => setTimeout(res, 100));
+      r = await list('/v2/sandboxes');
+    }
+    expect(r.status).toBe(200);
+    n1.unheldAsked = [];
+    n2.unheldAsked = [];
+    expect((await list('/v2/sandboxes')).status).toBe(200);
+    const asked = [...n1.unheldAsked, ...n2.unheldAsked];
+    expect(asked).toHaveLength(1);
+    expect([...asked[0]!.listedNodes].sort()).toEqual(['node-1', 'node-2']);
+  });
+
+  it('merges them once, in order, a node’s own entry first; one node is asked, in turn', async () => {
+    const r = await list('/v2/sandboxes');
+    expect(r.body.map((s) => s.sandboxID)).toEqual(['orphan1', 'moving', 'r2', 'r1', 'orphan2']);
+    expect(r.body.find((s) => s.sandboxID === 'moving')).toEqual({
+      sandboxID: 'moving',
+      startedAt: t(3),
+      state: 'running',
+    });
+    expect(r.body.find((s) => s.sandboxID === 'orphan1')).toMatchObject({
+      state: 'paused',
+      from: 'repository',
+    });
+    const before = [n1.unheldAsked.length, n2.unheldAsked.length];
+    await list('/v2/sandboxes');
+    await list('/v2/sandboxes');
+    expect([n1.unheldAsked.length - before[0]!, n2.unheldAsked.length - before[1]!]).toEqual([1, 1]);
+  });
+
+  it('pages them with the rest: every record once, in either order, each source asked for its own page', async () => {
+    const all = ['orphan1', 'moving', 'r2', 'r1', 'orphan2'];
+    for (const limit of [1, 2, 3]) {
+      expect(await walk('', limit), `limit ${limit}`).toEqual(all);
+      expect(await walk('&order=asc', limit), `asc, limit ${limit}`).toEqual([...all].reverse());
+    }
+    const last = [...n1.seen, ...n2.seen]
+      .filter((s) => s.url.startsWith('/cluster/'))
+      .sort((x, y) => x.seq - y.seq)
+      .at(-1)!;
+    const q = new URL(last.url, 'http://node').searchParams;
+    expect(q.get('limit')).toBe('3');
+    expect(q.get('order')).toBe('asc');
+    expect(q.has('nextToken')).toBe(true);
+    expect(last.headers['x-api-key']).toBe(KEY);
+  });
+
+  it('asks nothing of the repository for a v1 list (running sandboxes only)', async () => {
+    const before = n1.unheldAsked.length + n2.unheldAsked.length;
+    const r = await list('/sandboxes');
+    expect(r.status).toBe(200);
+    expect(r.body.map((s) => s.sandboxID)).toEqual(['moving', 'r2', 'r1']);
+    expect(n1.unheldAsked.length + n2.unheldAsked.length).toBe(before);
+  });
+
+  it('a node without the route (404) knows of none; a 5xx of it is 502, a 4xx is relayed', async () => {
+    try {
+      n1.unheldStatus = n2.unheldStatus = 404;
+      const r = await list('/v2/sandboxes');
+      expect(r.status).toBe(200);
+      expect(r.body.map((s) => s.sandboxID)).toEqual(['moving', 'r2', 'r1']);
+      n1.unheldStatus = n2.unheldStatus = 500;
+      const failed = await list('/v2/sandboxes');
+      expect(failed.status).toBe(502);
+      expect(failed.body.message).toMatch(
+        /^cluster list unavailable: node node-[12] could not list the sandboxes held by no node \(answered 500\)$/,
+      );
+      n1.unheldStatus = n2.unheldStatus = 400;
+      const refused = await list('/v2/sandboxes');
+      expect(refused).toMatchObject({ status: 400, body: { message: 'no such route here' } });
+    } finally {
+      n1.unheldStatus = n2.unheldStatus = 200;
+    }
   });
 });

@@ -33,6 +33,7 @@ import { isNotFound, schedulerErrorAnswer } from './scheduler-errors.js';
 import { VolumeLocator } from './volume-locator.js';
 import { TemplateLocator } from './template-locator.js';
 import { clusterSandboxMetrics } from './cluster-metrics.js';
+import { unheldItems } from './unheld-list.js';
 import { appendServerTiming } from './server-timing.js';
 
 export interface GatewayDeps {
@@ -114,6 +115,8 @@ export class Gateway {
   private readonly agent: Dispatcher;
   private readonly volumes: VolumeLocator;
   private readonly templates: TemplateLocator;
+  /** Which node the next list asks for the sandboxes held by no node (they take turns). */
+  private unheldTurn = 0;
 
   constructor(private readonly deps: GatewayDeps) {
     this.domains = normalizeDomains(deps.config.sandboxProxyDomains);
@@ -504,17 +507,33 @@ export class Gateway {
     const q = url.indexOf('?');
     const path = q < 0 ? url : url.slice(0, q);
     const query = parseListQuery(q < 0 ? '' : url.slice(q + 1));
-    const nodes = await this.deps.scheduler.listNodes();
+    // A node lost by its heartbeats is not asked (its paused sandboxes are listed from the shared repository, its
+    // running ones are lost: docs/cluster.md#the-cluster-list).
+    const nodes = (await this.deps.scheduler.listNodes()).filter((n) => !this.deps.scheduler.silent(n));
     const headers = forwardedHeaders(req);
     delete headers['content-length'];
-    const pages = await Promise.all(
+    const v2 = path === '/v2/sandboxes';
+    const unheld =
+      v2 && nodes.length > 0
+        ? unheldItems(
+            {
+              agent: this.agent,
+              timeoutMs: this.deps.config.requestTimeoutMs,
+              node: nodes[this.unheldTurn++ % nodes.length]!,
+              listedNodes: nodes.map((n) => n.nodeId),
+              query: query.nodePageQuery,
+            },
+            req,
+          )
+        : Promise.resolve([]);
+    const pages = Promise.all(
       nodes.map(async (n): Promise<ListedSandbox[]> => {
         let answer: Dispatcher.ResponseData;
         try {
           answer = await this.agent.request({
             origin: origin(n).origin,
             // A node's v1 list has no pages: it is asked for all of it.
-            path: path + (path === '/v2/sandboxes' ? query.nodePageQuery : query.nodeQuery),
+            path: path + (v2 ? query.nodePageQuery : query.nodeQuery),
             method: 'GET',
             headers,
             headersTimeout: this.deps.config.requestTimeoutMs,
@@ -550,7 +569,9 @@ export class Gateway {
         return nodeItems(n.nodeId, doc);
       }),
     );
-    const page = mergePages(pages, query);
+    // The nodes' entries first: a sandbox both a node and the repository name (a take-over in flight) is the node's.
+    const [own, shared] = await Promise.all([pages, unheld]);
+    const page = mergePages([...own, shared], query);
     this.json(res, 200, page.items, page.nextToken ? { [NEXT_TOKEN_HEADER]: page.nextToken } : {});
   }
 }

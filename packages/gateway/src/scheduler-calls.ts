@@ -125,6 +125,11 @@ export class SchedulerCalls {
     return this.statuses.get(node.nodeId) === NodeStatus.UNHEALTHY;
   }
 
+  /** Whether `node`'s heartbeats stopped (UNHEALTHY): it is not counted on to answer for its sandboxes. */
+  silent(node: Pick<Node, 'nodeId'>): boolean {
+    return this.statuses.get(node.nodeId) === NodeStatus.UNHEALTHY;
+  }
+
   async refreshHealth(): Promise<void> {
     try {
       const [nodes, observed] = await Promise.all([this.listNodes(), this.observed()]);

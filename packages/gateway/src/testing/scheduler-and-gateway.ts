@@ -8,6 +8,7 @@ import { startGateway, type RunningGateway } from '../run.js';
 export const silentLog = pino({ level: 'silent' }, new Writable({ write: (_c, _e, cb) => cb() }));
 
 type GatewaySection = ReturnType<typeof defaultClusterConfig>['gateway'];
+type SchedulerSection = ReturnType<typeof defaultClusterConfig>['scheduler'];
 
 export interface SchedulerAndGateway {
   sched: RunningScheduler;
@@ -21,8 +22,10 @@ export async function startSchedulerAndGateway(
   nodes: { id: string; url: string }[],
   apiKey: string,
   gateway: Partial<GatewaySection> = {},
+  scheduler: Partial<SchedulerSection> = {},
 ): Promise<SchedulerAndGateway> {
   const sc = defaultClusterConfig();
+  Object.assign(sc.scheduler, scheduler);
   sc.scheduler.grpcListenAddr = '127.0.0.1:0';
   sc.scheduler.metricsListenAddr = '127.0.0.1:0';
   sc.scheduler.nodes = nodes.map((n) => ({ id: n.id, endpoint: n.url }));

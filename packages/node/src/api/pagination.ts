@@ -21,7 +21,7 @@ export interface Page<T> {
 }
 
 /** The cursor in `token`; a malformed token is the client's 400. */
-function decodeCursor(token: string): PageCursor {
+export function decodeCursor(token: string): PageCursor {
   try {
     return decodePageToken(token);
   } catch (e) {

@@ -41,6 +41,7 @@ import type { startWebhooks } from '../events/webhooks.js';
 import type { VolumeService } from '../volume/index.js';
 import { registerSandboxRoutes } from './routes/sandboxes.js';
 import { registerSnapshotRoutes } from './routes/snapshots.js';
+import { registerUnheldSandboxesRoute, type UnheldRouteDeps } from './routes/unheld-sandboxes.js';
 import { registerTemplateRoutes } from './routes/templates.js';
 import { localTeamId, registerTeamRoutes } from './routes/teams.js';
 
@@ -92,6 +93,8 @@ export interface ControlPlaneDeps {
   drain?: () => void;
   /** `/secrets`: absent, the routes are not registered (404). */
   secrets?: Secrets;
+  /** The paused sandboxes no node holds (a shared repository); absent: there are none this node could know of. */
+  unheld?: UnheldRouteDeps['unheld'];
 }
 
 /** Every control-plane route of the node, with its hooks, on the front door's Fastify app. */
@@ -194,6 +197,10 @@ export function registerControlPlane(app: FastifyInstance, config: AenvConfig, d
     onDeleted: (id) => deps.backend.removeLocalSnapshot(id),
     teamId,
     volumeMountsOf: captureVolumeMounts,
+  });
+  registerUnheldSandboxesRoute(app, {
+    ...(deps.unheld ? { unheld: deps.unheld } : {}),
+    expiry: (r) => orchestrator.expiryOf(r),
   });
   registerSnapshotRoutes(app, { orchestrator, repository });
   registerMetricsRoutes(app, deps.observability.metricsRoutes());

@@ -75,6 +75,7 @@ export class ContainerBackend implements SandboxBackend {
         opts.logger,
         opts.nodeId ?? 'local-node',
         opts.volumes,
+        opts.pausedRetentionSecs,
       );
     }
     this.creation = new SandboxCreation(this.ctx);
@@ -146,7 +147,10 @@ export class ContainerBackend implements SandboxBackend {
    * A sandbox this node does not know: if another node paused it into the shared repository, it becomes a
    * paused sandbox of this node (paused-adoption.ts). Undefined when the repository has nothing for it.
    */
-  async adoptShared(sandboxId: string): Promise<SandboxRecord | undefined> {
+  async adoptShared(
+    sandboxId: string,
+    onClaimed?: (record: SandboxRecord) => void,
+  ): Promise<SandboxRecord | undefined> {
     if (!this.sharing) return undefined;
     const ctx = this.ctx;
     return adoptSharedPause(
@@ -158,6 +162,7 @@ export class ContainerBackend implements SandboxBackend {
         diskFilesDir: (disk) => ctx.o.runtime.diskFilesDir(disk),
         markComplete: (dir, paused) => writeFile(join(dir, COMPLETE), JSON.stringify(paused)),
         ...(ctx.o.volumes ? { volumes: ctx.o.volumes } : {}),
+        ...(onClaimed ? { onClaimed } : {}),
         localize: async (record) => {
           const state = stateOf(ctx, record);
           const image = await imageFor(ctx, state.imageRef, state.manifestDigest);
@@ -197,7 +202,7 @@ export class ContainerBackend implements SandboxBackend {
   }
 
   async handOver(record: SandboxRecord): Promise<boolean> {
-    if (!this.sharing || !(await this.sharing.handedOver(record))) return false;
+    if (!this.sharing || !(await this.sharing.handOver(record))) return false;
     const o = this.ctx.o;
     const state = stateIfAny(this.ctx, record);
     await this.pausing.releasesSettled(record.id);

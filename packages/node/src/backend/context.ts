@@ -61,6 +61,8 @@ export interface ContainerBackendOptions {
   sharePaused: boolean;
   /** `[node_identity].node_id`: whom the sandbox claims of a shared repository name (docs/cluster.md). */
   nodeId?: string;
+  /** `[orchestrator].paused_retention_secs`, recorded in each shared pause (0 or absent = kept). */
+  pausedRetentionSecs?: number;
   /** envd access token of a sandbox (secure sandboxes). */
   envdToken(sandboxId: string): string;
   /** The node's credential for envd's /init of the container or sandbox with this id (docs/security.md). */

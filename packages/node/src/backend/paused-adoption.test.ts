@@ -1,15 +1,10 @@
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rm } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DomainError, ErrorKind } from '@aenv/protocol';
-import { createLogger } from '../util/log.js';
-import { createSnapshotRepository, type SnapshotRepository } from '../snapshot/index.js';
-import type { SandboxRecord } from '../orchestrator/types.js';
-import { PausedSharing, SandboxMovedError } from './paused-sharing.js';
-import { adoptSharedPause, type AdoptionDeps } from './paused-adoption.js';
+import { SandboxMovedError } from './paused-sharing.js';
+import { pausedRecord, quietLogger, SharedNodes, type TestNode } from './testing/shared-nodes.js';
 import { openStateDb } from '../state/db.js';
 import type { VolumeDisks } from '../runtime/driver.js';
 import { volumeMigrations } from '../volume/catalog.js';
@@ -19,87 +14,26 @@ import { VolumeService } from '../volume/service.js';
 import type { VolumeStore } from '../volume/store.js';
 import type { VolumeMountRecord } from '../volume/types.js';
 
-const logger = createLogger('json', 'info', new Writable({ write: (_c, _e, cb) => cb() }));
-const runtime = {
-  diskFilesDir: (disk: string) => disk,
-  memoryMediaTypes: { capture: 'application/x-test-capture', paused: 'application/x-test-paused' },
-};
+const logger = quietLogger;
 
 /**
  * The sharing and take-over of paused sandboxes on one real posix_fs repository, as several nodes see it (each
  * node its own repository handle and pause dir): who may run a sandbox is decided by its claim alone.
  */
 describe('paused sandboxes shared between nodes', () => {
+  let nodes: SharedNodes;
   let base: string;
-  const repos: SnapshotRepository[] = [];
-  const node = (id: string, volumes?: VolumeService) => {
-    const repository = createSnapshotRepository({
-      backend: 'posix_fs',
-      posixFs: { snapshotStore: join(base, 'shared') },
-      localCachePath: join(base, `${id}-cache`),
-      cacheMaxSizeGb: 1,
-      compression: { enabled: false, level: 3 },
-      logger,
-      signing: { secret: 'cluster-secret' },
-    });
-    repos.push(repository);
-    const sharing = new PausedSharing(repository, runtime, logger, id, volumes);
-    const pausedDir = (sandboxId: string) => join(base, id, 'paused', sandboxId);
-    const deps: AdoptionDeps = {
-      repository,
-      nodeId: id,
-      logger,
-      pausedDir,
-      diskFilesDir: runtime.diskFilesDir,
-      markComplete: (dir, paused) => writeFile(join(dir, 'complete'), JSON.stringify(paused)),
-      localize: async (r) => r,
-      ...(volumes ? { volumes } : {}),
-    };
-    return {
-      id,
-      repository,
-      sharing,
-      pausedDir,
-      adopt: (sandboxId: string) => adoptSharedPause(deps, sandboxId),
-    };
-  };
-  const record = (id: string, volumeMounts?: VolumeMountRecord[]): SandboxRecord => ({
-    id,
-    templateId: 'tpl',
-    state: 'paused',
-    createdAt: new Date().toISOString(),
-    expiresAt: null,
-    timeoutSecs: 300,
-    resources: { cpuCount: 1, memoryMB: 256, diskSizeMB: 1024 },
-    metadata: { team: 'rl' },
-    envVars: {},
-    secure: true,
-    network: { allowPublicTraffic: true, allowOut: [], denyOut: [], allowInternetAccess: null },
-    onTimeout: 'pause',
-    autoResume: true,
-    envdVersion: '0.5.15',
-    defaultUser: 'user',
-    paused: { kind: 'memory', pausedAt: new Date().toISOString(), artifactDir: '/x', bytes: 10 },
-    backend: { imageRef: 'base' },
-    ...(volumeMounts ? { volumeMounts } : {}),
-  });
-  /** A pause on `n`: the artifacts in its pause dir, then the shared copy (waited for). */
-  const pauseOn = async (n: ReturnType<typeof node>, id: string, mounts?: VolumeMountRecord[]) => {
-    const dir = n.pausedDir(id);
-    await mkdir(join(dir, 'memory'), { recursive: true });
-    await mkdir(join(dir, 'disk'), { recursive: true });
-    await writeFile(join(dir, 'memory', 'pages.img'), `memory of ${id} on ${n.id}`);
-    await writeFile(join(dir, 'disk', 'file.txt'), `disk of ${id}`);
-    n.sharing.share(record(id, mounts), dir, { envd: '1' }, 'container');
-    await n.sharing.settled(id);
-  };
+  const node = (id: string, volumes?: VolumeService) => nodes.node(id, volumes ? { volumes } : {});
+  const record = pausedRecord;
+  const pauseOn = (n: TestNode, id: string, mounts?: VolumeMountRecord[]) =>
+    nodes.pauseOn(n, id, mounts ? { mounts } : {});
 
   beforeEach(async () => {
-    base = await mkdtemp(join(tmpdir(), 'aenv-adoption-'));
+    nodes = await SharedNodes.create();
+    base = nodes.base;
   });
   afterEach(async () => {
-    for (const r of repos.splice(0)) await r.close();
-    await rm(base, { recursive: true, force: true });
+    await nodes.close();
   });
 
   it('a node takes over a pause another node shared: same memory and disk, the claim moves, the copy goes', async () => {
@@ -243,7 +177,7 @@ describe('paused sandboxes shared between nodes', () => {
       expect(a.sharing.staysHere(record('sbx5', mounts))).toBe(
         'it mounts volume "data", which only this node has (volume.storage = "node"); it stays here paused and resumes here once the node serves again',
       );
-      expect(await a.sharing.handedOver(record('sbx5', mounts))).toBe(false);
+      expect(await a.sharing.handOver(record('sbx5', mounts))).toBe(false);
 
       const refused = await b.adopt('sbx5').catch((e: unknown) => e);
       expect(refused).toBeInstanceOf(DomainError);
@@ -290,7 +224,7 @@ describe('paused sandboxes shared between nodes', () => {
       await a.sharing.claimNew('sbx7');
       await pauseOn(a, 'sbx7', mounts);
       expect(a.sharing.staysHere(record('sbx7', mounts))).toBeUndefined();
-      expect(await a.sharing.handedOver(record('sbx7', mounts))).toBe(true);
+      expect(await a.sharing.handOver(record('sbx7', mounts))).toBe(true);
       const taken = await b.adopt('sbx7');
       expect(taken).toMatchObject({ id: 'sbx7', state: 'paused', volumeMounts: mounts });
       expect(await b.repository.readClaim('sbx7')).toMatchObject({ owner: 'node-b', generation: 2 });

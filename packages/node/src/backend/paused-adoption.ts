@@ -23,6 +23,8 @@ export interface AdoptionDeps {
   localize: (record: SandboxRecord) => Promise<SandboxRecord>;
   /** This node's volumes (absent: it has none): a sandbox mounting one it lacks is not taken. */
   volumes?: NodeVolumes;
+  /** Told the sandbox (as the pause recorded it) once its claim is this node's, before its record is ready. */
+  onClaimed?: (record: SandboxRecord) => void;
 }
 
 /**
@@ -80,12 +82,16 @@ export async function adoptSharedPause(
     await deps.markComplete(tmp, { kind, pausedAt, bytes });
     const step = adoptionClaim(extra.claim, deps.nodeId, sandboxId);
     if (!(await deps.repository.swapClaim(sandboxId, step.expected, step.next))) {
+      const now = await deps.repository.readClaim(sandboxId).catch(() => undefined);
+      // Killed meanwhile (a DELETE elsewhere, or its paused retention ran out while no node held it).
+      if (now?.state === 'killed') throw notFound(sandboxId);
       throw new DomainError(
         ErrorKind.Conflict,
         `sandbox ${sandboxId} was resumed or taken by another node meanwhile`,
         { details: { sandboxId } },
       );
     }
+    deps.onClaimed?.({ ...extra.sandbox, state: 'paused' });
     await rm(dir, { recursive: true, force: true });
     await rename(tmp, dir);
     // The claim is this node's now: the shared copy is stale (the local one is authoritative).
@@ -116,7 +122,11 @@ export async function adoptSharedPause(
   }
 }
 
-function sharedExtra(shared: SnapshotRecord, sandboxId: string): SharedPauseExtra {
+const notFound = (sandboxId: string) =>
+  new DomainError(ErrorKind.NotFound, `sandbox ${sandboxId} not found`, { details: { sandboxId } });
+
+/** What a shared pause recorded about its sandbox; Corrupt when it does not describe `sandboxId`. */
+export function sharedExtra(shared: SnapshotRecord, sandboxId: string): SharedPauseExtra {
   const extra = shared.committed?.extra as Partial<SharedPauseExtra> | undefined;
   const sandbox = extra?.sandbox;
   const claim = extra?.claim;
@@ -133,5 +143,11 @@ function sharedExtra(shared: SnapshotRecord, sandboxId: string): SharedPauseExtr
       { details: { sandboxId } },
     );
   }
-  return { sandbox, claim: claim ?? null, node: typeof extra.node === 'string' ? extra.node : 'unknown' };
+  const retention = extra.retentionSecs;
+  return {
+    sandbox,
+    claim: claim ?? null,
+    node: typeof extra.node === 'string' ? extra.node : 'unknown',
+    ...(Number.isInteger(retention) && (retention as number) >= 0 ? { retentionSecs: retention } : {}),
+  };
 }

@@ -23,6 +23,11 @@ export interface SharedPauseExtra {
   claim: ClaimExpectation;
   /** The node that paused it. */
   node: string;
+  /**
+   * That node's `[orchestrator].paused_retention_secs` (0 = kept): what applies while no node holds the sandbox
+   * (backend/unheld-pauses.ts). Absent in copies made before it was recorded.
+   */
+  retentionSecs?: number;
 }
 
 /** The sandbox was taken over by another node while this one held an older copy (docs/cluster.md). */
@@ -58,6 +63,8 @@ export class PausedSharing {
     readonly nodeId: string,
     /** This node's volumes (absent: it has none): a sandbox mounting node-affine ones is never handed over. */
     private readonly volumes?: NodeVolumes,
+    /** `[orchestrator].paused_retention_secs`, recorded in each copy. */
+    private readonly retentionSecs?: number,
   ) {}
 
   /** Why the sandbox cannot be handed to another node (its volumes are only here), or undefined. */
@@ -99,7 +106,12 @@ export class PausedSharing {
         source: { kind: 'paused', sandboxId: record.id },
         resources: record.resources,
       });
-      const extra: SharedPauseExtra = { sandbox: { ...record }, claim, node: this.nodeId };
+      const extra: SharedPauseExtra = {
+        sandbox: { ...record },
+        claim,
+        node: this.nodeId,
+        ...(this.retentionSecs !== undefined ? { retentionSecs: this.retentionSecs } : {}),
+      };
       await this.repository.publish(created.id, {
         layers: [{ path: join(work, 'disk.tar'), mediaType: PAUSED_DISK_MEDIA_TYPE }],
         artifacts: hasMemory
@@ -195,19 +207,26 @@ export class PausedSharing {
   }
 
   /**
-   * Whether the sandbox's pause is in the repository for another node to take (after its copy finished): a
-   * committed shared copy made under this node's current claim. Never for a sandbox that {@link staysHere}.
+   * Hands the sandbox's pause over to the repository (a drain), when it is there for another node to take: a
+   * committed shared copy made under this node's current claim. That copy is marked as the only one before this
+   * node drops its own, so from then on it is listed as a sandbox no node holds (docs/cluster.md). False, and
+   * nothing marked, when there is no such copy or the sandbox {@link staysHere}.
    */
-  async handedOver(record: SandboxRecord): Promise<boolean> {
+  async handOver(record: SandboxRecord): Promise<boolean> {
     if (this.staysHere(record)) return false;
     const sandboxId = record.id;
     await this.inflight.get(sandboxId);
     const current = await this.repository.readClaim(sandboxId);
     if (!current || current.owner !== this.nodeId || current.state !== 'paused') return false;
     const shared = await this.repository.list({ kind: 'paused', sandboxId, committed: true });
-    return shared.some((r) => {
+    const copy = shared.find((r) => {
       const claim = (r.committed?.extra as Partial<SharedPauseExtra> | undefined)?.claim;
       return claim?.owner === current.owner && claim.generation === current.generation;
     });
+    if (!copy) return false;
+    await this.repository.update(copy.id, (r) => {
+      if (r.source.kind === 'paused') r.source = { ...r.source, handedOver: true };
+    });
+    return true;
   }
 }

@@ -70,6 +70,7 @@ export function startBackend(
     repository: deps.repository,
     sharePaused: sharesPausedSandboxes(config),
     nodeId: deps.nodeName,
+    pausedRetentionSecs: config.orchestrator.paused_retention_secs,
     warmPool: {
       low: config.pool.warm_sandboxes,
       high: config.pool.high_watermark,

@@ -12,6 +12,7 @@ export interface ShutdownStep {
 /** What the stop sequence stops, as the composition root started it. */
 export interface StartedNode {
   reporter?: { drain(): Promise<void>; close(): Promise<void> };
+  unheldRetention?: { stop(): Promise<void> };
   frontDoor: { closeIdle(): void; close(): Promise<void> };
   templates: { close(): Promise<void> };
   observability: { close(): Promise<void> };
@@ -34,6 +35,10 @@ export function shutdownSteps(n: StartedNode): ShutdownStep[] {
   const steps: (ShutdownStep | false)[] = [
     // LINGERING: the scheduler places nothing new here while the sandboxes pause.
     !!n.reporter && { name: 'scheduler report: lingering', run: () => n.reporter!.drain() },
+    !!n.unheldRetention && {
+      name: 'retention of sandboxes held by no node',
+      run: () => n.unheldRetention!.stop(),
+    },
     { name: 'front door: idle connections', run: () => n.frontDoor.closeIdle() },
     { name: 'template builds', run: () => n.templates.close() },
     { name: 'sandbox observability', run: () => n.observability.close() },

@@ -7,7 +7,9 @@ import { localTeamId } from '../api/routes/teams.js';
 import { registerControlPlane, startApiGuards } from '../api/start.js';
 import { sharesPausedSandboxes, startBackend } from '../backend/start.js';
 import type { HeartbeatReporter } from '../cluster/heartbeat-reporter.js';
-import { startSchedulerReport } from '../cluster/start.js';
+import { startSchedulerReport, startUnheldRetention } from '../cluster/start.js';
+import { findUnheldPauses } from '../backend/unheld-pauses.js';
+import type { LifecycleEvent } from '../orchestrator/orchestrator.js';
 import { SandboxEventStore, sandboxEventMigrations } from '../events/sandbox-events.js';
 import { webhookMigrations } from '../events/webhook-store.js';
 import { startWebhooks } from '../events/webhooks.js';
@@ -138,6 +140,11 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
   );
   const events = new SandboxEventStore(db, { teamId: localTeamId(apiKey), onEvent: webhooks.enqueue });
   const late: { frontDoor?: FrontDoor; reporter?: HeartbeatReporter } = {}; // told of the orchestrator's work
+  const onLifecycle = (e: LifecycleEvent) => {
+    [events, obs.observability, late.reporter].forEach((l) => l?.onLifecycle(e));
+    volumes.noteSandboxesChanged(); // leases on a shared volume directory follow the sandboxes
+    if (e.event === 'created' || e.event === 'forked') backend.backend.noteStarted(e.sandboxId);
+  };
   const orchestrator = await startOrchestrator(config.orchestrator, {
     ...sandboxes,
     store,
@@ -146,11 +153,7 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
     templates: withResourceLimits(catalog, admission),
     newId: () => idempotency.sandboxChosen(newSandboxId()),
     onInstanceStopped: (id) => late.frontDoor?.proxy.closeInstance(id),
-    onLifecycle: (e) => {
-      [events, obs.observability, late.reporter].forEach((l) => l?.onLifecycle(e));
-      volumes.noteSandboxesChanged(); // leases on a shared volume directory follow the sandboxes
-      if (e.event === 'created' || e.event === 'forked') backend.backend.noteStarted(e.sandboxId);
-    },
+    onLifecycle,
     observe: (operation, fn, stage) => metrics.observe(operation, fn, stage),
   });
   const orch = orchestrator.orchestrator;
@@ -199,6 +202,8 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
                   reportRoster: () => late.reporter?.report() ?? Promise.resolve(),
                 });
               },
+              unheld: async (listed) =>
+                (await findUnheldPauses(repository.repository, listed, logger)).unheld.map((p) => p.sandbox),
             }
           : {}),
       }),
@@ -209,8 +214,16 @@ export async function startNode(config: AenvConfig, logger: Logger, repoRoot: st
   secrets.start();
   images.images.start();
   late.reporter = startSchedulerReport(config, { identity, orchestrator: orch, host: hostMetrics, logger });
+  const unheldRetention = startUnheldRetention(config, {
+    shares: sharesPausedSandboxes(config),
+    nodeId: identity.nodeId,
+    repository: repository.repository,
+    onLifecycle,
+    logger,
+  });
   const steps = shutdownSteps({
     ...late,
+    ...(unheldRetention ? { unheldRetention } : {}),
     frontDoor: late.frontDoor,
     templates,
     observability: obs,

@@ -129,9 +129,13 @@ export interface SandboxBackend {
   /**
    * With a shared repository (docs/cluster.md#sandboxes-that-move): the record of a sandbox another node paused
    * into it, now paused on this node; undefined when there is none. Throws NotFound naming the node that holds
-   * (or lost) a sandbox the repository knows of but cannot hand over.
+   * (or lost) a sandbox the repository knows of but cannot hand over. `onClaimed` is told the sandbox as soon as
+   * its claim is this node's, before its record is ready: from then on it is this node's to list.
    */
-  adoptShared?(sandboxId: string): Promise<SandboxRecord | undefined>;
+  adoptShared?(
+    sandboxId: string,
+    onClaimed?: (record: SandboxRecord) => void,
+  ): Promise<SandboxRecord | undefined>;
   /** A sandbox started on this node (create, fork, restart): its claim in a shared repository names the node. */
   noteStarted?(sandboxId: string): void;
   /**

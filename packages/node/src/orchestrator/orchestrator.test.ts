@@ -83,7 +83,10 @@ class MapBackend implements SandboxBackend {
     );
   }
   failSecondChild = false;
-  adoptShared?: (sandboxId: string) => Promise<SandboxRecord | undefined>;
+  adoptShared?: (
+    sandboxId: string,
+    onClaimed?: (r: SandboxRecord) => void,
+  ) => Promise<SandboxRecord | undefined>;
   handedOver: string[] = [];
   async handOver(r: SandboxRecord) {
     this.handedOver.push(r.id);
@@ -169,7 +172,10 @@ describe('Orchestrator state machine', () => {
     let release!: () => void;
     const fetched = new Promise<void>((r) => (release = r));
     const seen: string[][] = [];
-    backend.adoptShared = async (sandboxId: string) => {
+    let claimed!: () => void;
+    const swapped = new Promise<void>((r) => (claimed = r));
+    const listed = () => orch.listable().map((r) => `${r.id}:${r.state}`);
+    backend.adoptShared = async (sandboxId, onClaimed) => {
       seen.push(orch.takingOver());
       await fetched;
       if (sandboxId !== id) return undefined;
@@ -177,16 +183,25 @@ describe('Orchestrator state machine', () => {
       // A record of its own: what the shared copy's record would be, paused on this node.
       const taken = { ...orch.find(r.id)!, id, state: 'paused' as const };
       await orch.kill(r.id);
+      // The claim is this node's from here on: it lists the sandbox before its record is ready.
+      onClaimed?.(taken);
+      await swapped;
       return taken;
     };
     const adopting = orch.adopt(id);
     await new Promise((r) => setTimeout(r, 10));
     expect(orch.takingOver()).toEqual([id]);
     expect(orch.find(id)).toBeUndefined();
+    expect(listed()).toEqual([]);
     release();
+    for (let i = 0; i < 100 && listed().length === 0; i++) await new Promise((r) => setTimeout(r, 5));
+    expect(listed()).toEqual([`${id}:paused`]);
+    expect(orch.find(id)).toBeUndefined();
+    claimed();
     expect((await adopting)?.id).toBe(id);
     expect(orch.takingOver()).toEqual([]);
     expect(orch.find(id)?.state).toBe('paused');
+    expect(listed()).toEqual([`${id}:paused`]);
     // A miss is not named either once the repository said it has nothing.
     expect(await orch.adopt(randomUUID())).toBeUndefined();
     expect(orch.takingOver()).toEqual([]);

@@ -405,6 +405,17 @@ export class Orchestrator {
     return [...this.sandboxes.values()];
   }
 
+  /**
+   * What this node lists: its sandboxes, and those it is taking over whose claim is already its own (as their pause
+   * recorded them, paused). From the claim's swap on the repository no longer lists such a sandbox as held by no
+   * node, so this node does, before its record is ready (docs/cluster.md#sandboxes-held-by-no-node).
+   */
+  listable(): SandboxRecord[] {
+    const out = this.all();
+    for (const [id, r] of this.claimed) if (!this.sandboxes.has(id)) out.push(r);
+    return out;
+  }
+
   /** Ids being taken over from the shared repository right now (not held yet; adoptShared). */
   takingOver(): string[] {
     return [...this.adopting];
@@ -507,6 +518,8 @@ export class Orchestrator {
 
   private readonly adoptMisses = new Map<string, number>();
   private readonly adopting = new Set<string>();
+  /** Of those, the ones whose claim is this node's already (see listable). */
+  private readonly claimed = new Map<string, SandboxRecord>();
 
   private async adoptShared(id: string): Promise<SandboxRecord | undefined> {
     if (!this.opts.backend.adoptShared || this.draining || this.shuttingDown) return undefined;
@@ -518,9 +531,11 @@ export class Orchestrator {
       this.adopting.add(id);
       let r: SandboxRecord | undefined;
       try {
-        r = await this.opts.backend.adoptShared!(id);
+        r = await this.opts.backend.adoptShared!(id, (claimed) => this.claimed.set(id, claimed));
+        if (r) this.sandboxes.set(r.id, r);
       } finally {
         this.adopting.delete(id);
+        this.claimed.delete(id);
       }
       if (!r) {
         if (this.adoptMisses.size >= ADOPT_MISSES_MAX) this.adoptMisses.clear();
@@ -528,7 +543,6 @@ export class Orchestrator {
         return undefined;
       }
       this.adoptMisses.delete(id);
-      this.sandboxes.set(r.id, r);
       this.opts.store.save(r, true);
       this.emit({
         sandboxId: r.id,

@@ -89,6 +89,11 @@ export class CatalogRepository implements SnapshotRepository {
   private readonly signer: RecordSigner;
   private readonly acceptUnsigned: boolean;
   private readonly warnedUnsigned = new Set<string>();
+  /** What `list` decoded last, by document name, with the text it was decoded from (decodeListed). */
+  private readonly listedDocs = {
+    records: new Map<string, { text: string; value: unknown }>(),
+    commits: new Map<string, { text: string; value: unknown }>(),
+  };
   private initialized: Promise<void> | undefined;
 
   constructor(opts: CatalogOptions) {
@@ -198,12 +203,12 @@ export class CatalogRepository implements SnapshotRepository {
     const loaded = [...records].map(([id, text]) => {
       try {
         if (!isSnapshotId(id)) return undefined;
-        const stored = this.decode(storedRecordSchema, 'records', id, text, `record ${id}`);
+        const stored = this.decodeListed(storedRecordSchema, 'records', id, text, `record ${id}`);
         const markerText = commits.get(id);
         const marker =
           markerText === undefined
             ? undefined
-            : this.decode(commitMarkerSchema, 'commits', id, markerText, `commit marker of ${id}`);
+            : this.decodeListed(commitMarkerSchema, 'commits', id, markerText, `commit marker of ${id}`);
         if (stored.id !== id || (marker && marker.id !== id))
           throw untrusted(`record ${id} holds another id`);
         return view(stored, marker?.committed);
@@ -213,6 +218,11 @@ export class CatalogRepository implements SnapshotRepository {
         return undefined;
       }
     });
+    for (const [ns, docs] of [
+      ['records', records],
+      ['commits', commits],
+    ] as const)
+      for (const id of this.listedDocs[ns].keys()) if (!docs.has(id)) this.listedDocs[ns].delete(id);
     return loaded
       .filter((r): r is SnapshotRecord => r !== undefined)
       .filter((r) => kinds === undefined || kinds.has(r.source.kind))
@@ -651,6 +661,25 @@ export class CatalogRepository implements SnapshotRepository {
   }
 
   /** Parses, verifies (signature or unsigned policy) and validates a stored record or commit marker. */
+  /**
+   * {@link decode} for `list`, which reads every record and commit marker each time: a document whose text is the
+   * one decoded before is not verified and parsed again (what `list` returns is always a copy: `view`).
+   */
+  private decodeListed<T>(
+    schema: z.ZodType<T>,
+    ns: 'records' | 'commits',
+    name: string,
+    text: string,
+    where: string,
+  ): T {
+    const memo = this.listedDocs[ns];
+    const hit = memo.get(name);
+    if (hit?.text === text) return hit.value as T;
+    const value = this.decode(schema, ns, name, text, where);
+    memo.set(name, { text, value });
+    return value;
+  }
+
   private decode<T>(schema: z.ZodType<T>, ns: SignedNamespace, name: string, text: string, where: string): T {
     const opened = this.signer.open(ns, name, parseJson(text, where), where);
     if (!opened.signed) {

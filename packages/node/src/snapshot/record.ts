@@ -48,6 +48,11 @@ export interface SandboxSource {
 export interface PausedSource {
   kind: 'paused';
   sandboxId: string;
+  /**
+   * The node that paused it dropped its own copy (a drain handed it over): this copy is the only one, and no node
+   * lists the sandbox until one takes it over (docs/cluster.md#sandboxes-held-by-no-node).
+   */
+  handedOver?: boolean;
 }
 
 export type SnapshotSource = TemplateSource | SandboxSource | PausedSource;
@@ -153,7 +158,7 @@ const sourceSchema = z.discriminatedUnion('kind', [
     }),
   }),
   z.object({ kind: z.literal('sandbox'), sourceSandboxId: z.string().min(1) }),
-  z.object({ kind: z.literal('paused'), sandboxId: z.string().min(1) }),
+  z.object({ kind: z.literal('paused'), sandboxId: z.string().min(1), handedOver: z.boolean().optional() }),
 ]);
 
 const resourcesSchema = z.object({

@@ -6,7 +6,6 @@ import {
   forkSchema,
   networkUpdateSchema,
   newSandboxSchema,
-  NEXT_TOKEN_HEADER,
   pauseSchema,
   refreshSchema,
   resumeSchema,
@@ -25,11 +24,11 @@ import type {
   Orchestrator,
 } from '../../orchestrator/orchestrator.js';
 import { parseColdRequest, type ColdDefaults, type ColdRequest } from '../cold-request.js';
-import { apiState, type SandboxRecord } from '../../orchestrator/types.js';
+import type { SandboxRecord } from '../../orchestrator/types.js';
 import type { EgressPolicy } from '../../network/types.js';
 import { ApiError, errorAnswer } from '../errors.js';
 import { parseIngressSettings } from '../ingress-settings.js';
-import { paginate, parseLimit } from '../pagination.js';
+import { listedSandbox, parseV2ListQuery, v2ListPage } from '../sandbox-list.js';
 import { matchesMetadata, parseMetadataFilter } from '../metadata-filter.js';
 import { parseBody, parseRequiredBody } from '../parse-body.js';
 import { checkParams } from '../../extension/params.js';
@@ -128,23 +127,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
     ...(deps.domain ? { domain: deps.domain } : {}),
   });
 
-  const listedView = (r: SandboxRecord): ListedSandbox => ({
-    templateID: r.templateId,
-    ...(r.alias ? { alias: r.alias } : {}),
-    sandboxID: r.id,
-    clientID: '',
-    startedAt: r.createdAt,
-    endAt: orch.expiryOf(r),
-    cpuCount: r.resources.cpuCount,
-    memoryMB: r.resources.memoryMB,
-    diskSizeMB: r.resources.diskSizeMB,
-    ...(Object.keys(r.metadata).length ? { metadata: r.metadata } : {}),
-    state: apiState(r.state),
-    envdVersion: r.envdVersion,
-    ...(r.volumeMounts?.length
-      ? { volumeMounts: r.volumeMounts.map((m) => ({ name: m.name, path: m.path })) }
-      : {}),
-  });
+  const listedView = (r: SandboxRecord): ListedSandbox => listedSandbox(r, orch.expiryOf(r));
 
   const detailView = (r: SandboxRecord): SandboxDetail => {
     const n = r.network;
@@ -306,47 +289,9 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: SandboxRouteDe
       .map(listedView);
   });
 
-  app.get('/v2/sandboxes', async (req, reply) => {
-    const q = req.query as Record<string, unknown>;
-    const filter = parseMetadataFilter(q.metadata);
-    const states = (Array.isArray(q.state) ? q.state : q.state === undefined ? [] : [q.state])
-      .flatMap((s) => String(s).split(','))
-      .map((s) => s.trim())
-      .filter(Boolean);
-    for (const s of states) {
-      if (s !== 'running' && s !== 'paused')
-        throw new ApiError(400, `invalid state "${s}": must be running or paused`);
-    }
-    const distinct = [...new Set(states)];
-    const only = distinct.length === 1 ? distinct[0] : undefined;
-    const order = q.order === undefined || q.order === '' ? 'desc' : q.order;
-    if (order !== 'asc' && order !== 'desc')
-      throw new ApiError(400, `invalid order "${String(order)}": must be asc or desc`);
-    let startedAfter: number | undefined;
-    if (typeof q.startedAfter === 'string' && q.startedAfter) {
-      startedAfter = Date.parse(q.startedAfter);
-      if (Number.isNaN(startedAfter))
-        throw new ApiError(400, `invalid startedAfter "${q.startedAfter}": must be an RFC3339 time`);
-    }
-    const template = typeof q.template === 'string' && q.template ? q.template : undefined;
-    const items = orch
-      .all()
-      .filter((r) => matchesMetadata(r.metadata, filter))
-      .filter((r) => !template || r.templateId === template || r.alias === template)
-      .filter((r) => startedAfter === undefined || Date.parse(r.createdAt) >= startedAfter)
-      .filter((r) =>
-        only === 'running' ? r.state === 'running' : only === 'paused' ? r.state === 'paused' : true,
-      )
-      .map((r) => ({ id: r.id, createdAt: r.createdAt, r }));
-    const page = paginate(
-      items,
-      parseLimit(q.limit),
-      typeof q.nextToken === 'string' && q.nextToken ? q.nextToken : undefined,
-      order,
-    );
-    if (page.nextToken) void reply.header(NEXT_TOKEN_HEADER, page.nextToken);
-    return page.items.map((i) => listedView(i.r));
-  });
+  app.get('/v2/sandboxes', async (req, reply) =>
+    v2ListPage(orch.listable(), parseV2ListQuery(req.query as Record<string, unknown>), reply, listedView),
+  );
 
   // A sandbox another node paused into the shared repository (that node lost or drained) is this node's once
   // asked about: GET shows it paused here, DELETE kills it for good (docs/cluster.md#node-loss).

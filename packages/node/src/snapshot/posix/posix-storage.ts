@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { readdir, rename, rm, rmdir, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { KeyedMutex } from '../../util/keyed-mutex.js';
+import { mapLimit } from '../../util/map-limit.js';
 import type { Logger } from '../../util/log.js';
 import { digestFile, digestHex } from '../digest.js';
 import { notFound, RepositoryError } from '../errors.js';
@@ -35,6 +36,8 @@ export interface PosixStorageOptions {
 
 /** Record and alias locks are striped over this many lock files each, so lock files never need deleting. */
 const LOCK_STRIPES = 256;
+/** Catalog documents read at once when listing (on a network filesystem each read is a round trip). */
+const DOC_READ_CONCURRENCY = 16;
 
 /**
  * posix_fs backend. Layout under `<snapshot_store>/repository/`:
@@ -148,19 +151,24 @@ export class PosixStorage implements RepositoryStorage {
         .filter((f) => f.endsWith('.json'))
         .map((f) => f.slice(0, -5));
     }
-    const ids: string[] = [];
-    for (const id of await readdir(join(this.root, 'snapshots'))) {
-      if (await exists(join(this.root, 'snapshots', id, 'commit'))) ids.push(id);
-    }
-    return ids;
+    const all = await readdir(join(this.root, 'snapshots'));
+    const committed = new Array<boolean>(all.length);
+    await mapLimit(all, DOC_READ_CONCURRENCY, async (id, i) => {
+      committed[i] = await exists(join(this.root, 'snapshots', id, 'commit'));
+    });
+    return all.filter((_, i) => committed[i]);
   }
 
   async readAllDocs(ns: DocNamespace): Promise<Map<string, string>> {
+    const names = await this.listDocs(ns);
+    const texts = new Array<string | undefined>(names.length);
+    await mapLimit(names, DOC_READ_CONCURRENCY, async (name, i) => {
+      texts[i] = await this.readDoc(ns, name);
+    });
     const out = new Map<string, string>();
-    for (const name of await this.listDocs(ns)) {
-      const text = await this.readDoc(ns, name);
-      if (text !== undefined) out.set(name, text);
-    }
+    names.forEach((name, i) => {
+      if (texts[i] !== undefined) out.set(name, texts[i]);
+    });
     return out;
   }
 

@@ -693,6 +693,8 @@ export function defineRepositoryContract(
           commits: await target.readRawDoc('commits', rec.id),
         };
         const bystander = await publishNew();
+        // Listed once while it was good: what a listing remembers must not outlive a change of the document.
+        expect((await repo.list()).map((x) => x.id)).toContain(rec.id);
         await tamper();
         for (const r of [repo, open()]) {
           const err = await expectError(r.get(rec.id), 'IntegrityMismatch', 409);
