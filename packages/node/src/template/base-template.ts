@@ -1,6 +1,6 @@
 import type { Logger } from '../util/log.js';
 import type { ImageService } from '../image/index.js';
-import type { SnapshotRepository } from '../snapshot/index.js';
+import type { SnapshotRecord, SnapshotRepository } from '../snapshot/index.js';
 import { defaultUserOf, envOf } from '../backend/image-defaults.js';
 import { existsSync } from 'node:fs';
 
@@ -29,27 +29,50 @@ function localLayoutMissing(ref: string): string | undefined {
  * `Sandbox.create()` with no template works out of the box. A base registered before takes the resources of
  * the current config (`[machine]`, `default_disk_size_mb`); a template someone built under the alias is left
  * alone.
+ *
+ * Nodes that share a repository and start together (a Compose or Kubernetes cluster's first start) register it
+ * at the same time: the loser's create meets the alias taken, or its publish the record committed. It then
+ * looks again, and finds the base committed by the other node (or adopts the record while still uncommitted).
  */
 export async function ensureBaseTemplate(o: BaseTemplateOptions): Promise<void> {
   if (!o.image || !o.alias) return;
-  const existing = await o.repository.find(o.alias);
-  if (existing?.committed) {
-    const registeredHere = existing.committed.baseImage?.reference === o.image && !existing.committed.startup;
-    const current = existing.resources;
-    const changed = (['cpuCount', 'memoryMB', 'diskSizeMB'] as const).some(
-      (k) => current[k] !== o.resources[k],
-    );
-    if (registeredHere && changed) {
-      await o.repository.update(existing.id, (r) => {
-        r.resources = { ...o.resources };
-      });
+  for (let attempt = 1; ; attempt++) {
+    const existing = await o.repository.find(o.alias);
+    if (existing?.committed) return takeCurrentResources(o, existing);
+    try {
+      return await register(o, existing);
+    } catch (err) {
+      const now = await o.repository.find(o.alias).catch(() => undefined);
+      if (now === undefined || attempt >= REGISTER_ATTEMPTS) throw err;
       o.logger.info(
-        { alias: o.alias, from: existing.resources, to: o.resources },
-        'the base template takes the resources of the current config',
+        { alias: o.alias, templateId: now.id, err: err instanceof Error ? err.message : String(err) },
+        'registering the base template met another registration (a node sharing the repository): looking again',
       );
     }
-    return;
   }
+}
+
+/** A lost race is settled on the next look; more than this many means something else is wrong. */
+const REGISTER_ATTEMPTS = 3;
+
+async function takeCurrentResources(o: BaseTemplateOptions, existing: SnapshotRecord): Promise<void> {
+  const registeredHere = existing.committed?.baseImage?.reference === o.image && !existing.committed.startup;
+  const current = existing.resources;
+  const changed = (['cpuCount', 'memoryMB', 'diskSizeMB'] as const).some(
+    (k) => current[k] !== o.resources[k],
+  );
+  if (!registeredHere || !changed) return;
+  await o.repository.update(existing.id, (r) => {
+    r.resources = { ...o.resources };
+  });
+  o.logger.info(
+    { alias: o.alias, from: existing.resources, to: o.resources },
+    'the base template takes the resources of the current config',
+  );
+}
+
+/** Creates (or adopts, when a record was left uncommitted) and publishes the base template. */
+async function register(o: BaseTemplateOptions, existing: SnapshotRecord | undefined): Promise<void> {
   const missing = localLayoutMissing(o.image);
   if (missing) {
     o.logger.warn(
@@ -66,6 +89,7 @@ export async function ensureBaseTemplate(o: BaseTemplateOptions): Promise<void> 
       source: { kind: 'template', build: { status: 'building', startedAt: new Date().toISOString() } },
       resources: o.resources,
     }));
+  // The commit also marks the build ready (the repository's publish).
   await o.repository.publish(record.id, {
     layers: [],
     artifacts: {},
@@ -84,11 +108,6 @@ export async function ensureBaseTemplate(o: BaseTemplateOptions): Promise<void> 
       virtualizationMode: o.virtualizationMode,
       baseImage: { reference: image.reference, manifestDigest: image.manifestDigest },
     },
-  });
-  await o.repository.update(record.id, (r) => {
-    if (r.source.kind === 'template') {
-      r.source.build = { ...r.source.build, status: 'ready', finishedAt: new Date().toISOString() };
-    }
   });
   o.logger.info(
     { templateId: record.id, alias: o.alias, image: image.reference },
