@@ -64,6 +64,9 @@ EOF
 # ---- Docker daemon --------------------------------------------------------------------------------
 
 DAEMON_PIDFILE=$RUN_DIR/dockerd.pid
+# The private daemon's containers get their cgroups under this name, not Docker's default `docker`
+# (which a host daemon may use), so `down` can remove it.
+DAEMON_CGROUP=aenv-compose
 OWN_SOCKET=unix://$RUN_DIR/docker.sock
 
 proc_start_time() { awk '{ print $22 }' "/proc/$1/stat" 2>/dev/null; }
@@ -117,6 +120,7 @@ start_daemon() {
     --pidfile "$RUN_DIR/dockerd.own.pid" \
     --iptables=false --ip6tables=false --ip-forward=false --ip-masq=false --bridge=none \
     --containerd-namespace aenv-compose --containerd-plugins-namespace aenv-compose-plugins \
+    --cgroup-parent "$DAEMON_CGROUP" \
     >>"$log" 2>&1 </dev/null &
   pid=$!
   printf '%s %s\n' "$pid" "$(proc_start_time "$pid")" >"$DAEMON_PIDFILE"
@@ -412,6 +416,26 @@ seal_bridges() {
   done
 }
 
+# The nodes' AENV_RESOURCE_PREFIXes (deploy/docker-compose.yml): they mount the host's cgroup tree
+# and make their sandboxes' parent cgroups there, under these names.
+NODE_PREFIXES=(aenva aenvb)
+
+# Removes the named cgroups of every hierarchy mounted on this host, once nothing runs in them
+# (rmdir refuses a cgroup with processes, which is then left, and named).
+remove_cgroups() {
+  local name mnt dir
+  local -a left=()
+  for name in "$@"; do
+    while read -r mnt; do
+      dir=$mnt/$name
+      [ -d "$dir" ] || continue
+      find "$dir" -depth -type d -exec rmdir {} + 2>/dev/null || true
+      [ ! -d "$dir" ] || left+=("$dir")
+    done < <(awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 }' /proc/self/mounts)
+  done
+  [ ${#left[@]} -eq 0 ] || aenv_log "cgroups still in use, left in place: ${left[*]}"
+}
+
 cmd_down() {
   aenv_require_root "$(basename "$0") down"
   local volumes=()
@@ -421,6 +445,7 @@ cmd_down() {
     compose down --remove-orphans "${volumes[@]}"
   fi
   stop_own_daemon
+  remove_cgroups "${NODE_PREFIXES[@]}" "$DAEMON_CGROUP"
 }
 
 cmd_status() {

@@ -190,6 +190,9 @@ describe('deploy/docker-compose.yml', () => {
       expect(s.tmpfs, name).toContainEqual(expect.stringMatching(/^\/run\/aenv:(.*,)?exec(,|$)/));
     }
     expect(prefixes.size).toBe(nodeServices.length);
+    // `scripts/cluster-compose.sh down` removes the nodes' parent cgroups in the host's tree by these names.
+    const script = read('scripts/cluster-compose.sh');
+    expect(/^NODE_PREFIXES=\(([^)]*)\)$/m.exec(script)?.[1]?.split(' ')).toEqual([...prefixes]);
     expect(Object.keys(compose.volumes)).toEqual(
       expect.arrayContaining([
         'agentenv-auth',
