@@ -104,6 +104,23 @@ describe('Launcher', () => {
     expect((await l.run(req('echo', ['here']))).stdout).toBe('here\n');
   });
 
+  it('closes in a process that has nothing else to wait for: the close settles and the process exits 0', async () => {
+    // A node's shutdown closes the launcher with nothing else left running, then closes its state db.
+    const parentCode = `
+      import { Launcher } from ${JSON.stringify(fileURLToPath(new URL('./launcher.ts', import.meta.url)))};
+      const l = new Launcher(${JSON.stringify(script)}, { env: process.env, execArgv: ['--import', 'tsx'] }).start();
+      await l.run({ command: 'true', args: [], env: process.env, stdio: 'collect' });
+      await l.close();
+      console.log('closed');`;
+    const parent = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', parentCode], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let out = '';
+    parent.stdout.on('data', (b: Buffer) => (out += b.toString()));
+    const code = await new Promise<number | null>((resolve) => parent.once('exit', resolve));
+    expect({ code, out }).toEqual({ code: 0, out: 'closed\n' });
+  });
+
   it('ends when its parent is killed (-9), leaving no process behind', async () => {
     const parentCode = `
       import { Launcher } from ${JSON.stringify(fileURLToPath(new URL('./launcher.ts', import.meta.url)))};

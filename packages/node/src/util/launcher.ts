@@ -71,6 +71,9 @@ export class Launcher {
     await new Promise<void>((resolve) => {
       if (child.exitCode !== null || child.signalCode !== null) return resolve();
       child.once('exit', () => resolve());
+      // The child is unref'd (it must not keep the server alive): while waiting for its exit, it must, or a
+      // caller with nothing else left (the last steps of a shutdown) ends with its await unsettled (exit 13).
+      child.ref();
       child.disconnect();
     });
   }
