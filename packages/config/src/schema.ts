@@ -861,7 +861,7 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
       base_template_image: str({
         default: 'oci:/var/cache/aenv/images/base:latest',
         aenv: true,
-        doc: 'Image registered as the base template at first start when it exists (its resources follow [machine] and default_disk_size_mb at every start); empty disables.',
+        doc: 'Image registered as the base template at first start when it exists (its resources follow [machine] and default_disk_size_mb at every start; nodes sharing a repository that start together register it once: the node that loses the race takes the one the other registered); empty disables.',
       }),
       max_upload_mb: int({
         default: 4096,
