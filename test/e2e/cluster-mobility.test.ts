@@ -1,7 +1,6 @@
-import { randomBytes, randomUUID } from 'node:crypto';
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { DeleteObjectCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox } from 'e2b';
 import {
@@ -29,73 +28,16 @@ import {
   type TestServer,
   type Workload,
 } from './harness.js';
+import {
+  REPOSITORY_KINDS,
+  sharedRepository,
+  type RepositoryKind,
+  type SharedRepository,
+} from './shared-repository.js';
 
 const NODE_STATUS_LINGERING = 4;
 /** `paused_retention_secs` of the node whose sandbox is left held by no node (its pause and copy come first). */
 const RETENTION_SECS = 10;
-
-const s3 = {
-  endpoint: process.env.AENV_TEST_S3_ENDPOINT ?? 'http://127.0.0.1:9000',
-  bucket: process.env.AENV_TEST_S3_BUCKET ?? 'aenv-test',
-  region: process.env.AENV_TEST_S3_REGION ?? 'us-east-1',
-  accessKeyId: process.env.AENV_TEST_S3_ACCESS_KEY ?? 'aenvtest',
-  secretAccessKey: process.env.AENV_TEST_S3_SECRET_KEY ?? 'aenvtestsecret',
-};
-
-type RepositoryKind = 'oss' | 'posix_fs';
-
-/** The `[snapshot]`/`[backend.*]` lines of a repository both nodes share, and how to remove it afterwards. */
-function sharedRepository(kind: RepositoryKind): { toml: string[]; cleanup: () => Promise<void> } {
-  if (kind === 'posix_fs') {
-    const dir = `/var/lib/aenv-e2e/mobshared-${randomUUID().slice(0, 8)}`;
-    mkdirSync(dir, { recursive: true, mode: 0o700 });
-    return {
-      toml: [
-        '[snapshot]',
-        'repository_backend = "posix_fs"',
-        '[backend.posix_fs]',
-        `snapshot_store = "${dir}"`,
-      ],
-      cleanup: async () => rmSync(dir, { recursive: true, force: true }),
-    };
-  }
-  const prefix = `mobility-${randomUUID()}/`;
-  return {
-    toml: [
-      '[snapshot]',
-      'repository_backend = "oss"',
-      '[backend.oss]',
-      `endpoint = "${s3.endpoint}"`,
-      `bucket = "${s3.bucket}"`,
-      `region = "${s3.region}"`,
-      'addressing_style = "path"',
-      `prefix = "${prefix}"`,
-      `access_key_id = "${s3.accessKeyId}"`,
-      `access_key_secret = "${s3.secretAccessKey}"`,
-    ],
-    cleanup: async () => {
-      const client = new S3Client({
-        endpoint: s3.endpoint,
-        region: s3.region,
-        forcePathStyle: true,
-        credentials: { accessKeyId: s3.accessKeyId, secretAccessKey: s3.secretAccessKey },
-      });
-      try {
-        let token: string | undefined;
-        do {
-          const page = await client.send(
-            new ListObjectsV2Command({ Bucket: s3.bucket, Prefix: prefix, ContinuationToken: token }),
-          );
-          for (const o of page.Contents ?? [])
-            await client.send(new DeleteObjectCommand({ Bucket: s3.bucket, Key: o.Key! }));
-          token = page.NextContinuationToken;
-        } while (token);
-      } finally {
-        client.destroy();
-      }
-    },
-  };
-}
 
 /**
  * Sandboxes that outlive their node (docs/cluster.md#sandboxes-that-move): two real nodes and a real scheduler
@@ -105,7 +47,7 @@ function sharedRepository(kind: RepositoryKind): { toml: string[]; cleanup: () =
  * sandboxes resume on B (connect, and auto-resume on a data-plane request) while a running one is reported lost
  * by B, and comes back when A returns.
  */
-describe.each<RepositoryKind>(['oss', 'posix_fs'])('sandboxes moving between nodes (%s)', (kind) => {
+describe.each<RepositoryKind>(REPOSITORY_KINDS)('sandboxes moving between nodes (%s)', (kind) => {
   const suffix = kind === 'oss' ? 'o' : 'p';
   const idA = `mob-a-${suffix}`;
   const idB = `mob-b-${suffix}`;
@@ -114,7 +56,7 @@ describe.each<RepositoryKind>(['oss', 'posix_fs'])('sandboxes moving between nod
   let gateway: GatewayProcess;
   let a: TestServer;
   let b: TestServer;
-  let repo: ReturnType<typeof sharedRepository>;
+  let repo: SharedRepository;
 
   const apiKey = `e2b_${randomBytes(32).toString('hex')}`;
   const env = {
@@ -222,7 +164,7 @@ describe.each<RepositoryKind>(['oss', 'posix_fs'])('sandboxes moving between nod
     );
 
   beforeAll(async () => {
-    repo = sharedRepository(kind);
+    repo = sharedRepository(kind, 'mobility');
     [portA, portB] = [await freePort(), await freePort()];
     sched = await startSchedulerProcess({
       scheduler: {
