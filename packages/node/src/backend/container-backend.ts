@@ -9,6 +9,7 @@ import { waitForEnvd } from '@aenv/protocol';
 import { SingleFlight } from '../image/single-flight.js';
 import type { EgressPolicy } from '../network/types.js';
 import type {
+  AdoptionHooks,
   BeforeInstanceStart,
   CaptureTarget,
   CapturedSandbox,
@@ -147,10 +148,7 @@ export class ContainerBackend implements SandboxBackend {
    * A sandbox this node does not know: if another node paused it into the shared repository, it becomes a
    * paused sandbox of this node (paused-adoption.ts). Undefined when the repository has nothing for it.
    */
-  async adoptShared(
-    sandboxId: string,
-    onClaimed?: (record: SandboxRecord) => void,
-  ): Promise<SandboxRecord | undefined> {
+  async adoptShared(sandboxId: string, hooks: AdoptionHooks = {}): Promise<SandboxRecord | undefined> {
     if (!this.sharing) return undefined;
     const ctx = this.ctx;
     return adoptSharedPause(
@@ -162,7 +160,8 @@ export class ContainerBackend implements SandboxBackend {
         diskFilesDir: (disk) => ctx.o.runtime.diskFilesDir(disk),
         markComplete: (dir, paused) => writeFile(join(dir, COMPLETE), JSON.stringify(paused)),
         ...(ctx.o.volumes ? { volumes: ctx.o.volumes } : {}),
-        ...(onClaimed ? { onClaimed } : {}),
+        ...(hooks.found ? { onFound: hooks.found } : {}),
+        ...(hooks.claimed ? { onClaimed: hooks.claimed } : {}),
         localize: async (record) => {
           const state = stateOf(ctx, record);
           const image = await imageFor(ctx, state.imageRef, state.manifestDigest);

@@ -78,6 +78,23 @@ describe('paused sandboxes shared between nodes', () => {
     expect(await node('node-c').adopt('sbx1')).toBeUndefined();
   });
 
+  it('says it found a copy to take only when the repository holds one, before the take-over is done', async () => {
+    const a = node('node-a');
+    const b = node('node-b');
+    const found: unknown[] = [];
+    const noting = (sandboxId: string) => ({ onFound: () => found.push(sandboxId) });
+    // Running on A: no copy, so B only looked (and its heartbeat must not take A's binding of it).
+    await a.sharing.claimNew('sbx6');
+    expect(await b.adopt('sbx6', noting('sbx6')).catch((e: unknown) => e)).toBeInstanceOf(DomainError);
+    expect(await b.adopt('unknown-sandbox', noting('unknown-sandbox'))).toBeUndefined();
+    expect(found).toEqual([]);
+    await pauseOn(a, 'sbx6');
+    // Found before the take-over is done: nothing is in B's pause dir yet.
+    const taken = await b.adopt('sbx6', { onFound: () => found.push(existsSync(b.pausedDir('sbx6'))) });
+    expect(taken?.id).toBe('sbx6');
+    expect(found).toEqual([false]);
+  });
+
   it('a sandbox that never moved leaves no claim behind when it is killed', async () => {
     const a = node('node-a');
     await a.sharing.claimNew('sbx4');

@@ -23,6 +23,11 @@ export interface AdoptionDeps {
   localize: (record: SandboxRecord) => Promise<SandboxRecord>;
   /** This node's volumes (absent: it has none): a sandbox mounting one it lacks is not taken. */
   volumes?: NodeVolumes;
+  /**
+   * Told once the repository holds a copy to take, before it is fetched; never for a sandbox the repository has no
+   * copy of (it may be running on another node).
+   */
+  onFound?: () => void;
   /** Told the sandbox (as the pause recorded it) once its claim is this node's, before its record is ready. */
   onClaimed?: (record: SandboxRecord) => void;
 }
@@ -59,6 +64,7 @@ export async function adoptSharedPause(
     home: extra.node,
     volumes: deps.volumes,
   });
+  deps.onFound?.();
   const dir = deps.pausedDir(sandboxId);
   const tmp = `${dir}.adopt-${randomUUID()}`;
   await mkdir(tmp, { recursive: true, mode: 0o711 });

@@ -58,9 +58,11 @@ describe('paused sandboxes held by no node', () => {
     // B takes a1 over; at the swap it is told, and the repository stops naming it (B lists it from then on).
     let atSwap: Promise<string[]> | undefined;
     const claimed: string[] = [];
-    await b.adopt('a1', (r) => {
-      claimed.push(`${r.id}:${r.state}`);
-      atSwap = findUnheldPauses(b.repository, onlyB, quietLogger).then(ids);
+    await b.adopt('a1', {
+      onClaimed: (r) => {
+        claimed.push(`${r.id}:${r.state}`);
+        atSwap = findUnheldPauses(b.repository, onlyB, quietLogger).then(ids);
+      },
     });
     expect(claimed).toEqual(['a1:paused']);
     expect(await atSwap).toEqual(['a2']);

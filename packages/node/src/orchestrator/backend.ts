@@ -75,6 +75,17 @@ export interface CaptureTarget {
  * The orchestrator's only way to touch the host: network slots, images, the runtime driver and envd.
  * Every method leaves nothing behind when it fails.
  */
+/** What a backend tells the orchestrator while it takes a sandbox over from the shared repository. */
+export interface AdoptionHooks {
+  /**
+   * The repository holds a copy this node is about to take (before it is fetched). Not called while the node only
+   * looks: the sandbox may be running on another node.
+   */
+  found?: () => void;
+  /** The sandbox, as its pause recorded it, once its claim is this node's (before its record is ready). */
+  claimed?: (record: SandboxRecord) => void;
+}
+
 export interface SandboxBackend {
   /** Starts a fresh sandbox; resolves when envd is healthy and `/init` is done. */
   start(
@@ -129,13 +140,9 @@ export interface SandboxBackend {
   /**
    * With a shared repository (docs/cluster.md#sandboxes-that-move): the record of a sandbox another node paused
    * into it, now paused on this node; undefined when there is none. Throws NotFound naming the node that holds
-   * (or lost) a sandbox the repository knows of but cannot hand over. `onClaimed` is told the sandbox as soon as
-   * its claim is this node's, before its record is ready: from then on it is this node's to list.
+   * (or lost) a sandbox the repository knows of but cannot hand over. `hooks` follow the take-over's steps.
    */
-  adoptShared?(
-    sandboxId: string,
-    onClaimed?: (record: SandboxRecord) => void,
-  ): Promise<SandboxRecord | undefined>;
+  adoptShared?(sandboxId: string, hooks?: AdoptionHooks): Promise<SandboxRecord | undefined>;
   /** A sandbox started on this node (create, fork, restart): its claim in a shared repository names the node. */
   noteStarted?(sandboxId: string): void;
   /**

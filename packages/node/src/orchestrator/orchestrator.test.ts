@@ -5,7 +5,7 @@ import { openStateDb } from '../state/db.js';
 import { createLogger } from '../util/log.js';
 import { SandboxStore, orchestratorMigrations } from './store.js';
 import { Orchestrator, type CreateSandboxInput } from './orchestrator.js';
-import type { SandboxBackend, StartResult } from './backend.js';
+import type { AdoptionHooks, SandboxBackend, StartResult } from './backend.js';
 import type { SandboxNetworkSettings, SandboxRecord } from './types.js';
 import type { EgressPolicy } from '../network/types.js';
 import { DomainError, ErrorKind } from '@aenv/protocol';
@@ -83,10 +83,7 @@ class MapBackend implements SandboxBackend {
     );
   }
   failSecondChild = false;
-  adoptShared?: (
-    sandboxId: string,
-    onClaimed?: (r: SandboxRecord) => void,
-  ) => Promise<SandboxRecord | undefined>;
+  adoptShared?: (sandboxId: string, hooks?: AdoptionHooks) => Promise<SandboxRecord | undefined>;
   handedOver: string[] = [];
   async handOver(r: SandboxRecord) {
     this.handedOver.push(r.id);
@@ -171,20 +168,21 @@ describe('Orchestrator state machine', () => {
     const id = randomUUID();
     let release!: () => void;
     const fetched = new Promise<void>((r) => (release = r));
-    const seen: string[][] = [];
+    const looking: string[][] = [];
     let claimed!: () => void;
     const swapped = new Promise<void>((r) => (claimed = r));
     const listed = () => orch.listable().map((r) => `${r.id}:${r.state}`);
-    backend.adoptShared = async (sandboxId, onClaimed) => {
-      seen.push(orch.takingOver());
-      await fetched;
+    backend.adoptShared = async (sandboxId, hooks) => {
+      looking.push(orch.takingOver());
       if (sandboxId !== id) return undefined;
+      hooks?.found?.();
+      await fetched;
       const r = await orch.create(input());
       // A record of its own: what the shared copy's record would be, paused on this node.
       const taken = { ...orch.find(r.id)!, id, state: 'paused' as const };
       await orch.kill(r.id);
       // The claim is this node's from here on: it lists the sandbox before its record is ready.
-      onClaimed?.(taken);
+      hooks?.claimed?.(taken);
       await swapped;
       return taken;
     };
@@ -205,7 +203,26 @@ describe('Orchestrator state machine', () => {
     // A miss is not named either once the repository said it has nothing.
     expect(await orch.adopt(randomUUID())).toBeUndefined();
     expect(orch.takingOver()).toEqual([]);
-    expect(seen[0]).toEqual([id]);
+    // Nor while the repository is being asked, before it has found a copy.
+    expect(looking).toEqual([[], []]);
+  });
+
+  it('does not name a sandbox while it only looks for it in the shared repository: it may run on another node', async () => {
+    // A roster naming it would move the binding of the node that runs it here (the scheduler binds a sandbox to
+    // the node that reported it last), and its requests would reach this node, which answers 404.
+    const id = randomUUID();
+    let answer!: () => void;
+    const asked = new Promise<void>((r) => (answer = r));
+    backend.adoptShared = async () => {
+      await asked;
+      throw new DomainError(ErrorKind.NotFound, `sandbox ${id} is lost: it was running on node node-b`);
+    };
+    const looking = orch.adopt(id).catch((e: unknown) => e);
+    await new Promise((r) => setTimeout(r, 10));
+    expect(orch.takingOver()).toEqual([]);
+    answer();
+    expect(await looking).toBeInstanceOf(DomainError);
+    expect(orch.takingOver()).toEqual([]);
   });
 
   it('drain: refuses new sandboxes and resumes with 503, pauses the running ones and hands every one over', async () => {

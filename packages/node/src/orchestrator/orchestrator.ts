@@ -528,10 +528,14 @@ export class Orchestrator {
     return this.locks.run(`adopt:${id}`, this.opts.transitionWaitMs, async () => {
       const known = this.sandboxes.get(id);
       if (known) return known;
-      this.adopting.add(id);
       let r: SandboxRecord | undefined;
       try {
-        r = await this.opts.backend.adoptShared!(id, (claimed) => this.claimed.set(id, claimed));
+        // Named in the roster only once there is a copy to take: while the node merely looks, the sandbox may be
+        // running on another node, and a roster naming it would move that node's binding here.
+        r = await this.opts.backend.adoptShared!(id, {
+          found: () => this.adopting.add(id),
+          claimed: (claimed) => this.claimed.set(id, claimed),
+        });
         if (r) this.sandboxes.set(r.id, r);
       } finally {
         this.adopting.delete(id);

@@ -59,8 +59,8 @@ export class SharedNodes {
       repository,
       sharing,
       pausedDir,
-      adopt: (sandboxId: string, onClaimed?: AdoptionDeps['onClaimed']) =>
-        adoptSharedPause({ ...deps, ...(onClaimed ? { onClaimed } : {}) }, sandboxId),
+      adopt: (sandboxId: string, hooks: Pick<AdoptionDeps, 'onFound' | 'onClaimed'> = {}) =>
+        adoptSharedPause({ ...deps, ...hooks }, sandboxId),
     };
   }
 
