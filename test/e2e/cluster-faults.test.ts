@@ -120,9 +120,11 @@ describe.each<RepositoryKind>(REPOSITORY_KINDS)(
     const schedulerConfig = () => ({
       scheduler: {
         redis_addr: `127.0.0.1:${redisPort}`,
-        // Short, so that a node killed here is seen gone within seconds (defaults: 30 s).
+        // Short, so that a node killed here is seen gone within seconds (defaults: 30 s). The bindings outlive a
+        // restart of the scheduler (its stop and start took up to ~3.5 s on a loaded host; the nodes' heartbeats
+        // back off meanwhile), which must find them in Redis.
         report_ttl: '3s',
-        binding_ttl: '4s',
+        binding_ttl: '10s',
         nodes: NODES.map((id) => ({ id, endpoint: `http://127.0.0.1:${ports[id]}` })),
       },
     });
@@ -273,7 +275,7 @@ describe.each<RepositoryKind>(REPOSITORY_KINDS)(
       await eventually(async () => (await seenBy(gateways[1]!)) === 3, 'the nodes to report again', 300, 100);
       const sbx = await Sandbox.create({ ...sdkAt(gateways[1]!), timeoutMs: 600_000 });
       expect((await sbx.commands.run('echo after-restart')).stdout.trim()).toBe('after-restart');
-      await sbx.kill();
+      expect(await sbx.kill()).toBe(true);
     });
 
     it('kill -9 of a node: its paused sandboxes resume on another node with their processes (connect, and auto-resume on traffic through a gateway); its running one is lost', async () => {
@@ -352,7 +354,14 @@ describe.each<RepositoryKind>(REPOSITORY_KINDS)(
         `is lost: it was running on node ${victim}`,
       );
 
-      // The node comes back with its running sandbox; the one that moved stays where it went.
+      // While the node is away its binding expires (binding_ttl); it comes back with its running sandbox, and the
+      // ones that moved stay where they went.
+      await eventually(
+        async () => (await boundNode(running.id)) === undefined,
+        `the lost node's binding of ${running.id} to expire`,
+        150,
+        100,
+      );
       nodes.set(victim, await node(victim).restart());
       await eventually(
         async () => (await boundNode(running.id)) === victim,
@@ -376,8 +385,8 @@ describe.each<RepositoryKind>(REPOSITORY_KINDS)(
       );
       for (const moved of [paused.sbx.sandboxId, wakes.id])
         expect((await node(victim).api('GET', `/sandboxes/${moved}`)).status).toBe(404);
-      await Sandbox.kill(paused.sbx.sandboxId, sdkAt(gateways[0]!));
-      await Sandbox.kill(wakes.id, sdkAt(gateways[0]!));
+      expect(await Sandbox.kill(paused.sbx.sandboxId, sdkAt(gateways[0]!))).toBe(true);
+      expect(await Sandbox.kill(wakes.id, sdkAt(gateways[0]!))).toBe(true);
     });
 
     it('drain of a node: the gateways stop placing there and its sandbox comes back on another node', async () => {
@@ -401,9 +410,9 @@ describe.each<RepositoryKind>(REPOSITORY_KINDS)(
       for (let i = 0; i < 3; i++) {
         const placed = await Sandbox.create({ ...sdkAt(gateways[0]!), timeoutMs: 600_000 });
         expect(await boundNode(placed.sandboxId)).not.toBe(drained);
-        await placed.kill();
+        expect(await placed.kill()).toBe(true);
       }
-      await sbx.kill();
+      expect(await sbx.kill()).toBe(true);
       // A drained node takes work again only after a restart.
       await node(drained).stop();
       nodes.set(drained, await node(drained).restart());
