@@ -73,6 +73,14 @@ function upstreamServer(seen: { streamClosed: boolean }): Server {
           });
           return;
         }
+        case '/head-first': {
+          // A stream's head alone, its body much later: the client must see the head at once.
+          res.writeHead(200, { 'content-type': 'text/event-stream' });
+          res.flushHeaders();
+          const t = setTimeout(() => res.end('data: late\n\n'), 1_000);
+          res.on('close', () => clearTimeout(t));
+          return;
+        }
         case '/stall':
           return; // never answers
         default:
@@ -175,6 +183,19 @@ describe('relayRequest', () => {
     expect(r.body.length).toBe(BIG);
     expect(r.body[64 * 1024 - 1]).toBe((64 * 1024) % 251);
     expect(r.body[BIG - 1]).toBe(BIG % 251);
+  });
+
+  it('sends a stream’s head at once, before any of its body', async () => {
+    const started = performance.now();
+    const headAt = await new Promise<number>((resolve, reject) => {
+      const r = request({ host: '127.0.0.1', port: frontPort, path: '/head-first' }, (res) => {
+        resolve(performance.now() - started);
+        res.resume();
+      });
+      r.on('error', reject);
+      r.end();
+    });
+    expect(headAt).toBeLessThan(800);
   });
 
   it('hands a buffered answer to onAnswer before it is sent, with its own Content-Length', async () => {
