@@ -60,7 +60,9 @@ const cpuNs = (pid) => {
 };
 
 const port = await harness.freePort();
+// At info, as a scheduler runs: at debug it logs every Schedule.
 const sched = await startSchedulerProcess({
+  log_level: 'info',
   scheduler: { nodes: [{ id: NAME, endpoint: `http://127.0.0.1:${port}` }] },
 });
 // The parents must stay searchable by the sandbox uid range (the node refuses to start otherwise).
