@@ -329,13 +329,21 @@ export function createGrpcUnaryTransport(opts: { baseUrl: string; defaultTimeout
               Code.Internal,
             );
           }
+          const h = head;
+          let header: Headers | undefined;
+          let trailer: Headers | undefined;
+          // Made only when read (an onHeader or onTrailer callback): no caller of the scheduler reads them.
           return {
             stream: false,
             service: method.parent,
             method,
-            header: webHeaders(head),
+            get header() {
+              return (header ??= webHeaders(h));
+            },
             message,
-            trailer: webHeaders(trailers),
+            get trailer() {
+              return (trailer ??= webHeaders(trailers));
+            },
           };
         }
       });
