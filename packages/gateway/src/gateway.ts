@@ -90,8 +90,18 @@ export function isStreaming(req: IncomingMessage): boolean {
     .includes('trailers');
 }
 
+/** Parsed node endpoints (a handful of nodes, each parsed once rather than on every request). */
+const endpoints = new Map<string, URL>();
+const MAX_ENDPOINTS = 10_000;
+
 function origin(node: Node): URL {
-  return new URL(node.endpoint);
+  let url = endpoints.get(node.endpoint);
+  if (!url) {
+    url = new URL(node.endpoint);
+    if (endpoints.size >= MAX_ENDPOINTS) endpoints.clear();
+    endpoints.set(node.endpoint, url);
+  }
+  return url;
 }
 
 async function readBody(req: IncomingMessage, max: number): Promise<Buffer> {

@@ -1,6 +1,7 @@
 // Assembles a scheduler process from its config: binding store, discovery, registry, strategy, the gRPC
 // endpoint and the metrics endpoint (docs/cluster.md#the-scheduler).
-import type { ConnectRouter } from '@connectrpc/connect';
+import type { DescService } from '@bufbuild/protobuf';
+import type { ConnectRouter, ServiceImpl } from '@connectrpc/connect';
 import { Scheduler } from '@aenv/protocol';
 import { ArtifactIndex } from './artifacts/artifact-index.js';
 import type { BindingStore } from './bindings/binding-store.js';
@@ -51,12 +52,11 @@ export async function startScheduler(
   const store = await openStore(config, log);
   const cleanups: (() => Promise<void>)[] = [() => store.close()];
   try {
-    let routes: (router: ConnectRouter) => void;
+    let impl: Partial<ServiceImpl<typeof Scheduler>>;
     let metrics: SchedulerMetrics;
     if (queryOnly) {
       metrics = new SchedulerMetrics();
-      routes = (router) =>
-        router.service(Scheduler, { lookupNode: (req) => lookupNode(store, log, req.sandboxId) });
+      impl = { lookupNode: (req) => lookupNode(store, log, req.sandboxId) };
     } else {
       const { strategy: strategyName, fellBack } = resolveStrategy(s.strategy);
       if (fellBack) log.warn({ strategy: s.strategy }, 'unknown scheduler strategy; using round_robin');
@@ -73,7 +73,7 @@ export async function startScheduler(
       } else {
         registry.setDiscovered(s.nodes, []);
       }
-      const service = createSchedulerService({
+      impl = createSchedulerService({
         registry,
         store,
         strategy: createStrategy(strategyName),
@@ -84,11 +84,16 @@ export async function startScheduler(
         metrics,
         log,
       });
-      routes = (router) => router.service(Scheduler, service);
     }
     const metricsServer = await startMetricsServer(metricsAddress, metrics, log);
     cleanups.unshift(() => metricsServer.close());
-    const grpc = await startGrpcServer({ address: grpcAddress, routes, metrics, log });
+    const grpc = await startGrpcServer({
+      address: grpcAddress,
+      routes: (router: ConnectRouter) => router.service(Scheduler, impl),
+      fast: { service: Scheduler, impl: impl as Partial<ServiceImpl<DescService>> },
+      metrics,
+      log,
+    });
     cleanups.unshift(() => grpc.close());
     log.info(
       {

@@ -20,6 +20,7 @@ export interface GatewayProcess {
 export async function startGatewayProcess(
   gateway: Record<string, unknown>,
   apiKey: string,
+  opts: { nodeArgs?: string[] } = {},
 ): Promise<GatewayProcess> {
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run \`npm run build\` first`);
   const dir = mkdtempSync(join(tmpdir(), 'aenv-gateway-test-'));
@@ -30,7 +31,7 @@ export async function startGatewayProcess(
     gateway: { http_listen_addr: '127.0.0.1:0', metrics_listen_addr: '127.0.0.1:0', ...gateway },
   };
   writeFileSync(configPath, JSON.stringify(config), { mode: 0o600 });
-  const child = spawn(process.execPath, [CLI, 'gateway', '-config', configPath], {
+  const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), CLI, 'gateway', '-config', configPath], {
     env: { PATH: process.env.PATH, AENV_API_KEY: apiKey },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -10,11 +10,19 @@ import {
   type ServerHttp2Session,
 } from 'node:http2';
 import type { AddressInfo } from 'node:net';
-import { Code, ConnectError, type ConnectRouter, type Interceptor } from '@connectrpc/connect';
+import type { DescService } from '@bufbuild/protobuf';
+import {
+  Code,
+  ConnectError,
+  type ConnectRouter,
+  type Interceptor,
+  type ServiceImpl,
+} from '@connectrpc/connect';
 import { connectNodeAdapter } from '@connectrpc/connect-node';
 import type { Logger } from '../log.js';
 import type { ListenAddress } from '../config/listen-address.js';
 import type { SchedulerMetrics } from './metrics.js';
+import { unaryFastPath } from './unary-fast-path.js';
 
 /** gRPC's customary receive limit; larger requests are refused with RESOURCE_EXHAUSTED. */
 export const MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
@@ -26,6 +34,13 @@ export interface GrpcServer {
   close(): Promise<void>;
 }
 
+/** What a failed call answers: only errors the handlers chose reach the caller; anything else is Internal. */
+function wireError(e: unknown, rpc: string, log: Logger): ConnectError {
+  if (e instanceof ConnectError) return e;
+  log.error({ rpc, err: e instanceof Error ? e.stack : String(e) }, 'rpc failed');
+  return new ConnectError('internal error', Code.Internal);
+}
+
 function metricsAndErrors(metrics: SchedulerMetrics, log: Logger): Interceptor {
   return (next) => async (req) => {
     const started = performance.now();
@@ -35,13 +50,7 @@ function metricsAndErrors(metrics: SchedulerMetrics, log: Logger): Interceptor {
       metrics.observeRpc(rpc, 'OK', (performance.now() - started) / 1000);
       return res;
     } catch (e) {
-      // Only errors the handlers chose reach the caller; anything else is logged and answered Internal.
-      let err: ConnectError;
-      if (e instanceof ConnectError) err = e;
-      else {
-        log.error({ rpc, err: e instanceof Error ? e.stack : String(e) }, 'rpc failed');
-        err = new ConnectError('internal error', Code.Internal);
-      }
+      const err = wireError(e, rpc, log);
       metrics.observeRpc(rpc, Code[err.code], (performance.now() - started) / 1000);
       throw err;
     }
@@ -129,6 +138,8 @@ function unimplemented(req: Http2ServerRequest, res: Http2ServerResponse): void 
 export async function startGrpcServer(opts: {
   address: ListenAddress;
   routes: (router: ConnectRouter) => void;
+  /** The same service's unary methods, served by the fast path (unary-fast-path.ts) when a call allows it. */
+  fast?: { service: DescService; impl: Partial<ServiceImpl<DescService>> };
   metrics: SchedulerMetrics;
   log: Logger;
 }): Promise<GrpcServer> {
@@ -141,9 +152,22 @@ export async function startGrpcServer(opts: {
     interceptors: [metricsAndErrors(opts.metrics, opts.log)],
     fallback: unimplemented as never,
   });
+  const viaConnect = withStreamFixes(handler as never);
+  const fast = opts.fast
+    ? unaryFastPath({
+        ...opts.fast,
+        maxMessageBytes: MAX_MESSAGE_BYTES,
+        metrics: opts.metrics,
+        log: opts.log,
+        wireError: (e, rpc) => wireError(e, rpc, opts.log),
+        encodeMessage: grpcMessageEncode,
+      })
+    : undefined;
   const server: Http2Server = createServer(
     { settings: { maxConcurrentStreams: MAX_CONCURRENT_STREAMS } },
-    withStreamFixes(handler as never),
+    (req, res) => {
+      if (!fast?.(req, res)) viaConnect(req, res);
+    },
   );
   const sessions = new Set<ServerHttp2Session>();
   server.on('session', (session) => {

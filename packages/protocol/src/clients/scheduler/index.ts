@@ -1,6 +1,6 @@
 import { createClient, type Client } from '@connectrpc/connect';
-import { createGrpcTransport } from '@connectrpc/connect-node';
 import { Scheduler } from '../../gen/scheduler/v1/scheduler_pb.js';
+import { createGrpcUnaryTransport } from './grpc-unary-transport.js';
 
 export type SchedulerClient = Client<typeof Scheduler>;
 
@@ -10,5 +10,5 @@ export type SchedulerClient = Client<typeof Scheduler>;
  */
 export function createSchedulerClient(address: string, opts: { timeoutMs?: number } = {}): SchedulerClient {
   const baseUrl = address.includes('://') ? address : `http://${address}`;
-  return createClient(Scheduler, createGrpcTransport({ baseUrl, defaultTimeoutMs: opts.timeoutMs }));
+  return createClient(Scheduler, createGrpcUnaryTransport({ baseUrl, defaultTimeoutMs: opts.timeoutMs }));
 }
