@@ -5,7 +5,18 @@ import { parseServerTiming } from '../../packages/node/src/util/phases.js';
 import { describeNode } from './fixture.js';
 
 /** Phases measured inside another phase (docs/benchmarks.md#phases): their time is already in their parent's. */
-const SUB_PHASES = new Set(['policy-nft', 'name-files', 'name-uts']);
+// Parts of another phase (docs/benchmarks.md#phases): policy-nft of the step that applied the policy, the name-*
+// of a rename, the container driver's rt-* of runtime (or checkpoint).
+const SUB_PHASES = new Set([
+  'policy-nft',
+  'name-files',
+  'name-uts',
+  'rt-disk',
+  'rt-userns',
+  'rt-mount',
+  'rt-runc',
+  'rt-criu',
+]);
 
 describe('Server-Timing on lifecycle answers', () => {
   const { server } = describeNode({ name: 'timing' });
@@ -31,6 +42,8 @@ describe('Server-Timing on lifecycle answers', () => {
         'uid-range',
         'spec',
         'runtime',
+        'rt-mount',
+        'rt-runc',
         'policy',
         'envd-healthy',
         'envd-init',
@@ -49,7 +62,7 @@ describe('Server-Timing on lifecycle answers', () => {
     const paused = await server.api('POST', `/sandboxes/${id}/pause`);
     expect(paused.status).toBe(204);
     expect(names(paused.headers)).toEqual(
-      expect.arrayContaining(['lock-wait', 'freeze', 'checkpoint', 'sync']),
+      expect.arrayContaining(['lock-wait', 'freeze', 'checkpoint', 'rt-criu', 'sync']),
     );
 
     const resumed = await server.api('POST', `/sandboxes/${id}/connect`, { timeout: 120 });
@@ -62,6 +75,8 @@ describe('Server-Timing on lifecycle answers', () => {
     const forkPhases = phasesOf(forked.headers);
     expect(forkPhases.find((p) => p.name === 'checkpoint')?.runs).toBe(1);
     expect(forkPhases.find((p) => p.name === 'runtime')?.runs).toBe(2);
+    // One dump, then one restore per child.
+    expect(forkPhases.find((p) => p.name === 'rt-criu')?.runs).toBe(3);
 
     const killed = await server.api('DELETE', `/sandboxes/${id}`);
     expect(killed.status).toBe(204);
