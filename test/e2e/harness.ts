@@ -614,3 +614,18 @@ async function strayHostObjectsNow(server: TestServer, poolMax: number): Promise
     );
   return stray;
 }
+
+/** Host pids of the sandbox's envd (found by its cgroup, which is named by the sandbox or container id). */
+export function envdPids(sandboxId: string): number[] {
+  const pids: number[] = [];
+  for (const e of readdirSync('/proc')) {
+    if (!/^\d+$/.test(e)) continue;
+    try {
+      if (!readFileSync(`/proc/${e}/cgroup`, 'utf8').includes(`/${sandboxId}`)) continue;
+      if (readFileSync(`/proc/${e}/cmdline`, 'utf8').includes('envd.cjs')) pids.push(Number(e));
+    } catch {
+      // the process ended meanwhile
+    }
+  }
+  return pids;
+}

@@ -5,10 +5,9 @@
 // from before a crash in the middle of its create.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawn } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { randomUUID } from 'node:crypto';
-import { ENVD_PORT, endNode, proxyFetch, startServer, type TestServer } from './harness.js';
+import { ENVD_PORT, endNode, envdPids, proxyFetch, startServer, type TestServer } from './harness.js';
 
 const NAME = 'aidem1';
 const PYTHON = process.env.AENV_TEST_PYTHON ?? '/var/lib/aenv-test/pyvenv/bin/python';
@@ -126,21 +125,6 @@ function rawCreate(server: TestServer, headerLines: string[]): Promise<{ status:
     ];
     sock.write(Buffer.from(`${head.join('\r\n')}\r\n\r\n${body}`, 'latin1'));
   });
-}
-
-/** Host pids of the sandbox's envd (found by its cgroup, which is named by the sandbox id). */
-function envdPids(sandboxId: string): number[] {
-  const pids: number[] = [];
-  for (const e of readdirSync('/proc')) {
-    if (!/^\d+$/.test(e)) continue;
-    try {
-      if (!readFileSync(`/proc/${e}/cgroup`, 'utf8').includes(`/${sandboxId}`)) continue;
-      if (readFileSync(`/proc/${e}/cmdline`, 'utf8').includes('envd.cjs')) pids.push(Number(e));
-    } catch {
-      // the process ended meanwhile
-    }
-  }
-  return pids;
 }
 
 describe('Idempotency-Key on create and requireHealthyGuest on pause', () => {

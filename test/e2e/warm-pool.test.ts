@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CommandExitError, Sandbox } from 'e2b';
+import { readFileSync } from 'node:fs';
 import {
+  envdPids,
   eventually,
   hostObjects,
   startServer,
@@ -33,6 +35,16 @@ describe('warm sandbox pool', () => {
     expect(await server?.stop()).toBe(0);
     // Shutdown removes the pre-started sandboxes.
     expect(warmContainers()).toEqual([]);
+  });
+
+  it("has each pre-started sandbox's envd serve an /init that changes nothing before any create takes it", async () => {
+    // The first request an envd serves runs its /init code for the first time; the pool pays that, not a create.
+    for (const c of warmContainers()) {
+      const [pid] = envdPids(c);
+      expect(pid, `envd of ${c}`).toBeDefined();
+      const state = JSON.parse(readFileSync(`/proc/${pid}/root/run/agentenv/envd.json`, 'utf8'));
+      expect(state).toEqual({ envVars: {} });
+    }
   });
 
   it('hands out a pre-started sandbox that becomes the created one, then refills', async () => {
