@@ -37,7 +37,7 @@ describe('warm sandbox pool', () => {
     expect(warmContainers()).toEqual([]);
   });
 
-  it("has each pre-started sandbox's envd serve an /init that changes nothing before any create takes it", async () => {
+  it("warms up each pre-started sandbox's envd before any create takes it", async () => {
     // The first request an envd serves runs its /init code for the first time; the pool pays that, not a create.
     for (const c of warmContainers()) {
       const [pid] = envdPids(c);
@@ -45,6 +45,10 @@ describe('warm sandbox pool', () => {
       const state = JSON.parse(readFileSync(`/proc/${pid}/root/run/agentenv/envd.json`, 'utf8'));
       expect(state).toEqual({ envVars: {} });
     }
+    // ...and each ran a command and a file read through envd (a failed warm-up would count as failed).
+    const metrics = await (await fetch(`${server.url}/metrics`)).text();
+    expect(metrics).toMatch(/^aenv_warm_pool_warm_ups_total\{template="[^"]+",result="ok"\} 2$/m);
+    expect(metrics).not.toMatch(/^aenv_warm_pool_warm_ups_total\{[^}]*result="failed"/m);
   });
 
   it('hands out a pre-started sandbox that becomes the created one, then refills', async () => {

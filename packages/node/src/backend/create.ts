@@ -15,6 +15,7 @@ import type { AssembledSandbox } from './sandbox-factory.js';
 import { availableMemoryRatio } from './memory-pressure.js';
 import { WarmPool } from './warm-pool.js';
 import { WarmPoolMetrics } from './warm-pool-metrics.js';
+import { warmUpEnvd } from './warm-up.js';
 import { phase } from '../util/phases.js';
 import { allOrFirstError } from '../util/settle.js';
 
@@ -38,10 +39,10 @@ function imageBoot(source: LaunchSource, resources: BootSpec['resources']): Boot
 
 export class SandboxCreation {
   private readonly warm: WarmPool<BootSpec, AssembledSandbox>;
+  private metrics: WarmPoolMetrics | undefined;
 
   constructor(private readonly ctx: BackendContext) {
     const sizing = ctx.o.warmPool;
-    let metrics: WarmPoolMetrics | undefined;
     this.warm = new WarmPool({
       low: sizing.low,
       high: sizing.high,
@@ -50,18 +51,36 @@ export class SandboxCreation {
       maxTemplates: 4,
       memoryOk: () => availableMemoryRatio() >= sizing.minAvailableMemoryRatio,
       // No policy: a pre-started sandbox is denied all traffic until it is handed out with its own.
-      boot: (spec) => this.boot(`warm-${randomUUID()}`, spec, null),
+      boot: (spec) => this.bootWarm(spec),
       discard: (b) => ctx.factory.disassemble(b),
       labelOf: (spec) => spec.templateId,
-      onCreate: (template, hit) => metrics?.onCreate(template, hit),
+      onCreate: (template, hit) => this.metrics?.onCreate(template, hit),
       logger: ctx.log,
     });
     if (sizing.registry && this.warm.enabled) {
-      metrics = new WarmPoolMetrics(sizing.registry, {
+      this.metrics = new WarmPoolMetrics(sizing.registry, {
         stats: () => this.warm.stats(),
         memoryBytes: () => this.pooledMemoryBytes(),
       });
     }
+  }
+
+  /** A pre-started sandbox for the pool: booted without a policy, then warmed up (warm-up.ts). */
+  private async bootWarm(spec: BootSpec): Promise<AssembledSandbox> {
+    const booted = await this.boot(`warm-${randomUUID()}`, spec, null);
+    const user = spec.committed.context.user ?? 'root';
+    const ok = await warmUpEnvd(booted.slot.hostInteractionIp, this.ctx.o.envdPort, user).then(
+      () => true,
+      (err: unknown) => {
+        this.ctx.log.debug(
+          { err, containerId: booted.containerId },
+          'warm-up of a pre-started sandbox failed',
+        );
+        return false;
+      },
+    );
+    this.metrics?.onWarmUp(spec.templateId, ok);
+    return booted;
   }
 
   /** Memory charged to the ready sandboxes' cgroups (one gone meanwhile counts 0). */

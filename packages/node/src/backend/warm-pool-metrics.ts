@@ -10,12 +10,19 @@ export interface WarmPoolMetricsSource {
 
 export class WarmPoolMetrics {
   private readonly creates: Counter<'template' | 'result'>;
+  private readonly warmUps: Counter<'template' | 'result'>;
 
   constructor(registry: Registry, source: WarmPoolMetricsSource) {
     const registers = [registry];
     this.creates = new Counter({
       name: 'aenv_warm_pool_creates_total',
       help: 'Creates that asked the warm sandbox pool, by template and result (hit: served from it, miss: booted)',
+      labelNames: ['template', 'result'],
+      registers,
+    });
+    this.warmUps = new Counter({
+      name: 'aenv_warm_pool_warm_ups_total',
+      help: 'Warm-ups of pre-started sandboxes (a command and a file read through envd) by template and result (ok, failed)',
       labelNames: ['template', 'result'],
       registers,
     });
@@ -54,5 +61,9 @@ export class WarmPoolMetrics {
 
   onCreate(template: string, hit: boolean): void {
     this.creates.inc({ template, result: hit ? 'hit' : 'miss' });
+  }
+
+  onWarmUp(template: string, ok: boolean): void {
+    this.warmUps.inc({ template, result: ok ? 'ok' : 'failed' });
   }
 }

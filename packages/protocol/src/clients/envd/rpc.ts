@@ -16,6 +16,8 @@ export interface EnvdRpcClientOptions {
   accessToken?: string;
   /** Sent with every call, e.g. the routing headers of a proxy in front of envd. */
   headers?: Record<string, string>;
+  /** Connect's JSON encoding, as the e2b SDK sends it (default: binary). */
+  json?: boolean;
 }
 
 export interface CommandSpec {
@@ -107,6 +109,7 @@ export class EnvdRpcClient {
     const transport = createConnectTransport({
       baseUrl: opts.baseUrl,
       httpVersion: '1.1',
+      ...(opts.json ? { useBinaryFormat: false } : {}),
       interceptors: Object.keys(headers).length
         ? [
             (next) => (req) => {
