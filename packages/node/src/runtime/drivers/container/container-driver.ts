@@ -931,7 +931,11 @@ export class ContainerDriver implements RuntimeDriver {
             driveDirs.flatMap((d) => d.views),
           )
         : [];
-      await mountSandbox(spec.netnsPath, p.fstab, fstab.cwd, [...driveIdmap, ...volumeIdmap, ...idmap]);
+      await mountSandbox(this.helper(), spec.netnsPath, p.fstab, fstab.cwd, [
+        ...driveIdmap,
+        ...volumeIdmap,
+        ...idmap,
+      ]);
       await assertDriveSources(drives, driveDirs);
     }
     if (!this.seccomp) throw new RuntimeError('Internal', 'ContainerDriver.init() has not run');

@@ -63,16 +63,18 @@ export function sandboxFstab(m: SandboxMounts): { text: string; cwd?: string } {
 
 /**
  * Mounts the overlay and a read-only sysfs whose network view is the sandbox's netns (sysfs shows the
- * interfaces of the netns of the process that mounts it; the mounts themselves land in our mount ns).
- * `prefix` is a command that execs the rest once it has done its part (the idmapped layer mounts).
+ * interfaces of the netns of the process that mounts it; the mounts themselves land in our mount ns), with
+ * the uid mapping helper's `fstab` command (`helper`). `prefix` is a command that execs the rest once it
+ * has done its part (the idmapped layer mounts).
  */
 export async function mountSandbox(
+  helper: string,
   netnsPath: string,
   fstabPath: string,
   cwd?: string,
   prefix: readonly string[] = [],
 ): Promise<void> {
-  const argv = [...prefix, 'nsenter', `--net=${netnsPath}`, '--', 'mount', '--fstab', fstabPath, '--all'];
+  const argv = [...prefix, helper, 'fstab', netnsPath, fstabPath];
   await run(argv[0] as string, argv.slice(1), cwd ? { cwd } : {});
 }
 
