@@ -869,7 +869,7 @@ export class ContainerDriver implements RuntimeDriver {
     tools: ToolsMount,
     mount = true,
   ): Promise<void> {
-    await writeEtcFiles({
+    writeEtcFiles({
       upperDir: p.upper,
       lowerDirs: spec.rootfs.layers,
       hostname: spec.hostname,
@@ -878,7 +878,7 @@ export class ContainerDriver implements RuntimeDriver {
       lowerOwner: (id) => this.viewOfLayerId(id, spec.idRange),
     });
     if (this.opts.trustedCaPem)
-      await writeTrustFiles({
+      writeTrustFiles({
         upperDir: p.upper,
         lowerDirs: spec.rootfs.layers,
         caPem: this.opts.trustedCaPem,

@@ -1,16 +1,18 @@
 import {
+  chmodSync,
+  chownSync,
   closeSync,
   constants,
   fchmodSync,
   fchownSync,
   lstatSync,
+  mkdirSync,
   openSync,
   readFileSync,
   unlinkSync,
   writeFileSync,
 } from 'node:fs';
 import type { Stats } from 'node:fs';
-import { chmod, chown, lstat, mkdir, open, readFile, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { RuntimeError } from '../../driver.js';
 
@@ -40,9 +42,9 @@ export function resolvConf(nameservers: readonly string[]): string {
   return nameservers.map((ns) => `nameserver ${ns}`).join('\n') + '\n';
 }
 
-async function lstatOrNull(path: string): Promise<Stats | null> {
+function lstatOrNull(path: string): Stats | null {
   try {
-    return await lstat(path);
+    return lstatSync(path);
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
     throw e;
@@ -50,45 +52,19 @@ async function lstatOrNull(path: string): Promise<Stats | null> {
 }
 
 /** The image's /etc as the merged view would show it: the top-most layer that has one. */
-async function imageEtc(lowerDirs: readonly string[]): Promise<Stats | null> {
+function imageEtc(lowerDirs: readonly string[]): Stats | null {
   for (let i = lowerDirs.length - 1; i >= 0; i--) {
-    const st = await lstatOrNull(join(lowerDirs[i] as string, 'etc'));
+    const st = lstatOrNull(join(lowerDirs[i] as string, 'etc'));
     if (st) return st;
   }
   return null;
 }
 
 /** Creates or truncates a regular file without ever following a symlink a previous run may have left. */
-async function writeRegular(path: string, content: string, uid: number): Promise<void> {
-  const st = await lstatOrNull(path);
-  if (st && !st.isFile()) await unlink(path);
-  // Unchanged files keep their inode and size: a restored process that had one open must find it as it was.
-  if (st?.isFile() && st.uid === uid && st.size === Buffer.byteLength(content)) {
-    if ((await readFile(path, 'utf8')) === content) return;
-  }
-  const fh = await open(
-    path,
-    constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW,
-    0o644,
-  );
-  try {
-    await fh.writeFile(content);
-    await fh.chown(uid, uid);
-    await fh.chmod(0o644);
-  } finally {
-    await fh.close();
-  }
-}
-
-/** `writeRegular`, synchronously (for `rewriteHostnameFiles`). */
-function writeRegularSync(path: string, content: string, uid: number): void {
-  let st: Stats | null = null;
-  try {
-    st = lstatSync(path);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
-  }
+function writeRegular(path: string, content: string, uid: number): void {
+  const st = lstatOrNull(path);
   if (st && !st.isFile()) unlinkSync(path);
+  // Unchanged files keep their inode and size: a restored process that had one open must find it as it was.
   if (st?.isFile() && st.uid === uid && st.size === Buffer.byteLength(content)) {
     if (readFileSync(path, 'utf8') === content) return;
   }
@@ -114,24 +90,19 @@ function writeRegularSync(path: string, content: string, uid: number): void {
  */
 export function rewriteHostnameFiles(upperDir: string, hostname: string, rootUid: number): void {
   const etc = join(upperDir, 'etc');
-  let st: Stats | null = null;
-  try {
-    st = lstatSync(etc);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
-  }
-  if (!st?.isDirectory()) throw new RuntimeError('Internal', `${etc} is not a directory`);
-  writeRegularSync(join(etc, 'hostname'), `${hostname}\n`, rootUid);
-  writeRegularSync(join(etc, 'hosts'), hostsFile(hostname), rootUid);
+  if (!lstatOrNull(etc)?.isDirectory()) throw new RuntimeError('Internal', `${etc} is not a directory`);
+  writeRegular(join(etc, 'hostname'), `${hostname}\n`, rootUid);
+  writeRegular(join(etc, 'hosts'), hostsFile(hostname), rootUid);
 }
 
 /**
  * Writes /etc/hostname, /etc/hosts and /etc/resolv.conf into the sandbox's upper dir (not bind mounts:
  * every bind mount is one more external mount for CRIU to map on restore). Works on the upper directly,
  * never through the merged view, so a symlink planted in the image cannot redirect the write to the host.
+ * Synchronous, like `rewriteHostnameFiles`: it runs on every start, resume and fork child.
  */
-export async function writeEtcFiles(input: EtcFilesInput): Promise<void> {
-  const lowerEtc = await imageEtc(input.lowerDirs);
+export function writeEtcFiles(input: EtcFilesInput): void {
+  const lowerEtc = imageEtc(input.lowerDirs);
   if (lowerEtc && !lowerEtc.isDirectory()) {
     throw new RuntimeError(
       'InvalidSpec',
@@ -139,19 +110,19 @@ export async function writeEtcFiles(input: EtcFilesInput): Promise<void> {
     );
   }
   const etc = join(input.upperDir, 'etc');
-  const st = await lstatOrNull(etc);
-  if (st && !st.isDirectory()) await unlink(etc);
+  const st = lstatOrNull(etc);
+  if (st && !st.isDirectory()) unlinkSync(etc);
   if (!st || !st.isDirectory()) {
-    await mkdir(etc);
+    mkdirSync(etc);
     const owner = input.lowerOwner ?? ((id: number) => id);
-    await chown(
+    chownSync(
       etc,
       lowerEtc ? owner(lowerEtc.uid) : input.rootUid,
       lowerEtc ? owner(lowerEtc.gid) : input.rootUid,
     );
-    await chmod(etc, lowerEtc ? lowerEtc.mode & 0o7777 : 0o755);
+    chmodSync(etc, lowerEtc ? lowerEtc.mode & 0o7777 : 0o755);
   }
-  await writeRegular(join(etc, 'hostname'), `${input.hostname}\n`, input.rootUid);
-  await writeRegular(join(etc, 'hosts'), hostsFile(input.hostname), input.rootUid);
-  await writeRegular(join(etc, 'resolv.conf'), resolvConf(input.nameservers), input.rootUid);
+  writeRegular(join(etc, 'hostname'), `${input.hostname}\n`, input.rootUid);
+  writeRegular(join(etc, 'hosts'), hostsFile(input.hostname), input.rootUid);
+  writeRegular(join(etc, 'resolv.conf'), resolvConf(input.nameservers), input.rootUid);
 }

@@ -28,7 +28,7 @@ function sandbox(files: Record<string, string>, dirs: string[] = []) {
 describe('the egress CA in a sandbox trust store', () => {
   it("appends the CA to the image's bundle in the upper, leaving the layer untouched, and adds the CA alone", async () => {
     const s = sandbox({ 'etc/ssl/certs/ca-certificates.crt': PUBLIC }, ['usr/local/share/ca-certificates']);
-    await writeTrustFiles(s.input);
+    writeTrustFiles(s.input);
     const bundle = readFileSync(join(s.upper, 'etc/ssl/certs/ca-certificates.crt'), 'utf8');
     expect(bundle.startsWith(PUBLIC)).toBe(true);
     expect(bundle.endsWith(CA)).toBe(true);
@@ -44,13 +44,13 @@ describe('the egress CA in a sandbox trust store', () => {
 
   it('boots again without stacking copies, keeping what the sandbox changed in its bundle', async () => {
     const s = sandbox({ 'etc/ssl/certs/ca-certificates.crt': PUBLIC });
-    await writeTrustFiles(s.input);
+    writeTrustFiles(s.input);
     const path = join(s.upper, 'etc/ssl/certs/ca-certificates.crt');
     const ino = statSync(path).ino;
-    await writeTrustFiles(s.input);
+    writeTrustFiles(s.input);
     expect(statSync(path).ino).toBe(ino);
     writeFileSync(path, readFileSync(path, 'utf8') + 'added by the sandbox\n');
-    await writeTrustFiles(s.input);
+    writeTrustFiles(s.input);
     const bundle = readFileSync(path, 'utf8');
     expect(bundle.split('BEGIN CERTIFICATE').length - 1).toBe(2);
     expect(bundle).toContain('added by the sandbox');
@@ -66,7 +66,7 @@ describe('the egress CA in a sandbox trust store', () => {
     symlinkSync(outside, join(a.lower, 'etc/ssl/certs/ca-certificates.crt'));
     mkdirSync(join(a.lower, 'etc/pki/tls'), { recursive: true });
     symlinkSync(root, join(a.lower, 'etc/pki/tls/certs'));
-    await writeTrustFiles(a.input);
+    writeTrustFiles(a.input);
     expect(readFileSync(outside, 'utf8')).toBe(PUBLIC);
     expect(() => statSync(join(a.upper, 'etc/ssl/certs/ca-certificates.crt'))).toThrow();
     // The sandbox replaced a directory of the path with a link to the host.
@@ -75,7 +75,7 @@ describe('the egress CA in a sandbox trust store', () => {
     const target = join(root, `target${n}`);
     mkdirSync(target);
     symlinkSync(target, join(b.upper, 'etc/ssl/certs'));
-    await writeTrustFiles(b.input);
+    writeTrustFiles(b.input);
     expect(() => statSync(join(target, 'ca-certificates.crt'))).toThrow();
     expect(() => statSync(join(target, 'aenv-egress-ca.pem'))).toThrow();
   });

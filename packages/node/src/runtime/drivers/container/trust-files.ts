@@ -5,8 +5,22 @@
 // symlink, in the upper or in a layer: a link planted in the image or by the sandbox cannot redirect a write
 // (or a read) to the host.
 
-import { constants, type Stats } from 'node:fs';
-import { chmod, chown, lstat, mkdir, open, readFile, unlink } from 'node:fs/promises';
+import {
+  chmodSync,
+  chownSync,
+  closeSync,
+  constants,
+  fchmodSync,
+  fchownSync,
+  fstatSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  unlinkSync,
+  writeFileSync,
+  type Stats,
+} from 'node:fs';
 import { join } from 'node:path';
 
 /** Bundles TLS clients read (Debian/Ubuntu/Alpine, Fedora/RHEL, openSUSE, Alpine's and macOS-style alias). */
@@ -36,9 +50,9 @@ export interface TrustFilesInput {
   lowerOwner?: (id: number) => number;
 }
 
-async function lstatOrNull(path: string): Promise<Stats | null> {
+function lstatOrNull(path: string): Stats | null {
   try {
-    return await lstat(path);
+    return lstatSync(path);
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
     throw e;
@@ -46,12 +60,12 @@ async function lstatOrNull(path: string): Promise<Stats | null> {
 }
 
 /** `rel` under `root` when every component is a real directory and the last one of `kind`; null otherwise. */
-async function realPath(root: string, rel: string, kind: 'file' | 'dir'): Promise<Stats | null> {
+function realPath(root: string, rel: string, kind: 'file' | 'dir'): Stats | null {
   const parts = rel.split('/');
   let path = root;
   for (const [i, part] of parts.entries()) {
     path = join(path, part);
-    const st = await lstatOrNull(path);
+    const st = lstatOrNull(path);
     if (!st) return null;
     const last = i === parts.length - 1;
     if (last && kind === 'file') return st.isFile() ? st : null;
@@ -62,13 +76,13 @@ async function realPath(root: string, rel: string, kind: 'file' | 'dir'): Promis
 }
 
 /** The top-most layer holding `rel` as `kind` (its stats), null when none does. */
-async function inImage(
+function inImage(
   lowers: readonly string[],
   rel: string,
   kind: 'file' | 'dir',
-): Promise<{ dir: string; st: Stats } | null> {
+): { dir: string; st: Stats } | null {
   for (let i = lowers.length - 1; i >= 0; i--) {
-    const st = await realPath(lowers[i] as string, rel, kind);
+    const st = realPath(lowers[i] as string, rel, kind);
     if (st) return { dir: lowers[i] as string, st };
   }
   return null;
@@ -78,25 +92,21 @@ async function inImage(
  * Makes the directories of `rel` in the upper (owners and modes as the image has them), refusing any component
  * that exists there as something else (a symlink the sandbox made). False: leave this path alone.
  */
-async function upperDirs(input: TrustFilesInput, rel: string): Promise<boolean> {
+function upperDirs(input: TrustFilesInput, rel: string): boolean {
   const parts = rel.split('/');
   const owner = input.lowerOwner ?? ((id: number) => id);
   for (let i = 1; i <= parts.length; i++) {
     const sub = parts.slice(0, i).join('/');
     const path = join(input.upperDir, sub);
-    const st = await lstatOrNull(path);
+    const st = lstatOrNull(path);
     if (st) {
       if (!st.isDirectory()) return false;
       continue;
     }
-    const image = await inImage(input.lowerDirs, sub, 'dir');
-    await mkdir(path);
-    await chown(
-      path,
-      image ? owner(image.st.uid) : input.rootUid,
-      image ? owner(image.st.gid) : input.rootUid,
-    );
-    await chmod(path, image ? image.st.mode & 0o7777 : 0o755);
+    const image = inImage(input.lowerDirs, sub, 'dir');
+    mkdirSync(path);
+    chownSync(path, image ? owner(image.st.uid) : input.rootUid, image ? owner(image.st.gid) : input.rootUid);
+    chmodSync(path, image ? image.st.mode & 0o7777 : 0o755);
   }
   return true;
 }
@@ -111,57 +121,61 @@ function withoutMark(bundle: string): string {
 }
 
 /** Writes `content` to the upper's regular file at `path` (replacing anything else there), owned by `uid`. */
-async function writeFileIn(path: string, content: string, uid: number, mode: number): Promise<void> {
-  const st = await lstatOrNull(path);
-  if (st && !st.isFile()) await unlink(path);
+function writeFileIn(path: string, content: string, uid: number, mode: number): void {
+  const st = lstatOrNull(path);
+  if (st && !st.isFile()) unlinkSync(path);
   // Unchanged files keep their inode: a restored process that had one open must find it as it was.
-  if (st?.isFile() && st.size === Buffer.byteLength(content) && (await readFile(path, 'utf8')) === content)
+  if (st?.isFile() && st.size === Buffer.byteLength(content) && readFileSync(path, 'utf8') === content)
     return;
-  const fh = await open(
+  const fd = openSync(
     path,
     constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW,
     mode,
   );
   try {
-    await fh.writeFile(content);
-    await fh.chown(uid, uid);
-    await fh.chmod(mode);
+    writeFileSync(fd, content);
+    fchownSync(fd, uid, uid);
+    fchmodSync(fd, mode);
   } finally {
-    await fh.close();
+    closeSync(fd);
   }
 }
 
-async function readBounded(path: string): Promise<string | null> {
-  const fh = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW);
+function readBounded(path: string): string | null {
+  const fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW);
   try {
-    const st = await fh.stat();
+    const st = fstatSync(fd);
     if (!st.isFile() || st.size > MAX_BUNDLE_BYTES) return null;
-    return await fh.readFile('utf8');
+    return readFileSync(fd, 'utf8');
   } finally {
-    await fh.close();
+    closeSync(fd);
   }
 }
 
-/** Adds the CA to every bundle the sandbox has (see the top of this file). */
-export async function writeTrustFiles(input: TrustFilesInput): Promise<void> {
+/**
+ * Adds the CA to every bundle the sandbox has (see the top of this file). Synchronous: a few dozen calls on
+ * files in the page cache, on every start, resume and fork child, where each asynchronous call would wait its
+ * turn in libuv's thread pool (5–6 ms in all on a loaded node).
+ */
+export function writeTrustFiles(input: TrustFilesInput): void {
   const pem = input.caPem.endsWith('\n') ? input.caPem : `${input.caPem}\n`;
   let anyBundle = false;
   for (const rel of CA_BUNDLE_PATHS) {
     // The sandbox's own copy (an earlier boot's, or one it regenerated) wins over the image's.
-    const upper = await realPath(input.upperDir, rel, 'file');
-    const image = upper ? null : await inImage(input.lowerDirs, rel, 'file');
+    const upper = realPath(input.upperDir, rel, 'file');
+    const image = upper ? null : inImage(input.lowerDirs, rel, 'file');
     if (!upper && !image) continue;
     const dir = rel.slice(0, rel.lastIndexOf('/'));
-    if (!(await upperDirs(input, dir))) continue;
-    const base = await readBounded(upper ? join(input.upperDir, rel) : join(image!.dir, rel));
+    if (!upperDirs(input, dir)) continue;
+    const base = readBounded(upper ? join(input.upperDir, rel) : join(image!.dir, rel));
     if (base === null) continue;
     const kept = withoutMark(base);
     const content = `${kept}${kept === '' || kept.endsWith('\n') ? '' : '\n'}${MARK}${pem}`;
-    await writeFileIn(join(input.upperDir, rel), content, input.rootUid, 0o644);
+    writeFileIn(join(input.upperDir, rel), content, input.rootUid, 0o644);
     anyBundle = true;
   }
-  if (anyBundle && (await upperDirs(input, 'etc/ssl/certs')))
-    await writeFileIn(join(input.upperDir, CA_FILE), pem, input.rootUid, 0o644);
-  if ((await inImage(input.lowerDirs, LOCAL_CA_DIR, 'dir')) && (await upperDirs(input, LOCAL_CA_DIR)))
-    await writeFileIn(join(input.upperDir, LOCAL_CA_DIR, 'aenv-egress-ca.crt'), pem, input.rootUid, 0o644);
+  if (anyBundle && upperDirs(input, 'etc/ssl/certs'))
+    writeFileIn(join(input.upperDir, CA_FILE), pem, input.rootUid, 0o644);
+  if (inImage(input.lowerDirs, LOCAL_CA_DIR, 'dir') && upperDirs(input, LOCAL_CA_DIR))
+    writeFileIn(join(input.upperDir, LOCAL_CA_DIR, 'aenv-egress-ca.crt'), pem, input.rootUid, 0o644);
 }
