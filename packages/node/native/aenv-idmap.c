@@ -33,6 +33,12 @@
  *       two processes and libmount's checks of the whole mount table before each mount (≈ 10 ms of a
  *       sandbox start). Lines are mounted in order; the first that fails ends the command.
  *
+ *   aenv-idmap userns-limits PID NAME=VALUE [NAME=VALUE ...]
+ *       Enters the user namespace of PID and writes each VALUE to its /proc/sys/user/NAME (per-namespace
+ *       limits only a process privileged in that namespace may set: the host). NAME is lowercase letters and
+ *       underscores, VALUE a decimal number. What `nsenter --user=... sh -c 'printf > ...'` did, in one
+ *       process instead of three.
+ *
  *   aenv-idmap hostnames
  *       Serves requests "PID NAME\n" read from stdin until it closes: sets the hostname of the UTS
  *       namespace PID is in to NAME and answers one line on stdout per request, in order: "ok" or
@@ -227,6 +233,51 @@ static int cmd_fstab(int argc, char **argv) {
   }
   if (ferror(f)) fail("read", argv[2]);
   fclose(f);
+  return 0;
+}
+
+/* ---- userns-limits ---------------------------------------------------------------------------- */
+
+static int valid_limit(const char *name, const char *value) {
+  if (!*name || !*value) return 0;
+  for (const char *c = name; *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || *c == '_')) return 0;
+  for (const char *c = value; *c; c++)
+    if (*c < '0' || *c > '9') return 0;
+  return 1;
+}
+
+static int cmd_userns_limits(int argc, char **argv) {
+  uint32_t pid;
+  if (argc < 3 || parse_u32(argv[1], &pid) || pid == 0) {
+    fprintf(stderr, "usage: aenv-idmap userns-limits PID NAME=VALUE [NAME=VALUE ...]\n");
+    return 2;
+  }
+  for (int i = 2; i < argc; i++) {
+    char *eq = strchr(argv[i], '=');
+    if (!eq) {
+      fprintf(stderr, "aenv-idmap: %s is not NAME=VALUE\n", argv[i]);
+      return 2;
+    }
+    *eq = 0;
+    if (!valid_limit(argv[i], eq + 1)) {
+      fprintf(stderr, "aenv-idmap: bad limit %s=%s\n", argv[i], eq + 1);
+      return 2;
+    }
+    *eq = '=';
+  }
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "/proc/%u/ns/user", pid);
+  int ns = open(path, O_RDONLY | O_CLOEXEC);
+  if (ns < 0) fail("open", path);
+  if (setns(ns, CLONE_NEWUSER)) fail("setns", path);
+  close(ns);
+  for (int i = 2; i < argc; i++) {
+    char *eq = strchr(argv[i], '=');
+    *eq = 0;
+    snprintf(path, sizeof path, "/proc/sys/user/%s", argv[i]);
+    if (write_file(path, eq + 1)) fail("write", path);
+  }
   return 0;
 }
 
@@ -468,7 +519,8 @@ int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "mount-rw")) return cmd_mount(argc - 1, argv + 1, 1);
   if (argc >= 2 && !strcmp(argv[1], "shift")) return cmd_shift(argc - 1, argv + 1);
   if (argc >= 2 && !strcmp(argv[1], "fstab")) return cmd_fstab(argc - 1, argv + 1);
+  if (argc >= 2 && !strcmp(argv[1], "userns-limits")) return cmd_userns_limits(argc - 1, argv + 1);
   if (argc == 2 && !strcmp(argv[1], "hostnames")) return cmd_hostnames();
-  fprintf(stderr, "usage: aenv-idmap mount|mount-rw|fstab|shift|hostnames ...\n");
+  fprintf(stderr, "usage: aenv-idmap mount|mount-rw|fstab|userns-limits|shift|hostnames ...\n");
   return 2;
 }

@@ -537,8 +537,10 @@ export class ContainerDriver implements RuntimeDriver {
     const mb = spec.resources.diskMB;
     const job: Promise<void> = this.lock
       .serialize(spec.id, async () => {
-        await this.limitUserNamespace(pid);
-        if (mb !== undefined && this.cow.enforcesLimits) await this.cow.limitDir(p.dir, mb);
+        await Promise.all([
+          this.limitUserNamespace(pid),
+          mb !== undefined && this.cow.enforcesLimits ? this.cow.limitDir(p.dir, mb) : undefined,
+        ]);
       })
       .finally(() => {
         if (this.pendingLimits.get(spec.id) === job) this.pendingLimits.delete(spec.id);
@@ -562,16 +564,7 @@ export class ContainerDriver implements RuntimeDriver {
       ['max_inotify_watches', this.opts.inotifyMaxWatches ?? DEFAULT_INOTIFY_WATCHES],
     ];
     if (!this.opts.nestedContainers) values.push(['max_user_namespaces', 0]);
-    const script = values.map(([k], i) => `printf %s "$${i + 1}" > /proc/sys/user/${k}`).join(' && ');
-    await run('nsenter', [
-      `--user=/proc/${pid}/ns/user`,
-      '--',
-      'sh',
-      '-c',
-      script,
-      'sh',
-      ...values.map(([, v]) => String(v)),
-    ]);
+    await run(this.helper(), ['userns-limits', String(pid), ...values.map(([k, v]) => `${k}=${v}`)]);
   }
 
   async diskLimitSet(id: string): Promise<void> {
