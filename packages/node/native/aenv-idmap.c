@@ -39,6 +39,12 @@
  *       underscores, VALUE a decimal number. What `nsenter --user=... sh -c 'printf > ...'` did, in one
  *       process instead of three.
  *
+ *   aenv-idmap qgroup-limit DIR BYTES|none VOLUME
+ *       Sets (or, with none, clears) the referenced-bytes limit of the quota group of the btrfs subvolume DIR
+ *       is, through VOLUME (the filesystem's root: acting through DIR itself would charge the change to DIR's
+ *       own qgroup, which fails with EDQUOT once it is over its limit). What `btrfs inspect-internal rootid`
+ *       + `btrfs qgroup limit SIZE 0/ID VOLUME` did, as two ioctls in one process.
+ *
  *   aenv-idmap hostnames
  *       Serves requests "PID NAME\n" read from stdin until it closes: sets the hostname of the UTS
  *       namespace PID is in to NAME and answers one line on stdout per request, in order: "ok" or
@@ -53,6 +59,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/btrfs.h>
+#include <linux/btrfs_tree.h>
 #include <linux/mount.h>
 #include <sched.h>
 #include <signal.h>
@@ -61,6 +69,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -278,6 +287,45 @@ static int cmd_userns_limits(int argc, char **argv) {
     snprintf(path, sizeof path, "/proc/sys/user/%s", argv[i]);
     if (write_file(path, eq + 1)) fail("write", path);
   }
+  return 0;
+}
+
+/* ---- qgroup-limit ----------------------------------------------------------------------------- */
+
+static int cmd_qgroup_limit(int argc, char **argv) {
+  uint64_t bytes = (uint64_t)-1; /* the kernel's "clear the limit" */
+  if (argc == 4 && strcmp(argv[2], "none")) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(argv[2], &end, 10);
+    if (errno || *end || !*argv[2] || argv[2][0] == '-' || v == 0 || v == (unsigned long long)-1) argc = 0;
+    bytes = (uint64_t)v;
+  }
+  if (argc != 4) {
+    fprintf(stderr, "usage: aenv-idmap qgroup-limit DIR BYTES|none VOLUME\n");
+    return 2;
+  }
+  int dir = open(argv[1], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dir < 0) fail("open", argv[1]);
+  struct stat st;
+  if (fstat(dir, &st)) fail("stat", argv[1]);
+  if (st.st_ino != BTRFS_FIRST_FREE_OBJECTID) {
+    /* A plain dir: its subvolume's qgroup (the whole volume, for a dir at the top) is not DIR's to limit. */
+    fprintf(stderr, "aenv-idmap: %s is not a btrfs subvolume\n", argv[1]);
+    return 1;
+  }
+  struct btrfs_ioctl_ino_lookup_args lookup = {0};
+  lookup.objectid = BTRFS_FIRST_FREE_OBJECTID;
+  if (ioctl(dir, BTRFS_IOC_INO_LOOKUP, &lookup)) fail("BTRFS_IOC_INO_LOOKUP", argv[1]);
+  close(dir);
+  int volume = open(argv[3], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (volume < 0) fail("open", argv[3]);
+  struct btrfs_ioctl_qgroup_limit_args limit = {0};
+  limit.qgroupid = lookup.treeid; /* level 0: the subvolume's own qgroup, 0/ID */
+  limit.lim.flags = BTRFS_QGROUP_LIMIT_MAX_RFER;
+  limit.lim.max_rfer = bytes;
+  if (ioctl(volume, BTRFS_IOC_QGROUP_LIMIT, &limit)) fail("BTRFS_IOC_QGROUP_LIMIT", argv[1]);
+  close(volume);
   return 0;
 }
 
@@ -520,7 +568,8 @@ int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "shift")) return cmd_shift(argc - 1, argv + 1);
   if (argc >= 2 && !strcmp(argv[1], "fstab")) return cmd_fstab(argc - 1, argv + 1);
   if (argc >= 2 && !strcmp(argv[1], "userns-limits")) return cmd_userns_limits(argc - 1, argv + 1);
+  if (argc >= 2 && !strcmp(argv[1], "qgroup-limit")) return cmd_qgroup_limit(argc - 1, argv + 1);
   if (argc == 2 && !strcmp(argv[1], "hostnames")) return cmd_hostnames();
-  fprintf(stderr, "usage: aenv-idmap mount|mount-rw|fstab|userns-limits|shift|hostnames ...\n");
+  fprintf(stderr, "usage: aenv-idmap mount|mount-rw|fstab|userns-limits|qgroup-limit|shift|hostnames ...\n");
   return 2;
 }

@@ -454,6 +454,7 @@ export class ContainerDriver implements RuntimeDriver {
     this.swapAccounting = await this.cgroups.hasSwapAccounting();
     await assertNoSubidCollision(this.idLayout, this.opts.subidFiles ?? SUBID_FILES);
     this.idmapHelper = await buildIdmapHelper(join(this.opts.runtimePath, 'native'));
+    this.cow.useHelper(this.idmapHelper);
     if (this.opts.nodePidsLimit !== undefined) await this.cgroups.limitParentPids(this.opts.nodePidsLimit);
     await mkdir(join(this.opts.runtimePath, 'runc'), { recursive: true, mode: 0o700 });
     await mkdir(join(this.opts.runtimePath, 'criu-work'), { recursive: true, mode: 0o700 });

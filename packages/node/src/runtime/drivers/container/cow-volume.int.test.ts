@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run } from '../../../util/exec.js';
 import { CowVolume } from './cow-volume.js';
+import { buildIdmapHelper } from './idmap-helper.js';
 import { readMounts } from './mountinfo.js';
 
 const IS_ROOT = process.getuid?.() === 0;
@@ -39,9 +40,11 @@ async function mountOptions(dir: string): Promise<string[]> {
 
 describe.skipIf(!IS_ROOT)('CowVolume on this host', () => {
   let base: string;
+  let helper: string;
 
   beforeAll(async () => {
     base = await mkdtemp('/var/tmp/aenv-cow-test-');
+    helper = await buildIdmapHelper(join(base, 'native'));
   });
 
   afterAll(async () => {
@@ -149,9 +152,23 @@ describe.skipIf(!IS_ROOT)('CowVolume on this host', () => {
     expect(await quotasOn()).toBe(true);
     const dir = join(sandboxes, 'sb');
     await limited.createDir(dir);
+    await expect(limited.limitDir(dir, 8)).rejects.toThrow(/useHelper\(\) has not run/);
+    limited.useHelper(helper);
     await limited.limitDir(dir, 8);
     await expect(writeFile(join(dir, 'big'), Buffer.alloc(16 << 20))).rejects.toMatchObject({ errno: -122 });
+    await rm(join(dir, 'big'), { force: true });
+    // The limit is the subvolume's own: the volume's top level stays unlimited.
+    const limits = (await run('btrfs', ['qgroup', 'show', '-re', '--raw', sandboxes])).stdout;
+    expect(limits).toMatch(/^0\/5\s+\d+\s+\d+\s+none\s+none/m);
+    expect(limits).toMatch(new RegExp(`^0/\\d+\\s+\\d+\\s+\\d+\\s+${8 << 20}\\s+none`, 'm'));
     await expect(limited.limitDir(join(sandboxes, 'plain'), 8)).rejects.toThrow(/not a btrfs subvolume/);
+    // The helper refuses a plain dir too (it would limit the subvolume holding it: here the whole volume).
+    await mkdir(join(sandboxes, 'plain'));
+    await expect(
+      run(helper, ['qgroup-limit', join(sandboxes, 'plain'), '8388608', sandboxes]),
+    ).rejects.toThrow(/is not a btrfs subvolume/);
+    await limited.unlimitDir(dir);
+    await writeFile(join(dir, 'big'), Buffer.alloc(16 << 20));
     await limited.removeDir(dir);
 
     const unlimited = new CowVolume({ ...opts, diskLimits: false });
