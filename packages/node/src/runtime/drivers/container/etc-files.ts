@@ -42,7 +42,8 @@ export function resolvConf(nameservers: readonly string[]): string {
   return nameservers.map((ns) => `nameserver ${ns}`).join('\n') + '\n';
 }
 
-function lstatOrNull(path: string): Stats | null {
+/** `lstat`, or null when nothing is there. */
+export function lstatOrNull(path: string): Stats | null {
   try {
     return lstatSync(path);
   } catch (e) {
@@ -60,8 +61,11 @@ function imageEtc(lowerDirs: readonly string[]): Stats | null {
   return null;
 }
 
-/** Creates or truncates a regular file without ever following a symlink a previous run may have left. */
-function writeRegular(path: string, content: string, uid: number): void {
+/**
+ * Creates or truncates a regular file owned by `uid` without ever following a symlink a previous run (or the
+ * sandbox, in its upper) may have left there.
+ */
+export function writeRegular(path: string, content: string, uid: number, mode = 0o644): void {
   const st = lstatOrNull(path);
   if (st && !st.isFile()) unlinkSync(path);
   // Unchanged files keep their inode and size: a restored process that had one open must find it as it was.
@@ -71,12 +75,12 @@ function writeRegular(path: string, content: string, uid: number): void {
   const fd = openSync(
     path,
     constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW,
-    0o644,
+    mode,
   );
   try {
     writeFileSync(fd, content);
     fchownSync(fd, uid, uid);
-    fchmodSync(fd, 0o644);
+    fchmodSync(fd, mode);
   } finally {
     closeSync(fd);
   }

@@ -10,18 +10,14 @@ import {
   chownSync,
   closeSync,
   constants,
-  fchmodSync,
-  fchownSync,
   fstatSync,
-  lstatSync,
   mkdirSync,
   openSync,
   readFileSync,
-  unlinkSync,
-  writeFileSync,
   type Stats,
 } from 'node:fs';
 import { join } from 'node:path';
+import { lstatOrNull, writeRegular } from './etc-files.js';
 
 /** Bundles TLS clients read (Debian/Ubuntu/Alpine, Fedora/RHEL, openSUSE, Alpine's and macOS-style alias). */
 export const CA_BUNDLE_PATHS = [
@@ -48,15 +44,6 @@ export interface TrustFilesInput {
   rootUid: number;
   /** The host id a layer file's owner shows as in the sandbox. */
   lowerOwner?: (id: number) => number;
-}
-
-function lstatOrNull(path: string): Stats | null {
-  try {
-    return lstatSync(path);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
-    throw e;
-  }
 }
 
 /** `rel` under `root` when every component is a real directory and the last one of `kind`; null otherwise. */
@@ -120,27 +107,6 @@ function withoutMark(bundle: string): string {
   return withoutMark(bundle.slice(0, at) + bundle.slice(after));
 }
 
-/** Writes `content` to the upper's regular file at `path` (replacing anything else there), owned by `uid`. */
-function writeFileIn(path: string, content: string, uid: number, mode: number): void {
-  const st = lstatOrNull(path);
-  if (st && !st.isFile()) unlinkSync(path);
-  // Unchanged files keep their inode: a restored process that had one open must find it as it was.
-  if (st?.isFile() && st.size === Buffer.byteLength(content) && readFileSync(path, 'utf8') === content)
-    return;
-  const fd = openSync(
-    path,
-    constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW,
-    mode,
-  );
-  try {
-    writeFileSync(fd, content);
-    fchownSync(fd, uid, uid);
-    fchmodSync(fd, mode);
-  } finally {
-    closeSync(fd);
-  }
-}
-
 function readBounded(path: string): string | null {
   const fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW);
   try {
@@ -171,11 +137,11 @@ export function writeTrustFiles(input: TrustFilesInput): void {
     if (base === null) continue;
     const kept = withoutMark(base);
     const content = `${kept}${kept === '' || kept.endsWith('\n') ? '' : '\n'}${MARK}${pem}`;
-    writeFileIn(join(input.upperDir, rel), content, input.rootUid, 0o644);
+    writeRegular(join(input.upperDir, rel), content, input.rootUid, 0o644);
     anyBundle = true;
   }
   if (anyBundle && upperDirs(input, 'etc/ssl/certs'))
-    writeFileIn(join(input.upperDir, CA_FILE), pem, input.rootUid, 0o644);
+    writeRegular(join(input.upperDir, CA_FILE), pem, input.rootUid, 0o644);
   if (inImage(input.lowerDirs, LOCAL_CA_DIR, 'dir') && upperDirs(input, LOCAL_CA_DIR))
-    writeFileIn(join(input.upperDir, LOCAL_CA_DIR, 'aenv-egress-ca.crt'), pem, input.rootUid, 0o644);
+    writeRegular(join(input.upperDir, LOCAL_CA_DIR, 'aenv-egress-ca.crt'), pem, input.rootUid, 0o644);
 }
