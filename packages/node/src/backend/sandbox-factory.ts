@@ -379,8 +379,9 @@ export class SandboxFactory {
     return waitForEnvd(host, this.o.envdPort, {
       pollMs: this.o.envdPollMs,
       timeoutMs: this.o.envdInitTimeoutMs,
-      isAlive: async () =>
-        (await this.o.runtime.list()).some((s) => s.id === containerId && s.status === 'running'),
+      // One container's state: listing every sandbox on the host (runc list, mounts, cgroups) here made each
+      // boot's wait grow with the number of sandboxes (1,000 on the node: seconds per create).
+      isAlive: () => this.o.runtime.isRunning(containerId),
     });
   }
 

@@ -262,6 +262,8 @@ export interface RuntimeDriver {
    */
   diskFilesDir(disk: DiskRef): string;
   list(): Promise<ListedSandbox[]>;
+  /** Whether the sandbox's container runs: one look at it, where `list` looks at every sandbox on the host. */
+  isRunning(id: string): Promise<boolean>;
   /** Deletes every sandbox resource on the host whose id is not in `keepIds` (startup after a crash). */
   reconcile(keepIds: Iterable<string>): Promise<ReconcileReport>;
   stats(id: string): Promise<SandboxStats>;

@@ -94,6 +94,7 @@ export function defineDriverContract(name: string, makeTarget: () => Promise<Dri
       expect(handle.id).toBe(spec.id);
       expect(handle.pid).toBeGreaterThan(1);
       expect(await statusOf(spec.id)).toBe('running');
+      expect(await d.isRunning(spec.id)).toBe(true);
       await counting(spec.id);
       expect(await t.exec(spec.id, 'hostname')).toBe(`${spec.hostname}\n`);
       const stats = await d.stats(spec.id);
@@ -105,6 +106,7 @@ export function defineDriverContract(name: string, makeTarget: () => Promise<Dri
       await d.destroy(spec.id);
       await d.destroy(spec.id); // idempotent
       expect((await d.list()).some((s) => s.id === spec.id)).toBe(false);
+      expect(await d.isRunning(spec.id)).toBe(false);
       await expect(d.stats(spec.id)).rejects.toMatchObject({ reason: 'NotFound' });
     });
 
@@ -173,6 +175,7 @@ export function defineDriverContract(name: string, makeTarget: () => Promise<Dri
         expect(result.memory).toBe(dest);
         expect(result.imageBytes).toBeGreaterThan(0);
         expect(await statusOf(spec.id)).not.toBe('running');
+        expect(await d.isRunning(spec.id)).toBe(false);
         await expect(d.checkpoint(spec.id, place('again'))).rejects.toMatchObject({ name: 'RuntimeError' });
         const restored = await d.restore(spec, result.memory, { tools: t.tools });
         expect(restored.id).toBe(spec.id);

@@ -1464,6 +1464,11 @@ export class ContainerDriver implements RuntimeDriver {
     return [...byId.values()].sort((a, b) => a.id.localeCompare(b.id));
   }
 
+  async isRunning(id: string): Promise<boolean> {
+    assertSandboxId(id);
+    return (await this.runc.state(id))?.status === 'running';
+  }
+
   private async sandboxDirNames(): Promise<string[]> {
     try {
       return (await readdir(this.sandboxesDir, { withFileTypes: true }))
