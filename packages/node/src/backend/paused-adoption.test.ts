@@ -1,7 +1,7 @@
 import { mkdir, readFile, rm } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { DomainError, ErrorKind } from '@aenv/protocol';
 import { SandboxMovedError } from './paused-sharing.js';
 import { pausedRecord, quietLogger, SharedNodes, type TestNode } from './testing/shared-nodes.js';
@@ -93,6 +93,20 @@ describe('paused sandboxes shared between nodes', () => {
     const taken = await b.adopt('sbx6', { onFound: () => found.push(existsSync(b.pausedDir('sbx6'))) });
     expect(taken?.id).toBe('sbx6');
     expect(found).toEqual([false]);
+  });
+
+  it('looks in the repository only for a sandbox whose claim says paused: unknown and running ones cost one read', async () => {
+    const a = node('node-a');
+    const b = node('node-b');
+    await a.sharing.claimNew('sbx7');
+    const lists = vi.spyOn(b.repository, 'list');
+    expect(await b.adopt('unknown-sandbox')).toBeUndefined();
+    const lost = await b.adopt('sbx7').catch((e: unknown) => e);
+    expect((lost as Error).message).toMatch(/^sandbox sbx7 is lost: it was running on node node-a/);
+    expect(lists).not.toHaveBeenCalled();
+    await pauseOn(a, 'sbx7');
+    expect((await b.adopt('sbx7'))?.id).toBe('sbx7');
+    expect(lists).toHaveBeenCalledTimes(1);
   });
 
   it('a sandbox that never moved leaves no claim behind when it is killed', async () => {

@@ -43,9 +43,14 @@ export async function adoptSharedPause(
   deps: AdoptionDeps,
   sandboxId: string,
 ): Promise<SandboxRecord | undefined> {
-  const shared = (await deps.repository.list({ kind: 'paused', sandboxId, committed: true }))[0];
+  // The claim first (one small read): every shared copy is made under a paused claim, so without one there is
+  // nothing to take, and the repository is not listed (on S3 that list grows with everything the repository holds).
+  const claim = await deps.repository.readClaim(sandboxId).catch(() => undefined);
+  const shared =
+    claim?.state === 'paused'
+      ? (await deps.repository.list({ kind: 'paused', sandboxId, committed: true }))[0]
+      : undefined;
   if (!shared?.committed) {
-    const claim = await deps.repository.readClaim(sandboxId).catch(() => undefined);
     if (claim && claim.owner !== deps.nodeId && claim.state !== 'killed') {
       throw new DomainError(
         ErrorKind.NotFound,
