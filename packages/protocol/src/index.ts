@@ -11,3 +11,4 @@ export * from './gen/scheduler/v1/scheduler_pb.js';
 export * from './errors/index.js';
 export * from './ids.js';
 export * from './volume-token.js';
+export * from './grpc-unary-frame.js';

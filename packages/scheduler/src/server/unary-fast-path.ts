@@ -14,6 +14,7 @@ import {
   type HandlerContext,
   type ServiceImpl,
 } from '@connectrpc/connect';
+import { decodeUnaryFrame, encodeUnaryFrame } from '@aenv/protocol';
 import type { Logger } from '../log.js';
 import type { SchedulerMetrics } from './metrics.js';
 
@@ -150,24 +151,10 @@ export function unaryFastPath(
     const started = performance.now();
     let lazy: ReturnType<typeof lazyContext> | undefined;
     try {
-      if (body.length < 5)
-        throw new ConnectError('protocol error: missing input message for unary method', Code.Unimplemented);
-      if (body[0]! & 1)
-        throw new ConnectError(
-          'protocol error: received compressed message without grpc-encoding',
-          Code.Internal,
-        );
-      const length = body.readUInt32BE(1);
-      if (body.length !== 5 + length)
-        throw new ConnectError(
-          body.length < 5 + length
-            ? 'protocol error: premature end of message'
-            : 'protocol error: received extra input message for unary method',
-          body.length < 5 + length ? Code.InvalidArgument : Code.Unimplemented,
-        );
+      const message = decodeUnaryFrame(body, 'input');
       let input: unknown;
       try {
-        input = fromBinary(entry.method.input, body.subarray(5));
+        input = fromBinary(entry.method.input, message);
       } catch (e) {
         throw new ConnectError(`parse binary: ${(e as Error).message}`, Code.Internal);
       }
@@ -185,10 +172,7 @@ export function unaryFastPath(
       });
       const output = await entry.fn(input, lazy.context);
       const bytes = toBinary(entry.method.output, create(entry.method.output, output as never));
-      const frame = Buffer.allocUnsafe(5 + bytes.length);
-      frame[0] = 0;
-      frame.writeUInt32BE(bytes.length, 1);
-      frame.set(bytes, 5);
+      const frame = encodeUnaryFrame(bytes);
       o.metrics.observeRpc(rpc, 'OK', (performance.now() - started) / 1000);
       answer(req, res, type, { frame }, lazy.made());
     } catch (e) {

@@ -13,6 +13,7 @@ import {
 } from '@bufbuild/protobuf';
 import { Code, ConnectError, type Transport } from '@connectrpc/connect';
 import type { UnaryResponse } from '@connectrpc/connect';
+import { decodeUnaryFrame, encodeUnaryFrame } from '../../grpc-unary-frame.js';
 
 /** Largest answer accepted (a ListObservedNodes of many nodes is the largest the scheduler gives). */
 const MAX_RESPONSE_BYTES = 64 * 1024 * 1024;
@@ -175,10 +176,7 @@ export function createGrpcUnaryTransport(opts: { baseUrl: string; defaultTimeout
           reject(new ConnectError(`cannot encode request: ${(e as Error).message}`, Code.Internal));
           return;
         }
-        const frame = Buffer.allocUnsafe(5 + body.length);
-        frame[0] = 0;
-        frame.writeUInt32BE(body.length, 1);
-        frame.set(body, 5);
+        const frame = encodeUnaryFrame(body);
         const headers: OutgoingHttpHeaders = {
           ':method': 'POST',
           ':path': `${prefix}/${method.parent.typeName}/${method.name}`,
@@ -301,28 +299,13 @@ export function createGrpcUnaryTransport(opts: { baseUrl: string; defaultTimeout
               code,
               webHeaders(from),
             );
-          const bytes = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
-          if (bytes.length < 5)
-            return new ConnectError(
-              'protocol error: missing output message for unary method',
-              Code.Unimplemented,
-            );
-          if (bytes[0]! & 1)
-            return new ConnectError(
-              'protocol error: compressed message without grpc-encoding',
-              Code.Internal,
-            );
-          const length = bytes.readUInt32BE(1);
-          if (bytes.length !== 5 + length)
-            return new ConnectError(
-              bytes.length < 5 + length
-                ? 'protocol error: premature end of message'
-                : 'protocol error: received extra output message for unary method',
-              bytes.length < 5 + length ? Code.Internal : Code.Unimplemented,
-            );
+          const bytes = decodeUnaryFrame(
+            chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size),
+            'output',
+          );
           let message;
           try {
-            message = fromBinary(method.output, bytes.subarray(5));
+            message = fromBinary(method.output, bytes);
           } catch (e) {
             return new ConnectError(
               `protocol error: cannot decode answer: ${(e as Error).message}`,
