@@ -24,14 +24,17 @@
  *       confined). Used when a sandbox starts on a disk that another sandbox wrote (fork, snapshot and
  *       template launches).
  *
- *   aenv-idmap fstab NETNS FSTAB
+ *   aenv-idmap fstab NETNS FSTAB [DETACH ...]
  *       Mounts every line of FSTAB ("SOURCE TARGET TYPE OPTIONS DUMP PASS", paths relative to the working
  *       directory allowed) with mount(2), from inside the network namespace NETNS (a sysfs shows the
  *       interfaces of the netns it is mounted from; the mounts land in this process's mount namespace).
  *       OPTIONS ro, rw, nosuid, nodev, noexec, noatime and relatime are mount flags; the rest is passed
  *       to the filesystem. What `nsenter --net=NETNS mount --fstab FSTAB --all` did, without util-linux's
  *       two processes and libmount's checks of the whole mount table before each mount (≈ 10 ms of a
- *       sandbox start). Lines are mounted in order; the first that fails ends the command.
+ *       sandbox start). Lines are mounted in order; the first that fails ends the command. Then each
+ *       DETACH mount point is detached (umount2 MNT_DETACH): the idmapped layer views an overlay was just
+ *       made of, which it holds private clones of, so they need not stay in the host's mount table (every
+ *       new mount namespace, each `runc run`, copies that table whole).
  *
  *   aenv-idmap userns-limits PID NAME=VALUE [NAME=VALUE ...]
  *       Enters the user namespace of PID and writes each VALUE to its /proc/sys/user/NAME (per-namespace
@@ -206,8 +209,8 @@ static int parse_options(char *options, unsigned long *flags, char *data, size_t
 }
 
 static int cmd_fstab(int argc, char **argv) {
-  if (argc != 3) {
-    fprintf(stderr, "usage: aenv-idmap fstab NETNS FSTAB\n");
+  if (argc < 3) {
+    fprintf(stderr, "usage: aenv-idmap fstab NETNS FSTAB [DETACH ...]\n");
     return 2;
   }
   int ns = open(argv[1], O_RDONLY | O_CLOEXEC);
@@ -242,6 +245,8 @@ static int cmd_fstab(int argc, char **argv) {
   }
   if (ferror(f)) fail("read", argv[2]);
   fclose(f);
+  for (int i = 3; i < argc; i++)
+    if (umount2(argv[i], MNT_DETACH | UMOUNT_NOFOLLOW)) fail("umount2", argv[i]);
   return 0;
 }
 

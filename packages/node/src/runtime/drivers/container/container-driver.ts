@@ -631,7 +631,8 @@ export class ContainerDriver implements RuntimeDriver {
         await chown(path, 0, await this.rootIdOf(path));
         await chmod(path, SANDBOX_DIR_MODE);
         const p = this.pathsIn(path);
-        // The lowers are mount points of read-only idmapped views of the shared image layers: never walked.
+        // The lowers are mount points of idmapped views of the shared image layers (detached once the overlay
+        // is made, still mounted on sandboxes from before that): never walked.
         const leftAlone = new Set([
           p.upper,
           p.work,
@@ -836,13 +837,7 @@ export class ContainerDriver implements RuntimeDriver {
    */
   private async mountsReusable(spec: SandboxSpec, p: SandboxPaths): Promise<boolean> {
     const mounted = new Set(mountsUnder(await readMounts(), p.dir).map((m) => m.mountPoint));
-    const wanted = [
-      p.rootfs,
-      p.sys,
-      ...this.lowerMountPoints(spec, p),
-      ...this.volumeMountPoints(spec, p),
-      ...this.driveMountPoints(spec, p),
-    ];
+    const wanted = [p.rootfs, p.sys, ...this.volumeMountPoints(spec, p), ...this.driveMountPoints(spec, p)];
     if (!wanted.every((m) => mounted.has(m)) || mounted.size !== wanted.length) return false;
     try {
       if ((await readFile(p.layers, 'utf8')) !== this.layersRecord(spec)) return false;
@@ -925,11 +920,16 @@ export class ContainerDriver implements RuntimeDriver {
             driveDirs.flatMap((d) => d.views),
           )
         : [];
-      await mountSandbox(this.helper(), spec.netnsPath, p.fstab, fstab.cwd, [
-        ...driveIdmap,
-        ...volumeIdmap,
-        ...idmap,
-      ]);
+      // The root's layer views leave the host's mount table once the overlay holds them: each mount left
+      // there is copied by every later `runc run` (docs/runtime.md "Mounts and density").
+      await mountSandbox(
+        this.helper(),
+        spec.netnsPath,
+        p.fstab,
+        fstab.cwd,
+        [...driveIdmap, ...volumeIdmap, ...idmap],
+        this.lowerMountPoints(spec, p),
+      );
       await assertDriveSources(drives, driveDirs);
     }
     if (!this.seccomp) throw new RuntimeError('Internal', 'ContainerDriver.init() has not run');

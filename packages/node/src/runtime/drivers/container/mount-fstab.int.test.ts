@@ -1,9 +1,9 @@
 // `aenv-idmap fstab` against real mounts and a real network namespace (the driver's sandbox mounts). Root only.
-import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { chown, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run } from '../../../util/exec.js';
-import { buildIdmapHelper } from './idmap-helper.js';
+import { buildIdmapHelper, idmappedMountArgv } from './idmap-helper.js';
 import { mountSandbox, unmountTree } from './mounts.js';
 
 const IS_ROOT = process.getuid?.() === 0;
@@ -49,6 +49,35 @@ describe.skipIf(!IS_ROOT)('aenv-idmap fstab', () => {
     const line = (target: string) => mountinfo.split('\n').find((l) => l.split(' ')[4] === target) ?? '';
     expect(line(`${root}/sys`)).toMatch(/ ro,nosuid,nodev,noexec/);
     expect(line(`${root}/rootfs`)).toMatch(/ rw,nodev/);
+    expect(await unmountTree(root)).toHaveLength(2);
+  });
+
+  it('detaches the idmapped layer views once the overlay is made of them: the overlay keeps their owners', async () => {
+    const root = join(dir, 'detach');
+    for (const d of ['layer', 'l', 'upper', 'work', 'rootfs', 'sys'])
+      await mkdir(join(root, d), { recursive: true });
+    await writeFile(join(root, 'layer/owned'), 'x');
+    await chown(join(root, 'layer/owned'), 100_000 + 7, 100_000 + 7);
+    const fstab = join(root, 'fstab');
+    await writeFile(
+      fstab,
+      `overlay ${root}/rootfs overlay nodev,lowerdir=${root}/l/0,upperdir=${root}/upper,workdir=${root}/work 0 0\n` +
+        `sysfs ${root}/sys sysfs ro,nosuid,nodev,noexec 0 0\n`,
+    );
+    const idmap = idmappedMountArgv(
+      helper,
+      { hostStart: 100_000, size: 65536 },
+      { hostStart: 300_000, size: 65536 },
+      [join(root, 'layer')],
+      [join(root, 'l/0')],
+    );
+    await mountSandbox(helper, netns, fstab, undefined, idmap, [join(root, 'l/0')]);
+
+    const mounted = (await readFile('/proc/self/mountinfo', 'utf8')).split('\n').map((l) => l.split(' ')[4]);
+    expect(mounted).not.toContain(`${root}/l/0`);
+    expect(await readdir(join(root, 'l/0'))).toEqual([]);
+    // Still seen through the view the overlay cloned: the sandbox range's owner, not the layer's.
+    expect((await stat(join(root, 'rootfs/owned'))).uid).toBe(300_000 + 7);
     expect(await unmountTree(root)).toHaveLength(2);
   });
 

@@ -65,7 +65,8 @@ export function sandboxFstab(m: SandboxMounts): { text: string; cwd?: string } {
  * Mounts the overlay and a read-only sysfs whose network view is the sandbox's netns (sysfs shows the
  * interfaces of the netns of the process that mounts it; the mounts themselves land in our mount ns), with
  * the uid mapping helper's `fstab` command (`helper`). `prefix` is a command that execs the rest once it
- * has done its part (the idmapped layer mounts).
+ * has done its part (the idmapped layer mounts). `detach`: mount points taken out of the host's mount table
+ * once everything is mounted (the layer views the overlay holds its own clones of).
  */
 export async function mountSandbox(
   helper: string,
@@ -73,8 +74,9 @@ export async function mountSandbox(
   fstabPath: string,
   cwd?: string,
   prefix: readonly string[] = [],
+  detach: readonly string[] = [],
 ): Promise<void> {
-  const argv = [...prefix, helper, 'fstab', netnsPath, fstabPath];
+  const argv = [...prefix, helper, 'fstab', netnsPath, fstabPath, ...detach];
   await run(argv[0] as string, argv.slice(1), cwd ? { cwd } : {});
 }
 
