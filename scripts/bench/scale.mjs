@@ -6,7 +6,8 @@
 // failure and says at which count and why (that is the host limit to raise; scripts/setup-host.sh raises
 // the ones known). Everything it made is removed at the end.
 //
-//   npm run scale -- [--n 1000] [--step 100] [--paused 200] [--concurrency 4] [--json out.json] [--force]
+//   npm run scale -- [--n 1000] [--step 100] [--paused 200] [--resume-from disk|memory] [--concurrency 4]
+//                    [--json out.json] [--force]
 //
 // Needs root. Traffic stays on loopback. Bounded: at most --n sandboxes, each step's work is counted.
 import { readdirSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
@@ -16,10 +17,13 @@ import { Sandbox } from 'e2b';
 import { currentLoad, formatLoad, machineInfo } from './lib/host.mjs';
 import { summarize, fmt } from './lib/stats.mjs';
 
-const USAGE = `npm run scale -- [--n 1000] [--step 100] [--paused 200] [--concurrency 4] [--json out.json] [--force]
+const USAGE = `npm run scale -- [--n 1000] [--step 100] [--paused 200] [--resume-from disk|memory] [--concurrency 4]
+                  [--json out.json] [--force]
   --n            sandboxes to reach (default 1000, at most 2000)
   --step         measure after every this many creates (default 100)
   --paused       how many of them to pause, then resume in one burst (default 200; 0 = skip)
+  --resume-from  disk (default): a pause releases the memory at once, so the burst is of restores; memory: the
+                 paused sandboxes stay frozen in memory, so the burst is of thaws
   --concurrency  creates / pauses in flight at once (default 4)
   --json         also write the results as JSON to this file
   --force        run even when the 1-minute load is above 1.0 (the numbers then say less)`;
@@ -29,6 +33,7 @@ const { values: args } = parseArgs({
     n: { type: 'string', default: '1000' },
     step: { type: 'string', default: '100' },
     paused: { type: 'string', default: '200' },
+    'resume-from': { type: 'string', default: 'disk' },
     concurrency: { type: 'string', default: '4' },
     json: { type: 'string' },
     force: { type: 'boolean', default: false },
@@ -51,6 +56,11 @@ const N = intArg('n', 1, 2000);
 const STEP = intArg('step', 1, N);
 const PAUSED = intArg('paused', 0, N);
 const CONCURRENCY = intArg('concurrency', 1, 32);
+const RESUME_FROM = args['resume-from'];
+if (RESUME_FROM !== 'disk' && RESUME_FROM !== 'memory') {
+  console.error('scale: --resume-from must be disk or memory (see --help)');
+  process.exit(2);
+}
 if (process.getuid?.() !== 0) {
   console.error('scale: needs root (it runs an aenv node)');
   process.exit(2);
@@ -141,7 +151,12 @@ const results = {
 
 await removeNode(NODE);
 log(`starting node ${NODE}`);
-const node = await startNode(NODE, '[limits]\nmax_concurrent_creates = 32\n');
+// What the burst resumes from is chosen, not left to how long the pauses took against the resident grace.
+const residentGrace = RESUME_FROM === 'disk' ? 0 : 3600;
+const node = await startNode(
+  NODE,
+  `[limits]\nmax_concurrent_creates = 32\n[orchestrator]\nresident_pause_grace_secs = ${residentGrace}\n`,
+);
 const { server } = node;
 const serverPid = serverPids(nodePaths(NODE).configPath)[0];
 const mem0 = memAvailableMiB();
@@ -236,7 +251,7 @@ try {
       expectStatus(value, [204], `pause of ${id}`);
       return ms;
     });
-    log(`resuming ${chosen.length} in one burst`);
+    log(`resuming ${chosen.length} in one burst (from ${RESUME_FROM})`);
     const resumePhases = new Map();
     const { ms: burstMs, value: resumes } = await timed(() =>
       Promise.all(
@@ -253,6 +268,7 @@ try {
     const exec = await execSample(5);
     results.pausedBurst = {
       count: chosen.length,
+      resumeFrom: RESUME_FROM,
       pause: summarize(pauses),
       resume: summarize(resumes),
       resumePhases: phaseMedians(resumePhases),
