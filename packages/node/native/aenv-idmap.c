@@ -36,6 +36,12 @@
  *       made of, which it holds private clones of, so they need not stay in the host's mount table (every
  *       new mount namespace, each `runc run`, copies that table whole).
  *
+ *   aenv-idmap detach PATH [PATH ...]
+ *       Detaches each mount point PATH (umount2 MNT_DETACH, not following a last symlink): a started
+ *       sandbox's root and sysfs, which its own mount namespace holds copies of, taken out of the host's
+ *       mount table (see fstab's DETACH). What `umount -l` did, without util-linux reading the whole mount
+ *       table first.
+ *
  *   aenv-idmap userns-limits PID NAME=VALUE [NAME=VALUE ...]
  *       Enters the user namespace of PID and writes each VALUE to its /proc/sys/user/NAME (per-namespace
  *       limits only a process privileged in that namespace may set: the host). NAME is lowercase letters and
@@ -208,6 +214,12 @@ static int parse_options(char *options, unsigned long *flags, char *data, size_t
   return 0;
 }
 
+static int detach_all(int n, char **paths) {
+  for (int i = 0; i < n; i++)
+    if (umount2(paths[i], MNT_DETACH | UMOUNT_NOFOLLOW)) fail("umount2", paths[i]);
+  return 0;
+}
+
 static int cmd_fstab(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: aenv-idmap fstab NETNS FSTAB [DETACH ...]\n");
@@ -245,9 +257,15 @@ static int cmd_fstab(int argc, char **argv) {
   }
   if (ferror(f)) fail("read", argv[2]);
   fclose(f);
-  for (int i = 3; i < argc; i++)
-    if (umount2(argv[i], MNT_DETACH | UMOUNT_NOFOLLOW)) fail("umount2", argv[i]);
-  return 0;
+  return detach_all(argc - 3, argv + 3);
+}
+
+static int cmd_detach(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: aenv-idmap detach PATH [PATH ...]\n");
+    return 2;
+  }
+  return detach_all(argc - 1, argv + 1);
 }
 
 /* ---- userns-limits ---------------------------------------------------------------------------- */
@@ -572,9 +590,10 @@ int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "mount-rw")) return cmd_mount(argc - 1, argv + 1, 1);
   if (argc >= 2 && !strcmp(argv[1], "shift")) return cmd_shift(argc - 1, argv + 1);
   if (argc >= 2 && !strcmp(argv[1], "fstab")) return cmd_fstab(argc - 1, argv + 1);
+  if (argc >= 2 && !strcmp(argv[1], "detach")) return cmd_detach(argc - 1, argv + 1);
   if (argc >= 2 && !strcmp(argv[1], "userns-limits")) return cmd_userns_limits(argc - 1, argv + 1);
   if (argc >= 2 && !strcmp(argv[1], "qgroup-limit")) return cmd_qgroup_limit(argc - 1, argv + 1);
   if (argc == 2 && !strcmp(argv[1], "hostnames")) return cmd_hostnames();
-  fprintf(stderr, "usage: aenv-idmap mount|mount-rw|fstab|userns-limits|qgroup-limit|shift|hostnames ...\n");
+  fprintf(stderr, "usage: aenv-idmap mount|mount-rw|fstab|detach|userns-limits|qgroup-limit|shift|hostnames ...\n");
   return 2;
 }

@@ -259,13 +259,15 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     expect(await readFile(join(h.upperDir, 'tmp/t1'), 'utf8')).toBe('kept\n');
 
     const listed = (await driver.list()).find((x) => x.id === s.id);
+    // Started, its root and sysfs are only in its own mount namespace: nothing of it in the host's table.
     expect(listed).toMatchObject({
       status: 'running',
       pid: h.pid,
       hasDir: true,
-      rootfsMounted: true,
+      rootfsMounted: false,
       hasCgroup: true,
     });
+    expect((await readMounts()).filter((m) => m.mountPoint.startsWith(`${h.sandboxDir}/`))).toEqual([]);
     const st = await driver.stats(s.id);
     expect(st.memoryLimitBytes).toBe(128 * 1024 * 1024);
     expect(st.pids).toBeGreaterThan(0);
@@ -318,12 +320,22 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     expect(await owner(h.sandboxDir)).toEqual([0, root, '710']);
     expect((await stat(join(base, 'home', 'sandboxes'))).mode & 0o777).toBe(0o711);
     const mounts = await readMounts();
-    expect(mounts.find((m) => m.mountPoint === join(h.sandboxDir, 'rootfs'))?.mountOptions).toContain(
-      'nodev',
-    );
     expect(mounts.find((m) => m.mountPoint === join(base, 'home', 'sandboxes'))?.mountOptions).toEqual(
       expect.arrayContaining(['nosuid', 'nodev']),
     );
+    // The overlay root and the sysfs, as the sandbox's own mount namespace holds them.
+    const inside = await execInSandbox(
+      h.upperDir,
+      `awk '$2 == "/" || $2 == "/sys" {print $2, $4}' /proc/self/mounts`,
+    );
+    const optionsOf = (point: string) =>
+      inside.output
+        .split('\n')
+        .find((l) => l.startsWith(`${point} `))
+        ?.split(' ')[1]
+        ?.split(',');
+    expect(optionsOf('/')).toContain('nodev');
+    expect(optionsOf('/sys')).toEqual(expect.arrayContaining(['ro', 'nosuid', 'nodev', 'noexec']));
     // What a sandbox's root can plant: a setuid binary owned by its mapped root.
     const planted = join(h.upperDir, 'tmp', 'suid-id');
     await execInSandbox(h.upperDir, 'touch /tmp/.copied-up');
@@ -341,10 +353,12 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
     const viaFd = (path: string) =>
       run('sh', ['-c', `exec 3<"$1"; exec ${asNobody.join(' ')} /proc/self/fd/3`, 'sh', path]);
     expect((await viaFd(planted)).stdout).not.toMatch(/euid=/);
-    // Inside the sandbox the overlay honours setuid (sudo must work): only the 0710 dir keeps host users away.
-    expect((await viaFd(join(h.sandboxDir, 'rootfs', 'tmp', 'suid-id'))).stdout).toMatch(
-      new RegExp(`euid=${root}\\b`),
-    );
+    // Inside the sandbox the overlay honours setuid (sudo must work: test/security), but only there: the
+    // started sandbox's root is in its own mount namespace alone, and the kernel honours setuid only on mounts
+    // of the caller's namespace. So even opened through the sandbox's root, it runs as the user who ran it.
+    const throughRoot = (await viaFd(`/proc/${h.pid}/root/tmp/suid-id`)).stdout;
+    expect(throughRoot).toMatch(/^uid=65534\(nobody\)/);
+    expect(throughRoot).not.toMatch(/euid=/);
     expect((await execInSandbox(h.upperDir, 'mknod /tmp/mem c 1 1; echo rc=$?')).output).toMatch(/rc=1/);
     await driver.destroy(s.id);
   });
@@ -459,7 +473,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
         for (const uid of await owners(h.upperDir)) expect(inRange(uid, other.idRange)).toBe(false);
         // The layer stays owned by the image range on disk; the sandbox's overlay is made of an idmapped
         // view of it, which the overlay holds alone: the view is not left in the host's mount table.
-        expect((await lstat(join(h.sandboxDir, 'rootfs/bin/busybox'))).uid).toBe(own.hostStart);
+        expect((await lstat(`/proc/${h.pid}/root/bin/busybox`)).uid).toBe(own.hostStart);
         expect(await mountOptions(join(h.sandboxDir, 'l/0'))).toEqual([]);
       }
       expect((await lstat(join(lower, 'bin/busybox'))).uid).toBe(UID_START);
@@ -786,7 +800,7 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       'stray process to die',
     );
     expect((await fresh.list()).map((x) => x.id)).toEqual([keep.id]);
-    expect((await fresh.list())[0]).toMatchObject({ status: 'running', hasDir: true, rootfsMounted: true });
+    expect((await fresh.list())[0]).toMatchObject({ status: 'running', hasDir: true, rootfsMounted: false });
     const c = await readCounter(keep.upperDir);
     await waitFor(
       () => readCounter(keep.upperDir),
@@ -829,12 +843,8 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       const ck = await driver.checkpoint(s.id, images);
       expect(ck.imageBytes).toBeGreaterThan(0);
       const stopped = await readCounter(h.upperDir);
-      // Processes, cgroups and runc state are gone; the disk and its mounts stay for the restore.
-      expect(await leftovers(s.id)).toEqual([
-        `dir ${h.sandboxDir}`,
-        `mount ${h.sandboxDir}/rootfs`,
-        `mount ${h.sandboxDir}/sys`,
-      ]);
+      // Processes, cgroups, runc state and the mounts (its own namespace's) are gone; the disk stays.
+      expect(await leftovers(s.id)).toEqual([`dir ${h.sandboxDir}`]);
       expect((await driver.list()).find((x) => x.id === s.id)).toMatchObject({
         status: 'absent',
         hasDir: true,

@@ -832,7 +832,8 @@ export class ContainerDriver implements RuntimeDriver {
   }
 
   /**
-   * After a stopping checkpoint the sandbox's overlay and sysfs stay mounted. They can serve the restore
+   * A sandbox paused by a version that kept its overlay and sysfs mounted on the host after a stopping
+   * checkpoint (now they leave with its mount namespace, see detachRoot): those mounts can serve the restore
    * when they were made for the same layers and the same netns (sysfs shows the netns it was mounted in).
    */
   private async mountsReusable(spec: SandboxSpec, p: SandboxPaths): Promise<boolean> {
@@ -850,6 +851,15 @@ export class ContainerDriver implements RuntimeDriver {
     } catch {
       return false;
     }
+  }
+
+  /**
+   * Takes a started sandbox's root and sysfs out of the host's mount table: its own mount namespace holds
+   * copies of them (they go with it), and every mount left in the host's table is copied by each later
+   * `runc run` and restore (docs/runtime.md "Mounts and density"). A restore mounts them again first.
+   */
+  private async detachRoot(p: SandboxPaths): Promise<void> {
+    await run(this.helper(), ['detach', p.rootfs, p.sys]);
   }
 
   private async mountAndConfigure(
@@ -1011,6 +1021,7 @@ export class ContainerDriver implements RuntimeDriver {
         await phase('rt-mount', () => this.mountAndConfigure(spec, p, opts.tools));
         await opts.startAfter;
         await phase('rt-runc', () => this.runc.run(spec.id, p.bundle, p.pidFile, p.runcLog));
+        await phase('rt-detach', () => this.detachRoot(p));
         const handle = { id: spec.id, pid: await this.readPid(p), sandboxDir: p.dir, upperDir: p.upper };
         await this.assertFiltered(spec.id, handle.pid, 'StartFailed');
         this.limitSoon(spec, p, handle.pid);
@@ -1313,6 +1324,7 @@ export class ContainerDriver implements RuntimeDriver {
           );
         }
         const pid = await this.readPid(p);
+        await phase('rt-detach', () => this.detachRoot(p));
         await this.assertFiltered(spec.id, pid, 'RestoreFailed');
         // A dump taken from a frozen cgroup may come back frozen.
         await this.cg().thaw(spec.id);
