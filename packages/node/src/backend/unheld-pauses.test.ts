@@ -1,4 +1,4 @@
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { DomainError, ErrorKind } from '@aenv/protocol';
 import { nextClaim } from '../snapshot/index.js';
 import { SandboxMovedError } from './paused-sharing.js';
@@ -137,11 +137,20 @@ describe('paused sandboxes held by no node', () => {
     await nodes.pauseOn(a, 'killed');
     const [pause] = (await findUnheldPauses(c.repository, new Set(), quietLogger)).unheld;
     const killedClaim = nextClaim('killed', 'node-c', 2, 'killed', true);
-    expect(await c.repository.swapClaim('killed', pause!.claim, killedClaim)).toBe(true);
+    // The kill lands while the take-over fetches the copy (the real fetch, run after it).
+    const fetch = b.repository.fetchArtifact.bind(b.repository);
+    let swapped: boolean | undefined;
+    vi.spyOn(b.repository, 'fetchArtifact').mockImplementationOnce(async (...args) => {
+      swapped = await c.repository.swapClaim('killed', pause!.claim, killedClaim);
+      return fetch(...args);
+    });
     const late = await b.adopt('killed').catch((e: unknown) => e);
+    expect(swapped).toBe(true);
     expect(late).toBeInstanceOf(DomainError);
     expect((late as DomainError).kind).toBe(ErrorKind.NotFound);
     expect((late as DomainError).message).toBe('sandbox killed not found');
+    // Once killed, a look-up reads the tombstone and takes nothing.
+    expect(await b.adopt('killed')).toBeUndefined();
     // Its copy, left by the interrupted kill, is garbage a sweep removes.
     expect((await findUnheldPauses(c.repository, new Set(), quietLogger)).killedCopies).toHaveLength(1);
 
