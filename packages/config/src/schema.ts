@@ -186,6 +186,12 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
         aenv: true,
         doc: 'Sandbox creates and fork children in progress at once on this node; more get 429 (retry later).',
       }),
+      max_concurrent_restores: int({
+        default: 4,
+        min: 1,
+        aenv: true,
+        doc: 'Memory restores (CRIU) run at once on this node: resumes from disk, fork children, snapshot and template launches. More wait their turn, in order (phase restore-wait): each is CPU-bound, so running a burst all at once ends no sooner and makes every one of them wait for the last.',
+      }),
     },
     { aenv: true },
   ),

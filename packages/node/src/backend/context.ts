@@ -49,6 +49,8 @@ export interface ContainerBackendOptions {
   envdPollMs: number;
   envdInitTimeoutMs: number;
   pidsLimit: number;
+  /** `[limits].max_concurrent_restores`: memory restores run at once (the rest wait their turn). */
+  maxConcurrentRestores: number;
   /** `[orchestrator].resident_pause_grace_secs` in ms: how long a paused sandbox stays frozen in memory. */
   residentPauseGraceMs: number;
   /** Below this share of available RAM, paused sandboxes release their memory at once. */

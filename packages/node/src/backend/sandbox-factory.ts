@@ -19,6 +19,7 @@ import type { Logger } from '../util/log.js';
 import type { BackendState } from './record-state.js';
 import { phase } from '../util/phases.js';
 import { leaseDrives, releaseDriveLeases } from './drives.js';
+import { restoreTurns, type RestoreTurns } from './restore-turns.js';
 
 export interface SandboxFactoryOptions {
   runtime: RuntimeDriver;
@@ -34,6 +35,8 @@ export interface SandboxFactoryOptions {
   envdPollMs: number;
   envdInitTimeoutMs: number;
   pidsLimit: number;
+  /** `[limits].max_concurrent_restores`: memory restores run at once (the rest wait their turn). */
+  maxConcurrentRestores: number;
   /** The node's credential for envd's /init of the container with this id (docs/security.md). */
   envdInitKey(id: string): string;
   logger: Logger;
@@ -215,11 +218,10 @@ export const ASSEMBLY_STEPS: readonly AssemblyStep[] = [
       const disk = plan.from?.disk;
       if (plan.from?.memory && disk) {
         try {
-          await f.o.runtime.restore(spec, plan.from.memory, {
-            tools: f.toolsFor(state.toolsVersion),
-            disk,
-            ...startAfter,
-          });
+          const memory = plan.from.memory;
+          await f.restoreTurns(() =>
+            f.o.runtime.restore(spec, memory, { tools: f.toolsFor(state.toolsVersion), disk, ...startAfter }),
+          );
           a.restored = true;
         } catch (err) {
           // Without its policy the sandbox cannot run at all: no fallback to its disk.
@@ -270,10 +272,14 @@ export const ASSEMBLY_STEPS: readonly AssemblyStep[] = [
 const rangeOwnerOf = (plan: AssemblyPlan) => plan.rangeOwner ?? plan.containerId;
 
 export class SandboxFactory {
+  readonly restoreTurns: RestoreTurns;
+
   constructor(
     readonly o: SandboxFactoryOptions,
     private readonly steps: readonly AssemblyStep[] = ASSEMBLY_STEPS,
-  ) {}
+  ) {
+    this.restoreTurns = restoreTurns(o.maxConcurrentRestores ?? 1);
+  }
 
   /** Runs every step of ASSEMBLY_STEPS for `plan`; when one fails, undoes the ones before it and rethrows. */
   async assemble(plan: AssemblyPlan): Promise<AssembledSandbox> {

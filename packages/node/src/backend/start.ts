@@ -17,6 +17,7 @@ export type BackendSection = Pick<
   | 'pool'
   | 'deps_path'
   | 'orchestrator'
+  | 'limits'
   | 'tools'
   | 'envd'
   | 'sandbox_proxy'
@@ -87,6 +88,7 @@ export function startBackend(
     envdPollMs: config.envd.poll_ms,
     envdInitTimeoutMs: config.envd.init_timeout_secs * 1000,
     pidsLimit: runtime.pidsPerSandbox,
+    maxConcurrentRestores: config.limits.max_concurrent_restores,
     envdToken: (id) => tokens.envd(id),
     envdInitKey: (id) => tokens.envdInit(id),
     signedUrlMaxLifetimeSecs: config.sandbox_proxy.signed_url_max_lifetime_secs,
