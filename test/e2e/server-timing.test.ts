@@ -16,6 +16,8 @@ const SUB_PHASES = new Set([
   'rt-mount',
   'rt-runc',
   'rt-criu',
+  'rt-detach',
+  'restore-wait',
 ]);
 
 describe('Server-Timing on lifecycle answers', () => {
@@ -77,6 +79,9 @@ describe('Server-Timing on lifecycle answers', () => {
     expect(forkPhases.find((p) => p.name === 'runtime')?.runs).toBe(2);
     // One dump, then one restore per child.
     expect(forkPhases.find((p) => p.name === 'rt-criu')?.runs).toBe(3);
+    // Each child's restore took its turn ([limits].max_concurrent_restores), then left the host's mount table.
+    expect(forkPhases.find((p) => p.name === 'restore-wait')?.runs).toBe(2);
+    expect(forkPhases.find((p) => p.name === 'rt-detach')?.runs).toBe(2);
 
     const killed = await server.api('DELETE', `/sandboxes/${id}`);
     expect(killed.status).toBe(204);
