@@ -3,7 +3,9 @@ import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { list as listTar } from 'tar';
-import { copySources, packFiles, readDockerignore } from './context-files.js';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { copySources, packFiles, putFile, readDockerignore } from './context-files.js';
 import type { CopyStep } from './dockerfile.js';
 
 const step = (src: string, dest = '/dst/'): CopyStep => ({ kind: 'copy', line: 7, src, dest });
@@ -64,5 +66,24 @@ describe('COPY sources of a build context', () => {
     await expect(copySources(ctx, step('out/secret'), ig)).rejects.toThrow(
       /out\/secret is outside the build context \(through a symbolic link\)/,
     );
+  });
+});
+
+describe('upload of the build files', () => {
+  it('says the node cut the upload off, and why that usually is, when it closes without an answer', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'aenv-put-'));
+    const file = join(dir, 'files.tar.gz');
+    writeFileSync(file, Buffer.alloc(8 * 1024 * 1024));
+    const server = createServer((req) => req.socket.destroy());
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    try {
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/upload`;
+      await expect(putFile(url, file, 8 * 1024 * 1024, 'test')).rejects.toThrow(
+        /^the node closed the connection during the upload of the build files \(8388608 bytes\) without an answer \((write|read) (EPIPE|ECONNRESET)\): .*max_upload_mb/,
+      );
+    } finally {
+      server.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -168,14 +168,29 @@ export function putFile(url: string, path: string, size: number, userAgent: stri
       },
     );
     // A refusal (413) comes before the body was read and the server closes: the write may then fail, but
-    // the answer says why.
+    // the answer says why. A node that cut the connection without an answer it could deliver says nothing.
     req.on('error', (e) => {
-      if (!answered) reject(e);
+      if (answered) return;
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code === 'EPIPE' || code === 'ECONNRESET') reject(new UploadCut(size, e));
+      else reject(e);
     });
     const body = createReadStream(path);
     body.on('error', (e) => req.destroy(e));
     body.pipe(req);
   });
+}
+
+export class UploadCut extends Error {
+  constructor(size: number, cause: Error) {
+    super(
+      `the node closed the connection during the upload of the build files (${size} bytes) without an answer ` +
+        `(${cause.message}): it refused them before reading them, most likely as larger than its ` +
+        '[template_build].max_upload_mb',
+      { cause },
+    );
+    this.name = 'UploadCut';
+  }
 }
 
 export class UploadFailed extends Error {

@@ -10,6 +10,7 @@ import {
   packFiles,
   putFile,
   readDockerignore,
+  UploadCut,
   UploadFailed,
   type CopySources,
 } from '../build/context-files.js';
@@ -110,6 +111,10 @@ async function uploadSources(
         putFile(url, packed.path, packed.size, `aenv/${VERSION}`),
       );
     } catch (e) {
+      if (e instanceof UploadCut) {
+        const message = `Dockerfile line ${s.step.line}: COPY ${s.step.src}: ${e.message}`;
+        throw new CliError(kindOfStatus(413), message, 'leave files out with .dockerignore');
+      }
       if (!(e instanceof UploadFailed)) throw e;
       throw new CliError(
         kindOfStatus(e.status),

@@ -80,6 +80,32 @@ describe('upload endpoint', () => {
     expect((await put(`${base}/templates/tpl-1/files/${HASH}`, gz)).status).toBe(418);
   });
 
+  it('lets a client still sending a refused upload finish and read its 413 (no reset mid-body)', async () => {
+    const s = await newStore(16);
+    const base = await serve(s);
+    const path = `/templates/tpl-1/files/${HASH}/upload?token=${s.uploadToken('tpl-1', HASH)}`;
+    // Far more than the socket buffers hold: the refusal comes while the client is still writing. A server that
+    // closed at once reset the connection under the client's write (EPIPE or ECONNRESET), sometimes before the
+    // client had read the answer (the CLI's build then failed with "write EPIPE" instead of the 413).
+    for (let i = 0; i < 5; i++) {
+      const outcome = await new Promise<{ status?: number; error?: string }>((resolve) => {
+        let status: number | undefined;
+        const req = request(
+          `${base}${path}`,
+          { method: 'PUT', headers: { 'content-length': String(8 * 1024 * 1024) } },
+          (res) => {
+            status = res.statusCode;
+            res.resume();
+          },
+        );
+        req.on('error', (e) => resolve({ error: e.message }));
+        req.on('close', () => setTimeout(() => resolve({ status }), 20));
+        req.end(Buffer.alloc(8 * 1024 * 1024));
+      });
+      expect(outcome).toEqual({ status: 413 });
+    }
+  });
+
   it("answers an upload over the limit with the store's too-large kind as a 413", async () => {
     const s = await newStore(16);
     const base = await serve(s);

@@ -13,6 +13,9 @@ import { internalErrorMessage } from './errors.js';
 
 const PATH_RE = /^\/templates\/([^/?#]+)\/files\/([^/?#]+)\/upload$/;
 
+/** The most of a refused upload's body read (and dropped) so that its client gets the answer. */
+const DRAIN_MAX_BYTES = 256 * 1024 * 1024;
+
 export function isUploadPath(url: string | undefined): boolean {
   const path = (url ?? '').split('?', 1)[0]!;
   return PATH_RE.test(path);
@@ -105,7 +108,11 @@ export class TemplateUploadEndpoint implements DataPlane {
     } catch (e) {
       // Every upload error is meant for the client, a 507 (no room under the artefact quota) too.
       if (!(e instanceof UploadError)) throw e;
-      answer(res, httpErrorAnswer(e.kind).status, e.message, !req.readableEnded);
+      // A refused body still on its way is read and dropped when its declared length is bounded, so the
+      // client can finish writing and read the answer: closing at once resets the connection under its write
+      // (EPIPE), often before it has read why. An unbounded or endless one is cut off as before.
+      const drain = !req.readableEnded && declared !== undefined && declared <= DRAIN_MAX_BYTES;
+      answer(res, httpErrorAnswer(e.kind).status, e.message, !req.readableEnded && !drain);
       if (!req.readableEnded) req.resume();
     }
   }
