@@ -7,7 +7,6 @@ export function sandboxHostPaths(node, id) {
   const dir = `${node.server.home}/sandboxes/${id}`;
   return {
     dir,
-    rootfs: `${dir}/rootfs`,
     config: `${dir}/bundle/config.json`,
     memoryCgroup: `/sys/fs/cgroup/memory/${node.server.prefix}/${id}`,
   };
@@ -101,4 +100,12 @@ export async function cgroupMemory(node, id) {
     cache: stat.total_cache ?? NaN,
     shmem: stat.total_shmem ?? NaN,
   };
+}
+
+/**
+ * The sandbox's root as the host reaches it: through its envd's `/proc/<pid>/root` (a started sandbox's root is
+ * mounted in its own mount namespace only, docs/runtime.md "Mounts and density").
+ */
+export function sandboxRoot(node, id) {
+  return `/proc/${envdPid(node, id)}/root`;
 }

@@ -9,7 +9,7 @@ import { performance } from 'node:perf_hooks';
 import { Sandbox } from 'e2b';
 import { timedSpawn } from '../host.mjs';
 import { EnvdRpcClient } from '../product.mjs';
-import { sandboxHostPaths } from '../sandbox-facts.mjs';
+import { sandboxRoot } from '../sandbox-facts.mjs';
 
 const CHUNK = 10;
 const HELPER_PATH = '/tmp/aenv-bench-spawn.js';
@@ -33,7 +33,7 @@ export async function execSuite(ctx) {
   const sbx = await Sandbox.create({ ...main.sdk, timeoutMs: 600_000 });
   try {
     await sbx.files.write(HELPER_PATH, HELPER);
-    const rootfs = sandboxHostPaths(main, sbx.sandboxId).rootfs;
+    const rootfs = sandboxRoot(main, sbx.sandboxId);
     const chrootEnv = { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', HOME: '/root' };
     const s = { sdk: [], connect: [], inSandbox: [], chroot: [], hostTrue: [] };
     /** @type {string | undefined} the SDK keeps it protected; a secure sandbox's envd wants it */
