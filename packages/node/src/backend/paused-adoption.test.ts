@@ -104,6 +104,10 @@ describe('paused sandboxes shared between nodes', () => {
     const lost = await b.adopt('sbx7').catch((e: unknown) => e);
     expect((lost as Error).message).toMatch(/^sandbox sbx7 is lost: it was running on node node-a/);
     expect(lists).not.toHaveBeenCalled();
+    // An id no claim can have is nothing to take; a repository that cannot be read is an error, not a miss.
+    expect(await b.adopt('Not A Sandbox Id')).toBeUndefined();
+    vi.spyOn(b.repository, 'readClaim').mockRejectedValueOnce(new Error('repository out of reach'));
+    await expect(b.adopt('sbx7')).rejects.toThrow('repository out of reach');
     await pauseOn(a, 'sbx7');
     expect((await b.adopt('sbx7'))?.id).toBe('sbx7');
     expect(lists).toHaveBeenCalledTimes(1);

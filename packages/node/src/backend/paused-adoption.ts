@@ -3,7 +3,12 @@ import { mkdir, rename, rm } from 'node:fs/promises';
 import { DomainError, ErrorKind } from '@aenv/protocol';
 import type { Logger } from '../util/log.js';
 import type { SandboxRecord } from '../orchestrator/types.js';
-import { adoptionClaim, type SnapshotRecord, type SnapshotRepository } from '../snapshot/index.js';
+import {
+  adoptionClaim,
+  RepositoryError,
+  type SnapshotRecord,
+  type SnapshotRepository,
+} from '../snapshot/index.js';
 import { extractArchive } from './disk-archive.js';
 import type { SharedPauseExtra } from './paused-sharing.js';
 import { assertVolumesHere, type NodeVolumes } from './volume-affinity.js';
@@ -45,7 +50,12 @@ export async function adoptSharedPause(
 ): Promise<SandboxRecord | undefined> {
   // The claim first (one small read): every shared copy is made under a paused claim, so without one there is
   // nothing to take, and the repository is not listed (on S3 that list grows with everything the repository holds).
-  const claim = await deps.repository.readClaim(sandboxId).catch(() => undefined);
+  const claim = await deps.repository.readClaim(sandboxId).catch((err: unknown) => {
+    // An id no claim can have (not a sandbox id) has nothing to take. Any other failure (the repository out of
+    // reach, a claim that does not verify) is the answer: a "not found" would be remembered as a miss.
+    if (err instanceof RepositoryError && err.reason === 'InvalidRequest') return undefined;
+    throw err;
+  });
   const shared =
     claim?.state === 'paused'
       ? (await deps.repository.list({ kind: 'paused', sandboxId, committed: true }))[0]
