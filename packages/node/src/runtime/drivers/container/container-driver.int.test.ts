@@ -29,6 +29,7 @@ import {
   buildTestTools,
   createNetnsFile,
   execInSandbox,
+  launchInSandbox,
   removeNetnsFile,
   unpackOciLayout,
 } from './test-fixtures.js';
@@ -365,21 +366,18 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
 
   it('caps the tasks of all sandboxes together at the node budget', async () => {
     const cg = new Cgroups(detectCgroupLayout(await readMounts()), cgroupParent);
-    const bomb = 'bomb() { bomb | bomb & }; bomb';
     await cg.limitParentPids(48);
     try {
-      const a = await driver.create(
-        await spec({ resources: { cpuCount: 1, memoryMB: 128, pidsLimit: 40 } }, bomb),
-        {
-          tools,
-        },
-      );
-      const b = await driver.create(
-        await spec({ resources: { cpuCount: 1, memoryMB: 128, pidsLimit: 40 } }, bomb),
-        {
-          tools,
-        },
-      );
+      const resources = { cpuCount: 1, memoryMB: 128, pidsLimit: 40 };
+      // Both run before either bomb goes off: a bomb started with the first would leave the second no task
+      // to start with (runc's own hooks fork inside its cgroup), which is the budget working, not this test.
+      const a = await driver.create(await spec({ resources }), { tools });
+      const b = await driver.create(await spec({ resources }), { tools });
+      await execInSandbox(a.upperDir, 'true');
+      await execInSandbox(b.upperDir, 'true');
+      const bomb = '(bomb() { bomb | bomb & }; bomb) </dev/null >/dev/null 2>&1';
+      await launchInSandbox(a.upperDir, bomb);
+      await launchInSandbox(b.upperDir, bomb);
       // The kernel counts a refused fork in the cgroup of the task that forked, whichever limit refused it.
       const refused = (id: string) =>
         readFile(`/sys/fs/cgroup/pids/${cgroupParent}/${id}/pids.events`, 'utf8').then((t) =>

@@ -107,6 +107,14 @@ export async function buildTestTools(dir: string): Promise<{ dir: string; versio
 
 let execCounter = 0;
 
+/** Hands a sandbox started with the test init a command to run, without waiting for it (or its answer). */
+export async function launchInSandbox(upperDir: string, command: string): Promise<void> {
+  const d = join(upperDir, 'run/aenv-test');
+  const n = `${process.pid}-${++execCounter}`;
+  await writeFile(join(d, `.req.${n}`), command, { mode: 0o644 });
+  await rename(join(d, `.req.${n}`), join(d, `req.${n}`));
+}
+
 /** Runs a shell command inside a sandbox started with the test init; waits for it to finish. */
 export async function execInSandbox(
   upperDir: string,
