@@ -56,7 +56,9 @@ describe('envd /init access', () => {
     expect((await envs()).PWNED).toBeUndefined();
   });
 
-  it('takes /init with the boot key, then also with the key that /init set; a token alone is not enough', async () => {
+  it('takes /init with the boot key until an /init sets a key of its own, then only that; a token alone is not enough', async () => {
+    // An /init that sets no key (a pre-started sandbox's while it waits in the pool) keeps the boot key.
+    expect((await init({ envVars: {} }, { 'x-aenv-init-key': BOOT_KEY })).status).toBe(204);
     const r = await init(
       { envVars: { A: '1' }, accessToken: 'tok', initKey: NEXT_KEY },
       { 'x-aenv-init-key': BOOT_KEY },
@@ -64,8 +66,15 @@ describe('envd /init access', () => {
     expect(r.status).toBe(204);
     expect((await envs('tok')).A).toBe('1');
     expect((await init({ envVars: { B: '2' } }, { 'x-access-token': 'tok' })).status).toBe(401);
+    // Every sandbox restored from one checkpoint booted with the same key: it no longer opens this one.
+    const withBootKey = await init(
+      { envVars: { PWNED: '1' } },
+      { 'x-aenv-init-key': BOOT_KEY, 'x-access-token': 'tok' },
+    );
+    expect(withBootKey.status).toBe(401);
     expect((await init({ envVars: { B: '2' } }, { 'x-aenv-init-key': NEXT_KEY })).status).toBe(204);
     expect((await envs('tok')).B).toBe('2');
+    expect((await envs('tok')).PWNED).toBeUndefined();
   });
 
   it('enforces the signed-URL limits /init gave it', async () => {

@@ -17,8 +17,15 @@ export interface EnvdStateOptions {
 export class EnvdState {
   /** What the last /init set (persisted, so a restarted envd keeps its token and env; aenv-init restarts it). */
   private data: InitBody = { envVars: {} };
+  /**
+   * Accepted until an /init sets a key of its own. Every sandbox restored from one checkpoint (a template's or
+   * start capture, a fork) holds the same boot key: once the node has given it its own, the shared one opens
+   * nothing (docs/security.md).
+   */
+  private bootInitKey: string | undefined;
 
   constructor(private readonly opts: EnvdStateOptions) {
+    this.bootInitKey = opts.bootInitKey;
     if (opts.statePath) {
       try {
         this.data = validateInitBody(JSON.parse(readFileSync(opts.statePath, 'utf8')));
@@ -35,11 +42,11 @@ export class EnvdState {
 
   /**
    * The node credentials /init accepts in X-Aenv-Init-Key: the one the last /init set and the one this envd
-   * was booted with (a fresh boot on a saved disk reads its source's state file). Empty = /init is open (an
-   * envd restored from a capture made before init keys existed, or started without one).
+   * was booted with, until an /init sets one (a fresh boot on a saved disk reads its source's state file).
+   * Empty = /init is open (an envd restored from a capture made before init keys existed, or started without one).
    */
   get initKeys(): string[] {
-    return [this.data.initKey, this.opts.bootInitKey].filter((k): k is string => !!k);
+    return [this.data.initKey, this.bootInitKey].filter((k): k is string => !!k);
   }
 
   get signatureLimits(): { maxLifetimeSecs?: number; unexpiringUntil?: number } | undefined {
@@ -79,6 +86,7 @@ export class EnvdState {
       if (body[key] !== undefined) next[key] = body[key];
     }
     this.data = next;
+    if (body.initKey) this.bootInitKey = undefined;
     this.persist();
   }
 
