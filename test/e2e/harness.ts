@@ -27,6 +27,8 @@ export interface TestServerOptions {
   warm?: number;
   /** Other `[pool]` keys, over the test defaults (`low_watermark = 1`, `high_watermark = 4`). */
   pool?: Record<string, number>;
+  /** `[pool].start_captures` (default false here). */
+  startCaptures?: boolean;
 }
 
 export interface ApiAnswer {
@@ -209,6 +211,9 @@ export async function startServer(opts: TestServerOptions, port?: number): Promi
         // Adopted warm sandboxes run under another container id; tests that look at host objects by sandbox
         // id start nodes without them (warm-pool*.test.ts cover the pool).
         warm_sandboxes: opts.warm ?? 0,
+        // A start capture is made by a seed container that comes and goes in the background, and cold creates
+        // then restore it; start-captures.test.ts covers them, the other tests boot.
+        start_captures: opts.startCaptures ?? false,
         ...opts.pool,
       }).map(([k, v]) => `${k} = ${v}`),
       `[runtime]`,
@@ -348,7 +353,7 @@ function sh(cmd: string, args: string[]): string {
   }
 }
 
-function dirEntries(path: string): string[] {
+export function dirEntries(path: string): string[] {
   try {
     return readdirSync(path);
   } catch {

@@ -1167,6 +1167,11 @@ export const CONFIG_SCHEMA = section('Top-level keys.', {
       aenv: true,
       doc: "A template's warm sandbox target above warm_sandboxes halves after this many seconds without a create of it; the sandboxes beyond it are removed.",
     }),
+    start_captures: bool({
+      default: true,
+      aenv: true,
+      doc: "A create of an image-based template that no warm sandbox serves restores this node's start capture of the template (a checkpoint of a sandbox of it booted and warmed up, made in the background after the template's first such create, the base template's at startup; at most 4 templates) instead of booting; needs CRIU. false: such creates boot.",
+    }),
     sandbox_min_available_memory_ratio: num({
       default: 0.2,
       aenv: true,

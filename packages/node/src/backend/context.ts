@@ -59,6 +59,8 @@ export interface ContainerBackendOptions {
   runtimeVersions: Record<string, string>;
   /** The warm sandbox pool (`[pool]`; docs/architecture.md, "Warm sandbox pool"). */
   warmPool: WarmPoolSizing;
+  /** `[pool].start_captures`: cold creates of an image-based template restore a node-local start capture. */
+  startCaptures: boolean;
   /** Copy paused sandboxes into the repository (a shared one lets other nodes resume them). */
   sharePaused: boolean;
   /** `[node_identity].node_id`: whom the sandbox claims of a shared repository name (docs/cluster.md). */
@@ -90,6 +92,10 @@ export interface BackendContext {
 
 /** Who holds a sandbox's image lease. */
 export const leaseHolder = (id: string) => `sandbox:${id}`;
+
+/** Who holds the image lease of a start capture (start-captures.ts): its layers stay while it does. */
+export const START_CAPTURE_LEASE_PREFIX = 'start-capture:';
+export const startCaptureLease = (seedId: string) => `${START_CAPTURE_LEASE_PREFIX}${seedId}`;
 
 export function stateOf(ctx: BackendContext, r: SandboxRecord): BackendState {
   return ctx.records.decodeState(r.id, r.backend);

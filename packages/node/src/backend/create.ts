@@ -1,12 +1,22 @@
-// Creating a sandbox from a template: a pre-started one from the warm pool when one fits, else a fresh boot on the
-// template's image; templates that are captures (memory or disk) are launched (launch.ts).
+// Creating a sandbox from a template: a pre-started one from the warm pool when one fits, else a restore of the
+// template's start capture (start-captures.ts) when this node has made one, else a fresh boot on the template's
+// image; templates that are captures (memory or disk) are launched (launch.ts).
 import { randomUUID } from 'node:crypto';
+import { mkdir } from 'node:fs/promises';
+import { join } from 'node:path';
 import { initEnvd } from '@aenv/protocol';
 import type { EgressPolicy } from '../network/types.js';
 import type { BeforeInstanceStart, LaunchSource, StartResult } from '../orchestrator/backend.js';
 import type { SandboxRecord } from '../orchestrator/types.js';
 import type { SnapshotRecord } from '../snapshot/index.js';
-import { bindingOf, initBody, leaseHolder, volumesOf, type BackendContext } from './context.js';
+import {
+  bindingOf,
+  initBody,
+  leaseHolder,
+  startCaptureLease,
+  volumesOf,
+  type BackendContext,
+} from './context.js';
 import { imageFor, launchCapture } from './launch.js';
 import { coldDrivesOf, withLayers } from './drives.js';
 import type { DriveSpec } from '../runtime/driver.js';
@@ -16,6 +26,8 @@ import { availableMemoryRatio } from './memory-pressure.js';
 import { WarmPool } from './warm-pool.js';
 import { WarmPoolMetrics } from './warm-pool-metrics.js';
 import { warmUpEnvd } from './warm-up.js';
+import { StartCaptures, type StartCapture } from './start-captures.js';
+import { StartCaptureMetrics } from './start-capture-metrics.js';
 import { phase } from '../util/phases.js';
 import { allOrFirstError } from '../util/settle.js';
 
@@ -30,6 +42,8 @@ export interface BootSpec {
 const warmKey = (b: BootSpec) =>
   `${b.templateId}|${b.committed.baseImage?.manifestDigest ?? ''}|${b.resources.cpuCount}|${b.resources.memoryMB}|${b.resources.diskSizeMB}`;
 
+const templateOfKey = (key: string) => key.slice(0, key.indexOf('|'));
+
 /** How to boot a template that starts from its image (no captured memory or disk), or undefined for captures. */
 function imageBoot(source: LaunchSource, resources: BootSpec['resources']): BootSpec | undefined {
   const committed = (source.record as SnapshotRecord).committed;
@@ -37,9 +51,14 @@ function imageBoot(source: LaunchSource, resources: BootSpec['resources']): Boot
   return { templateId: source.templateId, committed, resources };
 }
 
+/** Templates with a start capture on this node at once (each holds a checkpoint and a disk). */
+const START_CAPTURE_TEMPLATES = 4;
+
 export class SandboxCreation {
   private readonly warm: WarmPool<BootSpec, AssembledSandbox>;
   private metrics: WarmPoolMetrics | undefined;
+  private readonly starts: StartCaptures<BootSpec, BackendState> | undefined;
+  private readonly startMetrics: StartCaptureMetrics | undefined;
 
   constructor(private readonly ctx: BackendContext) {
     const sizing = ctx.o.warmPool;
@@ -57,6 +76,27 @@ export class SandboxCreation {
       onCreate: (template, hit) => this.metrics?.onCreate(template, hit),
       logger: ctx.log,
     });
+    this.starts = ctx.o.startCaptures
+      ? new StartCaptures({
+          maxTemplates: START_CAPTURE_TEMPLATES,
+          make: (spec) => this.makeStartCapture(spec),
+          discard: async (c) => {
+            ctx.o.images.releaseLease(startCaptureLease(c.seedId));
+            await ctx.dirs.discardWorkDir(c.dir);
+          },
+          onError: (key, err) =>
+            ctx.log.warn(
+              { err, template: templateOfKey(key) },
+              'no start capture of this template on this node: its cold creates boot',
+            ),
+        })
+      : undefined;
+    const starts = this.starts;
+    if (starts && sizing.registry) {
+      this.startMetrics = new StartCaptureMetrics(sizing.registry, () =>
+        starts.readyKeys().map(templateOfKey),
+      );
+    }
     if (sizing.registry && this.warm.enabled) {
       this.metrics = new WarmPoolMetrics(sizing.registry, {
         stats: () => this.warm.stats(),
@@ -137,6 +177,12 @@ export class SandboxCreation {
     const drives = await withLayers(coldDrivesOf(boot.committed.extra), (ref, digest) =>
       imageFor(ctx, ref, digest),
     );
+    // The start capture has no volumes or drives mounted: a create that brings some boots, and so does a cold
+    // start of an image (a one-off template).
+    if (!source.cold && !mountsVolumes && drives.length === 0) {
+      const restored = await this.fromStartCapture(record, boot, policy, beforeStart);
+      if (restored) return restored;
+    }
     const booted = await this.boot(record.id, boot, policy, {
       drives,
       beforeStart,
@@ -144,6 +190,71 @@ export class SandboxCreation {
       record,
     });
     return { binding: bindingOf(booted), backend: ctx.records.encodeState(booted.state) };
+  }
+
+  /**
+   * The create as a restore of the template's start capture, or undefined when there is none yet (one is then
+   * made in the background). The restored envd is the seed's, so the first /init proves the seed's init key.
+   */
+  private async fromStartCapture(
+    record: SandboxRecord,
+    boot: BootSpec,
+    policy: EgressPolicy,
+    beforeStart: BeforeInstanceStart | undefined,
+  ): Promise<StartResult | undefined> {
+    // A template with a start command has a memory capture of its own (or none on purpose: it boots).
+    if (!this.starts || boot.committed.startup) return undefined;
+    const ctx = this.ctx;
+    const key = warmKey(boot);
+    const launched = await this.starts.use(key, async (capture) => {
+      const assembled = await ctx.factory.assemble({
+        containerId: record.id,
+        templateId: boot.templateId,
+        resources: record.resources,
+        state: { ...capture.state },
+        policy,
+        ...(beforeStart ? { placement: { kind: 'fresh' as const, hook: beforeStart } } : {}),
+        leaseHolder: leaseHolder(record.id),
+        from: { disk: join(capture.dir, 'disk'), memory: join(capture.dir, 'memory') },
+        init: ({ restored, extraEnv }) => ({
+          body: initBody(ctx, record, extraEnv),
+          credentials: { initKey: ctx.o.envdInitKey(restored ? capture.seedId : record.id) },
+        }),
+      });
+      this.startMetrics?.onCreate(boot.templateId, assembled.restored);
+      return { result: assembled, usable: assembled.restored };
+    });
+    if (!launched) {
+      this.starts.want(key, boot);
+      return undefined;
+    }
+    return { binding: bindingOf(launched), backend: ctx.records.encodeState(launched.state) };
+  }
+
+  /** Boots a seed sandbox of `spec`, warms it up and checkpoints it with its disk; the seed is removed again. */
+  private async makeStartCapture(spec: BootSpec): Promise<StartCapture<BackendState>> {
+    const ctx = this.ctx;
+    const seed = await this.boot(`seed-${randomUUID()}`, spec, null);
+    const dir = join(ctx.dirs.root, 'start-captures', seed.containerId);
+    try {
+      await warmUpEnvd(seed.slot.hostInteractionIp, ctx.o.envdPort, spec.committed.context.user ?? 'root');
+      await mkdir(dir, { recursive: true, mode: 0o711 });
+      await ctx.o.runtime.checkpoint(seed.containerId, join(dir, 'memory'), {
+        leaveRunning: true,
+        diskDest: join(dir, 'disk'),
+      });
+      ctx.o.images.acquireLease(startCaptureLease(seed.containerId), seed.state.manifestDigest);
+    } catch (err) {
+      await ctx.dirs.discardWorkDir(dir);
+      throw err;
+    } finally {
+      await ctx.factory.disassemble(seed);
+    }
+    ctx.log.info(
+      { template: spec.templateId, seed: seed.containerId },
+      'made a start capture: cold creates of this template restore it',
+    );
+    return { seedId: seed.containerId, state: seed.state, dir };
   }
 
   /**
@@ -263,11 +374,13 @@ export class SandboxCreation {
   /** Boots `templateId`'s pre-started sandboxes now (e.g. the base template at startup). */
   prewarm(source: LaunchSource, resources: BootSpec['resources']): void {
     const boot = imageBoot(source, resources);
-    if (boot) this.warm.want(warmKey(boot), boot);
+    if (!boot) return;
+    this.warm.want(warmKey(boot), boot);
+    if (!boot.committed.startup) this.starts?.want(warmKey(boot), boot);
   }
 
-  /** Removes the pre-started sandboxes. */
-  close(): Promise<void> {
-    return this.warm.close();
+  /** Removes the pre-started sandboxes and the start captures. */
+  async close(): Promise<void> {
+    await Promise.all([this.warm.close(), this.starts?.close()]);
   }
 }

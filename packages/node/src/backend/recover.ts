@@ -10,7 +10,14 @@ import type { RecoveryOutcome } from '../orchestrator/backend.js';
 import type { SandboxRecord } from '../orchestrator/types.js';
 import { treeBytes } from '../util/disk-usage.js';
 import { COMPLETE } from './capture-dirs.js';
-import { leaseHolder, policyOf, setState, stateIfAny, type BackendContext } from './context.js';
+import {
+  leaseHolder,
+  policyOf,
+  setState,
+  START_CAPTURE_LEASE_PREFIX,
+  stateIfAny,
+  type BackendContext,
+} from './context.js';
 import { releaseDriveLeases } from './drives.js';
 import type { BackendState } from './record-state.js';
 
@@ -83,6 +90,8 @@ export class SandboxRecovery {
         ? lease.holder.slice('sandbox:'.length).split(':')[0]
         : undefined;
       if (id && !outcomes.has(id)) this.ctx.o.images.releaseLease(lease.holder);
+      // Start captures do not outlive a restart (their dirs went above).
+      if (lease.holder.startsWith(START_CAPTURE_LEASE_PREFIX)) this.ctx.o.images.releaseLease(lease.holder);
     }
     this.ctx.log.info(
       { runtime: runtimeReport, network: networkReport, adopted: keepIds.length, freedRanges },
@@ -179,7 +188,7 @@ export class SandboxRecovery {
     for (const id of await readdir(join(this.ctx.dirs.root, 'paused')).catch(() => [] as string[])) {
       if (outcomes.get(id)?.kind !== 'paused') await this.ctx.dirs.removePauseArtifacts(id);
     }
-    for (const sub of ['forks', 'captures']) {
+    for (const sub of ['forks', 'captures', 'start-captures']) {
       for (const name of await readdir(join(this.ctx.dirs.root, sub)).catch(() => [] as string[])) {
         const dir = join(this.ctx.dirs.root, sub, name);
         if (sub === 'captures') await this.dropUncommittedRecord(name);

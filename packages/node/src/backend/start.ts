@@ -80,6 +80,7 @@ export function startBackend(
       minAvailableMemoryRatio: config.pool.sandbox_min_available_memory_ratio,
       registry: deps.registry,
     },
+    startCaptures: config.pool.start_captures,
     tools: deps.tools,
     toolsRoot: join(config.deps_path, 'tools'),
     residentPauseGraceMs: config.orchestrator.resident_pause_grace_secs * 1000,

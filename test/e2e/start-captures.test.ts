@@ -1,0 +1,228 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Sandbox } from 'e2b';
+import Database from 'better-sqlite3';
+import { readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import {
+  ENVD_PORT,
+  dirEntries,
+  envdPids,
+  eventually,
+  hostObjects,
+  proxyFetch,
+  startServer,
+  storeDir,
+  strayHostObjects,
+  useSdk,
+  type TestServer,
+} from './harness.js';
+
+/** `aenv_start_captures` and `aenv_start_capture_creates_total` of the node, summed over templates. */
+async function startCaptureMetrics(server: TestServer) {
+  const text = await (await fetch(`${server.url}/metrics`)).text();
+  const sum = (re: RegExp) =>
+    text
+      .split('\n')
+      .filter((l) => re.test(l))
+      .reduce((a, l) => a + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+  return {
+    ready: sum(/^aenv_start_captures\{/),
+    restored: sum(/^aenv_start_capture_creates_total\{.*result="restored"/),
+    booted: sum(/^aenv_start_capture_creates_total\{.*result="booted"/),
+  };
+}
+
+/** The address the node reaches the sandbox's envd at (its record's binding). */
+function envdAddress(server: TestServer, id: string): string {
+  const db = new Database(join(server.home, 'state.db'), { readonly: true, fileMustExist: true });
+  try {
+    const row = db.prepare('SELECT record FROM sandboxes WHERE id = ?').get(id) as { record: string };
+    return (JSON.parse(row.record) as { runtime: { hostInteractionIp: string } }).runtime.hostInteractionIp;
+  } finally {
+    db.close();
+  }
+}
+
+const capturesDir = (server: TestServer) => join(storeDir(server), 'start-captures');
+const seedContainers = (server: TestServer) =>
+  hostObjects(server).runcContainers.filter((c) => c.startsWith('seed-'));
+const timingOf = (headers: Headers) => headers.get('server-timing') ?? '';
+const phaseNames = (timing: string) => timing.split(/,\s*/).map((p) => p.split(';')[0]);
+
+/** The SDK's create for a template whose start capture was made: a restore of it, not a boot. */
+describe('start captures', () => {
+  let server: TestServer;
+
+  beforeAll(async () => {
+    server = await startServer({ name: 'startc', startCaptures: true });
+    useSdk(server);
+    // The base template's is made at startup (no create needed).
+    await eventually(
+      async () => (await startCaptureMetrics(server)).ready === 1,
+      "the base template's start capture",
+      600,
+      100,
+    );
+  });
+  afterAll(async () => {
+    if (!server) return;
+    expect(await strayHostObjects(server)).toEqual([]);
+    expect(await server.stop()).toBe(0);
+    // Shutdown removes the captures (and no seed is left running).
+    expect(dirEntries(capturesDir(server))).toEqual([]);
+    expect(seedContainers(server)).toEqual([]);
+  });
+
+  it('holds one checkpoint and disk of a seed that is gone', () => {
+    const [seed, ...more] = dirEntries(capturesDir(server));
+    expect(more).toEqual([]);
+    expect(seed).toMatch(/^seed-/);
+    expect(dirEntries(join(capturesDir(server), seed!)).sort()).toEqual(['disk', 'memory']);
+    expect(seedContainers(server)).toEqual([]);
+  });
+
+  it('restores it for a create: the sandbox is its own (name, env, token, uid range) and works', async () => {
+    const before = await startCaptureMetrics(server);
+    const made = await server.api('POST', '/v2/sandboxes', {
+      templateID: 'base',
+      timeout: 120,
+      envVars: { FROM_CREATE: 'yes' },
+      metadata: { m: '1' },
+    });
+    expect(made.status).toBe(201);
+    const id = made.body.sandboxID as string;
+    const token = made.body.envdAccessToken as string;
+    const phases = phaseNames(timingOf(made.headers));
+    // A restore (CRIU), not a boot (runc run) and no wait for a fresh envd to start.
+    expect(phases).toContain('rt-criu');
+    expect(phases).not.toContain('rt-runc');
+    expect(await startCaptureMetrics(server)).toMatchObject({
+      restored: before.restored + 1,
+      booted: before.booted,
+      ready: 1,
+    });
+
+    const sbx = await Sandbox.connect(id);
+    const r = await sbx.commands.run(
+      'hostname; cat /etc/hostname; grep -c "$(hostname)" /etc/hosts; echo $FROM_CREATE; id -un',
+    );
+    expect(r.stdout.split('\n')).toEqual([id, id, '1', 'yes', 'user', '']);
+    // envd holds this sandbox's /init, not the seed's.
+    const [pid] = envdPids(id);
+    const state = JSON.parse(readFileSync(`/proc/${pid}/root/run/agentenv/envd.json`, 'utf8'));
+    expect(state).toMatchObject({ sandboxId: id, accessToken: token, envVars: { FROM_CREATE: 'yes' } });
+    // The restored envd enforces this sandbox's token (the seed had none).
+    const list = (headers: Record<string, string>) =>
+      proxyFetch(server, id, ENVD_PORT, '/process.Process/List', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body: '{}',
+      });
+    expect((await list({})).status).toBe(401);
+    expect((await list({ 'x-access-token': 'f'.repeat(64) })).status).toBe(401);
+    expect((await list({ 'x-access-token': token })).status).toBe(200);
+
+    // Two sandboxes from one capture are apart: their own uid ranges, files and processes.
+    const other = await Sandbox.create({ timeoutMs: 120_000 });
+    await sbx.files.write('/home/user/mine.txt', 'one');
+    expect(await other.files.exists('/home/user/mine.txt')).toBe(false);
+    const uidMap = (sandboxId: string) =>
+      readFileSync(`/proc/${envdPids(sandboxId)[0]}/uid_map`, 'utf8')
+        .trim()
+        .split(/\s+/)[1];
+    expect(uidMap(id)).not.toBe(uidMap(other.sandboxId));
+    expect((await other.commands.run('hostname')).stdout.trim()).toBe(other.sandboxId);
+    // Both envds booted (as the seed) with one init key, which root in either can read: once the node's /init
+    // gave each its own, the seed's opens neither (docs/security.md).
+    const bootKey = (sandboxId: string) =>
+      /(?:^|\0)AENV_ENVD_INIT_KEY=([^\0]+)/.exec(
+        readFileSync(`/proc/${envdPids(sandboxId)[0]}/environ`, 'utf8'),
+      )?.[1];
+    expect(bootKey(id)).toMatch(/^[0-9a-f]{64}$/);
+    expect(bootKey(other.sandboxId)).toBe(bootKey(id));
+    const direct = await fetch(`http://${envdAddress(server, id)}:${ENVD_PORT}/init`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        'x-aenv-init-key': bootKey(id)!,
+        'x-access-token': token,
+      },
+      body: JSON.stringify({ envVars: { PWNED: 'yes' } }),
+    });
+    expect(direct.status).toBe(401);
+    expect((await sbx.commands.run('echo -n "[$PWNED]"')).stdout).toBe('[]');
+    await other.kill();
+
+    // Pause with memory and resume; then kill.
+    const bg = await sbx.commands.run('sleep 600', { background: true, timeoutMs: 0 });
+    await sbx.pause();
+    const resumed = await Sandbox.connect(id);
+    expect((await resumed.commands.list()).map((p) => p.pid)).toContain(bg.pid);
+    expect(await resumed.files.read('/home/user/mine.txt')).toBe('one');
+    await resumed.kill();
+    expect(hostObjects(server).runcContainers).not.toContain(id);
+  });
+
+  it('a restart drops the captures and makes them again', async () => {
+    const [old] = dirEntries(capturesDir(server));
+    expect(old).toBeDefined();
+    await server.crash();
+    server = await server.restart();
+    useSdk(server);
+    await eventually(
+      async () => (await startCaptureMetrics(server)).ready === 1,
+      "the base template's start capture after a restart",
+      600,
+      100,
+    );
+    const now = dirEntries(capturesDir(server));
+    expect(now).toHaveLength(1);
+    expect(now).not.toContain(old);
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 });
+    expect((await sbx.commands.run('echo ok')).stdout).toBe('ok\n');
+    expect((await startCaptureMetrics(server)).restored).toBe(1);
+    await sbx.kill();
+  });
+
+  it('a capture whose restore fails is dropped: that create boots on its disk, later ones boot', async () => {
+    const [seed] = dirEntries(capturesDir(server));
+    // Damaged on the host (a full disk, an operator): CRIU cannot read the checkpoint.
+    rmSync(join(capturesDir(server), seed!, 'memory', 'inventory.img'));
+    const before = await startCaptureMetrics(server);
+    const sbx = await Sandbox.create({ timeoutMs: 120_000, envs: { AFTER: 'boot' } });
+    expect((await sbx.commands.run('echo $AFTER; hostname')).stdout).toBe(`boot\n${sbx.sandboxId}\n`);
+    expect(await startCaptureMetrics(server)).toMatchObject({
+      ready: 0,
+      booted: before.booted + 1,
+      restored: before.restored,
+    });
+    await eventually(() => dirEntries(capturesDir(server)).length === 0, 'the dropped capture to be removed');
+    const next = await server.api('POST', '/v2/sandboxes', { templateID: 'base', timeout: 60 });
+    expect(next.status).toBe(201);
+    expect(phaseNames(timingOf(next.headers))).toContain('rt-runc');
+    await sbx.kill();
+    expect((await server.api('DELETE', `/sandboxes/${next.body.sandboxID}`)).status).toBe(204);
+  });
+});
+
+describe('start captures off', () => {
+  let server: TestServer;
+  beforeAll(async () => {
+    server = await startServer({ name: 'startc0', startCaptures: false });
+    useSdk(server);
+  });
+  afterAll(async () => {
+    if (server) expect(await server.stop()).toBe(0);
+  });
+
+  it('boots every create and captures nothing', async () => {
+    for (let i = 0; i < 2; i++) {
+      const made = await server.api('POST', '/v2/sandboxes', { templateID: 'base', timeout: 60 });
+      expect(made.status).toBe(201);
+      expect(phaseNames(timingOf(made.headers))).toContain('rt-runc');
+      expect((await server.api('DELETE', `/sandboxes/${made.body.sandboxID}`)).status).toBe(204);
+    }
+    expect(dirEntries(capturesDir(server))).toEqual([]);
+    expect(await (await fetch(`${server.url}/metrics`)).text()).not.toMatch(/^aenv_start_captures/m);
+  });
+});
