@@ -7,6 +7,7 @@ import {
   DISK_NODE,
   EAGER_NODE,
   LAZY_NODE,
+  START_NODE,
   WARM_NODE,
   removeNode,
   startNode,
@@ -45,7 +46,7 @@ export function createContext(opts, report, log) {
   let lab = null;
   /**
    * @param {string} name @param {string} toml @param {number} [warm]
-   * @param {{runtime?: string[], pool?: Record<string, number>}} [extra]
+   * @param {{runtime?: string[], pool?: Record<string, number>, startCaptures?: boolean}} [extra]
    */
   const node = (name, toml, warm = 0, extra = {}) => {
     if (!started.has(name)) {
@@ -71,6 +72,8 @@ export function createContext(opts, report, log) {
       node(WARM_NODE, `[limits]\nmax_concurrent_creates = ${BURST_CREATES}\n`, 2, {
         pool: { low_watermark: 2, high_watermark: 64 },
       }),
+    /** Node without the warm pool whose creates restore the base template's start capture (the default). */
+    startNode: () => node(START_NODE, '', 0, { startCaptures: true }),
     /** The raw twins' lab, set up from a live `base` sandbox's OCI config and overlay layers. */
     rawLab() {
       lab ??= (async () => {

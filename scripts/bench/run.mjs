@@ -43,8 +43,17 @@ if (process.getuid?.() !== 0) {
 }
 
 // Loaded after the cheap checks: these pull in tsx, the harness and the product modules.
-const { DISK_NODE, EAGER_NODE, LAZY_NODE, MAIN_NODE, WARM_NODE, isEmpty, nodeLeftovers, removeNode } =
-  await import('./lib/nodes.mjs');
+const {
+  DISK_NODE,
+  EAGER_NODE,
+  LAZY_NODE,
+  MAIN_NODE,
+  START_NODE,
+  WARM_NODE,
+  isEmpty,
+  nodeLeftovers,
+  removeNode,
+} = await import('./lib/nodes.mjs');
 const { rawLeftovers, removeRawLeftovers } = await import('./lib/raw.mjs');
 const { run } = await import('./lib/product.mjs');
 
@@ -53,6 +62,7 @@ async function leftovers() {
     [MAIN_NODE]: await nodeLeftovers(MAIN_NODE),
     [DISK_NODE]: await nodeLeftovers(DISK_NODE),
     [WARM_NODE]: await nodeLeftovers(WARM_NODE),
+    [START_NODE]: await nodeLeftovers(START_NODE),
     [EAGER_NODE]: await nodeLeftovers(EAGER_NODE),
     [LAZY_NODE]: await nodeLeftovers(LAZY_NODE),
     raw: await rawLeftovers(),
@@ -72,6 +82,7 @@ if (opts.cleanup) {
   await removeNode(MAIN_NODE);
   await removeNode(DISK_NODE);
   await removeNode(WARM_NODE);
+  await removeNode(START_NODE);
   await removeNode(EAGER_NODE);
   await removeNode(LAZY_NODE);
   await removeRawLeftovers();

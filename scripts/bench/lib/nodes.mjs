@@ -13,6 +13,8 @@ export const MAIN_NODE = 'bench';
 export const DISK_NODE = 'bdisk';
 /** A node with the warm sandbox pool on (the product default): creates take a pre-started sandbox. */
 export const WARM_NODE = 'bwarm';
+/** A node without the warm pool whose creates restore the base template's start capture (the product default). */
+export const START_NODE = 'bstart';
 /** The resume suite's nodes: like DISK_NODE with 2 GiB sandboxes; the second restores lazily. */
 export const EAGER_NODE = 'breag';
 export const LAZY_NODE = 'blazy';
@@ -52,11 +54,11 @@ async function assertCidrsFree(name) {
 /**
  * Starts a node; `toml` is appended to the harness config; `warm` = `[pool].warm_sandboxes` (default 0);
  * `extra.runtime` = lines for the harness's own `[runtime]` table, `extra.pool` = other `[pool]` keys over the
- * harness's.
+ * harness's, `extra.startCaptures` = `[pool].start_captures` (the harness's default: off).
  * @param {string} name
  * @param {string} [toml]
  * @param {number} [warm]
- * @param {{runtime?: string[], pool?: Record<string, number>}} [extra]
+ * @param {{runtime?: string[], pool?: Record<string, number>, startCaptures?: boolean}} [extra]
  */
 export async function startNode(name, toml = '', warm = 0, extra = {}) {
   await assertCidrsFree(name);
@@ -66,6 +68,7 @@ export async function startNode(name, toml = '', warm = 0, extra = {}) {
     warm,
     ...(extra.runtime ? { runtime: extra.runtime } : {}),
     ...(extra.pool ? { pool: extra.pool } : {}),
+    ...(extra.startCaptures !== undefined ? { startCaptures: extra.startCaptures } : {}),
   });
   nameOrigin(server.url, name);
   return {
