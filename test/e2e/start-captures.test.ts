@@ -44,6 +44,9 @@ function envdAddress(server: TestServer, id: string): string {
 }
 
 const capturesDir = (server: TestServer) => join(storeDir(server), 'start-captures');
+/** Copies of a saved disk the runtime keeps ready (`.spare-copy-*` beside the sandbox dirs). */
+const diskCopies = (server: TestServer) =>
+  dirEntries(join(server.home, 'sandboxes')).filter((e) => e.startsWith('.spare-copy-'));
 const seedContainers = (server: TestServer) =>
   hostObjects(server).runcContainers.filter((c) => c.startsWith('seed-'));
 const timingOf = (headers: Headers) => headers.get('server-timing') ?? '';
@@ -68,21 +71,26 @@ describe('start captures', () => {
     if (!server) return;
     expect(await strayHostObjects(server)).toEqual([]);
     expect(await server.stop()).toBe(0);
-    // Shutdown removes the captures (and no seed is left running).
+    // Shutdown removes the captures and the copies of their disks (and no seed is left running).
     expect(dirEntries(capturesDir(server))).toEqual([]);
+    expect(diskCopies(server)).toEqual([]);
     expect(seedContainers(server)).toEqual([]);
   });
 
-  it('holds one checkpoint and disk of a seed that is gone', () => {
+  it('holds one checkpoint and disk of a seed that is gone, and two copies of the disk ready', async () => {
     const [seed, ...more] = dirEntries(capturesDir(server));
     expect(more).toEqual([]);
     expect(seed).toMatch(/^seed-/);
     expect(dirEntries(join(capturesDir(server), seed!)).sort()).toEqual(['disk', 'memory']);
     expect(seedContainers(server)).toEqual([]);
+    await eventually(() => diskCopies(server).length === 2, 'two copies of the start capture disk');
+    // A copy holds the seed's disk (its upper dir), nothing else of the seed's sandbox dir.
+    expect(dirEntries(join(server.home, 'sandboxes', diskCopies(server)[0]!))).toEqual(['upper']);
   });
 
   it('restores it for a create: the sandbox is its own (name, env, token, uid range) and works', async () => {
     const before = await startCaptureMetrics(server);
+    const copiesBefore = diskCopies(server);
     const made = await server.api('POST', '/v2/sandboxes', {
       templateID: 'base',
       timeout: 120,
@@ -96,6 +104,9 @@ describe('start captures', () => {
     // A restore (CRIU), not a boot (runc run) and no wait for a fresh envd to start.
     expect(phases).toContain('rt-criu');
     expect(phases).not.toContain('rt-runc');
+    // It started on a ready copy of the disk; the copy is made again once the restore is done.
+    expect(copiesBefore.filter((c) => !diskCopies(server).includes(c))).toHaveLength(1);
+    await eventually(() => diskCopies(server).length === 2, 'the copies to be refilled');
     expect(await startCaptureMetrics(server)).toMatchObject({
       restored: before.restored + 1,
       booted: before.booted,
@@ -166,6 +177,8 @@ describe('start captures', () => {
   it('a restart drops the captures and makes them again', async () => {
     const [old] = dirEntries(capturesDir(server));
     expect(old).toBeDefined();
+    const oldCopies = diskCopies(server);
+    expect(oldCopies).toHaveLength(2);
     await server.crash();
     server = await server.restart();
     useSdk(server);
@@ -178,6 +191,7 @@ describe('start captures', () => {
     const now = dirEntries(capturesDir(server));
     expect(now).toHaveLength(1);
     expect(now).not.toContain(old);
+    expect(diskCopies(server).filter((c) => oldCopies.includes(c))).toEqual([]);
     const sbx = await Sandbox.create({ timeoutMs: 120_000 });
     expect((await sbx.commands.run('echo ok')).stdout).toBe('ok\n');
     expect((await startCaptureMetrics(server)).restored).toBe(1);
@@ -197,6 +211,7 @@ describe('start captures', () => {
       restored: before.restored,
     });
     await eventually(() => dirEntries(capturesDir(server)).length === 0, 'the dropped capture to be removed');
+    expect(diskCopies(server)).toEqual([]);
     const next = await server.api('POST', '/v2/sandboxes', { templateID: 'base', timeout: 60 });
     expect(next.status).toBe(201);
     expect(phaseNames(timingOf(next.headers))).toContain('rt-runc');

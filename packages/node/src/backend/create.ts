@@ -53,6 +53,8 @@ function imageBoot(source: LaunchSource, resources: BootSpec['resources']): Boot
 
 /** Templates with a start capture on this node at once (each holds a checkpoint and a disk). */
 const START_CAPTURE_TEMPLATES = 4;
+/** Copies of a start capture's disk kept ready (a burst beyond them copies the disk itself). */
+const START_CAPTURE_DISK_COPIES = 2;
 
 export class SandboxCreation {
   private readonly warm: WarmPool<BootSpec, AssembledSandbox>;
@@ -82,6 +84,7 @@ export class SandboxCreation {
           make: (spec) => this.makeStartCapture(spec),
           discard: async (c) => {
             ctx.o.images.releaseLease(startCaptureLease(c.seedId));
+            await ctx.o.runtime.dropDiskCopies(join(c.dir, 'disk'));
             await ctx.dirs.discardWorkDir(c.dir);
           },
           onError: (key, err) =>
@@ -250,6 +253,8 @@ export class SandboxCreation {
     } finally {
       await ctx.factory.disassemble(seed);
     }
+    // Each restore starts on a copy of the seed's disk, made ahead of time.
+    ctx.o.runtime.keepDiskCopies(join(dir, 'disk'), START_CAPTURE_DISK_COPIES);
     ctx.log.info(
       { template: spec.templateId, seed: seed.containerId },
       'made a start capture: cold creates of this template restore it',

@@ -257,6 +257,13 @@ export interface RuntimeDriver {
   /** Removes a saved disk (it may need more than `rm`). Idempotent. */
   removeDisk(disk: DiskRef): Promise<void>;
   /**
+   * Keeps `count` copies of a saved disk that many sandboxes start on made ahead of time, so a `restore` or
+   * `create` on it need not copy it then (`dropDiskCopies` before the disk is removed).
+   */
+  keepDiskCopies(disk: DiskRef, count: number): void;
+  /** Stops keeping copies of `disk` and removes the ready ones. */
+  dropDiskCopies(disk: DiskRef): Promise<void>;
+  /**
    * The directory holding the files of a saved disk, as a disk archive (`DISK_MEDIA_TYPE`) packs them: what
    * the sandbox changed above its image. Filling it in a new `disk` makes a disk `create` can start on.
    */

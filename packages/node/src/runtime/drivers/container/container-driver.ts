@@ -64,6 +64,7 @@ import { assertDriveSources, driveFstabLines, drivePaths, prepareDriveDirs } fro
 import { buildOciConfig, INIT_PATH, sandboxCapabilities, TOOLS_MOUNT_POINT } from './oci-config.js';
 import { Runc, RuncError } from './runc.js';
 import { SpareDirs, Trash } from './spare-dirs.js';
+import { DiskCopies } from './disk-copies.js';
 import type { OciSeccomp, SeccompSource } from './seccomp.js';
 import { loadSeccompProfile } from './seccomp.js';
 import { assertHostPath, assertSandboxId, isSandboxId, validateSpec } from './validate.js';
@@ -301,6 +302,7 @@ export class ContainerDriver implements RuntimeDriver {
   private nofile = 1024;
   private criuVersionValue: string | null = null;
   private spares: SpareDirs | null = null;
+  private copies: DiskCopies | null = null;
   private trash: Trash | null = null;
   readonly idLayout: IdLayout;
   private idmapHelper: string | null = null;
@@ -477,6 +479,12 @@ export class ContainerDriver implements RuntimeDriver {
       log: this.log,
     });
     await this.spares.init();
+    this.copies = new DiskCopies({
+      dir: this.sandboxesDir,
+      make: (source, path) => this.copyDisk(source, path),
+      remove,
+      log: this.log,
+    });
     if (this.opts.criuPath) {
       this.criuVersionValue = await criuVersion(this.opts.criuPath);
       if (!this.criuVersionValue) {
@@ -694,6 +702,7 @@ export class ContainerDriver implements RuntimeDriver {
   /** Waits for background work (spare dirs being made, discarded dirs being removed). */
   async close(): Promise<void> {
     this.hostnameSetter?.close();
+    await this.copies?.close();
     await this.spares?.close();
     await this.trash?.drain();
   }
@@ -1025,10 +1034,10 @@ export class ContainerDriver implements RuntimeDriver {
         const handle = { id: spec.id, pid: await this.readPid(p), sandboxDir: p.dir, upperDir: p.upper };
         await this.assertFiltered(spec.id, handle.pid, 'StartFailed');
         this.limitSoon(spec, p, handle.pid);
-        this.spares?.fill();
+        this.refillDirs(opts.disk);
         return handle;
       } catch (e) {
-        this.spares?.fill();
+        this.refillDirs(opts.disk);
         await this.teardown(spec.id).catch((err) =>
           this.log.warn({ err: describe(err), id: spec.id }, 'cleanup after failed create left something'),
         );
@@ -1041,14 +1050,36 @@ export class ContainerDriver implements RuntimeDriver {
   }
 
   private async cloneDisk(source: string, p: SandboxPaths): Promise<void> {
+    const copy = this.copies?.take(source);
+    if (copy) return rename(copy, p.dir);
+    await this.copyDisk(source, p.dir);
+  }
+
+  /** A sandbox dir at `dir` holding a copy-on-write copy of the saved disk `source`. */
+  private async copyDisk(source: string, dir: string): Promise<void> {
     if (!(await exists(join(source, 'upper')))) {
       throw new RuntimeError('InvalidSpec', `disk source ${source} has no upper/ (not made by captureDisk)`);
     }
-    await this.cow.cloneDir(source, p.dir);
+    await this.cow.cloneDir(source, dir);
     // Only upper/ carries the disk; anything else a snapshot brought along is stale.
-    for (const name of await readdir(p.dir)) {
-      if (name !== 'upper') await rm(join(p.dir, name), { recursive: true, force: true });
+    for (const name of await readdir(dir)) {
+      if (name !== 'upper') await rm(join(dir, name), { recursive: true, force: true });
     }
+  }
+
+  /** After a create, in the background: the spare dirs, or the copies of the disk it started on. */
+  private refillDirs(disk: DiskRef | undefined): void {
+    if (disk === undefined) this.spares?.fill();
+    else this.copies?.refill(disk);
+  }
+
+  keepDiskCopies(disk: DiskRef, count: number): void {
+    assertHostPath('snapshot path', disk);
+    this.copies?.keep(disk, count);
+  }
+
+  async dropDiskCopies(disk: DiskRef): Promise<void> {
+    await this.copies?.drop(disk);
   }
 
   async destroy(id: string): Promise<void> {
@@ -1339,6 +1370,7 @@ export class ContainerDriver implements RuntimeDriver {
         throw new RuntimeError('RestoreFailed', `restore of ${spec.id} failed: ${describe(e)}`, { cause: e });
       } finally {
         if (nsImages) await rm(nsImages, { recursive: true, force: true });
+        if (!inPlace) this.copies?.refill(opts.disk as string);
       }
     });
   }
