@@ -481,7 +481,7 @@ export class ContainerDriver implements RuntimeDriver {
     await this.spares.init();
     this.copies = new DiskCopies({
       dir: this.sandboxesDir,
-      make: (source, path) => this.copyDisk(source, path),
+      make: (source, path) => this.copyDiskAside(source, path),
       remove,
       log: this.log,
     });
@@ -1071,6 +1071,16 @@ export class ContainerDriver implements RuntimeDriver {
   private refillDirs(disk: DiskRef | undefined): void {
     if (disk === undefined) this.spares?.fill();
     else this.copies?.refill(disk);
+  }
+
+  /**
+   * A copy made ahead: like a spare dir, it belongs to the image range (which no sandbox runs as) until a
+   * restore takes it, not to the range the disk was written under (released, and maybe another sandbox's now).
+   */
+  private async copyDiskAside(source: string, dir: string): Promise<void> {
+    await this.copyDisk(source, dir);
+    await chown(dir, 0, imageRange(this.idLayout).hostStart);
+    await chmod(dir, SANDBOX_DIR_MODE);
   }
 
   keepDiskCopies(disk: DiskRef, count: number): void {
