@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { createServer } from 'node:net';
 import { randomInt } from 'node:crypto';
 import { execFileSync } from 'node:child_process';
+import Database from 'better-sqlite3';
 
 export const REPO = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const CLI = join(REPO, 'packages', 'cli', 'dist', 'main.js');
@@ -567,16 +568,33 @@ export async function strayHostObjects(server: TestServer, poolMax = 4): Promise
   return stray;
 }
 
+/** A reader of the node's GET /metrics as it is now: the sum of the samples of the lines `re` matches. */
+export async function metricsNow(server: Pick<TestServer, 'url'>): Promise<(re: RegExp) => number> {
+  const lines = (await (await fetch(`${server.url}/metrics`)).text()).split('\n');
+  return (re) =>
+    lines.filter((l) => re.test(l)).reduce((a, l) => a + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+}
+
+/** The address the node reaches a sandbox's envd at (its stored record's binding), as a local user could. */
+export function envdAddress(server: Pick<TestServer, 'home'>, id: string): string {
+  const db = new Database(join(server.home, 'state.db'), { readonly: true, fileMustExist: true });
+  try {
+    const row = db.prepare('SELECT record FROM sandboxes WHERE id = ?').get(id) as { record: string };
+    return (JSON.parse(row.record) as { runtime: { hostInteractionIp: string } }).runtime.hostInteractionIp;
+  } finally {
+    db.close();
+  }
+}
+
 /** Pre-started sandboxes (ready or booting, or only those in `state`) of the node's warm pool, from its GET /metrics. */
 export async function warmPoolSandboxes(
   server: Pick<TestServer, 'url'>,
   state?: 'ready' | 'booting',
 ): Promise<number> {
-  const text = await (await fetch(`${server.url}/metrics`)).text();
-  return text
-    .split('\n')
-    .filter((l) => l.startsWith('aenv_warm_pool_sandboxes{') && (!state || l.includes(`state="${state}"`)))
-    .reduce((a, l) => a + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+  const sum = await metricsNow(server);
+  return sum(
+    state ? new RegExp(`^aenv_warm_pool_sandboxes\\{.*state="${state}"`) : /^aenv_warm_pool_sandboxes\{/,
+  );
 }
 
 async function strayHostObjectsNow(server: TestServer, poolMax: number): Promise<string[]> {

@@ -1,14 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox } from 'e2b';
-import Database from 'better-sqlite3';
-import { readFileSync, rmSync } from 'node:fs';
+import { readFileSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import {
   ENVD_PORT,
   dirEntries,
+  envdAddress,
   envdPids,
   eventually,
   hostObjects,
+  metricsNow,
   proxyFetch,
   startServer,
   storeDir,
@@ -19,28 +20,12 @@ import {
 
 /** `aenv_start_captures` and `aenv_start_capture_creates_total` of the node, summed over templates. */
 async function startCaptureMetrics(server: TestServer) {
-  const text = await (await fetch(`${server.url}/metrics`)).text();
-  const sum = (re: RegExp) =>
-    text
-      .split('\n')
-      .filter((l) => re.test(l))
-      .reduce((a, l) => a + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+  const sum = await metricsNow(server);
   return {
     ready: sum(/^aenv_start_captures\{/),
     restored: sum(/^aenv_start_capture_creates_total\{.*result="restored"/),
     booted: sum(/^aenv_start_capture_creates_total\{.*result="booted"/),
   };
-}
-
-/** The address the node reaches the sandbox's envd at (its record's binding). */
-function envdAddress(server: TestServer, id: string): string {
-  const db = new Database(join(server.home, 'state.db'), { readonly: true, fileMustExist: true });
-  try {
-    const row = db.prepare('SELECT record FROM sandboxes WHERE id = ?').get(id) as { record: string };
-    return (JSON.parse(row.record) as { runtime: { hostInteractionIp: string } }).runtime.hostInteractionIp;
-  } finally {
-    db.close();
-  }
 }
 
 const capturesDir = (server: TestServer) => join(storeDir(server), 'start-captures');
@@ -51,6 +36,14 @@ const seedContainers = (server: TestServer) =>
   hostObjects(server).runcContainers.filter((c) => c.startsWith('seed-'));
 const timingOf = (headers: Headers) => headers.get('server-timing') ?? '';
 const phaseNames = (timing: string) => timing.split(/,\s*/).map((p) => p.split(';')[0]);
+
+/** Creates a `base` sandbox with the API and kills it: whether the node booted it (`runc run`). */
+async function bootedOnCreate(server: TestServer): Promise<boolean> {
+  const made = await server.api('POST', '/v2/sandboxes', { templateID: 'base', timeout: 60 });
+  expect(made.status).toBe(201);
+  expect((await server.api('DELETE', `/sandboxes/${made.body.sandboxID}`)).status).toBe(204);
+  return phaseNames(timingOf(made.headers)).includes('rt-runc');
+}
 
 /** The SDK's create for a template whose start capture was made: a restore of it, not a boot. */
 describe('start captures', () => {
@@ -85,7 +78,21 @@ describe('start captures', () => {
     expect(seedContainers(server)).toEqual([]);
     await eventually(() => diskCopies(server).length === 2, 'two copies of the start capture disk');
     // A copy holds the seed's disk (its upper dir), nothing else of the seed's sandbox dir.
-    expect(dirEntries(join(server.home, 'sandboxes', diskCopies(server)[0]!))).toEqual(['upper']);
+    const sandboxes = join(server.home, 'sandboxes');
+    expect(dirEntries(join(sandboxes, diskCopies(server)[0]!))).toEqual(['upper']);
+    // Like a spare dir, it belongs to the image range until a restore takes it: not to the seed's range, which
+    // another sandbox may hold by now.
+    const spare = dirEntries(sandboxes).find((e) => /^\.spare-[0-9a-f]+$/.test(e));
+    expect(spare).toBeDefined();
+    const imageGid = statSync(join(sandboxes, spare!)).gid;
+    for (const c of diskCopies(server)) {
+      const st = statSync(join(sandboxes, c));
+      expect({ uid: st.uid, gid: st.gid, mode: st.mode & 0o777 }).toEqual({
+        uid: 0,
+        gid: imageGid,
+        mode: 0o710,
+      });
+    }
   });
 
   it('restores it for a create: the sandbox is its own (name, env, token, uid range) and works', async () => {
@@ -212,11 +219,8 @@ describe('start captures', () => {
     });
     await eventually(() => dirEntries(capturesDir(server)).length === 0, 'the dropped capture to be removed');
     expect(diskCopies(server)).toEqual([]);
-    const next = await server.api('POST', '/v2/sandboxes', { templateID: 'base', timeout: 60 });
-    expect(next.status).toBe(201);
-    expect(phaseNames(timingOf(next.headers))).toContain('rt-runc');
+    expect(await bootedOnCreate(server)).toBe(true);
     await sbx.kill();
-    expect((await server.api('DELETE', `/sandboxes/${next.body.sandboxID}`)).status).toBe(204);
   });
 });
 
@@ -232,10 +236,7 @@ describe('start captures off', () => {
 
   it('boots every create and captures nothing', async () => {
     for (let i = 0; i < 2; i++) {
-      const made = await server.api('POST', '/v2/sandboxes', { templateID: 'base', timeout: 60 });
-      expect(made.status).toBe(201);
-      expect(phaseNames(timingOf(made.headers))).toContain('rt-runc');
-      expect((await server.api('DELETE', `/sandboxes/${made.body.sandboxID}`)).status).toBe(204);
+      expect(await bootedOnCreate(server)).toBe(true);
     }
     expect(dirEntries(capturesDir(server))).toEqual([]);
     expect(await (await fetch(`${server.url}/metrics`)).text()).not.toMatch(/^aenv_start_captures/m);

@@ -1,6 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox } from 'e2b';
-import { NO_HOST_OBJECTS, eventually, hostObjects, startServer, useSdk, type TestServer } from './harness.js';
+import {
+  NO_HOST_OBJECTS,
+  eventually,
+  hostObjects,
+  metricsNow,
+  startServer,
+  useSdk,
+  type TestServer,
+} from './harness.js';
 
 const HIGH = 32;
 const BURST = 20;
@@ -16,12 +24,7 @@ interface PoolMetrics {
 }
 
 async function poolMetrics(server: TestServer): Promise<PoolMetrics> {
-  const text = await (await fetch(`${server.url}/metrics`)).text();
-  const sum = (re: RegExp) =>
-    text
-      .split('\n')
-      .filter((l) => re.test(l))
-      .reduce((a, l) => a + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+  const sum = await metricsNow(server);
   return {
     ready: sum(/^aenv_warm_pool_sandboxes\{.*state="ready"/),
     booting: sum(/^aenv_warm_pool_sandboxes\{.*state="booting"/),

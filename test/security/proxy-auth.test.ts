@@ -4,12 +4,12 @@
 // wants the node's init key), signed URLs are capped, and the platform API key never reaches sandbox code.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox } from 'e2b';
 import {
   ENVD_PORT,
   REPO,
+  envdAddress as envdAddressOf,
   eventually,
   proxyFetch,
   startServer,
@@ -49,15 +49,8 @@ describe('proxy tokens and platform credentials', () => {
   };
   const state = async (id: string) => (await server.api('GET', `/sandboxes/${id}`)).body.state as string;
   /** The sandbox's host-interaction address, where the node itself talks to envd (docs/networking.md). */
-  const envdAddress = (id: string): string => {
-    const db = new Database(join(server.home, 'state.db'), { readonly: true, fileMustExist: true });
-    try {
-      const row = db.prepare('SELECT record FROM sandboxes WHERE id = ?').get(id) as { record: string };
-      return (JSON.parse(row.record) as { runtime: { hostInteractionIp: string } }).runtime.hostInteractionIp;
-    } finally {
-      db.close();
-    }
-  };
+  const envdAddress = (id: string): string => envdAddressOf(server, id);
+
   const envdRoute = (id: string) => [`e2b-sandbox-id: ${id}`, `e2b-sandbox-port: ${ENVD_PORT}`];
 
   beforeAll(async () => {
