@@ -55,6 +55,8 @@ function imageBoot(source: LaunchSource, resources: BootSpec['resources']): Boot
 const START_CAPTURE_TEMPLATES = 4;
 /** Copies of a start capture's disk kept ready (a burst beyond them copies the disk itself). */
 const START_CAPTURE_DISK_COPIES = 2;
+/** Captures made of a template before its cold creates give up on one and boot. */
+const START_CAPTURE_ATTEMPTS = 3;
 
 export class SandboxCreation {
   private readonly warm: WarmPool<BootSpec, AssembledSandbox>;
@@ -234,8 +236,35 @@ export class SandboxCreation {
     return { binding: bindingOf(launched), backend: ctx.records.encodeState(launched.state) };
   }
 
-  /** Boots a seed sandbox of `spec`, warms it up and checkpoints it with its disk; the seed is removed again. */
+  /**
+   * Makes the start capture of `spec`, trying again when one does not restore: a checkpoint taken while envd
+   * still held a file of its warm-up open (closed a moment later) restores nowhere, whatever caused it.
+   */
   private async makeStartCapture(spec: BootSpec): Promise<StartCapture<BackendState>> {
+    for (let attempt = 1; ; attempt++) {
+      const capture = await this.checkpointSeed(spec);
+      const fault = await this.probeRestore(spec, capture);
+      if (!fault) {
+        // Each restore starts on a copy of the seed's disk, made ahead of time.
+        this.ctx.o.runtime.keepDiskCopies(join(capture.dir, 'disk'), START_CAPTURE_DISK_COPIES);
+        this.ctx.log.info(
+          { template: spec.templateId, seed: capture.seedId, attempt },
+          'made a start capture: cold creates of this template restore it',
+        );
+        return capture;
+      }
+      this.ctx.o.images.releaseLease(startCaptureLease(capture.seedId));
+      await this.ctx.dirs.discardWorkDir(capture.dir);
+      if (attempt >= START_CAPTURE_ATTEMPTS) throw fault;
+      this.ctx.log.warn(
+        { template: spec.templateId, seed: capture.seedId, err: fault },
+        'a start capture did not restore: making it again',
+      );
+    }
+  }
+
+  /** Boots a seed sandbox of `spec`, warms it up and checkpoints it with its disk; the seed is removed again. */
+  private async checkpointSeed(spec: BootSpec): Promise<StartCapture<BackendState>> {
     const ctx = this.ctx;
     const seed = await this.boot(`seed-${randomUUID()}`, spec, null);
     const dir = join(ctx.dirs.root, 'start-captures', seed.containerId);
@@ -253,13 +282,31 @@ export class SandboxCreation {
     } finally {
       await ctx.factory.disassemble(seed);
     }
-    // Each restore starts on a copy of the seed's disk, made ahead of time.
-    ctx.o.runtime.keepDiskCopies(join(dir, 'disk'), START_CAPTURE_DISK_COPIES);
-    ctx.log.info(
-      { template: spec.templateId, seed: seed.containerId },
-      'made a start capture: cold creates of this template restore it',
-    );
     return { seedId: seed.containerId, state: seed.state, dir };
+  }
+
+  /** Restores `capture` once into a throwaway sandbox (no egress, no /init): undefined when it came back. */
+  private async probeRestore(
+    spec: BootSpec,
+    capture: StartCapture<BackendState>,
+  ): Promise<Error | undefined> {
+    const ctx = this.ctx;
+    try {
+      const probe = await ctx.factory.assemble({
+        containerId: `seed-probe-${randomUUID()}`,
+        templateId: spec.templateId,
+        resources: spec.resources,
+        state: { ...capture.state },
+        policy: null,
+        from: { disk: join(capture.dir, 'disk'), memory: join(capture.dir, 'memory') },
+      });
+      await ctx.factory.disassemble(probe);
+      return probe.restored
+        ? undefined
+        : new Error('its memory did not come back (the probe booted instead)');
+    } catch (err) {
+      return err instanceof Error ? err : new Error(String(err));
+    }
   }
 
   /**
