@@ -224,6 +224,38 @@ describe('start captures', () => {
   });
 });
 
+describe('a start capture that never restores', () => {
+  let server: TestServer;
+  beforeAll(async () => {
+    // Every probe restore of a fresh capture is made to fail (as for a checkpoint taken with a file open).
+    server = await startServer({
+      name: 'startcf',
+      startCaptures: true,
+      env: { AENV_FAULT_FAIL_AFTER: 'start-capture-probe' },
+    });
+    useSdk(server);
+  });
+  afterAll(async () => {
+    if (server) expect(await server.stop()).toBe(0);
+  });
+
+  it('is made again twice, then given up: creates boot, and nothing of the attempts is left', async () => {
+    await eventually(
+      () => server.logs().includes('no start capture of this template on this node'),
+      'the node to give up on the capture',
+      600,
+      100,
+    );
+    expect(server.logs().split('a start capture did not restore: making it again').length - 1).toBe(2);
+    expect((await startCaptureMetrics(server)).ready).toBe(0);
+    expect(dirEntries(capturesDir(server))).toEqual([]);
+    expect(diskCopies(server)).toEqual([]);
+    expect(seedContainers(server)).toEqual([]);
+    expect(await bootedOnCreate(server)).toBe(true);
+    expect(await strayHostObjects(server)).toEqual([]);
+  });
+});
+
 describe('start captures off', () => {
   let server: TestServer;
   beforeAll(async () => {

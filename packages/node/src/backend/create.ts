@@ -29,6 +29,7 @@ import { warmUpEnvd } from './warm-up.js';
 import { StartCaptures, type StartCapture } from './start-captures.js';
 import { StartCaptureMetrics } from './start-capture-metrics.js';
 import { phase } from '../util/phases.js';
+import { failurePoint } from '../util/crash-point.js';
 import { allOrFirstError } from '../util/settle.js';
 
 /** What a template boots from (image-based templates; captures restore instead). */
@@ -301,6 +302,7 @@ export class SandboxCreation {
         from: { disk: join(capture.dir, 'disk'), memory: join(capture.dir, 'memory') },
       });
       await ctx.factory.disassemble(probe);
+      failurePoint('start-capture-probe');
       return probe.restored
         ? undefined
         : new Error('its memory did not come back (the probe booted instead)');
