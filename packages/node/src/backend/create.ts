@@ -238,8 +238,8 @@ export class SandboxCreation {
   }
 
   /**
-   * Makes the start capture of `spec`, trying again when one does not restore: a checkpoint taken while envd
-   * still held a file of its warm-up open (closed a moment later) restores nowhere, whatever caused it.
+   * Makes the start capture of `spec`, trying again when one does not restore: a capture that restores nowhere,
+   * whatever the cause, must not be what creates use (warm-up.ts says why its file read cannot be one).
    */
   private async makeStartCapture(spec: BootSpec): Promise<StartCapture<BackendState>> {
     for (let attempt = 1; ; attempt++) {

@@ -51,7 +51,11 @@ export class SandboxPausing {
       try {
         if (!opts.memory) throw new Error('a filesystem-only pause was asked for (memory: false)');
         await phase('checkpoint', () =>
-          o.runtime.checkpoint(cid, join(dir, 'memory'), { leaveRunning: true, diskDest: join(dir, 'disk') }),
+          o.runtime.checkpoint(cid, join(dir, 'memory'), {
+            leaveRunning: true,
+            diskDest: join(dir, 'disk'),
+            writeBack: true,
+          }),
         );
       } catch (err) {
         // The driver could not checkpoint this workload: keep the disk, and say the processes will restart on resume.

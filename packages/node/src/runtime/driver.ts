@@ -154,6 +154,11 @@ export interface CheckpointOptions {
    * directory, as `captureDisk` would. Needed for a consistent fork of a running sandbox.
    */
   diskDest?: string;
+  /**
+   * The caller syncs the images as soon as this returns (a durable pause): start their write-back while they
+   * are written, so that sync has little left to do. Drivers without a way to do so ignore it.
+   */
+  writeBack?: boolean;
 }
 
 export interface CheckpointResult {

@@ -836,9 +836,10 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       );
       const pidsBefore = (await execInSandbox(h.upperDir, 'pidof nc')).output;
       const images = join(driver.captureRoot, `ckpt-${s.id}`);
-      // The pause flow: CPU is released at once by the freezer, then the dump.
+      // The pause flow: CPU is released at once by the freezer, then the dump, its images written back as
+      // they are written.
       await driver.freeze(s.id);
-      const ck = await driver.checkpoint(s.id, images);
+      const ck = await driver.checkpoint(s.id, images, { writeBack: true });
       expect(ck.imageBytes).toBeGreaterThan(0);
       const stopped = await readCounter(h.upperDir);
       // Processes, cgroups, runc state and the mounts (its own namespace's) are gone; the disk stays.

@@ -57,6 +57,7 @@ import {
   SUBID_FILES,
 } from './id-ranges.js';
 import { buildIdmapHelper, idmappedMountArgv, shiftOwnership } from './idmap-helper.js';
+import { buildWriteBackHelper, startWriteBack, type WriteBack } from './write-back.js';
 import { KeyedMutex } from '../../../util/keyed-mutex.js';
 import { mountsUnder, readMounts } from './mountinfo.js';
 import { mountSandbox, sandboxFstab, unmountTree } from './mounts.js';
@@ -306,6 +307,8 @@ export class ContainerDriver implements RuntimeDriver {
   private trash: Trash | null = null;
   readonly idLayout: IdLayout;
   private idmapHelper: string | null = null;
+  /** null: it could not be built (durable checkpoints are then synced whole). */
+  private writeBackHelper: string | null = null;
   private hostnameSetter: HostnameSetter | undefined;
   /** Restores of checkpoints with more page bytes than this are lazy; 0: none (off, or the host cannot). */
   private lazyMinBytes = 0;
@@ -457,6 +460,12 @@ export class ContainerDriver implements RuntimeDriver {
     await assertNoSubidCollision(this.idLayout, this.opts.subidFiles ?? SUBID_FILES);
     this.idmapHelper = await buildIdmapHelper(join(this.opts.runtimePath, 'native'));
     this.cow.useHelper(this.idmapHelper);
+    this.writeBackHelper = await buildWriteBackHelper(join(this.opts.runtimePath, 'native')).catch(
+      (e: unknown) => {
+        this.log.warn({ err: describe(e) }, 'durable pauses will sync their images whole');
+        return null;
+      },
+    );
     if (this.opts.nodePidsLimit !== undefined) await this.cgroups.limitParentPids(this.opts.nodePidsLimit);
     await mkdir(join(this.opts.runtimePath, 'runc'), { recursive: true, mode: 0o700 });
     await mkdir(join(this.opts.runtimePath, 'criu-work'), { recursive: true, mode: 0o700 });
@@ -465,6 +474,12 @@ export class ContainerDriver implements RuntimeDriver {
     await mkdir(dirname(this.sandboxesDir), { recursive: true, mode: 0o711 });
     await assertSearchable('sandbox dir', dirname(this.sandboxesDir));
     await this.cow.init();
+    if (this.cow.loopDirectIo === 'off') {
+      this.log.warn(
+        { image: this.cow.imagePath },
+        "the CoW volume's loop device refused direct I/O: its blocks are cached twice and syncs are slower",
+      );
+    }
     await this.enforceSandboxDirModes();
     await assertSearchable('sandbox dir', this.sandboxesDir);
     await mkdir(this.captureRoot, { recursive: true, mode: 0o700 });
@@ -1155,6 +1170,17 @@ export class ContainerDriver implements RuntimeDriver {
     }
   }
 
+  /** For a checkpoint its caller syncs at once: its images are written back while CRIU writes them. */
+  private startWriteBack(id: string, imagesDir: string, opts: CheckpointOptions): WriteBack | undefined {
+    if (!opts.writeBack || !this.writeBackHelper) return undefined;
+    return startWriteBack(this.writeBackHelper, imagesDir, (err) =>
+      this.log.warn(
+        { id, err: describe(err) },
+        'write-back of checkpoint images failed; the sync does all of it',
+      ),
+    );
+  }
+
   async checkpoint(id: string, imagesDir: string, opts: CheckpointOptions = {}): Promise<CheckpointResult> {
     assertSandboxId(id);
     assertHostPath('imagesDir', imagesDir);
@@ -1200,9 +1226,14 @@ export class ContainerDriver implements RuntimeDriver {
         : Promise.resolve(undefined);
       for (let attempt = 1; ; attempt++) {
         try {
-          await phase('rt-criu', () =>
-            this.runc.checkpoint(id, netnsPath, imagesDir, work, opts.leaveRunning ?? false, p.runcLog),
-          );
+          const writeBack = this.startWriteBack(id, imagesDir, opts);
+          try {
+            await phase('rt-criu', () =>
+              this.runc.checkpoint(id, netnsPath, imagesDir, work, opts.leaveRunning ?? false, p.runcLog),
+            );
+          } finally {
+            await writeBack?.stop();
+          }
           break;
         } catch (e) {
           const criu = await criuLogErrors(join(work, 'dump.log'));

@@ -67,12 +67,23 @@ describe.skipIf(!IS_ROOT)('CowVolume on this host', () => {
     expect(img.size).toBe(2 * 1024 ** 3);
     expect(img.blocks * 512).toBeLessThan(256 * 1024 ** 2); // sparse
     await writeFile(join(sandboxes, 'marker'), 'kept');
+    // Its loop device reads and writes the image with direct I/O (no second copy in the host's page cache).
+    expect(vol.loopDirectIo).toBe('on');
+    const loop = (await readMounts()).find((m) => m.mountPoint === sandboxes)?.source ?? '';
+    expect(loop).toMatch(/^\/dev\/loop\d+$/);
+    const dio = join('/sys/block', loop.slice('/dev/'.length), 'loop', 'dio');
+    expect((await readFile(dio, 'utf8')).trim()).toBe('1');
 
-    // Second start while mounted (by an older version, without the flags): the flags are put right.
+    // Second start while mounted (by an older version, without the flags or direct I/O): both are put right.
     await run('mount', ['-o', 'remount,bind,suid,dev', sandboxes]);
+    await run('losetup', ['--direct-io=off', loop]);
     expect(await mountOptions(sandboxes)).not.toContain('nosuid');
-    await new CowVolume({ homePath: home, sandboxesDir: sandboxes, mode: 'loop-btrfs', sizeGb: 2 }).init();
+    expect((await readFile(dio, 'utf8')).trim()).toBe('0');
+    const second = new CowVolume({ homePath: home, sandboxesDir: sandboxes, mode: 'loop-btrfs', sizeGb: 2 });
+    await second.init();
     expect(await mountOptions(sandboxes)).toEqual(expect.arrayContaining(['nosuid', 'nodev', 'noatime']));
+    expect(second.loopDirectIo).toBe('on');
+    expect((await readFile(dio, 'utf8')).trim()).toBe('1');
     // After a reboot (unmounted): mounted again, same filesystem, data intact.
     await run('umount', [sandboxes]);
     expect(await isMounted(sandboxes)).toBe(false);
@@ -257,6 +268,7 @@ describe.skipIf(!IS_ROOT)('CowVolume on this host', () => {
     await vol.init();
     // On the host's filesystem, a bind mount of the dir onto itself carries nosuid and nodev.
     expect(await mountOptions(sandboxes)).toEqual(expect.arrayContaining(['nosuid', 'nodev']));
+    expect(vol.loopDirectIo).toBeUndefined(); // no loop device of aenv's
     if (fsType === 'ext2/ext3') expect(vol.kind).toBe('copy');
     const src = join(sandboxes, 'a');
     await vol.createDir(src);

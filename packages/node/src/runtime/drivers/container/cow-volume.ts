@@ -1,4 +1,15 @@
-import { lstat, mkdir, open, readdir, rename, rm, statfs, unlink, writeFile } from 'node:fs/promises';
+import {
+  lstat,
+  mkdir,
+  open,
+  readdir,
+  readFile,
+  rename,
+  rm,
+  statfs,
+  unlink,
+  writeFile,
+} from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { CommandError, run } from '../../../util/exec.js';
 import { RuntimeError } from '../../driver.js';
@@ -103,6 +114,7 @@ async function canReflink(dir: string): Promise<boolean> {
 export class CowVolume {
   private kindValue: CowKind | null = null;
   private limitsValue = false;
+  private loopDirectIoValue: 'on' | 'off' | undefined;
   private qgroupHelper: string | undefined;
 
   constructor(readonly opts: CowVolumeOptions) {}
@@ -132,6 +144,7 @@ export class CowVolume {
    */
   async init(): Promise<void> {
     await this.initVolume();
+    this.loopDirectIoValue = await this.turnOnLoopDirectIo();
     const wanted = this.opts.diskLimits === true;
     if (this.kind === 'btrfs') this.limitsValue = await this.setUpQuotas(wanted);
     else this.limitsValue = wanted && (await xfsWithProjectQuotas(this.opts.sandboxesDir));
@@ -146,6 +159,29 @@ export class CowVolume {
           'Use runtime.cow_volume = "loop-btrfs" (aenv\'s own volume, which enforces them), or set runtime.disk_limits = false to run without',
       );
     }
+  }
+
+  /**
+   * The loop device under aenv's own volume reads and writes its image file with direct I/O: without it every
+   * block the volume writes is cached twice (once as the volume's page, once as the image file's) and a sync
+   * has to push it through both, so a durable pause of 256 MB waited ≈ 150 ms more. Turned on at every start
+   * (a loop device made by `mount -o loop` has it off). 'off': the backing filesystem refused it (tmpfs);
+   * undefined: no loop volume of aenv's.
+   */
+  get loopDirectIo(): 'on' | 'off' | undefined {
+    return this.loopDirectIoValue;
+  }
+
+  private async turnOnLoopDirectIo(): Promise<'on' | 'off' | undefined> {
+    const source = (await readMounts()).find((m) => m.mountPoint === this.opts.sandboxesDir)?.source;
+    const loop = source && /^\/dev\/(loop\d+)$/.exec(source)?.[1];
+    if (!loop) return undefined;
+    const sys = `/sys/block/${loop}/loop`;
+    const backing = await readFile(join(sys, 'backing_file'), 'utf8').catch(() => '');
+    if (backing.trim() !== this.imagePath) return undefined;
+    if ((await readFile(join(sys, 'dio'), 'utf8').catch(() => '0')).trim() === '1') return 'on';
+    const set = await run('losetup', ['--direct-io=on', source], { allowFailure: true });
+    return set.code === 0 && (await readFile(join(sys, 'dio'), 'utf8')).trim() === '1' ? 'on' : 'off';
   }
 
   private async initVolume(): Promise<void> {
