@@ -575,15 +575,30 @@ export async function metricsNow(server: Pick<TestServer, 'url'>): Promise<(re: 
     lines.filter((l) => re.test(l)).reduce((a, l) => a + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
 }
 
-/** The address the node reaches a sandbox's envd at (its stored record's binding), as a local user could. */
-export function envdAddress(server: Pick<TestServer, 'home'>, id: string): string {
+interface StoredRecordView {
+  runtime: { hostInteractionIp: string };
+  backend?: { containerId?: string };
+}
+
+/** A sandbox's record as the node stored it (the fields tests read). */
+function storedRecord(server: Pick<TestServer, 'home'>, id: string): StoredRecordView {
   const db = new Database(join(server.home, 'state.db'), { readonly: true, fileMustExist: true });
   try {
     const row = db.prepare('SELECT record FROM sandboxes WHERE id = ?').get(id) as { record: string };
-    return (JSON.parse(row.record) as { runtime: { hostInteractionIp: string } }).runtime.hostInteractionIp;
+    return JSON.parse(row.record) as StoredRecordView;
   } finally {
     db.close();
   }
+}
+
+/** The address the node reaches a sandbox's envd at (its stored record's binding), as a local user could. */
+export function envdAddress(server: Pick<TestServer, 'home'>, id: string): string {
+  return storedRecord(server, id).runtime.hostInteractionIp;
+}
+
+/** The runtime container a sandbox runs in: its own id, or the pre-started one it was handed (`warm-…`). */
+export function containerIdOf(server: Pick<TestServer, 'home'>, id: string): string {
+  return storedRecord(server, id).backend?.containerId ?? id;
 }
 
 /** Pre-started sandboxes (ready or booting, or only those in `state`) of the node's warm pool, from its GET /metrics. */

@@ -4,6 +4,7 @@ import { readFileSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import {
   ENVD_PORT,
+  containerIdOf,
   dirEntries,
   envdAddress,
   envdPids,
@@ -221,6 +222,102 @@ describe('start captures', () => {
     expect(diskCopies(server)).toEqual([]);
     expect(await bootedOnCreate(server)).toBe(true);
     await sbx.kill();
+  });
+});
+
+/** `aenv_warm_pool_fills_total` by source, and the pool's hits, summed over templates. */
+async function warmPoolFills(server: TestServer) {
+  const sum = await metricsNow(server);
+  return {
+    restored: sum(/^aenv_warm_pool_fills_total\{.*source="start_capture"/),
+    booted: sum(/^aenv_warm_pool_fills_total\{.*source="boot"/),
+    hits: sum(/^aenv_warm_pool_creates_total\{.*result="hit"/),
+    ready: sum(/^aenv_warm_pool_sandboxes\{.*state="ready"/),
+  };
+}
+
+/** The pid of the envd of sandbox `id` (which may run in a pre-started container, `warm-…`). */
+const envdPidOf = (server: TestServer, id: string) => envdPids(containerIdOf(server, id))[0];
+
+/** The id envd was started with: a restored start capture's envd is the seed's (`seed-…`), a booted one its own. */
+const envdBootId = (server: TestServer, id: string) =>
+  /(?:^|\0)E2B_SANDBOX_ID=([^\0]+)/.exec(readFileSync(`/proc/${envdPidOf(server, id)}/environ`, 'utf8'))?.[1];
+
+describe('a warm pool with a start capture', () => {
+  let server: TestServer;
+  beforeAll(async () => {
+    server = await startServer({ name: 'startcw', startCaptures: true, warm: 1 });
+    useSdk(server);
+    await eventually(
+      async () => (await startCaptureMetrics(server)).ready === 1,
+      "the base template's start capture",
+      600,
+      100,
+    );
+  });
+  afterAll(async () => {
+    if (!server) return;
+    expect(await server.stop()).toBe(0);
+    // Shutdown removes the pre-started sandboxes and the capture; nothing of the restores is left.
+    expect(hostObjects(server).runcContainers).toEqual([]);
+    expect(dirEntries(capturesDir(server))).toEqual([]);
+    expect(diskCopies(server)).toEqual([]);
+  });
+
+  it('is refilled by restoring it; a sandbox handed out from it is its own and works', async () => {
+    const made: Sandbox[] = [];
+    let fromCapture: Sandbox | undefined;
+    // The pool's first sandboxes may have booted before the capture was made: take until one was restored.
+    for (let i = 0; i < 6 && !fromCapture; i++) {
+      await eventually(
+        async () => (await warmPoolFills(server)).ready >= 1,
+        'a ready pool sandbox',
+        300,
+        100,
+      );
+      const before = await warmPoolFills(server);
+      const sbx = await Sandbox.create({ timeoutMs: 120_000, envs: { FROM_POOL: String(i) } });
+      made.push(sbx);
+      expect((await warmPoolFills(server)).hits).toBe(before.hits + 1);
+      if (envdBootId(server, sbx.sandboxId)?.startsWith('seed-')) fromCapture = sbx;
+    }
+    expect(fromCapture).toBeDefined();
+    const sbx = fromCapture!;
+    const fills = await warmPoolFills(server);
+    expect(fills.restored).toBeGreaterThan(0);
+    // No restore of it fell back to a boot, and the capture is still there.
+    expect(await startCaptureMetrics(server)).toMatchObject({ ready: 1 });
+
+    const i = made.indexOf(sbx);
+    const r = await sbx.commands.run('hostname; cat /etc/hostname; echo $FROM_POOL; id -un');
+    expect(r.stdout.split('\n')).toEqual([sbx.sandboxId, sbx.sandboxId, String(i), 'user', '']);
+    const pid = envdPidOf(server, sbx.sandboxId);
+    expect(pid).toBeDefined();
+    const state = JSON.parse(readFileSync(`/proc/${pid}/root/run/agentenv/envd.json`, 'utf8'));
+    expect(state).toMatchObject({ sandboxId: sbx.sandboxId, envVars: { FROM_POOL: String(i) } });
+    expect(state.accessToken).toMatch(/./); // a secure sandbox (the SDK's default): /init needs the token too
+    // Neither the seed's boot key nor the pool sandbox's own key opens /init any more: the hand-out set this
+    // sandbox's.
+    const bootKey = /(?:^|\0)AENV_ENVD_INIT_KEY=([^\0]+)/.exec(
+      readFileSync(`/proc/${pid}/environ`, 'utf8'),
+    )?.[1];
+    expect(bootKey).toMatch(/^[0-9a-f]{64}$/);
+    const direct = await fetch(`http://${envdAddress(server, sbx.sandboxId)}:${ENVD_PORT}/init`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        'x-aenv-init-key': bootKey!,
+        'x-access-token': String(state.accessToken),
+      },
+      body: JSON.stringify({ envVars: { PWNED: 'yes' } }),
+    });
+    expect(direct.status).toBe(401);
+    expect((await sbx.commands.run('echo -n "[$PWNED]"')).stdout).toBe('[]');
+    // Its files are its own.
+    await sbx.files.write('/home/user/mine.txt', 'pool');
+    const other = made.find((m) => m !== sbx);
+    if (other) expect(await other.files.exists('/home/user/mine.txt')).toBe(false);
+    for (const m of made) await m.kill();
   });
 });
 

@@ -111,9 +111,18 @@ export class SandboxCreation {
     }
   }
 
-  /** A pre-started sandbox for the pool: booted without a policy, then warmed up (warm-up.ts). */
+  /**
+   * A pre-started sandbox for the pool, without a policy: a restore of the template's start capture when it has
+   * one (its envd is warm already), else booted, then warmed up (warm-up.ts).
+   */
   private async bootWarm(spec: BootSpec): Promise<AssembledSandbox> {
+    const restored = await this.warmFromStartCapture(spec);
+    if (restored) {
+      this.metrics?.onFill(spec.templateId, 'start_capture');
+      return restored;
+    }
     const booted = await this.boot(`warm-${randomUUID()}`, spec, null);
+    this.metrics?.onFill(spec.templateId, 'boot');
     const user = spec.committed.context.user ?? 'root';
     const ok = await warmUpEnvd(booted.slot.hostInteractionIp, this.ctx.o.envdPort, user).then(
       () => true,
@@ -127,6 +136,33 @@ export class SandboxCreation {
     );
     this.metrics?.onWarmUp(spec.templateId, ok);
     return booted;
+  }
+
+  /**
+   * A pool sandbox restored from the start capture of `spec`, or undefined when there is none. Its one /init
+   * while it waits proves the seed's key and sets the container's own, which its hand-out then proves, as a
+   * booted pool sandbox's does. A restore whose memory did not come back (booted on the seed's disk) is
+   * still a fresh sandbox of the template: it is pooled, and the capture dropped.
+   */
+  private async warmFromStartCapture(spec: BootSpec): Promise<AssembledSandbox | undefined> {
+    if (!this.starts || spec.committed.startup) return undefined;
+    const ctx = this.ctx;
+    const containerId = `warm-${randomUUID()}`;
+    return this.starts.use(warmKey(spec), async (capture) => {
+      const assembled = await ctx.factory.assemble({
+        containerId,
+        templateId: spec.templateId,
+        resources: spec.resources,
+        state: { ...capture.state },
+        policy: null,
+        from: { disk: join(capture.dir, 'disk'), memory: join(capture.dir, 'memory') },
+        init: ({ restored }) => ({
+          body: { envVars: {}, initKey: ctx.o.envdInitKey(containerId) },
+          credentials: { initKey: ctx.o.envdInitKey(restored ? capture.seedId : containerId) },
+        }),
+      });
+      return { result: assembled, usable: assembled.restored };
+    });
   }
 
   /** Memory charged to the ready sandboxes' cgroups (one gone meanwhile counts 0). */

@@ -11,6 +11,7 @@ export interface WarmPoolMetricsSource {
 export class WarmPoolMetrics {
   private readonly creates: Counter<'template' | 'result'>;
   private readonly warmUps: Counter<'template' | 'result'>;
+  private readonly fills: Counter<'template' | 'source'>;
 
   constructor(registry: Registry, source: WarmPoolMetricsSource) {
     const registers = [registry];
@@ -24,6 +25,12 @@ export class WarmPoolMetrics {
       name: 'aenv_warm_pool_warm_ups_total',
       help: 'Warm-ups of pre-started sandboxes (a command and a file read through envd) by template and result (ok, failed)',
       labelNames: ['template', 'result'],
+      registers,
+    });
+    this.fills = new Counter({
+      name: 'aenv_warm_pool_fills_total',
+      help: "Pre-started sandboxes made for the warm pool, by template and source (start_capture: restored from the template's start capture, boot: booted and warmed up)",
+      labelNames: ['template', 'source'],
       registers,
     });
     new Gauge({
@@ -61,6 +68,10 @@ export class WarmPoolMetrics {
 
   onCreate(template: string, hit: boolean): void {
     this.creates.inc({ template, result: hit ? 'hit' : 'miss' });
+  }
+
+  onFill(template: string, source: 'start_capture' | 'boot'): void {
+    this.fills.inc({ template, source });
   }
 
   onWarmUp(template: string, ok: boolean): void {
