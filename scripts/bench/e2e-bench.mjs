@@ -65,12 +65,14 @@ export function createContext(opts, report, log) {
     eagerNode: () => node(EAGER_NODE, RESUME_TOML),
     lazyNode: () => node(LAZY_NODE, RESUME_TOML, 0, { runtime: LAZY_RUNTIME }),
     /**
-     * Node with the warm sandbox pool as the product ships it (2 per template, growing with demand up to 64);
-     * creates in progress allowed up to BURST_CREATES, so a burst of that many is not answered 429.
+     * Node with the warm sandbox pool as the product ships it (2 per template, growing with demand up to 64,
+     * refilled from the start capture once it is made); creates in progress allowed up to BURST_CREATES, so a
+     * burst of that many is not answered 429.
      */
     warmNode: () =>
       node(WARM_NODE, `[limits]\nmax_concurrent_creates = ${BURST_CREATES}\n`, 2, {
         pool: { low_watermark: 2, high_watermark: 64 },
+        startCaptures: true,
       }),
     /** Node without the warm pool whose creates restore the base template's start capture (the default). */
     startNode: () => node(START_NODE, '', 0, { startCaptures: true }),
