@@ -99,8 +99,13 @@ function modeViolations(server: TestServer): string[] {
   };
   check(server.home, (m) => octal(m) === '711', 'home');
   check(sandboxes, (m) => octal(m) === '711', 'sandboxes root');
+  // The empty read-only stand-in for masked directories (runtime.md): root's, 0555, and empty.
+  const masked = join(server.home, '.masked-empty');
+  check(masked, (m) => octal(m) === '555', 'masked-dir stand-in');
+  if (readdirSync(masked).length) bad.push(`${masked} is not empty`);
+  if (lstatSync(masked).uid !== 0) bad.push(`${masked} is not root's`);
   walk(server.home, (path) => {
-    if (path === sandboxes || path === join(server.home, 'image-cache')) return 'skip';
+    if (path === sandboxes || path === join(server.home, 'image-cache') || path === masked) return 'skip';
     return 'walk';
   });
   check(join(server.home, 'image-cache'), ownerOnly, 'image cache');

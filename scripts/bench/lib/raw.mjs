@@ -79,7 +79,8 @@ export class RawLab {
     await chmod(RAW_BASE, 0o755);
     await chmod(this.toolsDir, 0o755);
     await mkdir(this.runcRoot, { mode: 0o700 });
-    // The driver's CRIU config, byte for byte (tcp-close, skip-in-flight, file-locks, ghost-limit).
+    // The driver's CRIU options (tcp-close, skip-in-flight, file-locks, ghost-limit), not its masked-dir
+    // external mounts: those are aenv's own saving over a plain runc (docs/runtime.md, "Masked directories").
     await criu.writeCriuConfig(this.criuConfig);
   }
 

@@ -2,6 +2,7 @@ import { mkdirSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { AenvConfig } from '@aenv/config';
+import { MASKED_EMPTY_DIR } from '../runtime/drivers/container/container-driver.js';
 import { enforceNodeDirModes } from '../util/node-modes.js';
 import { lockNodeDirs } from '../util/node-lock.js';
 import type { Logger } from '../util/log.js';
@@ -36,6 +37,7 @@ export async function startNodeHost(
     deps: config.deps_path,
     sandboxes: join(config.home_path, 'sandboxes'),
     contentRoots: [config.image.cache.root_dir, join(config.home_path, 'template-work')],
+    driverOwned: [join(config.home_path, MASKED_EMPTY_DIR)],
   });
   if (changedModes)
     logger.info({ changed: changedModes }, 'made node files private (0700 dirs, owner-only files)');

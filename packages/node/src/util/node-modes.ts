@@ -12,6 +12,8 @@ export interface NodeDirs {
   sandboxes: string;
   /** Trees that hold image or sandbox content (image cache, capture work): made 0700, content left alone. */
   contentRoots: string[];
+  /** Paths below `home` whose modes the runtime driver sets itself (sandbox uids must reach them). */
+  driverOwned?: string[];
 }
 
 function inside(dir: string, p: string): boolean {
@@ -35,7 +37,7 @@ export async function enforceNodeDirModes(d: NodeDirs): Promise<number> {
   const toolsRoot = join(d.deps, 'tools');
   const homeRule = (p: string) => {
     if (p === d.home) return TRAVERSE_ONLY;
-    if (p === d.sandboxes || inside(d.deps, p)) return 'skip';
+    if (p === d.sandboxes || inside(d.deps, p) || d.driverOwned?.includes(p)) return 'skip';
     if (d.contentRoots.some((c) => c === p)) return 'self';
     return 'descend';
   };

@@ -841,6 +841,9 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       await driver.freeze(s.id);
       const ck = await driver.checkpoint(s.id, images, { writeBack: true });
       expect(ck.imageBytes).toBeGreaterThan(0);
+      // CRIU archived the tmpfs mounts /dev and /dev/shm, not the empty ones masking directories (external
+      // mounts: criu.ts, MaskedDirs).
+      expect((await readdir(images)).filter((f) => /^tmpfs-dev-\d+\.tar\.gz\.img$/.test(f))).toHaveLength(2);
       const stopped = await readCounter(h.upperDir);
       // Processes, cgroups, runc state and the mounts (its own namespace's) are gone; the disk stays.
       expect(await leftovers(s.id)).toEqual([`dir ${h.sandboxDir}`]);
@@ -862,6 +865,18 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       expect(nc.split('\n')[0]).toBe(pidsBefore.split('\n')[0]);
       expect(nc).toMatch(/hello/);
       expect(await readFile(`/proc/${r.pid}/status`, 'utf8')).toMatch(/Seccomp:\s+2/);
+      // The masked directories came back masked: the empty read-only dir of the volume in their place.
+      const masks = (await readFile(`/proc/${r.pid}/mountinfo`, 'utf8'))
+        .split('\n')
+        .map((l) => l.split(' '))
+        .filter((f) => f[4] === '/sys/firmware' || f[4] === '/proc/acpi');
+      expect(masks.length).toBeGreaterThan(0);
+      for (const f of masks) {
+        expect(f[3]).toMatch(/\/\.masked-empty$/);
+        expect(f[5]?.split(',')).toContain('ro');
+      }
+      const probe = await execInSandbox(h.upperDir, 'ls -A /sys/firmware; touch /sys/firmware/x 2>&1; true');
+      expect(probe.output).toMatch(/^touch: .*(Read-only file system|Permission denied)/);
       // CRIU made a new user namespace: its limits are set again.
       await driver.diskLimitSet(s.id);
       expect((await execInSandbox(h.upperDir, 'cat /proc/sys/user/max_inotify_instances')).output).toBe(

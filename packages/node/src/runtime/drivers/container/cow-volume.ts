@@ -69,7 +69,7 @@ async function isBtrfs(path: string): Promise<boolean> {
 }
 
 /** The mount holding `path` (the deepest mount point above it). */
-async function mountOf(path: string): Promise<MountEntry> {
+export async function mountOf(path: string): Promise<MountEntry> {
   let best: MountEntry | undefined;
   for (const m of await readMounts()) {
     const prefix = m.mountPoint === '/' ? '/' : `${m.mountPoint}/`;

@@ -4,6 +4,8 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
   CRIU_CONFIG,
+  criuConfig,
+  maskKey,
   CRIU_NO_BREAKPOINTS_ENV,
   criuLogErrors,
   defaultCriuPath,
@@ -28,6 +30,23 @@ describe('criu helpers', () => {
     expect(CRIU_CONFIG).not.toMatch(/network-lock/);
     expect(CRIU_NO_BREAKPOINTS_ENV).toEqual({ CRIU_FAULT: '130' });
     expect(defaultCriuPath('/var/lib/aenv/deps')).toBe('/var/lib/aenv/deps/criu/current/bin/criu');
+  });
+
+  it('declares masked directories external both ways: dump by mount point, restore by key', () => {
+    expect(criuConfig()).toBe(CRIU_CONFIG);
+    expect(criuConfig({ dirs: [], emptyDir: '/e' })).toBe(CRIU_CONFIG);
+    expect(maskKey('/sys/devices/virtual/powercap')).toBe('aenv-mask-sys-devices-virtual-powercap');
+    const lines = criuConfig({ dirs: ['/proc/acpi', '/sys/firmware'], emptyDir: '/v/.masked-empty' }).split(
+      '\n',
+    );
+    expect(lines.slice(0, 4)).toEqual(CRIU_CONFIG.split('\n').slice(0, 4));
+    expect(lines.slice(4)).toEqual([
+      'external mnt[/proc/acpi]:aenv-mask-proc-acpi',
+      'external mnt[aenv-mask-proc-acpi]:/v/.masked-empty',
+      'external mnt[/sys/firmware]:aenv-mask-sys-firmware',
+      'external mnt[aenv-mask-sys-firmware]:/v/.masked-empty',
+      '',
+    ]);
   });
 
   it('extracts the last error lines of a CRIU log', async () => {
