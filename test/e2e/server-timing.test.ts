@@ -1,6 +1,7 @@
 // Lifecycle answers carry their phases as `Server-Timing` (docs/benchmarks.md#phases): what a create, pause,
 // resume, fork and kill spent in each step, from a real node.
 import { describe, expect, it } from 'vitest';
+import { Sandbox } from 'e2b';
 import { parseServerTiming } from '../../packages/node/src/util/phases.js';
 import { describeNode } from './fixture.js';
 
@@ -17,11 +18,12 @@ const SUB_PHASES = new Set([
   'rt-runc',
   'rt-criu',
   'rt-detach',
+  'rt-writeback',
   'restore-wait',
 ]);
 
 describe('Server-Timing on lifecycle answers', () => {
-  const { server } = describeNode({ name: 'timing' });
+  const { server, track } = describeNode({ name: 'timing' });
 
   const phasesOf = (headers: Headers) => {
     const h = headers.get('server-timing');
@@ -88,6 +90,29 @@ describe('Server-Timing on lifecycle answers', () => {
     expect(names(killed.headers)).toEqual(expect.arrayContaining(['destroy', 'discard']));
     // The slot is torn down after the answer (docs/benchmarks.md#phases).
     expect(names(killed.headers)).not.toContain('slot');
+  });
+
+  it("a pause of a sandbox holding 96 MB writes its images back during the dump; an idle one's does not", async () => {
+    const sbx = track(await Sandbox.create({ timeoutMs: 120_000 }));
+    const idle = await server.api('POST', `/sandboxes/${sbx.sandboxId}/pause`);
+    expect(idle.status).toBe(204);
+    expect(names(idle.headers)).not.toContain('rt-writeback');
+    const resumed = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 120_000 });
+    const hold = `import time; b = bytearray(96 << 20); b[::4096] = b'x' * len(b[::4096]); open('/tmp/held', 'w').write('1'); time.sleep(600)`;
+    await resumed.commands.run(`python3 -c "${hold}"`, { background: true, timeoutMs: 0 });
+    await expect
+      .poll(async () => resumed.files.exists('/tmp/held'), { timeout: 30_000, interval: 100 })
+      .toBe(true);
+    const held = await server.api('POST', `/sandboxes/${sbx.sandboxId}/pause`);
+    expect(held.status).toBe(204);
+    const phases = phasesOf(held.headers);
+    expect(phases.map((p) => p.name)).toEqual(expect.arrayContaining(['rt-criu', 'rt-writeback', 'sync']));
+    // Part of the checkpoint step, not time of its own.
+    const at = (n: string) => phases.find((p) => p.name === n)!.ms;
+    expect(at('rt-criu') + at('rt-writeback')).toBeLessThanOrEqual(at('checkpoint') + 1);
+    const again = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 120_000 });
+    // The process holding the memory came through the pause.
+    expect((await again.commands.run('pgrep -x python3')).stdout.trim()).toMatch(/^\d+$/);
   });
 
   it('answers a refused create with the steps it ran (the template lookup) and its total, and a list with none', async () => {

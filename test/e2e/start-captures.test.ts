@@ -17,6 +17,7 @@ import {
   strayHostObjects,
   useSdk,
   type TestServer,
+  type TestServerOptions,
 } from './harness.js';
 
 /** `aenv_start_captures` and `aenv_start_capture_creates_total` of the node, summed over templates. */
@@ -46,20 +47,25 @@ async function bootedOnCreate(server: TestServer): Promise<boolean> {
   return phaseNames(timingOf(made.headers)).includes('rt-runc');
 }
 
+/** A node with start captures on, the SDK pointed at it, once the base template's is made (at startup). */
+async function nodeWithStartCapture(opts: TestServerOptions): Promise<TestServer> {
+  const server = await startServer({ ...opts, startCaptures: true });
+  useSdk(server);
+  await eventually(
+    async () => (await startCaptureMetrics(server)).ready === 1,
+    "the base template's start capture",
+    600,
+    100,
+  );
+  return server;
+}
+
 /** The SDK's create for a template whose start capture was made: a restore of it, not a boot. */
 describe('start captures', () => {
   let server: TestServer;
 
   beforeAll(async () => {
-    server = await startServer({ name: 'startc', startCaptures: true });
-    useSdk(server);
-    // The base template's is made at startup (no create needed).
-    await eventually(
-      async () => (await startCaptureMetrics(server)).ready === 1,
-      "the base template's start capture",
-      600,
-      100,
-    );
+    server = await nodeWithStartCapture({ name: 'startc' });
   });
   afterAll(async () => {
     if (!server) return;
@@ -246,14 +252,7 @@ const envdBootId = (server: TestServer, id: string) =>
 describe('a warm pool with a start capture', () => {
   let server: TestServer;
   beforeAll(async () => {
-    server = await startServer({ name: 'startcw', startCaptures: true, warm: 1 });
-    useSdk(server);
-    await eventually(
-      async () => (await startCaptureMetrics(server)).ready === 1,
-      "the base template's start capture",
-      600,
-      100,
-    );
+    server = await nodeWithStartCapture({ name: 'startcw', warm: 1 });
   });
   afterAll(async () => {
     if (!server) return;

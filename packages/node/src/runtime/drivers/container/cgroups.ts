@@ -285,6 +285,13 @@ export class Cgroups {
     }
   }
 
+  /** Memory charged to the sandbox's cgroup, bytes (one file read; `stats` reads seven). */
+  async memoryUsageBytes(id: string): Promise<number> {
+    return this.v2()
+      ? readNumber(join(this.dir('', id), 'memory.current'))
+      : readNumber(join(this.dir('memory', id), 'memory.usage_in_bytes'));
+  }
+
   /** PIDs of every task in the sandbox's cgroup (empty when the cgroup is gone). */
   async pids(id: string): Promise<number[]> {
     const controller = this.v2() ? '' : 'pids';
