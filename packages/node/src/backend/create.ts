@@ -52,6 +52,12 @@ function imageBoot(source: LaunchSource, resources: BootSpec['resources']): Boot
   return { templateId: source.templateId, committed, resources };
 }
 
+/** Where a start capture's checkpoint (`memory/`) and disk (`disk/`) are. */
+const captureFiles = (c: Pick<StartCapture<BackendState>, 'dir'>) => ({
+  disk: join(c.dir, 'disk'),
+  memory: join(c.dir, 'memory'),
+});
+
 /** Templates with a start capture on this node at once (each holds a checkpoint and a disk). */
 const START_CAPTURE_TEMPLATES = 4;
 /** Copies of a start capture's disk kept ready (a burst beyond them copies the disk itself). */
@@ -87,7 +93,7 @@ export class SandboxCreation {
           make: (spec) => this.makeStartCapture(spec),
           discard: async (c) => {
             ctx.o.images.releaseLease(startCaptureLease(c.seedId));
-            await ctx.o.runtime.dropDiskCopies(join(c.dir, 'disk'));
+            await ctx.o.runtime.dropDiskCopies(captureFiles(c).disk);
             await ctx.dirs.discardWorkDir(c.dir);
           },
           onError: (key, err) =>
@@ -155,7 +161,7 @@ export class SandboxCreation {
         resources: spec.resources,
         state: { ...capture.state },
         policy: null,
-        from: { disk: join(capture.dir, 'disk'), memory: join(capture.dir, 'memory') },
+        from: captureFiles(capture),
         init: ({ restored }) => ({
           body: { envVars: {}, initKey: ctx.o.envdInitKey(containerId) },
           credentials: { initKey: ctx.o.envdInitKey(restored ? capture.seedId : containerId) },
@@ -257,7 +263,7 @@ export class SandboxCreation {
         policy,
         ...(beforeStart ? { placement: { kind: 'fresh' as const, hook: beforeStart } } : {}),
         leaseHolder: leaseHolder(record.id),
-        from: { disk: join(capture.dir, 'disk'), memory: join(capture.dir, 'memory') },
+        from: captureFiles(capture),
         init: ({ restored, extraEnv }) => ({
           body: initBody(ctx, record, extraEnv),
           credentials: { initKey: ctx.o.envdInitKey(restored ? capture.seedId : record.id) },
@@ -283,7 +289,7 @@ export class SandboxCreation {
       const fault = await this.probeRestore(spec, capture);
       if (!fault) {
         // Each restore starts on a copy of the seed's disk, made ahead of time.
-        this.ctx.o.runtime.keepDiskCopies(join(capture.dir, 'disk'), START_CAPTURE_DISK_COPIES);
+        this.ctx.o.runtime.keepDiskCopies(captureFiles(capture).disk, START_CAPTURE_DISK_COPIES);
         this.ctx.log.info(
           { template: spec.templateId, seed: capture.seedId, attempt },
           'made a start capture: cold creates of this template restore it',
@@ -308,9 +314,10 @@ export class SandboxCreation {
     try {
       await warmUpEnvd(seed.slot.hostInteractionIp, ctx.o.envdPort, spec.committed.context.user ?? 'root');
       await mkdir(dir, { recursive: true, mode: 0o711 });
-      await ctx.o.runtime.checkpoint(seed.containerId, join(dir, 'memory'), {
+      const files = captureFiles({ dir });
+      await ctx.o.runtime.checkpoint(seed.containerId, files.memory, {
         leaveRunning: true,
-        diskDest: join(dir, 'disk'),
+        diskDest: files.disk,
       });
       ctx.o.images.acquireLease(startCaptureLease(seed.containerId), seed.state.manifestDigest);
     } catch (err) {
@@ -335,7 +342,7 @@ export class SandboxCreation {
         resources: spec.resources,
         state: { ...capture.state },
         policy: null,
-        from: { disk: join(capture.dir, 'disk'), memory: join(capture.dir, 'memory') },
+        from: captureFiles(capture),
       });
       await ctx.factory.disassemble(probe);
       failurePoint('start-capture-probe');

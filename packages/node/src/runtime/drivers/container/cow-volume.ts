@@ -173,8 +173,8 @@ export class CowVolume {
   }
 
   private async turnOnLoopDirectIo(): Promise<'on' | 'off' | undefined> {
-    const source = (await readMounts()).find((m) => m.mountPoint === this.opts.sandboxesDir)?.source;
-    const loop = source && /^\/dev\/(loop\d+)$/.exec(source)?.[1];
+    const { source } = await mountOf(this.opts.sandboxesDir);
+    const loop = /^\/dev\/(loop\d+)$/.exec(source)?.[1];
     if (!loop) return undefined;
     const sys = `/sys/block/${loop}/loop`;
     const backing = await readFile(join(sys, 'backing_file'), 'utf8').catch(() => '');

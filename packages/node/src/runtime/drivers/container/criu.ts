@@ -41,11 +41,12 @@ export function maskKey(dir: string): string {
 
 /** The CRIU config file: CRIU_CONFIG, then the external-mount lines of `masked`. */
 export function criuConfig(masked?: MaskedDirs): string {
-  const externals = (masked?.dirs ?? []).flatMap((dir) => [
+  if (!masked?.dirs.length) return CRIU_CONFIG;
+  const externals = masked.dirs.flatMap((dir) => [
     `external mnt[${dir}]:${maskKey(dir)}`,
-    `external mnt[${maskKey(dir)}]:${masked!.emptyDir}`,
+    `external mnt[${maskKey(dir)}]:${masked.emptyDir}`,
   ]);
-  return externals.length ? `${CRIU_CONFIG}${externals.join('\n')}\n` : CRIU_CONFIG;
+  return `${CRIU_CONFIG}${externals.join('\n')}\n`;
 }
 
 /**
