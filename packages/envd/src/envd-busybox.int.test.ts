@@ -4,6 +4,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AuthenticationError } from 'e2b';
+import { ENVD_NODE_FLAGS } from '@aenv/node';
 import { buildTestRootfs } from './testing/rootfs.js';
 import { buildTestTools } from './testing/tools.js';
 import { startSandboxEnvd, type RunningTestEnvd } from './testing/envd-process.js';
@@ -64,6 +65,23 @@ describe('envd in a busybox-only rootfs', () => {
     for (let i = 0; i < 100 && !out.includes('pty-42'); i++) await new Promise((r) => setTimeout(r, 50));
     expect(out).toContain('pty-42');
     await sbx.pty.kill(term.pid);
+  });
+
+  it('streams megabytes of output intact (base64 in JSON, encoded natively)', async () => {
+    const sbx = sdkSandbox(envd.url, TOKEN);
+    let chunks = 0;
+    const r = await sbx.commands.run('seq 1 400000; seq 7 9 >&2', { onStdout: () => void chunks++ });
+    const expected = `${Array.from({ length: 400000 }, (_, i) => i + 1).join('\n')}\n`;
+    expect(r.stdout.length).toBe(expected.length);
+    expect(r.stdout === expected).toBe(true);
+    expect(r.stderr).toBe('7\n8\n9\n');
+    expect(chunks).toBeGreaterThan(1);
+  });
+
+  it('runs under the flags of ENVD_NODE_FLAGS, lite mode included', () => {
+    const cmdline = readFileSync(`/proc/${envdPid()!}/cmdline`, 'utf8').split('\0');
+    expect(cmdline).toEqual(expect.arrayContaining([...ENVD_NODE_FLAGS]));
+    expect(cmdline).toContain('--lite-mode');
   });
 
   it('is restarted by aenv-init after a crash and keeps its token and env', async () => {

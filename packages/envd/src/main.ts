@@ -1,4 +1,6 @@
 // Entry point of the envd bundle (<tools>/envd/envd.cjs), started and restarted by aenv-init.
+// Must stay the first import: see wire/native-base64.ts.
+import './wire/install-native-base64.js';
 import { installLeanHeaders } from './http/lean-headers.js';
 import { writeStderr } from './logger.js';
 import { optionsFromEnv } from './options.js';
