@@ -51,6 +51,7 @@ describe('Server-Timing on lifecycle answers', () => {
         'policy',
         'envd-healthy',
         'envd-init',
+        'limits',
         'total',
       ]),
     );

@@ -62,7 +62,7 @@ afterEach(() => {
 });
 
 describe('SandboxFactory.assemble', () => {
-  it('has one ordered list of steps, from the slot to envd /init', () => {
+  it('has one ordered list of steps, from the slot to envd /init and the limits', () => {
     expect(ASSEMBLY_STEPS.map((s) => s.name)).toEqual([
       'slot',
       'placement',
@@ -74,6 +74,7 @@ describe('SandboxFactory.assemble', () => {
       'policy',
       'envd-healthy',
       'envd-init',
+      'limits',
     ]);
   });
 

@@ -101,6 +101,8 @@ export interface Assembly {
   /** The runtime spec; steps between `spec` and `runtime` may add to it (e.g. mounts). */
   spec?: SandboxSpec;
   restored: boolean;
+  /** The container's limits (user namespace, disk) being set beside envd's `/init`; awaited by `limits`. */
+  limitsSet?: Promise<void>;
   undo(fn: () => Promise<void>): void;
 }
 
@@ -249,10 +251,11 @@ export const ASSEMBLY_STEPS: readonly AssemblyStep[] = [
     name: 'envd-healthy',
     async run(f, a) {
       const slot = need(a.slot, 'the slot');
-      await Promise.all([
-        f.envdHealthy(a.plan.containerId, slot.hostInteractionIp),
-        f.o.runtime.diskLimitSet(a.plan.containerId),
-      ]);
+      // The limits need nothing of envd: they are set while envd answers and takes /init, and awaited after.
+      const limitsSet = f.o.runtime.diskLimitSet(a.plan.containerId);
+      limitsSet.catch(() => {});
+      a.limitsSet = limitsSet;
+      await f.envdHealthy(a.plan.containerId, slot.hostInteractionIp);
     },
   },
   {
@@ -265,6 +268,13 @@ export const ASSEMBLY_STEPS: readonly AssemblyStep[] = [
         ...(a.extraEnv ? { extraEnv: a.extraEnv } : {}),
       });
       await initEnvd(need(a.slot, 'the slot').hostInteractionIp, f.o.envdPort, body, credentials);
+    },
+  },
+  {
+    // Nothing is answered before the sandbox's limits are in place; a failure to set them fails the start.
+    name: 'limits',
+    async run(_f, a) {
+      await a.limitsSet;
     },
   },
 ];
