@@ -15,6 +15,7 @@ import { timedApi, Unavailable } from '../api.mjs';
 import { RAW_BASE, waitFifo } from '../raw.mjs';
 import { describe, NOT_AVAILABLE } from '../report.mjs';
 import { cgroupMemory, sandboxHostPaths } from '../sandbox-facts.mjs';
+import { traceLabel } from '../trace.mjs';
 import { existsSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 
@@ -127,6 +128,8 @@ export async function pauseSuite(ctx) {
 
   try {
     for (const kind of KINDS) {
+      // One group of phases per workload: a median over idle and 256 MB answers together describes neither.
+      traceLabel(kind.name);
       /** @type {Record<string, number[]>} */
       const s = {
         pause: [],
@@ -384,6 +387,7 @@ export async function pauseSuite(ctx) {
       });
     }
   } finally {
+    traceLabel('');
     for (const sbx of sandboxes) await sbx.kill().catch(() => {});
   }
 }
