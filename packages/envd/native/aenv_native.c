@@ -9,11 +9,15 @@
  *   setXattr(path, name, value) / removeXattr(path, name)
  *   watchStart(cb)                 start the inotify reader thread; cb(events) gets [[wd, mask, cookie, name], ...]
  *   watchAdd(path, mask) -> wd / watchRemove(wd)
- *   spawn(file, argv[], envp[], cwd, pipeStdin, onExit) -> {pid, stdin, stdout, stderr}
+ *   spawn(file, argv[], envp[], cwd, pipeStdin, onExit[, as]) -> {pid, stdin, stdout, stderr}
  *                                  posix_spawn (vfork: no page-table copy of the big envd process, which
  *                                  Node's fork-based spawn pays on every command) in a new session, with
  *                                  pipes for stdout/stderr and stdin (or /dev/null); onExit(code, signal)
  *                                  comes from a waitpid thread. All fds are close-on-exec in envd.
+ *                                  With as = {uid, gid, groups[], oomScoreAdj}: the child of a vfork
+ *                                  takes that user's credentials and oom score itself and execs file,
+ *                                  found on envp's PATH as execvp finds it, which is what
+ *                                  `aenv-init exec-as` does in a process image of its own (an exec more).
  *
  * Linux credentials are per thread in the kernel; glibc's setgroups() broadcasts to all threads, so the raw
  * syscall is used. Only synchronous fs calls made inside fn run on this thread; async fs calls run on libuv's
@@ -32,6 +36,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/fsuid.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <sys/inotify.h>
 #include <sys/syscall.h>
@@ -410,12 +415,235 @@ static void free_array(char **a) {
   free(a);
 }
 
+/* ---- spawn as a user ---------------------------------------------------------------------------- */
+
+typedef struct {
+  uid_t uid;
+  gid_t gid;
+  gid_t *groups;
+  size_t ngroups;
+  char oom[16]; /* "" = leave the oom score alone */
+} spawn_user;
+
+/* Writes "<a><b>: <strerror(err)>\n" to fd 2 and ends the child: only syscalls, no allocation (vfork child). */
+_Noreturn static void child_fail(const char *a, const char *b, int err, int code) {
+  const char *desc = strerrordesc_np(err);
+  struct iovec v[5] = {
+      {(void *)a, strlen(a)}, {(void *)b, strlen(b)}, {": ", 2},
+      {(void *)(desc ? desc : "Unknown error"), strlen(desc ? desc : "Unknown error")}, {"\n", 1},
+  };
+  ssize_t ignored = writev(2, v, 5);
+  (void)ignored;
+  _exit(code);
+}
+
+/*
+ * Where execvp would look for file, on the command's own PATH (envp's; confstr's default without one): made in
+ * the parent, so the vfork child only tries them in order.
+ */
+static char **exec_candidates(const char *file, char **envp) {
+  if (strchr(file, '/')) {
+    char **one = calloc(2, sizeof(char *));
+    if (one && !(one[0] = strdup(file))) {
+      free(one);
+      return NULL;
+    }
+    return one;
+  }
+  const char *path = "/bin:/usr/bin";
+  for (char **e = envp; *e; e++)
+    if (!strncmp(*e, "PATH=", 5)) path = *e + 5;
+  size_t n = 1;
+  for (const char *c = path; *c; c++) n += *c == ':';
+  char **out = calloc(n + 1, sizeof(char *));
+  if (!out) return NULL;
+  size_t i = 0;
+  for (const char *start = path;; i++) {
+    const char *end = strchrnul(start, ':');
+    int len = (int)(end - start);
+    /* An empty element is the working directory, as for execvp. */
+    if (asprintf(&out[i], "%.*s%s%s", len, start, len ? "/" : "", file) < 0) {
+      out[i] = NULL;
+      free_array(out);
+      return NULL;
+    }
+    if (!*end) break;
+    start = end + 1;
+  }
+  return out;
+}
+
+/*
+ * vfork; in the child: default signal handlers, a new session, the pipes on 0-2, the working directory, every
+ * other descriptor closed, the oom score, groups, gid and uid (raw syscalls: glibc's set*id() would signal envd's threads, whose memory the
+ * child shares), an empty signal mask, then exec as execvp does. A failure before the exec comes back on
+ * errpipe (chdir: the spawn fails, as posix_spawn's does) or, for the credentials and the exec, on the
+ * command's stderr with exit status 127/126, as `aenv-init exec-as` reports it.
+ */
+/* The vfork child's own frame: nothing it sets may land in its parent's, whose stack it shares. */
+_Noreturn static void __attribute__((noinline))
+vfork_child(char **candidates, char **args, char **envp, const char *cwd, int in_fd, int out_fd, int err_fd,
+            const spawn_user *u, int errpipe) {
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof(dfl));
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; sig++) sigaction(sig, &dfl, NULL);
+  int err = 0;
+  if (setsid() < 0) err = errno;
+  if (!err && in_fd < 0 && (in_fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0) err = errno;
+  if (!err && (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0)) err = errno;
+  if (!err && chdir(cwd)) err = errno;
+  if (err) {
+    ssize_t ignored = write(errpipe, &err, sizeof(err));
+    (void)ignored;
+    _exit(127);
+  }
+  /* The command gets 0-2 and nothing else of envd's, even a descriptor someone opened without O_CLOEXEC. */
+  if (syscall(SYS_close_range, 3U, ~0U, 0U))
+    for (int fd = 3; fd < 65536; fd++) close(fd);
+  if (u->oom[0]) {
+    /* Raising the score is always allowed; best effort so a read-only /proc does not block the command. */
+    int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      ssize_t ignored = write(fd, u->oom, strlen(u->oom));
+      (void)ignored;
+      close(fd);
+    }
+  }
+  if (syscall(SYS_setgroups, u->ngroups, u->groups)) child_fail("envd: ", "setgroups", errno, 127);
+  if (syscall(SYS_setresgid, u->gid, u->gid, u->gid)) child_fail("envd: ", "setgid", errno, 127);
+  if (syscall(SYS_setresuid, u->uid, u->uid, u->uid)) child_fail("envd: ", "setuid", errno, 127);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  int eacces = 0, last = ENOENT;
+  for (char **c = candidates; *c; c++) {
+    execve(*c, args, envp);
+    last = errno;
+    if (last == ENOEXEC) {
+      /* A script without #!: execvp runs it with /bin/sh. */
+      size_t argc = 0;
+      while (args[argc]) argc++;
+      char *sh[argc + 2];
+      sh[0] = "/bin/sh";
+      sh[1] = *c;
+      for (size_t k = 1; k <= argc; k++) sh[k + 1] = args[k];
+      execve(sh[0], sh, envp);
+      last = errno;
+      break;
+    }
+    if (last == EACCES) eacces = 1;
+    else if (last != ENOENT && last != ENOTDIR && last != ESTALE && last != ENODEV && last != ETIMEDOUT) break;
+  }
+  if (eacces && (last == ENOENT || last == ENOTDIR)) last = EACCES;
+  child_fail(args[0], "", last, last == ENOENT ? 127 : 126);
+}
+
+/*
+ * vfork; in the child: default signal handlers, a new session, the pipes on 0-2, the oom score, the working
+ * directory, groups, gid and uid (raw syscalls: glibc's set*id() would signal envd's threads, whose memory the
+ * child shares), an empty signal mask, then exec as execvp does. A failure before the exec comes back on
+ * errpipe (chdir: the spawn fails, as posix_spawn's does) or, for the credentials and the exec, on the
+ * command's stderr with exit status 127/126, as `aenv-init exec-as` reports it.
+ */
+static int spawn_as(pid_t *pid_out, char **candidates, char **args, char **envp, const char *cwd, int in_fd,
+                    int out_fd, int err_fd, const spawn_user *u) {
+  int errpipe[2];
+  if (pipe2(errpipe, O_CLOEXEC)) return errno;
+  sigset_t all, old;
+  sigfillset(&all);
+  /* No handler of envd's may run in the child, on envd's memory, before the child resets them. */
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pid_t pid = vfork();
+  if (pid == 0) vfork_child(candidates, args, envp, cwd, in_fd, out_fd, err_fd, u, errpipe[1]);
+  int saved = errno;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  close(errpipe[1]);
+  if (pid < 0) {
+    close(errpipe[0]);
+    return saved;
+  }
+  int child_err = 0;
+  ssize_t got;
+  while ((got = read(errpipe[0], &child_err, sizeof(child_err))) < 0 && errno == EINTR) {
+  }
+  close(errpipe[0]);
+  if (got == (ssize_t)sizeof(child_err)) {
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    return child_err ? child_err : EIO;
+  }
+  *pid_out = pid;
+  return 0;
+}
+
+/* An integer in [min, max] (a JS number that is exactly one), else false. */
+static bool get_integer(napi_env env, napi_value v, double min, double max, double *out) {
+  double d;
+  if (napi_get_value_double(env, v, &d) != napi_ok || d != d || d < min || d > max || d != (double)(int64_t)d)
+    return false;
+  *out = d;
+  return true;
+}
+
+/* A uid or gid the kernel can set: 0 .. 2^32-2 ((uid_t)-1 means "unchanged" to the set*id calls). */
+static bool get_id(napi_env env, napi_value v, uint32_t *out) {
+  double d;
+  if (!get_integer(env, v, 0, 4294967294.0, &d)) return false;
+  *out = (uint32_t)d;
+  return true;
+}
+
+/* as = {uid, gid, groups, oomScoreAdj?}: 0 when read, else EINVAL/ENOMEM with nothing allocated. */
+static int read_spawn_user(napi_env env, napi_value as, spawn_user *u) {
+  napi_value v, groups;
+  uint32_t uid, gid, n = 0;
+  bool has_oom = false, is_array = false;
+  memset(u, 0, sizeof(*u));
+  if (napi_get_named_property(env, as, "uid", &v) != napi_ok || !get_id(env, v, &uid) ||
+      napi_get_named_property(env, as, "gid", &v) != napi_ok || !get_id(env, v, &gid) ||
+      napi_get_named_property(env, as, "groups", &groups) != napi_ok ||
+      napi_is_array(env, groups, &is_array) != napi_ok || !is_array ||
+      napi_get_array_length(env, groups, &n) != napi_ok || n > 65536)
+    return EINVAL;
+  if (napi_has_named_property(env, as, "oomScoreAdj", &has_oom) == napi_ok && has_oom) {
+    double oom;
+    if (napi_get_named_property(env, as, "oomScoreAdj", &v) != napi_ok || !get_integer(env, v, -1000, 1000, &oom))
+      return EINVAL;
+    snprintf(u->oom, sizeof(u->oom), "%d", (int)oom);
+  }
+  u->uid = uid;
+  u->gid = gid;
+  u->groups = calloc(n ? n : 1, sizeof(gid_t));
+  if (!u->groups) return ENOMEM;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t g;
+    if (napi_get_element(env, groups, i, &v) != napi_ok || !get_id(env, v, &g)) {
+      free(u->groups);
+      u->groups = NULL;
+      return EINVAL;
+    }
+    u->groups[i] = g;
+  }
+  u->ngroups = n;
+  return 0;
+}
+
 static napi_value spawn_process(napi_env env, napi_callback_info info) {
-  size_t argc = 6;
-  napi_value argv[6];
+  size_t argc = 7;
+  napi_value argv[7];
   CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
   if (argc < 6) {
-    napi_throw_type_error(env, NULL, "spawn(file, argv, envp, cwd, pipeStdin, onExit)");
+    napi_throw_type_error(env, NULL, "spawn(file, argv, envp, cwd, pipeStdin, onExit[, as])");
+    return NULL;
+  }
+  napi_valuetype as_type = napi_undefined;
+  if (argc >= 7) CHECK(napi_typeof(env, argv[6], &as_type));
+  spawn_user user;
+  memset(&user, 0, sizeof(user));
+  bool as_user = as_type == napi_object;
+  if (as_user && read_spawn_user(env, argv[6], &user)) {
+    napi_throw_type_error(env, NULL, "spawn: as must be {uid, gid, groups[], oomScoreAdj?} of valid ids");
     return NULL;
   }
   bool pipe_stdin;
@@ -430,8 +658,9 @@ static napi_value spawn_process(napi_env env, napi_callback_info info) {
   posix_spawnattr_t at;
   posix_spawn_file_actions_init(&fa);
   posix_spawnattr_init(&at);
-  if (!file || !cwd || !args || !envp) {
-    rc = ENOMEM;
+  char **candidates = NULL;
+  if (!file || !cwd || !args || !envp || !args[0] || (as_user && !(candidates = exec_candidates(file, envp)))) {
+    rc = file && cwd && args && envp && !args[0] ? EINVAL : ENOMEM;
     goto done;
   }
   if ((pipe_stdin && pipe2(in, O_CLOEXEC)) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) {
@@ -451,7 +680,8 @@ static napi_value spawn_process(napi_env env, napi_callback_info info) {
   posix_spawnattr_setsigmask(&at, &none);
   posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSID);
   pid_t pid;
-  rc = posix_spawn(&pid, file, &fa, &at, args, envp);
+  if (as_user) rc = spawn_as(&pid, candidates, args, envp, cwd, pipe_stdin ? in[0] : -1, out[1], err[1], &user);
+  else rc = posix_spawn(&pid, file, &fa, &at, args, envp);
   if (rc) goto done;
 
   exit_watch *w = malloc(sizeof(exit_watch));
@@ -494,6 +724,8 @@ done:
   }
   free_array(args);
   free_array(envp);
+  free_array(candidates);
+  free(user.groups);
   free(cwd);
   if (rc) result = throw_errno(env, rc, what, file);
   free(file);

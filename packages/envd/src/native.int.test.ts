@@ -10,6 +10,7 @@ import {
   statSync,
   writeFileSync,
 } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -119,6 +120,103 @@ describe('spawn', () => {
     await expect(
       spawnPiped(native, '/bin/true', [], { env: {}, cwd: '/no/such/dir', stdin: false }),
     ).rejects.toThrow(/ENOENT/);
+  });
+});
+
+describe('spawn as a user', () => {
+  const as = { uid: 1000, gid: 1001, groups: [27, 1001], oomScoreAdj: 100 };
+  async function run(file: string, args: string[], env: Record<string, string>, user = as, cwd = '/tmp') {
+    const child = await spawnPiped(native, file, args, { env, cwd, stdin: true, as: user });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    child.stdout.on('data', (b: Buffer) => out.push(b));
+    child.stderr.on('data', (b: Buffer) => err.push(b));
+    const closed = Promise.all([
+      new Promise((r) => child.stdout.once('close', r)),
+      new Promise((r) => child.stderr.once('close', r)),
+    ]);
+    // A command that does not read its stdin may be gone before it is written.
+    child.stdin!.on('error', () => {});
+    child.stdin!.end('in\n');
+    const exit = await child.exited;
+    await closed;
+    return { exit, pid: child.pid, out: Buffer.concat(out).toString(), err: Buffer.concat(err).toString() };
+  }
+
+  it('takes the uid, gid, groups and oom score, and nothing of envd but the pipes', async () => {
+    const r = await run(
+      'sh',
+      [
+        '-c',
+        'cat; id -u; id -g; id -G; cat /proc/self/oom_score_adj; pwd; ls /proc/self/fd; grep SigBlk /proc/self/status',
+      ],
+      { PATH: '/usr/bin:/bin' },
+    );
+    expect(r.err).toBe('');
+    expect(r.exit).toEqual({ code: 0, signal: null });
+    const [stdin, uid, gid, groups, oom, cwd, ...rest] = r.out.trim().split('\n');
+    expect([stdin, uid, gid, oom, cwd]).toEqual(['in', '1000', '1001', '100', '/tmp']);
+    expect(
+      groups!
+        .split(' ')
+        .map(Number)
+        .sort((a, b) => a - b),
+    ).toEqual([27, 1001]);
+    // 0-2, and the fd `ls` opened on /proc/self/fd: no descriptor of envd leaks into the command.
+    expect(
+      rest
+        .slice(0, -1)
+        .map(Number)
+        .sort((a, b) => a - b),
+    ).toEqual([0, 1, 2, 3]);
+    expect(rest.at(-1)).toMatch(/^SigBlk:\s+0+$/);
+  });
+
+  it('looks the command up on its own PATH, as execvp does, and reports a miss as exec-as did', async () => {
+    const bin = mkdtempSync(join(tmpdir(), 'aenv-spawn-path-'));
+    chmodSync(bin, 0o755);
+    writeFileSync(join(bin, 'hello-from-path'), '#!/bin/sh\necho found "$1"\n', { mode: 0o755 });
+    // No #!: execvp hands such a file to /bin/sh.
+    writeFileSync(join(bin, 'no-shebang'), 'echo plain "$1"\n', { mode: 0o755 });
+    writeFileSync(join(bin, 'not-executable'), 'echo never\n', { mode: 0o644 });
+    try {
+      const env = { PATH: `/no/such/dir:${bin}:/usr/bin:/bin` };
+      expect((await run('hello-from-path', ['x'], env)).out).toBe('found x\n');
+      expect((await run('no-shebang', ['y'], env)).out).toBe('plain y\n');
+      const missing = await run('no-such-command-anywhere', [], env);
+      expect(missing.exit).toEqual({ code: 127, signal: null });
+      expect(missing.err).toBe('no-such-command-anywhere: No such file or directory\n');
+      const denied = await run(join(bin, 'not-executable'), [], env);
+      expect(denied.exit).toEqual({ code: 126, signal: null });
+      expect(denied.err).toBe(`${join(bin, 'not-executable')}: Permission denied\n`);
+      // envd's own PATH does not count: without one of its own, the command gets execvp's default.
+      expect((await run('hello-from-path', [], {})).exit.code).toBe(127);
+    } finally {
+      rmSync(bin, { recursive: true, force: true });
+    }
+  });
+
+  it('starts with default signal handlers in a session of its own', async () => {
+    const r = await run('/bin/sh', ['-c', 'ps -o sid= -p $$; kill -TERM $$; echo not-reached'], {
+      PATH: '/usr/bin:/bin',
+    });
+    expect(Number(r.out.trim())).toBe(r.pid);
+    expect(r.exit).toEqual({ code: null, signal: 15 });
+  });
+
+  it('fails the spawn on a missing cwd, and refuses ids it cannot set', async () => {
+    await expect(
+      spawnPiped(native, '/bin/true', [], { env: {}, cwd: '/no/such/dir', stdin: false, as }),
+    ).rejects.toThrow(/ENOENT/);
+    for (const bad of [
+      { ...as, uid: -1 },
+      { ...as, gid: 2 ** 32 - 1 },
+      { ...as, groups: [1, -5] },
+      { ...as, oomScoreAdj: 5000 },
+    ])
+      expect(() => native.spawn('/bin/true', ['/bin/true'], [], '/', false, () => {}, bad)).toThrow(
+        TypeError,
+      );
   });
 });
 

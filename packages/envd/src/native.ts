@@ -12,7 +12,10 @@ export interface NativeApi {
   watchStart(onEvents: (events: [number, number, number, string][]) => void): void;
   watchAdd(path: string, mask: number): number;
   watchRemove(wd: number): void;
-  /** posix_spawn in a new session; fds are envd's ends of the pipes (stdin -1 when /dev/null). */
+  /**
+   * posix_spawn in a new session; fds are envd's ends of the pipes (stdin -1 when /dev/null). With `as`, a vfork
+   * child takes that user's credentials and oom score and execs file itself, found on envp's PATH as execvp does.
+   */
   spawn(
     file: string,
     argv: string[],
@@ -20,7 +23,16 @@ export interface NativeApi {
     cwd: string,
     pipeStdin: boolean,
     onExit: (code: number, signal: number) => void,
+    as?: SpawnUser,
   ): { pid: number; stdin: number; stdout: number; stderr: number };
+}
+
+/** Who a spawned process runs as: uid, gid and supplementary groups, and its oom_score_adj. */
+export interface SpawnUser {
+  uid: number;
+  gid: number;
+  groups: readonly number[];
+  oomScoreAdj?: number;
 }
 
 /** Loads the addon from an absolute path (it ships in the tools dir next to envd.cjs). */

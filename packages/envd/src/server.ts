@@ -37,7 +37,7 @@ import { UserDb } from './users/user-db.js';
 export interface EnvdOptions {
   port: number;
   host: string;
-  /** aenv-init, used as `exec-as` to start processes with uid, gid and supplementary groups. */
+  /** aenv-init, used as `exec-as` to start PTYs (and, without the addon, commands) as a user. */
   initPath: string;
   /** aenv_native.node; without it envd can only act as its own user and cannot watch or set metadata. */
   native: NativeApi | undefined;

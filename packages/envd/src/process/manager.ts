@@ -24,9 +24,12 @@ export interface StartOptions {
 }
 
 export interface ProcessManagerOptions {
-  /** Path of aenv-init, used as `aenv-init exec-as` to apply uid, gid and supplementary groups. */
+  /**
+   * Path of aenv-init, used as `aenv-init exec-as` to apply uid, gid and supplementary groups where envd cannot:
+   * PTYs (node-pty spawns), and commands when the native helper is missing.
+   */
   initPath: string;
-  /** Spawns through posix_spawn when available (see spawn-piped.ts). */
+  /** Spawns through vfork as the command's user when available (see spawn-piped.ts). */
   native?: NativeApi;
   logger: Logger;
   /** How long to wait for output pipes after the process exited before ending the stream anyway. */
@@ -55,6 +58,9 @@ function holdPtySlave(term: NodePty.IPty): number | undefined {
 
 export class ProcessStartError extends Error {}
 
+/** Commands die before envd when the sandbox runs out of memory. */
+const OOM_SCORE_ADJ = 100;
+
 /** Starts processes as sandbox users and keeps track of running and recently finished ones. */
 export class ProcessManager {
   private readonly running = new Map<number, ManagedProcess>();
@@ -72,7 +78,7 @@ export class ProcessManager {
       String(o.user.gid),
       o.user.groups.length ? o.user.groups.join(',') : '-',
       '--oom-score-adj',
-      '100',
+      String(OOM_SCORE_ADJ),
       '--',
       o.config.cmd,
       ...o.config.args,
@@ -106,12 +112,15 @@ export class ProcessManager {
       });
     } else {
       let child: PipedChild;
+      const options = { cwd: o.cwd, env: o.env, stdin: o.stdin };
       try {
-        child = await spawnPiped(this.opts.native, this.opts.initPath, argv, {
-          cwd: o.cwd,
-          env: o.env,
-          stdin: o.stdin,
-        });
+        // The native helper switches to the user itself: one exec (the command's) instead of two.
+        child = this.opts.native?.spawn
+          ? await spawnPiped(this.opts.native, o.config.cmd, o.config.args, {
+              ...options,
+              as: { uid: o.user.uid, gid: o.user.gid, groups: o.user.groups, oomScoreAdj: OOM_SCORE_ADJ },
+            })
+          : await spawnPiped(undefined, this.opts.initPath, argv, options);
       } catch (err) {
         throw new ProcessStartError(`error starting process: ${(err as Error).message}`);
       }

@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { Socket } from 'node:net';
 import type { Readable, Writable } from 'node:stream';
-import type { NativeApi } from '../native.js';
+import type { NativeApi, SpawnUser } from '../native.js';
 
 /** A process started with pipes, whichever way it was spawned. */
 export interface PipedChild {
@@ -20,6 +20,8 @@ export interface SpawnPipedOptions {
   cwd: string;
   /** true = a pipe, false = /dev/null. */
   stdin: boolean;
+  /** Run as this user (the native helper only); else as envd's own. */
+  as?: SpawnUser;
 }
 
 /**
@@ -38,8 +40,14 @@ export async function spawnPiped(
     let resolveExit!: (v: Exit) => void;
     const exited = new Promise<Exit>((r) => (resolveExit = r));
     const envp = Object.entries(o.env).map(([k, v]) => `${k}=${v}`);
-    const fds = native.spawn(file, [file, ...args], envp, o.cwd, o.stdin, (code, signal) =>
-      resolveExit({ code: signal ? null : code, signal: signal || null }),
+    const fds = native.spawn(
+      file,
+      [file, ...args],
+      envp,
+      o.cwd,
+      o.stdin,
+      (code, signal) => resolveExit({ code: signal ? null : code, signal: signal || null }),
+      o.as,
     );
     return {
       pid: fds.pid,
@@ -49,6 +57,7 @@ export async function spawnPiped(
       exited,
     };
   }
+  if (o.as) throw new Error('starting a process as another user needs the native helper');
   const child = spawn(file, args, {
     cwd: o.cwd,
     env: o.env,
