@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { Sandbox, Template } from 'e2b';
 import { isUnavailableAnswer, sleep } from '../api.mjs';
 import { describe, NOT_AVAILABLE } from '../report.mjs';
+import { traceLabel } from '../trace.mjs';
 
 // On disk (not /tmp), readable by every user: RUN steps and the start command write here.
 const DIR = '/var/tmp/aenv-bench';
@@ -82,12 +83,15 @@ export async function templateSuite(ctx) {
     for (let i = 0; i < opts.createN + 2; i++) {
       const keep = i >= 2;
       for (const which of i % 2 ? ['base', 'template'] : ['template', 'base']) {
+        // The template's launches and base's boots each have their phases (a median of both describes neither).
+        traceLabel(which === 'template' ? 'template launch' : 'base boot');
         const t0 = performance.now();
         const sbx =
           which === 'template'
             ? await Sandbox.create(template, { ...main.sdk, timeoutMs: 600_000 })
             : await Sandbox.create({ ...main.sdk, timeoutMs: 600_000 });
         const ms = performance.now() - t0;
+        traceLabel('');
         sandboxes.push(sbx);
         if (which === 'template' && startProcessRunning === null) {
           const ok = (cmd) =>
