@@ -3,7 +3,7 @@
 // user (`nobody`, through setpriv) trying to reach it. Also every file mode under the node's home after a run
 // with pause to disk, resume and a snapshot, and a restart over a tree with an older version's modes.
 import { spawnSync } from 'node:child_process';
-import { chmodSync, lstatSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, lstatSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox } from 'e2b';
@@ -64,6 +64,16 @@ function mountOptions(mountPoint: string): string[] {
 
 const octal = (m: number) => (m & 0o7777).toString(8);
 
+/** The entries of `dir`, or none when it went away meanwhile. */
+function readdirSyncIfThere(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw err;
+  }
+}
+
 /**
  * Every entry under the node's home and runtime dirs that breaks the documented rules (docs/security.md):
  * owner-only everywhere, except home and sandboxes/ (0711), each sandbox dir (0710, group its own range's
@@ -73,24 +83,28 @@ const octal = (m: number) => (m & 0o7777).toString(8);
 function modeViolations(server: TestServer): string[] {
   const bad: string[] = [];
   const sandboxes = join(server.home, 'sandboxes');
+  // The node's background work (the release of a paused sandbox's container, trash) may remove an entry between
+  // the listing and its stat: what is gone cannot be readable.
+  const lstatIfThere = (path: string) => lstatSync(path, { throwIfNoEntry: false });
+  const listIfThere = (dir: string) => (lstatIfThere(dir) ? readdirSyncIfThere(dir) : []);
   const check = (path: string, want: (mode: number, isDir: boolean) => boolean, what: string) => {
-    const st = lstatSync(path);
-    if (!want(st.mode, st.isDirectory())) bad.push(`${path} ${octal(st.mode)} (${what})`);
+    const st = lstatIfThere(path);
+    if (st && !want(st.mode, st.isDirectory())) bad.push(`${path} ${octal(st.mode)} (${what})`);
   };
   const ownerOnly = (m: number) => (m & 0o7077) === 0;
   type Rule = 'skip' | 'walk' | 'searchable' | 'images';
   const walk = (dir: string, rule: (path: string, name: string) => Rule, inherited: Rule = 'walk') => {
-    for (const name of readdirSync(dir)) {
+    for (const name of listIfThere(dir)) {
       const path = join(dir, name);
-      const st = lstatSync(path);
-      if (st.isSymbolicLink()) continue;
+      const st = lstatIfThere(path);
+      if (!st || st.isSymbolicLink()) continue;
       const r = rule(path, name);
       if (r === 'skip') continue;
       if (st.isDirectory()) {
         const allowed = r === 'walk' ? ownerOnly : (m: number) => (m & 0o7066) === 0;
         check(path, allowed, 'dir');
         walk(path, rule, r);
-      } else if (st.dev === statSync(dir).dev) {
+      } else if (st.dev === lstatIfThere(dir)?.dev) {
         // CRIU images: read by CRIU from inside the restored user namespace (under the 0700 .store).
         const allowed = inherited === 'images' ? (m: number) => (m & 0o7133) === 0 : ownerOnly;
         check(path, allowed, 'file');
@@ -111,11 +125,18 @@ function modeViolations(server: TestServer): string[] {
   check(join(server.home, 'image-cache'), ownerOnly, 'image cache');
   for (const name of readdirSync(sandboxes)) {
     const path = join(sandboxes, name);
-    if (name.startsWith('.trash-') || !lstatSync(path).isDirectory()) continue;
+    const entry = lstatIfThere(path);
+    if (name.startsWith('.trash-') || !entry?.isDirectory()) continue;
     if (!name.startsWith('.') || name.startsWith('.spare-')) {
-      const st = statSync(path);
+      const st = entry;
       const spare = name.startsWith('.spare-');
-      const gid = spare ? IMAGE_ROOT_GID : sandboxRootGid(path);
+      let gid: number;
+      try {
+        gid = spare ? IMAGE_ROOT_GID : sandboxRootGid(path);
+      } catch (err) {
+        if (!lstatIfThere(path)) continue;
+        throw err;
+      }
       if (!spare && gid === IMAGE_ROOT_GID) bad.push(`${path} runs in the image range`);
       if (octal(st.mode) !== '710' || st.uid !== 0 || st.gid !== gid)
         bad.push(`${path} ${octal(st.mode)} ${st.uid}:${st.gid} (sandbox dir, want 0:${gid})`);
