@@ -473,13 +473,6 @@ static char **exec_candidates(const char *file, char **envp) {
   return out;
 }
 
-/*
- * vfork; in the child: default signal handlers, a new session, the pipes on 0-2, the working directory, every
- * other descriptor closed, the oom score, groups, gid and uid (raw syscalls: glibc's set*id() would signal envd's threads, whose memory the
- * child shares), an empty signal mask, then exec as execvp does. A failure before the exec comes back on
- * errpipe (chdir: the spawn fails, as posix_spawn's does) or, for the credentials and the exec, on the
- * command's stderr with exit status 127/126, as `aenv-init exec-as` reports it.
- */
 /* The vfork child's own frame: nothing it sets may land in its parent's, whose stack it shares. */
 _Noreturn static void __attribute__((noinline))
 vfork_child(char **candidates, char **args, char **envp, const char *cwd, int in_fd, int out_fd, int err_fd,
@@ -540,9 +533,9 @@ vfork_child(char **candidates, char **args, char **envp, const char *cwd, int in
 }
 
 /*
- * vfork; in the child: default signal handlers, a new session, the pipes on 0-2, the oom score, the working
- * directory, groups, gid and uid (raw syscalls: glibc's set*id() would signal envd's threads, whose memory the
- * child shares), an empty signal mask, then exec as execvp does. A failure before the exec comes back on
+ * vfork; in the child: default signal handlers, a new session, the pipes on 0-2, the working directory, every
+ * other descriptor closed, the oom score, groups, gid and uid (raw syscalls: glibc's set*id() would signal
+ * envd's threads, whose memory the child shares), an empty signal mask, then exec as execvp does. A failure before the exec comes back on
  * errpipe (chdir: the spawn fails, as posix_spawn's does) or, for the credentials and the exec, on the
  * command's stderr with exit status 127/126, as `aenv-init exec-as` reports it.
  */
@@ -575,6 +568,30 @@ static int spawn_as(pid_t *pid_out, char **candidates, char **args, char **envp,
   }
   *pid_out = pid;
   return 0;
+}
+
+/* posix_spawn as envd's own user, in a new session, with every signal at its default and none blocked. */
+static int spawn_plain(pid_t *pid_out, const char *file, char **args, char **envp, const char *cwd, int in_fd,
+                       int out_fd, int err_fd) {
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t at;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&at);
+  if (in_fd >= 0) posix_spawn_file_actions_adddup2(&fa, in_fd, 0);
+  else posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+  posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
+  posix_spawn_file_actions_addchdir_np(&fa, cwd);
+  sigset_t all, none;
+  sigfillset(&all);
+  sigemptyset(&none);
+  posix_spawnattr_setsigdefault(&at, &all);
+  posix_spawnattr_setsigmask(&at, &none);
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSID);
+  int rc = posix_spawn(pid_out, file, &fa, &at, args, envp);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&at);
+  return rc;
 }
 
 /* An integer in [min, max] (a JS number that is exactly one), else false. */
@@ -654,10 +671,6 @@ static napi_value spawn_process(napi_env env, napi_callback_info info) {
   napi_value result = NULL;
   int rc = 0;
   const char *what = "spawn";
-  posix_spawn_file_actions_t fa;
-  posix_spawnattr_t at;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawnattr_init(&at);
   char **candidates = NULL;
   if (!file || !cwd || !args || !envp || !args[0] || (as_user && !(candidates = exec_candidates(file, envp)))) {
     rc = file && cwd && args && envp && !args[0] ? EINVAL : ENOMEM;
@@ -668,20 +681,10 @@ static napi_value spawn_process(napi_env env, napi_callback_info info) {
     what = "pipe2";
     goto done;
   }
-  if (pipe_stdin) posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-  else posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
-  posix_spawn_file_actions_addchdir_np(&fa, cwd);
-  sigset_t all, none;
-  sigfillset(&all);
-  sigemptyset(&none);
-  posix_spawnattr_setsigdefault(&at, &all);
-  posix_spawnattr_setsigmask(&at, &none);
-  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSID);
   pid_t pid;
-  if (as_user) rc = spawn_as(&pid, candidates, args, envp, cwd, pipe_stdin ? in[0] : -1, out[1], err[1], &user);
-  else rc = posix_spawn(&pid, file, &fa, &at, args, envp);
+  int in_fd = pipe_stdin ? in[0] : -1;
+  rc = as_user ? spawn_as(&pid, candidates, args, envp, cwd, in_fd, out[1], err[1], &user)
+               : spawn_plain(&pid, file, args, envp, cwd, in_fd, out[1], err[1]);
   if (rc) goto done;
 
   exit_watch *w = malloc(sizeof(exit_watch));
@@ -715,8 +718,6 @@ static napi_value spawn_process(napi_env env, napi_callback_info info) {
   result = obj;
 
 done:
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&at);
   for (int i = 0; i < 2; i++) {
     if (in[i] >= 0) close(in[i]);
     if (out[i] >= 0) close(out[i]);

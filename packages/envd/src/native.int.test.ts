@@ -16,6 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadNative, type NativeApi } from './native.js';
 import { spawnPiped } from './process/spawn-piped.js';
+import { collectPiped } from './testing/collect-piped.js';
 
 let dir: string;
 let native: NativeApi;
@@ -127,20 +128,12 @@ describe('spawn as a user', () => {
   const as = { uid: 1000, gid: 1001, groups: [27, 1001], oomScoreAdj: 100 };
   async function run(file: string, args: string[], env: Record<string, string>, user = as, cwd = '/tmp') {
     const child = await spawnPiped(native, file, args, { env, cwd, stdin: true, as: user });
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    child.stdout.on('data', (b: Buffer) => out.push(b));
-    child.stderr.on('data', (b: Buffer) => err.push(b));
-    const closed = Promise.all([
-      new Promise((r) => child.stdout.once('close', r)),
-      new Promise((r) => child.stderr.once('close', r)),
-    ]);
+    const done = collectPiped(child);
     // A command that does not read its stdin may be gone before it is written.
     child.stdin!.on('error', () => {});
     child.stdin!.end('in\n');
-    const exit = await child.exited;
-    await closed;
-    return { exit, pid: child.pid, out: Buffer.concat(out).toString(), err: Buffer.concat(err).toString() };
+    const { exit, stdout, stderr } = await done;
+    return { exit, pid: child.pid, out: stdout, err: stderr };
   }
 
   it('takes the uid, gid, groups and oom score, and nothing of envd but the pipes', async () => {

@@ -1,19 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { spawnPiped, type PipedChild } from './spawn-piped.js';
-
-async function collect(child: PipedChild) {
-  const out: Buffer[] = [];
-  const err: Buffer[] = [];
-  child.stdout.on('data', (b: Buffer) => out.push(b));
-  child.stderr.on('data', (b: Buffer) => err.push(b));
-  const closed = Promise.all([
-    new Promise((r) => child.stdout.once('close', r)),
-    new Promise((r) => child.stderr.once('close', r)),
-  ]);
-  const exit = await child.exited;
-  await closed;
-  return { exit, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() };
-}
+import { collectPiped as collect } from '../testing/collect-piped.js';
+import { spawnPiped } from './spawn-piped.js';
 
 describe('spawnPiped without the native helper (child_process fallback)', () => {
   it('runs with env, cwd, pipes and a new session', async () => {
