@@ -11,12 +11,13 @@ import {
   readFileSync,
   rmSync,
   statSync,
+  writeFileSync,
 } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildTestRootfs } from '../testing/rootfs.js';
 import { AGENTENV_MOUNT } from '../version.js';
-import { ensureToolsDir, type ToolsDir } from '@aenv/node';
+import { COMPACT_MMAP_LIB, ensureToolsDir, type ToolsDir } from '@aenv/node';
 
 let deps: string;
 let bundle: string;
@@ -45,6 +46,7 @@ describe('ensureToolsDir', () => {
       'lib/ld-linux-x86-64.so.2',
       'lib/libc.so.6',
       'lib/libstdc++.so.6',
+      `lib/${COMPACT_MMAP_LIB}`,
       'envd/envd.cjs',
       'envd/aenv_native.node',
       'envd/node-flags',
@@ -65,6 +67,11 @@ describe('ensureToolsDir', () => {
     expect(
       execFileSync('patchelf', ['--print-rpath', join(tools.dir, 'bin/node')], { encoding: 'utf8' }).trim(),
     ).toBe(`${AGENTENV_MOUNT}/lib`);
+    // First, so its mmap is the one node's V8 binds to rather than libc's.
+    const needed = execFileSync('patchelf', ['--print-needed', join(tools.dir, 'bin/node')], {
+      encoding: 'utf8',
+    });
+    expect(needed.split('\n')[0]).toBe(COMPACT_MMAP_LIB);
     const headers = execFileSync('readelf', ['-lW', join(tools.dir, 'bin/aenv-init')], { encoding: 'utf8' });
     expect(headers).not.toContain('INTERP');
     expect(
@@ -142,6 +149,90 @@ describe('ensureToolsDir', () => {
         forked: '2',
         intl: 'Januar',
       });
+    } finally {
+      rmSync(rootfs, { recursive: true, force: true });
+    }
+  });
+
+  it('compact mmap: anonymous hints are dropped; fixed and file mappings keep their address; errors stay errors', () => {
+    const dir = mkdtempSync('/tmp/aenv-tools-test-mmap-');
+    try {
+      const src = join(dir, 't.c');
+      writeFileSync(
+        src,
+        [
+          '#define _GNU_SOURCE',
+          '#include <errno.h>',
+          '#include <fcntl.h>',
+          '#include <stdio.h>',
+          '#include <sys/mman.h>',
+          'int main(void) {',
+          '  void *hint = (void *)0x100000000000;',
+          '  void *anon = mmap(hint, 1 << 18, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);',
+          '  void *fixedAt = (void *)0x300000000000;',
+          '  void *fixed = mmap(fixedAt, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);',
+          '  int fd = open("/proc/self/exe", O_RDONLY);',
+          '  void *hint2 = (void *)0x200000000000;',
+          '  void *file = mmap(hint2, 4096, PROT_READ, MAP_PRIVATE, fd, 0);',
+          '  errno = 0;',
+          '  void *bad = mmap(NULL, 0, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);',
+          '  printf("%d %d %d %d %d\\n", anon != MAP_FAILED && anon != hint, fixed == fixedAt, file == hint2,',
+          '         bad == MAP_FAILED, errno == EINVAL);',
+          '  return 0;',
+          '}',
+        ].join('\n'),
+      );
+      const lib = join(tools.dir, 'lib');
+      const withLib = join(dir, 'with');
+      const without = join(dir, 'without');
+      execFileSync('gcc', ['-o', withLib, src, `-L${lib}`, `-l:${COMPACT_MMAP_LIB}`, `-Wl,-rpath,${lib}`]);
+      execFileSync('gcc', ['-o', without, src]);
+      expect(execFileSync(withLib, { encoding: 'utf8' })).toBe('1 1 1 1 1\n');
+      // Without it the kernel honours the free hint: the first column is what the library changes.
+      expect(execFileSync(without, { encoding: 'utf8' })).toBe('0 1 1 1 1\n');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("places V8's heap pages together in the sandbox's node, and its children do not load the library", () => {
+    const rootfs = mkdtempSync('/tmp/aenv-tools-test-rootfs-');
+    try {
+      buildTestRootfs(rootfs, { hostBash: false });
+      // V8 asks for each 256 KB heap page at a random address; what that costs is page tables (VmPTE).
+      const script = [
+        'const fs = require("fs"); const keep = [];',
+        'for (let i = 0; i < 300000; i++) keep.push({ i, s: "x" + i });',
+        'const maps = fs.readFileSync("/proc/self/maps", "utf8");',
+        'const pte = Number(/VmPTE:\\s+(\\d+)/.exec(fs.readFileSync("/proc/self/status", "utf8"))[1]);',
+        'const child = require("child_process").spawnSync("/bin/cat", ["/proc/self/maps"]).stdout.toString();',
+        `console.log(JSON.stringify({ pte, loaded: maps.includes("${COMPACT_MMAP_LIB}"), childLoaded: child.includes("${COMPACT_MMAP_LIB}"),`,
+        '  childMaps: child.length > 0, preload: process.env.LD_PRELOAD ?? null, keep: keep.length }));',
+      ].join(' ');
+      const inSandbox = spawnSync(
+        'unshare',
+        [
+          '--mount',
+          '--',
+          '/bin/sh',
+          '-c',
+          `mount --make-rprivate / && mount --bind "$1" "$2/agentenv" && mkdir -p "$2/proc" && mount -t proc proc "$2/proc" && chroot "$2" /agentenv/bin/node --max-semi-space-size=1 -e "$3"`,
+          'sh',
+          tools.dir,
+          rootfs,
+          script,
+        ],
+        { encoding: 'utf8', env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' } },
+      );
+      expect(inSandbox.stderr).toBe('');
+      const r = JSON.parse(inSandbox.stdout) as Record<string, unknown>;
+      expect(r).toMatchObject({ loaded: true, childLoaded: false, childMaps: true, preload: null });
+      // The same script under the host's own node (the same binary, unpatched): the pages scatter.
+      const host = JSON.parse(
+        execFileSync(process.execPath, ['--max-semi-space-size=1', '-e', script], { encoding: 'utf8' }),
+      ) as Record<string, number | boolean>;
+      expect(host.loaded).toBe(false);
+      expect(r.pte as number).toBeLessThan((host.pte as number) * 0.6);
     } finally {
       rmSync(rootfs, { recursive: true, force: true });
     }

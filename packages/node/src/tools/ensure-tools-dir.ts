@@ -32,6 +32,9 @@ export const ENVD_NODE_FLAGS = [
   '--no-expose-wasm',
 ];
 
+/** Linked first into the sandbox's node so V8's heap pages share page tables (native/aenv-compact-mmap.c). */
+export const COMPACT_MMAP_LIB = 'libaenv-compact-mmap.so';
+
 /** Bump when the directory layout changes, so old dirs are not reused. */
 const LAYOUT = 'aenv-tools-1';
 
@@ -145,7 +148,7 @@ export async function ensureToolsDir(opts: EnsureToolsDirOptions): Promise<Tools
   removeStale(toolsRoot);
 
   const tag = `${process.pid}-${randomBytes(4).toString('hex')}`;
-  const { initBin, addon } = await buildNative(toolsRoot, pkgRoot, nodeBinary, tag);
+  const native = await buildNative(toolsRoot, pkgRoot, nodeBinary, tag);
   const nodeVersion =
     nodeBinary === process.execPath ? process.version : (await run(nodeBinary, ['--version'])).trim();
   const version = sha256(
@@ -154,8 +157,9 @@ export async function ensureToolsDir(opts: EnsureToolsDirOptions): Promise<Tools
     AGENTENV_MOUNT,
     ENVD_NODE_FLAGS.join(' '),
     readFileSync(bundlePath),
-    readFileSync(initBin),
-    readFileSync(addon),
+    readFileSync(native.initBin),
+    readFileSync(native.addon),
+    readFileSync(native.compactMmap),
     readFileSync(ptyNode),
   ).slice(0, 12);
   const finalDir = join(toolsRoot, version);
@@ -164,7 +168,7 @@ export async function ensureToolsDir(opts: EnsureToolsDirOptions): Promise<Tools
   opts.logger?.info({ version, dir: finalDir }, 'building sandbox tools dir');
   const stage = join(toolsRoot, `.stage-${version}-${tag}`);
   try {
-    await assemble(stage, { nodeBinary, bundlePath, initBin, addon, ptyRoot, ptyNode, version });
+    await assemble(stage, { ...native, nodeBinary, bundlePath, ptyRoot, ptyNode, version });
     try {
       renameSync(stage, finalDir);
     } catch (err) {
@@ -186,18 +190,23 @@ async function buildNative(
   pkgRoot: string,
   nodeBinary: string,
   tag: string,
-): Promise<{ initBin: string; addon: string }> {
+): Promise<NativeParts> {
   const native = join(pkgRoot, 'native');
   const includeDir = nodeIncludeDir(nodeBinary);
   const key = sha256(
     readFileSync(join(native, 'aenv-init.c')),
     readFileSync(join(native, 'aenv_native.c')),
+    readFileSync(join(native, 'aenv-compact-mmap.c')),
     await run('gcc', ['--version']),
     readFileSync(join(includeDir, 'node_api.h')),
     readFileSync(join(includeDir, 'js_native_api.h')),
   ).slice(0, 16);
   const cacheDir = join(toolsRoot, `.native-${key}`);
-  const result = { initBin: join(cacheDir, 'aenv-init'), addon: join(cacheDir, 'aenv_native.node') };
+  const result = {
+    initBin: join(cacheDir, 'aenv-init'),
+    addon: join(cacheDir, 'aenv_native.node'),
+    compactMmap: join(cacheDir, COMPACT_MMAP_LIB),
+  };
   if (existsSync(join(cacheDir, 'DONE'))) return result;
   const buildDir = mkdtempSync(join(toolsRoot, `.build-x-${tag}`));
   try {
@@ -222,6 +231,16 @@ async function buildNative(
       join(buildDir, 'aenv_native.node'),
       join(native, 'aenv_native.c'),
     ]);
+    await run('gcc', [
+      '-shared',
+      '-fPIC',
+      '-Os',
+      '-s',
+      '-Wall',
+      '-o',
+      join(buildDir, COMPACT_MMAP_LIB),
+      join(native, 'aenv-compact-mmap.c'),
+    ]);
     writeFileSync(join(buildDir, 'DONE'), '');
     try {
       renameSync(buildDir, cacheDir);
@@ -234,11 +253,15 @@ async function buildNative(
   return result;
 }
 
-interface AssembleInputs {
-  nodeBinary: string;
-  bundlePath: string;
+interface NativeParts {
   initBin: string;
   addon: string;
+  compactMmap: string;
+}
+
+interface AssembleInputs extends NativeParts {
+  nodeBinary: string;
+  bundlePath: string;
   ptyRoot: string;
   ptyNode: string;
   version: string;
@@ -258,6 +281,7 @@ async function assemble(stage: string, i: AssembleInputs): Promise<void> {
   copyFileSync(interpreter, join(lib, loaderName));
   const libs = new Map([...(await sharedLibs(i.nodeBinary)), ...(await sharedLibs(i.ptyNode))]);
   for (const [name, path] of libs) copyFileSync(path, join(lib, name));
+  copyFileSync(i.compactMmap, join(lib, COMPACT_MMAP_LIB));
 
   const node = join(bin, 'node');
   copyFileSync(i.nodeBinary, node);
@@ -269,6 +293,8 @@ async function assemble(stage: string, i: AssembleInputs): Promise<void> {
     mountedLib,
     node,
   ]);
+  // A call of its own: patchelf 0.14 combined with --set-rpath writes the library's name as the rpath.
+  await run('patchelf', ['--add-needed', COMPACT_MMAP_LIB, node]);
   copyFileSync(i.initBin, join(bin, 'aenv-init'));
 
   copyFileSync(i.bundlePath, join(envd, 'envd.cjs'));
