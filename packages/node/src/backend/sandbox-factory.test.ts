@@ -1,6 +1,8 @@
 // The factory's transaction: steps run in their order, and a failure at any point undoes exactly what the steps
 // before it made, in reverse, whatever an undo action does. The host parts (slot, runtime, envd) are exercised by
 // test/e2e/factory-rollback.test.ts on a real node.
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createLogger } from '../util/log.js';
 import type { BackendState } from './record-state.js';
@@ -149,5 +151,96 @@ describe('the runtime spec of a sandbox with attached drives', () => {
     expect(f.spec(withDisk, slot, state, range).resources.diskMB).toBe(1024 + 2048 + 1024);
     // No disk limit asked for: none is made up.
     expect(f.spec(plan, slot, state, range).resources.diskMB).toBeUndefined();
+  });
+});
+
+describe("envd's health and /init", () => {
+  const servers: Server[] = [];
+  afterEach(async () => {
+    await Promise.all(servers.splice(0).map((s) => new Promise((r) => s.close(r))));
+  });
+
+  /** An HTTP server on loopback that answers like envd and notes each request; `initStatus` for /init. */
+  async function envdAt(port: number, seen: string[], initStatus = 204): Promise<number> {
+    const server = createServer((req, res) => {
+      seen.push(`${req.method} ${req.url}`);
+      req.resume();
+      req.on('end', () => {
+        res.statusCode = req.url === '/init' ? initStatus : 204;
+        res.end(initStatus === 204 ? undefined : 'init key mismatch');
+      });
+    });
+    servers.push(server);
+    await new Promise<void>((r) => server.listen(port, '127.0.0.1', r));
+    return (server.address() as AddressInfo).port;
+  }
+
+  async function freePort(): Promise<number> {
+    const s = createServer();
+    await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+    const { port } = s.address() as AddressInfo;
+    await new Promise((r) => s.close(r));
+    return port;
+  }
+
+  /** The slot and runtime steps stand in; envd-healthy and envd-init are the product's own. */
+  function assemble(port: number, restored: boolean) {
+    const envdSteps = ASSEMBLY_STEPS.filter((s) => s.name === 'envd-healthy' || s.name === 'envd-init');
+    const before: AssemblyStep = {
+      name: 'slot',
+      async run(_f, a) {
+        a.slot = { index: 0, netnsPath: '/run/netns/x', hostInteractionIp: '127.0.0.1' } as NonNullable<
+          typeof a.slot
+        >;
+        a.state = plan.state as BackendState;
+        a.restored = restored;
+      },
+    };
+    const f = new SandboxFactory(
+      {
+        logger,
+        envdPort: port,
+        envdPollMs: 10,
+        envdInitTimeoutMs: 5000,
+        runtime: { isRunning: async () => true, diskLimitSet: async () => {} },
+      } as unknown as SandboxFactoryOptions,
+      [before, ...envdSteps],
+    );
+    return f.assemble({
+      ...plan,
+      init: () => ({ body: { envVars: {} }, credentials: { initKey: 'k' } }),
+    });
+  }
+
+  it('a booted envd: waits for /health, then /init', async () => {
+    const seen: string[] = [];
+    const port = await envdAt(0, seen);
+    await assemble(port, false);
+    expect(seen).toEqual(['GET /health', 'POST /init']);
+  });
+
+  it('a restored envd: /init is the first request', async () => {
+    const seen: string[] = [];
+    const port = await envdAt(0, seen);
+    await assemble(port, true);
+    expect(seen).toEqual(['POST /init']);
+  });
+
+  it('a restored envd that does not listen yet: /init waits for /health and is sent again', async () => {
+    const seen: string[] = [];
+    const port = await freePort();
+    const started = new Promise((r) => setTimeout(r, 100)).then(() => envdAt(port, seen));
+    await assemble(port, true);
+    await started;
+    expect(seen[0]).toBe('GET /health');
+    expect(seen.at(-1)).toBe('POST /init');
+    expect(seen.filter((r) => r === 'POST /init')).toHaveLength(1);
+  });
+
+  it("a restored envd's refusal of /init fails the start at once, with envd's answer", async () => {
+    const seen: string[] = [];
+    const port = await envdAt(0, seen, 401);
+    await expect(assemble(port, true)).rejects.toThrow(/envd \/init answered 401: init key mismatch/);
+    expect(seen).toEqual(['POST /init']);
   });
 });

@@ -7,7 +7,14 @@
 import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { DEFAULT_PATH, initEnvd, waitForEnvd, type EnvdInitCredentials, type InitBody } from '@aenv/protocol';
+import {
+  DEFAULT_PATH,
+  EnvdRestError,
+  initEnvd,
+  waitForEnvd,
+  type EnvdInitCredentials,
+  type InitBody,
+} from '@aenv/protocol';
 import type { ImageService, PulledImage } from '../image/index.js';
 import type { NetworkManager } from '../network/index.js';
 import type { EgressPolicy, NetworkSlot } from '../network/types.js';
@@ -255,6 +262,9 @@ export const ASSEMBLY_STEPS: readonly AssemblyStep[] = [
       const limitsSet = f.o.runtime.diskLimitSet(a.plan.containerId);
       limitsSet.catch(() => {});
       a.limitsSet = limitsSet;
+      // A restored envd was dumped listening, so its socket listens again: its /init (the next step) is the
+      // first request, which saves a round trip per restore; the wait runs only if that /init cannot connect.
+      if (a.restored && a.plan.init) return;
       await f.envdHealthy(a.plan.containerId, slot.hostInteractionIp);
     },
   },
@@ -267,7 +277,17 @@ export const ASSEMBLY_STEPS: readonly AssemblyStep[] = [
         restored: a.restored,
         ...(a.extraEnv ? { extraEnv: a.extraEnv } : {}),
       });
-      await initEnvd(need(a.slot, 'the slot').hostInteractionIp, f.o.envdPort, body, credentials);
+      const host = need(a.slot, 'the slot').hostInteractionIp;
+      const send = () => initEnvd(host, f.o.envdPort, body, credentials);
+      if (!a.restored) return send();
+      try {
+        await send();
+      } catch (err) {
+        // An answer is envd's verdict; only a request that never reached envd is worth the wait and a retry.
+        if (err instanceof EnvdRestError) throw err;
+        await f.envdHealthy(a.plan.containerId, host);
+        await send();
+      }
     },
   },
   {

@@ -616,21 +616,26 @@ export class ContainerDriver implements RuntimeDriver {
   private readonly pendingLimits = new Map<string, Promise<void>>();
 
   /**
-   * Sets the limits a sandbox gets once it runs, in the background, under the sandbox's lock, so the
-   * caller's wait for envd covers their cost and later operations come after them (`diskLimitSet` waits;
-   * a failure fails the sandbox's start):
+   * What a started sandbox still needs, done in the background: started at once (beside the seccomp check
+   * and envd's /init), so the caller's wait for envd covers their cost, and held under the sandbox's lock so
+   * later operations come after them (`diskLimitSet` waits; a failure fails the sandbox's start):
    * - its user namespace's limits (`limitUserNamespace`);
    * - the disk limit, once the host wrote what it writes into the sandbox dir (etc files, bundle, runc's
-   *   pid file), so that a sandbox on a full disk still starts.
+   *   pid file), so that a sandbox on a full disk still starts;
+   * - its root and sysfs taken out of the host's mount table (`detachRoot`).
    */
-  private limitSoon(spec: SandboxSpec, p: SandboxPaths, pid: number): void {
+  private settleSoon(spec: SandboxSpec, p: SandboxPaths, pid: number): void {
     const mb = spec.resources.diskMB;
+    const work = Promise.all([
+      this.limitUserNamespace(pid),
+      mb !== undefined && this.cow.enforcesLimits ? this.cow.limitDir(p.dir, mb) : undefined,
+      phase('rt-detach', () => this.detachRoot(p)),
+    ]);
+    // Its failure is the job's, reported below: not an unhandled rejection while the job waits for the lock.
+    work.catch(() => {});
     const job: Promise<void> = this.lock
       .serialize(spec.id, async () => {
-        await Promise.all([
-          this.limitUserNamespace(pid),
-          mb !== undefined && this.cow.enforcesLimits ? this.cow.limitDir(p.dir, mb) : undefined,
-        ]);
+        await work;
       })
       .finally(() => {
         if (this.pendingLimits.get(spec.id) === job) this.pendingLimits.delete(spec.id);
@@ -1111,10 +1116,9 @@ export class ContainerDriver implements RuntimeDriver {
         await phase('rt-mount', () => this.mountAndConfigure(spec, p, opts.tools));
         await opts.startAfter;
         await phase('rt-runc', () => this.runc.run(spec.id, p.bundle, p.pidFile, p.runcLog));
-        await phase('rt-detach', () => this.detachRoot(p));
         const handle = { id: spec.id, pid: await this.readPid(p), sandboxDir: p.dir, upperDir: p.upper };
+        this.settleSoon(spec, p, handle.pid);
         await this.assertFiltered(spec.id, handle.pid, 'StartFailed');
-        this.limitSoon(spec, p, handle.pid);
         this.refillDirs(opts.disk);
         return handle;
       } catch (e) {
@@ -1473,14 +1477,13 @@ export class ContainerDriver implements RuntimeDriver {
           );
         }
         const pid = await this.readPid(p);
-        await phase('rt-detach', () => this.detachRoot(p));
+        this.settleSoon(spec, p, pid);
         await this.assertFiltered(spec.id, pid, 'RestoreFailed');
         // A dump taken from a frozen cgroup may come back frozen.
         await this.cg().thaw(spec.id);
         if (meta.hostname !== spec.hostname) {
           await phase('name-uts', () => this.hostnames().set(pid, spec.hostname));
         }
-        this.limitSoon(spec, p, pid);
         return { id: spec.id, pid, sandboxDir: p.dir, upperDir: p.upper };
       } catch (e) {
         await this.rollbackRestore(spec.id, inPlace);
