@@ -2,7 +2,7 @@
 // sandbox stays frozen in memory, so these resumes are thaws (pause-disk.test.ts covers the restore from disk).
 // Also filesystem-only pauses, timeouts that pause or kill, and auto-resume through the proxy.
 import { describe, expect, it } from 'vitest';
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { Sandbox, SandboxNotFoundError } from 'e2b';
 import {
@@ -102,7 +102,12 @@ describe('pause and resume (resident) through the e2b SDK', () => {
     await sbx.pause();
     expect(await info(sbx.sandboxId)).toMatchObject({ state: 'paused', pauseKind: 'memory' });
     expect(hostObjects(server).runcContainers).toContain(sbx.sandboxId);
-    expect(existsSync(join(storeDir(server), 'paused', sbx.sandboxId, 'complete'))).toBe(true);
+    const dir = join(storeDir(server), 'paused', sbx.sandboxId);
+    expect(existsSync(join(dir, 'complete'))).toBe(true);
+    // Its images are a btrfs subvolume of their own (committed alone: docs/runtime.md#durable-pause), and the
+    // snapshot that committed them is gone.
+    expect(statSync(join(dir, 'memory')).ino).toBe(256);
+    expect(readdirSync(dir).sort()).toEqual(['complete', 'disk', 'memory']);
     lingering = { sbx, w, counter };
   });
 

@@ -54,6 +54,17 @@
  *       own qgroup, which fails with EDQUOT once it is over its limit). What `btrfs inspect-internal rootid`
  *       + `btrfs qgroup limit SIZE 0/ID VOLUME` did, as two ioctls in one process.
  *
+ *   aenv-idmap subvolume DIR
+ *       Creates DIR as an empty btrfs subvolume (mode 0700, like mkdir with the server's umask). What
+ *       `btrfs subvolume create` did, as one ioctl.
+ *
+ *   aenv-idmap commit DIR
+ *       Makes everything written under the btrfs subvolume DIR durable, and nothing else: a snapshot of DIR
+ *       (BTRFS_IOC_SNAP_CREATE_V2 writes back DIR's dirty data, waits for it and commits the transaction
+ *       holding the snapshot, which holds DIR's metadata too), then that snapshot's deletion. A syncfs(2)
+ *       would write back every dirty page of the filesystem, other sandboxes' writes included; an fsync of
+ *       each file is one log commit each on btrfs. The snapshot is DIR's name + ".commit", beside DIR.
+ *
  *   aenv-idmap hostnames
  *       Serves requests "PID NAME\n" read from stdin until it closes: sets the hostname of the UTS
  *       namespace PID is in to NAME and answers one line on stdout per request, in order: "ok" or
@@ -352,6 +363,75 @@ static int cmd_qgroup_limit(int argc, char **argv) {
   return 0;
 }
 
+/* ---- subvolume, commit ----------------------------------------------------------------------- */
+
+/* Splits PATH into an open fd of its parent dir and its last component (which must be a plain name). */
+static int parent_of(const char *path, char *name, size_t size) {
+  const char *slash = strrchr(path, '/');
+  const char *base = slash ? slash + 1 : path;
+  if (!*base || !strcmp(base, ".") || !strcmp(base, "..") || strlen(base) >= size) {
+    fprintf(stderr, "aenv-idmap: %s does not end in a name\n", path);
+    exit(2);
+  }
+  snprintf(name, size, "%s", base);
+  char parent[PATH_MAX];
+  if (!slash) snprintf(parent, sizeof parent, ".");
+  else if (slash == path) snprintf(parent, sizeof parent, "/");
+  else if ((size_t)(slash - path) >= sizeof parent) fail("path", path);
+  else snprintf(parent, sizeof parent, "%.*s", (int)(slash - path), path);
+  int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail("open", parent);
+  return fd;
+}
+
+static int cmd_subvolume(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: aenv-idmap subvolume DIR\n");
+    return 2;
+  }
+  struct btrfs_ioctl_vol_args args = {0};
+  int parent = parent_of(argv[1], args.name, sizeof args.name);
+  if (ioctl(parent, BTRFS_IOC_SUBVOL_CREATE, &args)) fail("BTRFS_IOC_SUBVOL_CREATE", argv[1]);
+  if (fchmodat(parent, args.name, 0700, 0)) fail("chmod", argv[1]);
+  close(parent);
+  return 0;
+}
+
+static int cmd_commit(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: aenv-idmap commit DIR\n");
+    return 2;
+  }
+  int dir = open(argv[1], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dir < 0) fail("open", argv[1]);
+  struct stat st;
+  if (fstat(dir, &st)) fail("stat", argv[1]);
+  if (st.st_ino != BTRFS_FIRST_FREE_OBJECTID) {
+    fprintf(stderr, "aenv-idmap: %s is not a btrfs subvolume\n", argv[1]);
+    return 1;
+  }
+  char name[BTRFS_SUBVOL_NAME_MAX + 1];
+  int parent = parent_of(argv[1], name, sizeof name);
+  struct btrfs_ioctl_vol_args_v2 snap = {0};
+  snap.fd = dir;
+  int n = snprintf(snap.name, sizeof snap.name, "%s.commit", name);
+  if (n < 0 || (size_t)n >= sizeof snap.name) {
+    fprintf(stderr, "aenv-idmap: %s: name too long\n", argv[1]);
+    return 2;
+  }
+  /* One left by a crash between the two ioctls holds nothing of its own: it goes first. */
+  struct btrfs_ioctl_vol_args old = {0};
+  snprintf(old.name, sizeof old.name, "%s", snap.name);
+  if (ioctl(parent, BTRFS_IOC_SNAP_DESTROY, &old) && errno != ENOENT) fail("BTRFS_IOC_SNAP_DESTROY", snap.name);
+  if (ioctl(parent, BTRFS_IOC_SNAP_CREATE_V2, &snap)) fail("BTRFS_IOC_SNAP_CREATE_V2", argv[1]);
+  struct btrfs_ioctl_vol_args gone = {0};
+  snprintf(gone.name, sizeof gone.name, "%s", snap.name);
+  if (ioctl(parent, BTRFS_IOC_SNAP_DESTROY, &gone)) fail("BTRFS_IOC_SNAP_DESTROY", snap.name);
+  close(parent);
+  close(dir);
+  return 0;
+}
+
 /* ---- shift ------------------------------------------------------------------------------------ */
 
 struct shift {
@@ -593,7 +673,10 @@ int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "detach")) return cmd_detach(argc - 1, argv + 1);
   if (argc >= 2 && !strcmp(argv[1], "userns-limits")) return cmd_userns_limits(argc - 1, argv + 1);
   if (argc >= 2 && !strcmp(argv[1], "qgroup-limit")) return cmd_qgroup_limit(argc - 1, argv + 1);
+  if (argc >= 2 && !strcmp(argv[1], "subvolume")) return cmd_subvolume(argc - 1, argv + 1);
+  if (argc >= 2 && !strcmp(argv[1], "commit")) return cmd_commit(argc - 1, argv + 1);
   if (argc == 2 && !strcmp(argv[1], "hostnames")) return cmd_hostnames();
-  fprintf(stderr, "usage: aenv-idmap mount|mount-rw|fstab|detach|userns-limits|qgroup-limit|shift|hostnames ...\n");
+  fprintf(stderr,
+          "usage: aenv-idmap mount|mount-rw|fstab|detach|userns-limits|qgroup-limit|subvolume|commit|shift|hostnames ...\n");
   return 2;
 }

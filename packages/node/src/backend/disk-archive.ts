@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
-import { mkdir, rename, rm } from 'node:fs/promises';
+import { mkdir, open, rename, rm } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { once } from 'node:events';
 import { RepositoryError } from '../snapshot/errors.js';
@@ -99,4 +99,24 @@ async function extractHashing(file: string, args: string[]): Promise<{ digest: s
 /** Flushes the filesystem holding `path` (syncfs), so what was written there survives a power loss. */
 export async function syncFilesystem(path: string): Promise<void> {
   await run('sync', ['-f', path]);
+}
+
+/**
+ * Writes `text` to `path` and makes the file and its entry in its dir durable (an fsync of each, at once, so
+ * btrfs can log both in one commit): what a commit marker needs once everything it vouches for is durable
+ * already, without a sync of the filesystem.
+ */
+export async function writeDurably(path: string, text: string): Promise<void> {
+  const dir = await open(dirname(path), 'r');
+  try {
+    const file = await open(path, 'w');
+    try {
+      await file.writeFile(text);
+      await Promise.all([file.sync(), dir.sync()]);
+    } finally {
+      await file.close();
+    }
+  } finally {
+    await dir.close();
+  }
 }

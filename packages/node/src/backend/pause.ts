@@ -11,7 +11,7 @@ import { crashPoint } from '../util/crash-point.js';
 import { treeBytes } from '../util/disk-usage.js';
 import { COMPLETE } from './capture-dirs.js';
 import { bindingOf, containerIdOf, setState, stateOf, type BackendContext } from './context.js';
-import { syncFilesystem } from './disk-archive.js';
+import { syncFilesystem, writeDurably } from './disk-archive.js';
 import { launchSaved } from './launch.js';
 import { availableMemoryRatio } from './memory-pressure.js';
 import type { PausedSharing } from './paused-sharing.js';
@@ -47,16 +47,21 @@ export class SandboxPausing {
     let reason: string | undefined;
     let bytes = 0;
     let pausedAt = '';
+    // The images made durable by the driver on their own, and the disk by its snapshot (a btrfs commit):
+    // then only the commit marker needs a sync. Otherwise the whole filesystem is synced.
+    let committed = false;
     try {
       try {
         if (!opts.memory) throw new Error('a filesystem-only pause was asked for (memory: false)');
-        await phase('checkpoint', () =>
+        const result = await phase('checkpoint', () =>
           o.runtime.checkpoint(cid, join(dir, 'memory'), {
             leaveRunning: true,
             diskDest: join(dir, 'disk'),
             writeBack: true,
+            durable: true,
           }),
         );
+        committed = result.durable === true;
       } catch (err) {
         // The driver could not checkpoint this workload: keep the disk, and say the processes will restart on resume.
         kind = 'filesystem';
@@ -72,8 +77,12 @@ export class SandboxPausing {
       opts.admit?.(bytes);
       pausedAt = new Date().toISOString();
       await phase('sync', async () => {
-        await writeFile(join(dir, COMPLETE), JSON.stringify({ kind, pausedAt, bytes }));
-        await syncFilesystem(dir);
+        const marker = JSON.stringify({ kind, pausedAt, bytes });
+        if (committed) await writeDurably(join(dir, COMPLETE), marker);
+        else {
+          await writeFile(join(dir, COMPLETE), marker);
+          await syncFilesystem(dir);
+        }
       });
       crashPoint('pause:synced');
     } catch (err) {

@@ -159,10 +159,21 @@ export interface CheckpointOptions {
    * are written, so that sync has little left to do. Drivers without a way to do so ignore it.
    */
   writeBack?: boolean;
+  /**
+   * The images (and the disk of `diskDest`) must survive a power loss once this returns, at the least cost to
+   * other sandboxes: a driver that can make exactly them durable does so and says so in
+   * `CheckpointResult.durable`; otherwise the caller syncs the filesystem.
+   */
+  durable?: boolean;
 }
 
 export interface CheckpointResult {
   memory: MemoryRef;
+  /**
+   * The images (every file and the dir) and the captured disk are durable already (asked for with
+   * `CheckpointOptions.durable`).
+   */
+  durable?: boolean;
   /** Wall time of the memory dump itself. */
   dumpMs: number;
   /** Size of the memory image on disk. */

@@ -841,6 +841,9 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       await driver.freeze(s.id);
       const ck = await driver.checkpoint(s.id, images, { writeBack: true });
       expect(ck.imageBytes).toBeGreaterThan(0);
+      // Not asked to be durable: a plain dir, and nothing said about durability.
+      expect((await stat(images)).ino).not.toBe(256);
+      expect(ck.durable).toBeUndefined();
       // CRIU archived the tmpfs mounts /dev and /dev/shm, not the empty ones masking directories (external
       // mounts: criu.ts, MaskedDirs).
       expect((await readdir(images)).filter((f) => /^tmpfs-dev-\d+\.tar\.gz\.img$/.test(f))).toHaveLength(2);
@@ -903,7 +906,12 @@ describe.skipIf(!IS_ROOT)('ContainerDriver on this host', () => {
       const secret = await readFile(join(h.upperDir, 'tmp/secret'), 'utf8');
       const images = join(driver.captureRoot, `fork-${s.id}`);
       const snap = join(driver.captureRoot, `fork-disk-${s.id}`);
-      await driver.checkpoint(s.id, images, { leaveRunning: true, diskDest: snap });
+      // Durable, as a pause asks: the images are a subvolume of their own, committed alone (no snapshot of it
+      // is left behind), and so is the disk (a snapshot); restoring from them is as from any dir.
+      const ck = await driver.checkpoint(s.id, images, { leaveRunning: true, diskDest: snap, durable: true });
+      expect(ck.durable).toBe(true);
+      expect((await stat(images)).ino).toBe(256);
+      expect((await readdir(driver.captureRoot)).filter((n) => n.endsWith('.commit'))).toEqual([]);
       const atFork = Number((await readFile(join(snap, 'upper/tmp/count'), 'utf8')).trim());
       // The source keeps running.
       await waitFor(

@@ -1290,9 +1290,16 @@ export class ContainerDriver implements RuntimeDriver {
       await rm(work, { recursive: true, force: true });
       await mkdir(work, { recursive: true });
       // CRIU reads some images from inside the restored user namespace through its open dir fd: the dir
-      // itself must be searchable by the sandbox uid range (its parents need not be).
-      await mkdir(imagesDir, { recursive: true });
-      await chmod(imagesDir, 0o711);
+      // itself must be searchable by the sandbox uid range (its parents need not be). A durable checkpoint's
+      // is a subvolume where it can be, so that it alone is made durable (`commit` below).
+      const makeImagesDir = async (): Promise<boolean> => {
+        await mkdir(dirname(imagesDir), { recursive: true });
+        const own = opts.durable ? await this.cow.durableDir(imagesDir) : false;
+        if (!own) await mkdir(imagesDir, { recursive: true });
+        await chmod(imagesDir, 0o711);
+        return own;
+      };
+      let ownSubvolume = await makeImagesDir();
       const wasFrozen = await this.cg().isFrozen(id);
       // Freeze first: CRIU leaves an already frozen cgroup frozen after a --leave-running dump, so the
       // disk can be captured at exactly the instant the memory was.
@@ -1322,8 +1329,7 @@ export class ContainerDriver implements RuntimeDriver {
           if (attempt < MAX_DUMP_ATTEMPTS && TRANSIENT_DUMP_ERROR_RE.test(criu)) {
             this.log.warn({ id, attempt, criu }, 'CRIU dump hit a transient error; retrying');
             await rm(imagesDir, { recursive: true, force: true });
-            await mkdir(imagesDir);
-            await chmod(imagesDir, 0o711);
+            ownSubvolume = await makeImagesDir();
             continue;
           }
           await rm(imagesDir, { recursive: true, force: true });
@@ -1360,13 +1366,33 @@ export class ContainerDriver implements RuntimeDriver {
         createdAt: new Date().toISOString(),
       };
       await writeFile(join(imagesDir, CHECKPOINT_META_FILE), JSON.stringify(meta, null, 2));
+      if (ownSubvolume) {
+        try {
+          await phase('rt-commit', () => this.cow.commit(imagesDir));
+        } catch (e) {
+          // The caller then syncs the filesystem, as where there is no subvolume.
+          ownSubvolume = false;
+          this.log.warn(
+            { id, err: describe(e) },
+            'could not commit the checkpoint on its own; syncing instead',
+          );
+        }
+      }
       if (!opts.leaveRunning) {
         // The processes are gone (runc has dropped the container); release the cgroups. The dir (the
         // disk) stays, and so do its two mounts: a restore in place into the same netns reuses them.
         await this.runc.forceDelete(id);
         await this.cg().remove(id);
       }
-      return { memory: imagesDir, dumpMs, imageBytes: dirBytes(imagesDir) };
+      return {
+        memory: imagesDir,
+        dumpMs,
+        imageBytes: dirBytes(imagesDir),
+        // A disk snapshot is durable once taken (a btrfs snapshot is a commit); a copy is not.
+        ...(opts.durable
+          ? { durable: ownSubvolume && (!opts.diskDest || (await this.cow.isSubvolume(opts.diskDest))) }
+          : {}),
+      };
     });
   }
 

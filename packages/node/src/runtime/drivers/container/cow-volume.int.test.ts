@@ -1,6 +1,6 @@
 // The sandbox volume: loop-file btrfs creation and re-mounting, subvolume snapshots, and the copy
 // fallback on a filesystem without reflink. Root only.
-import { lstat, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { lstat, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run } from '../../../util/exec.js';
@@ -148,6 +148,50 @@ describe.skipIf(!IS_ROOT)('CowVolume on this host', () => {
     await vol.removeDir(dest);
     await vol.removeDir(src);
     await vol.removeDir(src); // idempotent
+    expect((await run('btrfs', ['subvolume', 'list', '-o', sandboxes])).stdout.trim()).toBe('');
+  });
+
+  it("makes a durable dir a subvolume and commits it alone: its data is written, a neighbour's is not", async () => {
+    const sandboxes = join(base, 'home1', 'sandboxes');
+    const vol = new CowVolume({
+      homePath: join(base, 'home1'),
+      sandboxesDir: sandboxes,
+      mode: 'auto',
+      sizeGb: 2,
+    });
+    await vol.init();
+    vol.useHelper(helper);
+    const dir = join(sandboxes, 'paused', 'memory');
+    await mkdir(join(sandboxes, 'paused'));
+    expect(await vol.durableDir(dir)).toBe(true);
+    expect(await vol.isSubvolume(dir)).toBe(true);
+    expect((await stat(dir)).mode & 0o777).toBe(0o700);
+    await expect(vol.durableDir(dir)).rejects.toThrow(/File exists/);
+    // What the kernel has not written yet is a delalloc extent (FIEMAP): the dir's file stops being one, the
+    // neighbour's (same volume, outside the dir) stays one: the commit wrote back nothing of anyone else's.
+    const delalloc = async (file: string) =>
+      (await run('filefrag', ['-v', file])).stdout.includes('delalloc');
+    const mine = join(dir, 'pages.img');
+    const neighbour = join(sandboxes, 'neighbour');
+    await writeFile(mine, Buffer.alloc(1 << 20, 1));
+    await writeFile(neighbour, Buffer.alloc(1 << 20, 2));
+    expect([await delalloc(mine), await delalloc(neighbour)]).toEqual([true, true]);
+    await vol.commit(dir);
+    expect([await delalloc(mine), await delalloc(neighbour)]).toEqual([false, true]);
+    // The snapshot that made the commit is gone again; one a crash left behind is replaced.
+    expect((await readdir(join(sandboxes, 'paused'))).sort()).toEqual(['memory']);
+    await vol.cloneDir(dir, `${dir}.commit`);
+    await vol.commit(dir);
+    expect(await readdir(join(sandboxes, 'paused'))).toEqual(['memory']);
+    // Only a subvolume can be committed; outside the volume a durable dir is a plain dir (the caller syncs).
+    await expect(vol.commit(join(sandboxes, 'paused'))).rejects.toThrow(/is not a btrfs subvolume/);
+    const outside = join(base, 'outside-durable');
+    expect(await vol.durableDir(outside)).toBe(false);
+    expect(await vol.isSubvolume(outside)).toBe(false);
+    // An ordinary recursive delete removes it, as it does any pause dir.
+    await rm(join(sandboxes, 'paused'), { recursive: true });
+    await rm(neighbour);
+    await rm(outside, { recursive: true });
     expect((await run('btrfs', ['subvolume', 'list', '-o', sandboxes])).stdout.trim()).toBe('');
   });
 

@@ -115,7 +115,7 @@ export class CowVolume {
   private kindValue: CowKind | null = null;
   private limitsValue = false;
   private loopDirectIoValue: 'on' | 'off' | undefined;
-  private qgroupHelper: string | undefined;
+  private helper: string | undefined;
 
   constructor(readonly opts: CowVolumeOptions) {}
 
@@ -129,9 +129,12 @@ export class CowVolume {
     return this.limitsValue;
   }
 
-  /** The uid helper (`aenv-idmap`), whose `qgroup-limit` command sets btrfs limits; needed before `limitDir`. */
+  /**
+   * The uid helper (`aenv-idmap`), whose `qgroup-limit` command sets btrfs limits (needed before `limitDir`)
+   * and whose `subvolume` and `commit` commands make the dirs `durableDir` offers.
+   */
   useHelper(path: string): void {
-    this.qgroupHelper = path;
+    this.helper = path;
   }
 
   get imagePath(): string {
@@ -358,14 +361,38 @@ export class CowVolume {
    * `btrfs qgroup limit` (≈ 9 ms), which a resume's answer waits for.
    */
   private async setQgroupLimit(path: string, bytes: number | 'none'): Promise<void> {
-    if (!this.qgroupHelper) throw new RuntimeError('Internal', 'CowVolume.useHelper() has not run');
-    await run(this.qgroupHelper, ['qgroup-limit', path, String(bytes), this.opts.sandboxesDir]);
+    if (!this.helper) throw new RuntimeError('Internal', 'CowVolume.useHelper() has not run');
+    await run(this.helper, ['qgroup-limit', path, String(bytes), this.opts.sandboxesDir]);
   }
 
   /** Makes an empty sandbox dir (a subvolume on btrfs). */
   async createDir(path: string): Promise<void> {
     if (this.kind === 'btrfs') await run('btrfs', ['subvolume', 'create', path]);
     else await mkdir(path, { mode: 0o700 });
+  }
+
+  /**
+   * Makes the empty dir `path` (mode 0700) so that `commit(path)` can later make what is written into it durable
+   * on its own: a subvolume on this btrfs volume (true); anywhere else a plain dir (false: the caller syncs
+   * the filesystem instead).
+   */
+  async durableDir(path: string): Promise<boolean> {
+    if (this.kind === 'btrfs' && this.helper && (await this.sameVolume(path))) {
+      await run(this.helper, ['subvolume', path]);
+      return true;
+    }
+    await mkdir(path, { mode: 0o700 });
+    return false;
+  }
+
+  /**
+   * Makes everything written under `path`, a dir `durableDir` made a subvolume, durable (data and metadata)
+   * without writing back anyone else's: a snapshot of it, which btrfs commits after flushing that subvolume
+   * alone, deleted again at once (`aenv-idmap commit`). A `syncfs` would wait for every sandbox's dirty pages.
+   */
+  async commit(path: string): Promise<void> {
+    if (!this.helper) throw new RuntimeError('Internal', 'CowVolume.useHelper() has not run');
+    await run(this.helper, ['commit', path]);
   }
 
   /**
