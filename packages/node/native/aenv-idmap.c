@@ -324,6 +324,21 @@ static int cmd_userns_limits(int argc, char **argv) {
   return 0;
 }
 
+/* ---- btrfs subvolumes ------------------------------------------------------------------------- */
+
+/* An open fd of DIR, which must be the root of a btrfs subvolume (exits 1 with a message otherwise). */
+static int open_subvolume(const char *path) {
+  int dir = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dir < 0) fail("open", path);
+  struct stat st;
+  if (fstat(dir, &st)) fail("stat", path);
+  if (st.st_ino != BTRFS_FIRST_FREE_OBJECTID) {
+    fprintf(stderr, "aenv-idmap: %s is not a btrfs subvolume\n", path);
+    exit(1);
+  }
+  return dir;
+}
+
 /* ---- qgroup-limit ----------------------------------------------------------------------------- */
 
 static int cmd_qgroup_limit(int argc, char **argv) {
@@ -339,15 +354,8 @@ static int cmd_qgroup_limit(int argc, char **argv) {
     fprintf(stderr, "usage: aenv-idmap qgroup-limit DIR BYTES|none VOLUME\n");
     return 2;
   }
-  int dir = open(argv[1], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (dir < 0) fail("open", argv[1]);
-  struct stat st;
-  if (fstat(dir, &st)) fail("stat", argv[1]);
-  if (st.st_ino != BTRFS_FIRST_FREE_OBJECTID) {
-    /* A plain dir: its subvolume's qgroup (the whole volume, for a dir at the top) is not DIR's to limit. */
-    fprintf(stderr, "aenv-idmap: %s is not a btrfs subvolume\n", argv[1]);
-    return 1;
-  }
+  /* A plain dir is refused: its subvolume's qgroup (the whole volume, for a dir at the top) is not DIR's. */
+  int dir = open_subvolume(argv[1]);
   struct btrfs_ioctl_ino_lookup_args lookup = {0};
   lookup.objectid = BTRFS_FIRST_FREE_OBJECTID;
   if (ioctl(dir, BTRFS_IOC_INO_LOOKUP, &lookup)) fail("BTRFS_IOC_INO_LOOKUP", argv[1]);
@@ -397,19 +405,19 @@ static int cmd_subvolume(int argc, char **argv) {
   return 0;
 }
 
+static void destroy_snapshot(int parent, const char *name, int missing_ok) {
+  struct btrfs_ioctl_vol_args args = {0};
+  snprintf(args.name, sizeof args.name, "%s", name);
+  if (ioctl(parent, BTRFS_IOC_SNAP_DESTROY, &args) && !(missing_ok && errno == ENOENT))
+    fail("BTRFS_IOC_SNAP_DESTROY", name);
+}
+
 static int cmd_commit(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: aenv-idmap commit DIR\n");
     return 2;
   }
-  int dir = open(argv[1], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (dir < 0) fail("open", argv[1]);
-  struct stat st;
-  if (fstat(dir, &st)) fail("stat", argv[1]);
-  if (st.st_ino != BTRFS_FIRST_FREE_OBJECTID) {
-    fprintf(stderr, "aenv-idmap: %s is not a btrfs subvolume\n", argv[1]);
-    return 1;
-  }
+  int dir = open_subvolume(argv[1]);
   char name[BTRFS_SUBVOL_NAME_MAX + 1];
   int parent = parent_of(argv[1], name, sizeof name);
   struct btrfs_ioctl_vol_args_v2 snap = {0};
@@ -420,13 +428,9 @@ static int cmd_commit(int argc, char **argv) {
     return 2;
   }
   /* One left by a crash between the two ioctls holds nothing of its own: it goes first. */
-  struct btrfs_ioctl_vol_args old = {0};
-  snprintf(old.name, sizeof old.name, "%s", snap.name);
-  if (ioctl(parent, BTRFS_IOC_SNAP_DESTROY, &old) && errno != ENOENT) fail("BTRFS_IOC_SNAP_DESTROY", snap.name);
+  destroy_snapshot(parent, snap.name, 1);
   if (ioctl(parent, BTRFS_IOC_SNAP_CREATE_V2, &snap)) fail("BTRFS_IOC_SNAP_CREATE_V2", argv[1]);
-  struct btrfs_ioctl_vol_args gone = {0};
-  snprintf(gone.name, sizeof gone.name, "%s", snap.name);
-  if (ioctl(parent, BTRFS_IOC_SNAP_DESTROY, &gone)) fail("BTRFS_IOC_SNAP_DESTROY", snap.name);
+  destroy_snapshot(parent, snap.name, 0);
   close(parent);
   close(dir);
   return 0;

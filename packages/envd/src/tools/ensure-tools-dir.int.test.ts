@@ -35,6 +35,26 @@ beforeAll(async () => {
 });
 afterAll(() => rmSync(deps, { recursive: true, force: true }));
 
+/** Runs `script` with the tools' node from /agentenv, chrooted into `rootfs` (with a /proc), in a mount namespace. */
+function nodeInRootfs(rootfs: string, script: string, nodeFlags = '') {
+  return spawnSync(
+    'unshare',
+    [
+      '--mount',
+      '--',
+      '/bin/sh',
+      '-c',
+      `mount --make-rprivate / && mount --bind "$1" "$2/agentenv" && mkdir -p "$2/proc" && ` +
+        `mount -t proc proc "$2/proc" && chroot "$2" /agentenv/bin/node ${nodeFlags} -e "$3"`,
+      'sh',
+      tools.dir,
+      rootfs,
+      script,
+    ],
+    { encoding: 'utf8', env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' } },
+  );
+}
+
 describe('ensureToolsDir', () => {
   it('lays out node, its libraries, aenv-init and the envd bundle', () => {
     expect(tools.dir).toBe(join(deps, 'tools', tools.version));
@@ -127,21 +147,7 @@ describe('ensureToolsDir', () => {
         'const forked = cp.spawnSync(process.execPath, ["-e", "process.stdout.write(String(1 + 1))"]).stdout.toString();',
         'console.log(JSON.stringify({ version: process.version, execPath: process.execPath, forked, intl: new Intl.DateTimeFormat("de-DE", { month: "long" }).format(new Date(2020, 0, 1)) }));',
       ].join(' ');
-      const r = spawnSync(
-        'unshare',
-        [
-          '--mount',
-          '--',
-          '/bin/sh',
-          '-c',
-          `mount --make-rprivate / && mount --bind "$1" "$2/agentenv" && chroot "$2" /agentenv/bin/node -e "$3"`,
-          'sh',
-          tools.dir,
-          rootfs,
-          script,
-        ],
-        { encoding: 'utf8', env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' } },
-      );
+      const r = nodeInRootfs(rootfs, script);
       expect(r.stderr).toBe('');
       expect(JSON.parse(r.stdout)).toEqual({
         version: process.version,
@@ -209,21 +215,7 @@ describe('ensureToolsDir', () => {
         `console.log(JSON.stringify({ pte, loaded: maps.includes("${COMPACT_MMAP_LIB}"), childLoaded: child.includes("${COMPACT_MMAP_LIB}"),`,
         '  childMaps: child.length > 0, preload: process.env.LD_PRELOAD ?? null, keep: keep.length }));',
       ].join(' ');
-      const inSandbox = spawnSync(
-        'unshare',
-        [
-          '--mount',
-          '--',
-          '/bin/sh',
-          '-c',
-          `mount --make-rprivate / && mount --bind "$1" "$2/agentenv" && mkdir -p "$2/proc" && mount -t proc proc "$2/proc" && chroot "$2" /agentenv/bin/node --max-semi-space-size=1 -e "$3"`,
-          'sh',
-          tools.dir,
-          rootfs,
-          script,
-        ],
-        { encoding: 'utf8', env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' } },
-      );
+      const inSandbox = nodeInRootfs(rootfs, script, '--max-semi-space-size=1');
       expect(inSandbox.stderr).toBe('');
       const r = JSON.parse(inSandbox.stdout) as Record<string, unknown>;
       expect(r).toMatchObject({ loaded: true, childLoaded: false, childMaps: true, preload: null });

@@ -1294,8 +1294,9 @@ export class ContainerDriver implements RuntimeDriver {
       // is a subvolume where it can be, so that it alone is made durable (`commit` below).
       const makeImagesDir = async (): Promise<boolean> => {
         await mkdir(dirname(imagesDir), { recursive: true });
-        const own = opts.durable ? await this.cow.durableDir(imagesDir) : false;
-        if (!own) await mkdir(imagesDir, { recursive: true });
+        let own = false;
+        if (opts.durable) own = await this.cow.durableDir(imagesDir);
+        else await mkdir(imagesDir);
         await chmod(imagesDir, 0o711);
         return own;
       };

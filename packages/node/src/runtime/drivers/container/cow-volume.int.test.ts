@@ -47,6 +47,19 @@ describe.skipIf(!IS_ROOT)('CowVolume on this host', () => {
     helper = await buildIdmapHelper(join(base, 'native'));
   });
 
+  /** The loop volume the first test made (`home1`), opened again. */
+  async function firstVolume(): Promise<{ sandboxes: string; vol: CowVolume }> {
+    const sandboxes = join(base, 'home1', 'sandboxes');
+    const vol = new CowVolume({
+      homePath: join(base, 'home1'),
+      sandboxesDir: sandboxes,
+      mode: 'auto',
+      sizeGb: 2,
+    });
+    await vol.init();
+    return { sandboxes, vol };
+  }
+
   afterAll(async () => {
     for (const m of (await readMounts()).filter((x) => x.mountPoint.startsWith(base)).reverse()) {
       await run('umount', [m.mountPoint], { allowFailure: true });
@@ -111,14 +124,7 @@ describe.skipIf(!IS_ROOT)('CowVolume on this host', () => {
   });
 
   it('snapshots subvolumes with whiteouts, opaque dirs and owners intact; removes them', async () => {
-    const sandboxes = join(base, 'home1', 'sandboxes');
-    const vol = new CowVolume({
-      homePath: join(base, 'home1'),
-      sandboxesDir: sandboxes,
-      mode: 'auto',
-      sizeGb: 2,
-    });
-    await vol.init();
+    const { sandboxes, vol } = await firstVolume();
     const src = join(sandboxes, 'src');
     await vol.createDir(src);
     expect(await vol.isSubvolume(src)).toBe(true);
@@ -152,14 +158,7 @@ describe.skipIf(!IS_ROOT)('CowVolume on this host', () => {
   });
 
   it("makes a durable dir a subvolume and commits it alone: its data is written, a neighbour's is not", async () => {
-    const sandboxes = join(base, 'home1', 'sandboxes');
-    const vol = new CowVolume({
-      homePath: join(base, 'home1'),
-      sandboxesDir: sandboxes,
-      mode: 'auto',
-      sizeGb: 2,
-    });
-    await vol.init();
+    const { sandboxes, vol } = await firstVolume();
     vol.useHelper(helper);
     const dir = join(sandboxes, 'paused', 'memory');
     await mkdir(join(sandboxes, 'paused'));
